@@ -92,7 +92,7 @@ def test_messages_view_behaves_like_a_tuple() -> None:
     msgs = lab_turn().derive_messages()
     t = tuple(msgs)
     assert msgs == t and t == msgs and msgs == list(t) and hash(msgs) == hash(t)
-    assert msgs[-1] is t[-1] and msgs[1:3] == t[1:3] and msgs + () == t
+    assert msgs[-1] is t[-1] and msgs[1:3] == t[1:3] and msgs.__add__(()) == t
     with pytest.raises(IndexError):
         msgs[len(t)]
 
