@@ -1,0 +1,121 @@
+"""The exceptions of the sessionstream core.
+
+Every error the core raises derives from :class:`SessionStreamError`; adapters
+(``producers``, ``streams``) keep their own modules and derive from it too, and
+translate third-party errors at their boundary (``raise X(...) from exc``)::
+
+    SessionStreamError
+    ├── InvalidData               data is not lossless JSON (names the JSON path)
+    ├── CatalogError
+    │   ├── UnknownEventType      type not in the catalog and not ignorable
+    │   └── SchemaViolation       data does not match the type's schema
+    ├── InvariantViolation        Session.append refused the event (rule, type, seq)
+    ├── ForkError                 fork point inside an open turn, or out of range
+    ├── RequestAssemblyError
+    │   ├── ConflictingCompleteSections
+    │   ├── UnknownTool           a tool name nobody registered (a typo?)
+    │   ├── HiddenTool            a known tool that is not visible in this scope
+    │   └── PendingToolCalls      a model request while a tool call is unanswered
+    ├── CodecError
+    │   ├── CorruptRecord         bytes that are not a sessionstream record
+    │   ├── UnsupportedFormat     newer format_version than this build reads
+    │   └── UnknownRequiredEvent  unknown, non-ignorable event type on read
+    └── LogFileError              a JSONL line that cannot be imported (file:line)
+"""
+
+from __future__ import annotations
+
+
+class SessionStreamError(Exception):
+    """Root of every error sessionstream raises."""
+
+
+class InvalidData(SessionStreamError):
+    """Event data that would not round-trip exactly through JSON."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"data at {path} is not lossless JSON: {reason}")
+
+
+class CatalogError(SessionStreamError):
+    """An event type or its data does not match the event catalog."""
+
+
+class UnknownEventType(CatalogError):
+    def __init__(self, event_type: str) -> None:
+        self.event_type = event_type
+        super().__init__(
+            f"unknown event type {event_type!r}: register it in the catalog "
+            "(domain types need a namespace such as 'todo/…' and an ignorable flag)"
+        )
+
+
+class SchemaViolation(CatalogError):
+    def __init__(self, event_type: str, path: str, reason: str) -> None:
+        self.event_type = event_type
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{event_type}: data at {path}: {reason}")
+
+
+class InvariantViolation(SessionStreamError):
+    """Session.append refused an event; the log is unchanged."""
+
+    def __init__(self, rule: str, event_type: str, seq: int, detail: str) -> None:
+        self.rule = rule
+        self.event_type = event_type
+        self.seq = seq
+        self.detail = detail
+        super().__init__(f"rule {rule!r} refused {event_type} at seq {seq}: {detail}")
+
+
+class ForkError(SessionStreamError):
+    """A fork point that is not a stable prefix."""
+
+
+class RequestAssemblyError(SessionStreamError):
+    """A model request could not be assembled."""
+
+
+class ConflictingCompleteSections(RequestAssemblyError):
+    pass
+
+
+class UnknownTool(RequestAssemblyError):
+    pass
+
+
+class HiddenTool(RequestAssemblyError):
+    pass
+
+
+class PendingToolCalls(RequestAssemblyError):
+    pass
+
+
+class CodecError(SessionStreamError):
+    """Bytes or records that cannot be turned into events."""
+
+
+class CorruptRecord(CodecError):
+    pass
+
+
+class UnsupportedFormat(CodecError):
+    pass
+
+
+class UnknownRequiredEvent(CodecError):
+    pass
+
+
+class LogFileError(SessionStreamError):
+    """A line of a JSONL session file that cannot be imported."""
+
+    def __init__(self, file: str, line: int, reason: str) -> None:
+        self.file = file
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{file}:{line}: {reason}")

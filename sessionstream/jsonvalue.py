@@ -1,0 +1,171 @@
+"""Lossless JSON: the only values event data may hold, and their frozen form.
+
+``data`` must come back from JSON exactly as it went in (seed §4.2.2). We accept
+``None``, ``bool``, ``int`` within ±(2**63 - 1), finite ``float``, ``str`` of valid
+Unicode (no lone surrogates), ``list`` and ``dict`` with ``str`` keys. Tuples are
+refused rather than silently turned into lists; so are NaN/Infinity, bytes, sets,
+datetimes, arbitrary objects and cycles. Integers are bounded so every reader
+(Avro long, Java, Lua-in-Redis for counters) agrees on them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn
+
+from sessionstream.errors import InvalidData
+
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+MAX_DEPTH = 64
+
+JsonValue = Any  # None | bool | int | float | str | list | dict[str, JsonValue]
+
+
+def check_lossless(value: object, path: str = "$") -> None:
+    """Raise :class:`InvalidData` naming the first value that is not lossless JSON."""
+    _check(value, path, set(), 0)
+
+
+def _check(value: object, path: str, active: set[int], depth: int) -> None:
+    if value is None or value is True or value is False:
+        return
+    kind = type(value)
+    if kind is str:
+        _check_str(value, path)  # type: ignore[arg-type]
+        return
+    if kind is int:
+        if not INT_MIN <= value <= INT_MAX:  # type: ignore[operator]
+            _fail(path, f"integer {value} is outside [-2**63, 2**63-1]")
+        return
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            _fail(path, f"{value!r} has no JSON form")
+        return
+    if depth >= MAX_DEPTH:
+        _fail(path, f"nesting deeper than {MAX_DEPTH}")
+    if kind is list or kind is FrozenList:
+        ident = id(value)
+        if ident in active:
+            _fail(path, "cycle: the list contains itself")
+        active.add(ident)
+        items: list[object] | tuple[object, ...] = value  # type: ignore[assignment]
+        for i, item in enumerate(items):
+            _check(item, f"{path}[{i}]", active, depth + 1)
+        active.discard(ident)
+        return
+    if kind is dict or kind is FrozenMap:
+        ident = id(value)
+        if ident in active:
+            _fail(path, "cycle: the object contains itself")
+        active.add(ident)
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                _fail(path, f"key {key!r} is a {type(key).__name__}, JSON keys are strings")
+            _check_str(key, f"{path} key")
+            _check(item, _child(path, key), active, depth + 1)
+        active.discard(ident)
+        return
+    if kind is tuple:
+        _fail(path, "tuple: use a list (a tuple comes back from JSON as a list)")
+    if isinstance(value, bytes | bytearray | memoryview):
+        _fail(path, "bytes: encode as base64 text or store as an attachment")
+    if isinstance(value, set | frozenset):
+        _fail(path, "set: use a sorted list")
+    if isinstance(value, bool | int | float | str | list | dict):
+        _fail(path, f"{kind.__name__} is a subclass of a JSON type; pass the plain type")
+    _fail(path, f"{kind.__name__} is not a JSON type")
+
+
+def _check_str(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        _fail(path, f"invalid Unicode (lone surrogate at index {exc.start})")
+
+
+def _child(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _fail(path: str, reason: str) -> NoReturn:
+    raise InvalidData(path, reason)
+
+
+class FrozenMap(dict[str, Any]):
+    """A read-only ``dict``: what event data objects become once validated.
+
+    A ``dict`` subclass so that ``json.dumps`` encodes it natively (fast, exact).
+    """
+
+    __slots__ = ()
+
+    def _readonly(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("event data is immutable; copy it with thaw() to change it")
+
+    __setitem__ = __delitem__ = _readonly
+    clear = pop = popitem = setdefault = update = _readonly
+    __ior__ = _readonly
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (dict(self),))
+
+
+class FrozenList(tuple[Any, ...]):
+    """A read-only list: what event data arrays become once validated."""
+
+    __slots__ = ()
+
+
+def freeze(value: JsonValue) -> JsonValue:
+    """Deep-copy validated JSON into read-only containers (FrozenMap / FrozenList)."""
+    kind = type(value)
+    if kind is dict or kind is FrozenMap:
+        return FrozenMap({k: freeze(v) for k, v in value.items()})
+    if kind is list or kind is FrozenList:
+        return FrozenList(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: JsonValue) -> JsonValue:
+    """Deep-copy frozen JSON back into plain, mutable ``dict`` / ``list``."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, FrozenList | list):
+        return [thaw(v) for v in value]
+    return value
+
+
+def canonical_dumps(value: JsonValue) -> str:
+    """Canonical JSON text: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def loads(text: str) -> JsonValue:
+    """Parse JSON text and check it is lossless (rejects NaN and friends)."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    check_lossless(value)
+    return value
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise InvalidData("$", f"{name} has no JSON form")
+
+
+def iter_paths(value: JsonValue, path: str = "$") -> Iterator[tuple[str, JsonValue]]:
+    """Yield (path, leaf) pairs; used by redaction and schema checks."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from iter_paths(v, _child(path, k))
+    elif isinstance(value, list | FrozenList):
+        for i, v in enumerate(value):
+            yield from iter_paths(v, f"{path}[{i}]")
+    else:
+        yield path, value

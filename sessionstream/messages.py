@@ -1,0 +1,64 @@
+"""Model messages: the frozen values ``derive_messages()`` returns.
+
+A message always carries the seqs of the events it came from, so every part of a
+model request can be traced back to the log (seed §4.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sessionstream.jsonvalue import JsonValue, thaw
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Kind(StrEnum):
+    """What produced the message; the surface keeps the distinction for explain()."""
+
+    USER = "user"  # user/message, surface_op=append
+    SUMMARY = "summary"  # user/message, surface_op=replace (a compaction summary)
+    CONTEXT = "context"  # context/snapshot, a user-role message
+    ASSISTANT = "assistant"  # assistant/message
+    TOOL_RESULT = "tool_result"  # tool/result
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: JsonValue
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    kind: Kind
+    content: JsonValue
+    seqs: tuple[int, ...]  # the events this message was derived from
+    tool_calls: tuple[ToolCall, ...] = ()  # assistant messages only
+    call_id: str | None = None  # tool results only
+    status: str | None = None  # tool results only: ok | error
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "role": self.role.value,
+            "kind": self.kind.value,
+            "content": thaw(self.content),
+            "seqs": list(self.seqs),
+        }
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"call_id": c.call_id, "name": c.name, "arguments": thaw(c.arguments)}
+                for c in self.tool_calls
+            ]
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
+            out["status"] = self.status
+        return out
