@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sessionstream.errors import SessionStreamError
 from sessionstream.settings import (
     DEFAULT_KAFKA_CONTROLLER_PORT,
     DEFAULT_KAFKA_PORT,
@@ -44,7 +45,7 @@ INSTALL_REDIS = "apt-get update && apt-get install -y redis-server"
 Echo = Callable[[str], None]
 
 
-class LocalStackError(RuntimeError):
+class LocalStackError(SessionStreamError):
     """A local server could not be started or stopped; the message says why and what to do."""
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from sessionstream.errors import SessionStreamError
+
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
 DEFAULT_REDIS_PORT = 16379
@@ -23,7 +25,7 @@ _TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._-]+:\d{1,5}$")
 
 
-class SettingsError(ValueError):
+class SettingsError(SessionStreamError, ValueError):
     """An environment variable is missing its expected shape; the message says which and how."""
 
 
