@@ -77,8 +77,10 @@ def run_demo(sessions: int = 5, events: int = 200, echo: Callable[[str], None] =
     echo(f"demo: starting faust worker {app_id} (log {log_path})")
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
+            # --without-web: the `worker` command turns the web server (port 6066) back on
+            # unless told otherwise, whatever the app's web_enabled says.
             [sys.executable, "-m", "faust", "-A", "streams.demo_count:app", "worker",
-             "-l", "info"],
+             "--without-web", "-l", "info"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:

@@ -6,7 +6,7 @@ offset it applied, skipping any offset at or below the one already recorded. Pro
 lives in Redis next to the counts, not in faust's commit bookkeeping.
 
 Placeholder for the real projection processor; run with
-``python -m faust -A streams.demo_count:app worker -l info``. Configured by environment:
+``python -m faust -A streams.demo_count:app worker --without-web -l info``. Configured by environment:
 ``SESSIONSTREAM_DEMO_TOPIC``, ``SESSIONSTREAM_DEMO_APP_ID``, ``SESSIONSTREAM_DEMO_KEY_PREFIX``,
 ``SESSIONSTREAM_DEMO_COMMIT_INTERVAL`` (seconds) plus the usual ``Settings`` variables.
 """
@@ -84,7 +84,7 @@ app = faust.App(
     config.app_id,
     broker=f"kafka://{settings.kafka_bootstrap}",
     store="memory://",
-    web_enabled=False,  # the default web port 6066 clashes between parallel workers
+    web_enabled=False,  # port 6066 clashes between workers; the CLI also needs --without-web
     topic_disable_leader=True,  # no extra "__assignor-__leader" topic to create
     topic_allow_declare=False,  # topics are created by `topics ensure` / the tests
     consumer_auto_offset_reset="earliest",
