@@ -86,7 +86,7 @@ def run_demo(sessions: int = 5, events: int = 200, echo: Callable[[str], None] =
     try:
         deadline = time.monotonic() + timeout
         while True:
-            counts = {k: int(v) for k, v in client.hgetall(keys.counts).items()}
+            counts = {str(k): int(v) for k, v in client.hgetall(keys.counts).items()}
             if sum(counts.values()) >= events:
                 break
             if worker.poll() is not None:

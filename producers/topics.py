@@ -80,7 +80,8 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec],
             except KafkaException as exc:
                 err = exc.args[0]
                 # Lost a race with another `ensure`: fall through to verification.
-                if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise TopicError(f"creating topic {name!r} failed: {err}") from exc
     return [_verify(admin, spec, "created" if spec.name in created else "exists", timeout)
             for spec in specs]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,11 +91,8 @@ def logs_cmd(lines: int, follow: bool) -> None:
     """Print the tail of the Kafka and Redis logs."""
     from sessionstream import localstack
 
-    with _errors():
-        try:
-            localstack.logs(_stack(), _echo, lines=lines, follow=follow)
-        except KeyboardInterrupt:
-            pass
+    with _errors(), suppress(KeyboardInterrupt):
+        localstack.logs(_stack(), _echo, lines=lines, follow=follow)
 
 
 @click.group("topics")
@@ -105,10 +102,12 @@ def topics_group() -> None:
 
 @topics_group.command("ensure")
 @click.option("--tenant", help="Tenant (default: SESSIONSTREAM_TENANT or 'default').")
-@click.option("--partitions", type=int, help="Partitions (default: SESSIONSTREAM_PARTITIONS or 12).")
+@click.option("--partitions", type=int,
+              help="Partitions (default: SESSIONSTREAM_PARTITIONS or 12).")
 @click.option("--replication-factor", type=int,
               help="Replicas (default: SESSIONSTREAM_REPLICATION_FACTOR or 1).")
-@click.option("--bootstrap", help="Kafka bootstrap servers (default: SESSIONSTREAM_KAFKA_BOOTSTRAP).")
+@click.option("--bootstrap",
+              help="Kafka bootstrap servers (default: SESSIONSTREAM_KAFKA_BOOTSTRAP).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def topics_ensure_cmd(tenant: str | None, partitions: int | None,
                       replication_factor: int | None, bootstrap: str | None,

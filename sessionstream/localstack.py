@@ -78,7 +78,9 @@ class StackConfig:
                 "SESSIONSTREAM_KAFKA_CONTROLLER_PORT", DEFAULT_KAFKA_CONTROLLER_PORT
             ),
             redis_port=port("SESSIONSTREAM_REDIS_PORT", DEFAULT_REDIS_PORT),
-            cache_dir=Path(env.get("SESSIONSTREAM_CACHE_DIR") or Path.home() / ".cache/sessionstream"),
+            cache_dir=Path(
+                env.get("SESSIONSTREAM_CACHE_DIR") or Path.home() / ".cache" / "sessionstream"
+            ),
         )
         ports = [cfg.kafka_port, cfg.controller_port, cfg.redis_port]
         if len(set(ports)) != 3:
@@ -122,7 +124,8 @@ def read_pid(path: Path) -> int | None:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return raw.replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
 
@@ -240,7 +243,9 @@ def kafka_version(pom: Path) -> str:
 def require_java(echo: Echo) -> str:
     java = shutil.which("java")
     if java is None:
-        raise LocalStackError(f"Java 17+ is not installed (no `java` on PATH). Install: {INSTALL_JAVA}")
+        raise LocalStackError(
+            f"Java 17+ is not installed (no `java` on PATH). Install: {INSTALL_JAVA}"
+        )
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(match.group(1)) if match else 0
@@ -423,7 +428,9 @@ def require_redis(echo: Echo) -> str:
     if found:
         return found
     if os.geteuid() != 0:
-        raise LocalStackError(f"redis-server is not installed. Install: sudo sh -c '{INSTALL_REDIS}'")
+        raise LocalStackError(
+            f"redis-server is not installed. Install: sudo sh -c '{INSTALL_REDIS}'"
+        )
     echo("redis: redis-server not found; installing the Debian package")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "redis-server"]):
@@ -494,7 +501,9 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
             tail = "\n".join(_tail(cfg.log_file("redis"), 20))
             raise LocalStackError(f"redis-server exited with {proc.returncode}:\n{tail}")
         if time.monotonic() > deadline:
-            raise LocalStackError(f"Redis did not answer PING within 30s; see {cfg.log_file('redis')}")
+            raise LocalStackError(
+                f"Redis did not answer PING within 30s; see {cfg.log_file('redis')}"
+            )
         time.sleep(0.1)
     echo(f"redis: ready (pid {proc.pid})")
     return True

@@ -6,7 +6,8 @@ offset it applied, skipping any offset at or below the one already recorded. Pro
 lives in Redis next to the counts, not in faust's commit bookkeeping.
 
 Placeholder for the real projection processor; run with
-``python -m faust -A streams.demo_count:app worker --without-web -l info``. Configured by environment:
+``python -m faust -A streams.demo_count:app worker --without-web -l info``.
+Configured by environment:
 ``SESSIONSTREAM_DEMO_TOPIC``, ``SESSIONSTREAM_DEMO_APP_ID``, ``SESSIONSTREAM_DEMO_KEY_PREFIX``,
 ``SESSIONSTREAM_DEMO_COMMIT_INTERVAL`` (seconds) plus the usual ``Settings`` variables.
 """
@@ -107,7 +108,7 @@ async def apply_with_retry(client: aioredis.Redis, partition: int, offset: int,
     keys = config.keys
     while True:
         try:
-            result = await client.eval(  # type: ignore[misc]  # redis stubs: Awaitable|int
+            result = await client.eval(
                 APPLY_SCRIPT, 3, keys.counts, keys.offsets, keys.redelivered,
                 str(partition), str(offset), session_id,
             )

@@ -6,6 +6,7 @@ quote its tail. Every process is stopped at teardown, however the test ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,10 +66,8 @@ class ManagedProcess:
     def kill(self) -> int:
         """SIGKILL the whole process group (no cleanup, like a crashed container)."""
         if self.running():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return self.proc.wait(10)
 
 
