@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from sessionstream.errors import SessionStreamError
 
@@ -23,6 +22,7 @@ DEFAULT_REDIS_PORT = 16379
 # restricted to characters that are safe in both and cannot fake a separator.
 _TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._-]+:\d{1,5}$")
+_REDIS_URL_RE = re.compile(r"^(rediss?://[^/\s?]+(/\d*)?(\?\S*)?|unix://\S+)$")
 
 
 class SettingsError(SessionStreamError, ValueError):
@@ -121,8 +121,8 @@ def _check_bootstrap(value: str) -> None:
 
 
 def _check_redis_url(value: str) -> None:
-    parsed = urlparse(value)
-    if parsed.scheme not in ("redis", "rediss", "unix") or not (parsed.hostname or parsed.path):
+    # A shape check only (no urllib: the core imports no network library).
+    if not _REDIS_URL_RE.match(value):
         raise SettingsError(
             f"SESSIONSTREAM_REDIS_URL={value!r} is not a Redis URL, "
             "e.g. redis://127.0.0.1:16379/0"

@@ -70,3 +70,10 @@ def test_settings_are_frozen() -> None:
 def test_invalid_values_name_the_variable(env: dict[str, str], names: str) -> None:
     with pytest.raises(SettingsError, match=names):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:16379/0", "rediss://:secret@cache:6380/2",
+                                 "redis://cache", "redis://u:p@h:1/0?health_check_interval=2",
+                                 "unix:///run/redis.sock"])
+def test_redis_url_shapes_that_are_accepted(url: str) -> None:
+    assert Settings.from_env({"SESSIONSTREAM_REDIS_URL": url}).redis_url == url
