@@ -45,8 +45,9 @@ unit: $(STAMP)
 # pytest's exit status is kept; 5 ("no tests collected") counts as a failure.
 test: $(STAMP)
 	@started=$$(mktemp); \
-	$(SS) up --started-file $$started || { rm -f $$started; exit 1; }; \
-	$(PY) -m pytest tests/unit tests/integration; rc=$$?; \
+	if $(SS) up --started-file $$started; then \
+	  $(PY) -m pytest tests/unit tests/integration; rc=$$?; \
+	else rc=1; fi; \
 	if [ -s $$started ]; then $(SS) down $$(cat $$started); fi; \
 	rm -f $$started; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; rc=1; fi; \

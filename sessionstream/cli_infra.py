@@ -49,10 +49,13 @@ def up_cmd(fresh: bool, started_file: Path | None) -> None:
     """Start the local Kafka (KRaft) and Redis; does nothing for those already running."""
     from sessionstream import localstack
 
-    with _errors():
-        started = localstack.up(_stack(), _echo, fresh=fresh)
-    if started_file is not None:
-        started_file.write_text("".join(f"{s}\n" for s in started))
+    started: list[str] = []
+    try:
+        with _errors():
+            localstack.up(_stack(), _echo, fresh=fresh, started=started)
+    finally:
+        if started_file is not None:
+            started_file.write_text("".join(f"{s}\n" for s in started))
 
 
 @click.command("down")

@@ -513,8 +513,12 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
 
 
 def up(cfg: StackConfig, echo: Echo = print, fresh: bool = False,
-       services: Iterable[str] = SERVICES) -> list[str]:
-    """Start the services that are not running; returns the names of those started."""
+       services: Iterable[str] = SERVICES, started: list[str] | None = None) -> list[str]:
+    """Start the services that are not running; returns the names of those started.
+
+    ``started`` (if given) is filled as services come up, so a caller still knows what
+    to stop when a later service fails to start.
+    """
     wanted = [s for s in SERVICES if s in set(services)]
     if fresh:
         down(cfg, echo, wanted)
@@ -523,7 +527,7 @@ def up(cfg: StackConfig, echo: Echo = print, fresh: bool = False,
             shutil.rmtree(cfg.data_dir(service), ignore_errors=True)
             if service == "kafka":
                 (cfg.dir("kafka") / "cluster-id").unlink(missing_ok=True)
-    started: list[str] = []
+    started = [] if started is None else started
     for service in wanted:
         cfg.dir(service).mkdir(parents=True, exist_ok=True)
         starter = kafka_up if service == "kafka" else redis_up
