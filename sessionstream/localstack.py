@@ -196,7 +196,9 @@ def port_holder(port: int) -> str | None:
             for fd in (proc / "fd").iterdir():
                 if os.readlink(fd) in targets:
                     cmd = _cmdline(int(proc.name)).strip()
-                    return f"pid {proc.name} ({cmd[:120]})"
+                    if len(cmd) > 160:  # keep both ends: the program and its config file
+                        cmd = f"{cmd[:70]} … {cmd[-80:]}"
+                    return f"pid {proc.name} ({cmd})"
         except OSError:
             continue
     return "a process this user cannot inspect"
