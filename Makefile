@@ -46,7 +46,7 @@ unit: $(STAMP)
 test: $(STAMP)
 	@started=$$(mktemp); \
 	if $(SS) up --started-file $$started; then \
-	  $(PY) -m pytest tests/unit tests/integration; rc=$$?; \
+	  $(PY) -m pytest --durations=5 tests/unit tests/integration; rc=$$?; \
 	else rc=1; fi; \
 	if [ -s $$started ]; then $(SS) down $$(cat $$started); fi; \
 	rm -f $$started; \
