@@ -283,18 +283,16 @@ def kafka_lib(cfg: StackConfig, echo: Echo) -> Path:
         "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
         "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
     ]
-    started = time.monotonic()
-    downloads = 0
+    started = last_report = time.monotonic()
     output: list[str] = []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         output.append(line.rstrip())
-        if "Downloaded from" in line:
-            downloads += 1
-            if downloads % 25 == 0:
-                echo(f"kafka:   {downloads} artifacts downloaded "
-                     f"({time.monotonic() - started:.0f}s)")
+        # A heartbeat on Maven's output (batch mode prints no per-file transfer lines).
+        if time.monotonic() - last_report >= 5:
+            last_report = time.monotonic()
+            echo(f"kafka:   still resolving ({last_report - started:.0f}s)")
     if proc.wait() != 0:
         tail = "\n".join(output[-25:])
         raise LocalStackError(
