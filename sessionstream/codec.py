@@ -94,19 +94,22 @@ def schema_files(directory: Path = SCHEMA_DIR) -> list[Path]:
 class AvroCodec:
     """Encodes events with one schema version and decodes any known version.
 
-    ``schemas`` are oldest first; the newest is the reader schema. ``write`` picks
-    the version to write (default: the newest) so that during a rolling upgrade
-    writers can keep the old schema until every reader knows the new one.
+    ``schemas`` are oldest first. ``read`` (default: the newest) is the schema
+    records are resolved to; ``write`` (default: the newest) the one written, so
+    that during a rolling upgrade writers keep the old schema until every reader
+    knows the new one (schemas/README.md).
     """
 
-    def __init__(self, schemas: Iterable[Mapping[str, Any]], *, write: int = -1) -> None:
+    def __init__(
+        self, schemas: Iterable[Mapping[str, Any]], *, read: int = -1, write: int = -1
+    ) -> None:
         versions = [load_schema(s) for s in schemas]
         if not versions:
             raise CodecError("no envelope schema given")
         self._by_fp: dict[bytes, SchemaVersion] = {v.fingerprint: v for v in versions}
         if len(self._by_fp) != len(versions):
             raise CodecError("two envelope schema versions have the same fingerprint")
-        self.reader = versions[-1]
+        self.reader = versions[read]
         self.writer = versions[write]
         self._header = MAGIC + self.writer.fingerprint
 
@@ -170,7 +173,7 @@ class AvroCodec:
         body = io.BytesIO(payload)
         body.seek(HEADER_LEN)
         try:
-            record: dict[str, Any] = schemaless_reader(body, writer.parsed, reader)
+            record: Any = schemaless_reader(body, writer.parsed, reader)
         except _READ_ERRORS as exc:
             raise CorruptRecord(
                 f"undecodable Avro body ({type(exc).__name__}: {exc})"[:300]

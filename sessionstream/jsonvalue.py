@@ -192,9 +192,13 @@ def _parse_float(text: str) -> float:
 
 
 _INF = float("inf")
-_NUMBERS = {"parse_constant": _reject_constant, "parse_int": _parse_int, "parse_float": _parse_float}
-_DECODER = json.JSONDecoder(**_NUMBERS)  # type: ignore[arg-type]
-_FROZEN_OBJECTS = json.JSONDecoder(object_hook=FrozenMap, **_NUMBERS)  # type: ignore[arg-type]
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
+)
+_FROZEN_OBJECTS = json.JSONDecoder(
+    object_hook=FrozenMap, parse_constant=_reject_constant, parse_int=_parse_int,
+    parse_float=_parse_float,
+)
 
 
 def loads_frozen(text: str) -> JsonValue:
