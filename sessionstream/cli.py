@@ -172,22 +172,40 @@ def projections_cmd(file: Path, as_json: bool, keys: tuple[str, ...]) -> None:
 @main.command("explain")
 @_FILE
 @_JSON
-def explain_cmd(file: Path, as_json: bool) -> None:
-    """Explain the next model request built from FILE: where every part comes from."""
-    from sessionstream import request
+@click.option("--scope", default=None, help="Agent scope of the request (default: global).")
+def explain_cmd(file: Path, as_json: bool, scope: str | None) -> None:
+    """Explain the next model request built from FILE: where every part comes from.
+
+    The header is the last request/header of the log; messages are the surface with
+    their seqs; context snapshots are named by id. No prompt sections are registered
+    offline, so the system prompt is empty.
+    """
+    from sessionstream.request import (
+        PromptRegistry,
+        assemble,
+        context_snapshot_ids,
+        explain,
+        header_from_event,
+    )
     from sessionstream.session import Session
 
     with _errors():
-        session = Session.from_events(_load(file))
-        explained = request.explain(request.assemble(session))
-    out = explained.to_json() if hasattr(explained, "to_json") else explained
+        events = _load(file)
+        headers = [e for e in events if e.type == "request/header"]
+        if not headers:
+            _die(f"{file}: no request/header in the log, so nothing says how the next "
+                 "request is routed; append one first", BAD_INPUT)
+        session = Session.from_events(events)
+        request = assemble(session.derive_messages(), PromptRegistry(), scope,
+                           header=header_from_event(headers[-1]),
+                           snapshot_ids=context_snapshot_ids(events))
+        parts = explain(request)
     if as_json:
-        _print_json(out)
-    elif isinstance(out, list):
-        for line in out:
-            click.echo(line if isinstance(line, str) else json.dumps(line, ensure_ascii=False))
-    else:
-        click.echo(out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, indent=2))
+        _print_json(parts)
+        return
+    for part in parts:
+        rest = {k: v for k, v in part.items() if k != "part"}
+        click.echo(f"{part['part']:8s} {_compact(rest)}")
 
 
 # -- writing commands ---------------------------------------------------------------------

@@ -46,10 +46,10 @@ def write_jsonl(events: Iterable[Event], dest: str | os.PathLike[str] | IO[str])
     """Write events one per line; a path is written atomically (temp file + rename)."""
     if hasattr(dest, "write"):
         for event in events:
-            dest.write(dumps_line(event) + "\n")  # type: ignore[union-attr]
+            dest.write(dumps_line(event) + "\n")
         return
     lines = [dumps_line(e) + "\n" for e in events]  # fail before touching the file
-    with atomic_write(Path(os.fspath(dest))) as out:  # type: ignore[arg-type]
+    with atomic_write(Path(os.fspath(dest))) as out:
         out.writelines(lines)
 
 
