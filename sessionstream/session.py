@@ -341,8 +341,7 @@ class Session:
             self._fail("seq-contiguous", event, f"expected seq {seq}, got {event.seq}", seq)
         if event.format_version > FORMAT_VERSION:
             raise UnsupportedFormat(
-                f"session {self.session_id} seq {event.seq}: format_version "
-                f"{event.format_version} is newer than {FORMAT_VERSION} (upgrade sessionstream)"
+                self.session_id, event.seq, event.format_version, FORMAT_VERSION
             )
         etype = self.catalog.get(event.type)
         if etype is None:
@@ -467,8 +466,7 @@ class Session:
         if t == "session/start":
             if data["format_version"] > FORMAT_VERSION:
                 raise UnsupportedFormat(
-                    f"session {self.session_id}: format_version {data['format_version']} "
-                    f"is newer than {FORMAT_VERSION}"
+                    self.session_id, seq, data["format_version"], FORMAT_VERSION
                 )
 
             def start() -> None:
