@@ -97,10 +97,10 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
             )
         if t == "tool/result":
             cid = data["call_id"]
-            call: Call | None = state.open.get(cid) or state.declared.get(cid)
+            found: Call | None = state.open.get(cid) or state.declared.get(cid)
             result = Result(
-                cid, call.name if call else "", data["status"], event.seq,
-                call.call_seq if call else None, data.get("operation_id"), data.get("version"),
+                cid, found.name if found else "", data["status"], event.seq,
+                found.call_seq if found else None, data.get("operation_id"), data.get("version"),
             )
             return ToolsState(
                 _without(state.declared, cid) if cid in state.declared else state.declared,

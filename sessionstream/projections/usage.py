@@ -59,7 +59,8 @@ class UsageUnit(ProjectionUnit[UsageState]):
         for key in sorted(state.by_model):
             provider, model = key.split("\x00", 1)
             values = state.by_model[key]
-            rows.append({"provider": provider, "model": model, **dict(zip(_FIELDS, values, strict=True))})
+            counts = dict(zip(_FIELDS, values, strict=True))
+            rows.append({"provider": provider, "model": model, **counts})
             total = [a + b for a, b in zip(total, values, strict=True)]
         return {"by_model": rows, "total": dict(zip(_FIELDS, total, strict=True))}
 
