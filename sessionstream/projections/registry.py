@@ -64,7 +64,7 @@ class Registry:
     def units(self) -> tuple[ProjectionUnit[Any], ...]:
         return self._units
 
-    def keys(self) -> tuple[str, ...]:
+    def unit_keys(self) -> tuple[str, ...]:
         return tuple(u.key for u in self._units)
 
     def unit(self, key: str) -> ProjectionUnit[Any]:

@@ -53,7 +53,7 @@ def test_two_units_with_the_same_key_are_refused():
 
 def test_default_registry_has_every_built_in_unit_and_reports_versions():
     reg = default_registry()
-    assert set(reg.keys()) == {"index", "turns", "tools", "surface", "usage", "todo", "plan",
+    assert set(reg.unit_keys()) == {"index", "turns", "tools", "surface", "usage", "todo", "plan",
                                "goal", "business", "compaction", "rejections"}
     assert all(v >= 1 for v in reg.versions().values())
     assert Registry([Counter()]).versions() == {"counter": 3}
@@ -87,7 +87,7 @@ def test_unrelated_and_unknown_events_leave_every_unit_state_identical():
     unknown = b.add("vendor/telemetry", {"x": 1}, ignorable=True)
     new, changed = reg.apply(states, unknown)
     assert changed == ("index",)  # the index counts every event; nobody else reads it
-    assert all(new[k] is states[k] for k in reg.keys() if k != "index")
+    assert all(new[k] is states[k] for k in reg.unit_keys() if k != "index")
 
 
 def test_a_failing_unit_raises_projection_error_naming_unit_and_seq_and_corrupts_nothing():
@@ -110,7 +110,7 @@ def test_fold_reports_the_last_folded_seq_as_watermark():
     b.tool_turn("q", [])
     snap = reg.fold(b.events)
     assert isinstance(snap, Snapshot) and snap.as_of_seq == b.events[-1].seq
-    assert set(snap.views()) == set(reg.keys())
+    assert set(snap.views()) == set(reg.unit_keys())
 
 
 def test_a_redelivered_event_does_not_change_the_projection():
@@ -120,7 +120,7 @@ def test_a_redelivered_event_does_not_change_the_projection():
     snap = reg.fold(b.events)
     again = reg.fold(b.events[-3:], snap)  # at-least-once delivery re-sends a tail
     assert again.as_of_seq == snap.as_of_seq
-    assert all(again.states[k] is snap.states[k] for k in reg.keys())
+    assert all(again.states[k] is snap.states[k] for k in reg.unit_keys())
 
 
 def _roundtrip(reg: Registry, snap: Snapshot) -> Snapshot:
