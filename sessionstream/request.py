@@ -223,7 +223,7 @@ class RequestHeader:
     model: str
     reasoning_effort: str | None = None
     max_tokens: int | None = None
-    sources: tuple[tuple[str, str], ...] = ()  # (field, where its value came from)
+    sources: tuple[tuple[str, str], ...] = ()  # sorted (field, where its value came from)
 
     def source_of(self, name: str) -> str | None:
         return dict(self.sources).get(name)
@@ -256,7 +256,7 @@ def resolve_header(*layers: tuple[str, Mapping[str, Any]]) -> RequestHeader:
     for required in ("provider", "model"):
         if required not in values:
             raise RequestAssemblyError(f"no layer supplies the request header's {required!r}")
-    return RequestHeader(sources=tuple(sources), **values)
+    return RequestHeader(sources=tuple(sorted(sources)), **values)
 
 
 def header_from_event(event: Event) -> RequestHeader:
