@@ -87,12 +87,8 @@ def message_from_json(data: Any) -> Message:
 @dataclass(frozen=True, slots=True)
 class SurfaceState:
     messages: Vec[Message]
-    tokens: int
-    answered: frozenset[str]  # call ids with a tool result on the surface
-
-
-def _rebuild(messages: list[Message], answered: frozenset[str]) -> SurfaceState:
-    return SurfaceState(Vec(messages), sum(message_tokens(m) for m in messages), answered)
+    tokens: int  # token estimate of ``messages``, kept incrementally
+    unanswered: frozenset[str]  # call ids of assistant tool calls with no result yet
 
 
 def pending_calls(messages: Any) -> list[tuple[str, int]]:
@@ -104,6 +100,10 @@ def pending_calls(messages: Any) -> list[tuple[str, int]]:
         for c in m.tool_calls
         if c.call_id not in answered
     ]
+
+
+def _tokens(messages: Any) -> int:
+    return sum(message_tokens(m) for m in messages)
 
 
 class SurfaceUnit(ProjectionUnit[SurfaceState]):
@@ -118,51 +118,68 @@ class SurfaceUnit(ProjectionUnit[SurfaceState]):
 
     def apply(self, state: SurfaceState, event: Event) -> SurfaceState:
         if event.type == "turn/end":
-            if event.data["reason"] in ("completed", "refused"):
+            if not state.unanswered or event.data["reason"] in ("completed", "refused"):
                 return state
             return self._drop_unanswered(state)
         message = message_of(event)
         if message is None:
             return state
         if event.surface_op is SurfaceOp.REPLACE:
-            return self._replace(state, message, set(event.source_event_seqs))
-        answered = state.answered
-        if message.call_id is not None:
-            answered = answered | {message.call_id}
+            return self._replace(state, message, frozenset(event.source_event_seqs))
+        unanswered = state.unanswered
+        if message.tool_calls:
+            unanswered = unanswered | {c.call_id for c in message.tool_calls}
+        elif message.call_id is not None and message.call_id in unanswered:
+            unanswered = unanswered - {message.call_id}
         return SurfaceState(
-            state.messages.append(message), state.tokens + message_tokens(message), answered
+            state.messages.append(message), state.tokens + message_tokens(message), unanswered
         )
 
     @staticmethod
-    def _replace(state: SurfaceState, summary: Message, shadowed: set[int]) -> SurfaceState:
-        kept: list[Message] = []
-        placed = False
-        for m in state.messages:
-            if m.seqs[0] in shadowed:
-                if not placed:
-                    kept.append(summary)
-                    placed = True
-                continue
-            kept.append(m)
-        if not placed:  # nothing to shadow: the summary still enters the surface
-            kept.append(summary)
-        answered = frozenset(m.call_id for m in kept if m.call_id is not None)
-        return _rebuild(kept, answered)
+    def _replace(state: SurfaceState, summary: Message, shadowed: frozenset[int]) -> SurfaceState:
+        """The summary takes the place of the shadowed run of nodes (a contiguous run
+        by the session invariants; anything else falls back to a full filter)."""
+        items = state.messages.to_list()
+        at = next((i for i, m in enumerate(items) if m.seqs[0] in shadowed), None)
+        if at is None:  # nothing to shadow: the summary still enters the surface
+            kept, removed = [*items, summary], []
+        else:
+            end = at
+            while end < len(items) and items[end].seqs[0] in shadowed:
+                end += 1
+            removed = items[at:end]
+            rest = items[end:]
+            if len(removed) < len(shadowed) and any(m.seqs[0] in shadowed for m in rest):
+                removed += [m for m in rest if m.seqs[0] in shadowed]
+                rest = [m for m in rest if m.seqs[0] not in shadowed]
+            kept = [*items[:at], summary, *rest]
+        gone = {c.call_id for m in removed for c in m.tool_calls}
+        tokens = state.tokens - _tokens(removed) + message_tokens(summary)
+        return SurfaceState(Vec(kept), tokens, state.unanswered - gone)
 
     @staticmethod
     def _drop_unanswered(state: SurfaceState) -> SurfaceState:
-        answered = state.answered
-        if not any(c.call_id not in answered for m in state.messages for c in m.tool_calls):
-            return state
-        kept: list[Message] = []
-        for m in state.messages:
-            if m.tool_calls and any(c.call_id not in answered for c in m.tool_calls):
-                calls = tuple(c for c in m.tool_calls if c.call_id in answered)
-                if not calls and not m.content:
-                    continue
-                m = Message(m.role, m.kind, m.content, m.seqs, calls, m.call_id, m.status)
-            kept.append(m)
-        return _rebuild(kept, answered)
+        """Remove the ending turn's unanswered calls; they are near the end of the surface."""
+        items = state.messages.to_list()
+        left = set(state.unanswered)
+        tokens = state.tokens
+        i = len(items)
+        while left and i > 0:
+            i -= 1
+            m = items[i]
+            hit = [c for c in m.tool_calls if c.call_id in left]
+            if not hit:
+                continue
+            left -= {c.call_id for c in hit}
+            tokens -= message_tokens(m)
+            calls = tuple(c for c in m.tool_calls if c.call_id not in state.unanswered)
+            if not calls and not m.content:
+                del items[i]
+                continue
+            m = Message(m.role, m.kind, m.content, m.seqs, calls, m.call_id, m.status)
+            items[i] = m
+            tokens += message_tokens(m)
+        return SurfaceState(Vec(items), tokens, frozenset())
 
     def view(self, state: SurfaceState) -> JsonValue:
         return {
@@ -176,7 +193,8 @@ class SurfaceUnit(ProjectionUnit[SurfaceState]):
 
     def load(self, data: JsonValue) -> SurfaceState:
         messages = [message_from_json(m) for m in data["messages"]]
-        return _rebuild(messages, frozenset(m.call_id for m in messages if m.call_id))
+        unanswered = frozenset(cid for cid, _seq in pending_calls(messages))
+        return SurfaceState(Vec(messages), _tokens(messages), unanswered)
 
 
 __all__ = ["SurfaceState", "SurfaceUnit", "message_of", "pending_calls"]

@@ -19,6 +19,7 @@ class LogBuilder:
                  lineage: dict[str, Any] | None = None) -> None:
         self.session_id = session_id
         self.events: list[Event] = []
+        self.nodes: list[int] = []  # first seq of every surface node, replaces folded
         self.turn: str | None = None
         self.step: str | None = None
         self._turns = 0
@@ -51,6 +52,12 @@ class LogBuilder:
             step_id=self.step,
         )
         self.events.append(event)
+        if event.surface_op is SurfaceOp.APPEND:
+            self.nodes.append(event.seq)
+        elif event.surface_op is SurfaceOp.REPLACE:  # a contiguous run, by the invariants
+            shadowed = set(event.source_event_seqs)
+            at = next(i for i, s in enumerate(self.nodes) if s in shadowed)
+            self.nodes[at:at + len(shadowed)] = [event.seq]
         if type in ("step/end", "turn/end"):
             self.step = None
         if type == "turn/end":
@@ -102,17 +109,8 @@ class LogBuilder:
         self.add("turn/end", {"reason": "completed"})
 
     def surface_seqs(self) -> list[int]:
-        """First seq of every surface node, folding replaces (for choosing shadow ranges)."""
-        nodes: list[int] = []
-        for e in self.events:
-            if e.surface_op is SurfaceOp.APPEND:
-                nodes.append(e.seq)
-            elif e.surface_op is SurfaceOp.REPLACE:
-                shadowed = set(e.source_event_seqs)
-                at = min(i for i, s in enumerate(nodes) if s in shadowed)
-                nodes = [s for s in nodes if s not in shadowed]
-                nodes.insert(at, e.seq)
-        return nodes
+        """First seq of every surface node (for choosing shadow ranges)."""
+        return list(self.nodes)
 
 
 def random_log(seed: int, actions: int = 40) -> list[Event]:
@@ -189,11 +187,11 @@ def random_log(seed: int, actions: int = 40) -> list[Event]:
         elif kind == "compaction":
             cid = f"cmp{len(b.events)}"
             b.add("compaction/start", {"compaction_id": cid, "trigger": "pressure"})
-            nodes = b.surface_seqs()
+            nodes = b.nodes
             if len(nodes) >= 2 and rng.random() < 0.8:
                 # shadow a prefix that does not split a call from its result: stop before
                 # the first node after which an assistant call is still unanswered
-                n = _safe_prefix(b, nodes, rng.randint(1, len(nodes)))
+                n = _safe_prefix(b, nodes, rng.randint(1, min(len(nodes), 24)))
                 if n:
                     shadowed = nodes[:n]
                     b.add("compaction/summary", {
@@ -212,11 +210,10 @@ def random_log(seed: int, actions: int = 40) -> list[Event]:
 
 
 def _safe_prefix(b: LogBuilder, nodes: list[int], want: int) -> int:
-    by_seq = {e.seq: e for e in b.events}
     open_calls: set[str] = set()
     best = 0
     for i, seq in enumerate(nodes[:want]):
-        e = by_seq[seq]
+        e = b.events[seq]
         if e.type == "assistant/message":
             open_calls |= {c["call_id"] for c in e.data.get("tool_calls") or ()}
         elif e.type == "tool/result":
