@@ -100,15 +100,40 @@ class CodecError(SessionStreamError):
 
 
 class CorruptRecord(CodecError):
-    pass
+    """Bytes that are not a sessionstream record (bad framing, unknown schema, garbage)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"corrupt record: {reason}")
 
 
 class UnsupportedFormat(CodecError):
-    pass
+    """A record written in a newer envelope format than this build reads."""
+
+    def __init__(self, session_id: str, seq: int, version: int, supported: int) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.version = version
+        self.supported = supported
+        super().__init__(
+            f"session {session_id!r} seq {seq}: format_version {version} is newer than "
+            f"{supported}, the newest this build reads; upgrade sessionstream to read this "
+            "session (it is refused, not read half-way)"
+        )
 
 
 class UnknownRequiredEvent(CodecError):
-    pass
+    """An event type this build does not know and that is not marked ignorable."""
+
+    def __init__(self, session_id: str, seq: int, event_type: str) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.event_type = event_type
+        super().__init__(
+            f"session {session_id!r} seq {seq}: unknown event type {event_type!r} is not "
+            "ignorable, so the rest of the log cannot be interpreted; upgrade sessionstream "
+            "or register the type's plugin"
+        )
 
 
 class LogFileError(SessionStreamError):
