@@ -103,7 +103,10 @@ class KafkaSender:
         if self._producer is None:
             cfg = dict(self._config)
             cfg["error_cb"] = self._on_error
-            self._producer = Producer(cfg)
+            try:
+                self._producer = Producer(cfg)
+            except KafkaException as exc:
+                raise map_kafka_error(exc.args[0], what="creating the producer") from exc
         return self._producer
 
     def _on_error(self, err: KafkaError) -> None:

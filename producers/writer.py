@@ -35,7 +35,6 @@ from producers.attachments import (
     spill_tool_result,
 )
 from producers.errors import (
-    BrokerUnavailable,
     Fenced,
     MessageTooLarge,
     ProducerError,
@@ -44,6 +43,7 @@ from producers.errors import (
     SessionNotFound,
     UnconfirmedEvents,
     WriterClosed,
+    map_kafka_error,
 )
 from producers.index import SessionIndex
 from producers.kafka import Delivery, DeliveryState, KafkaSender
@@ -88,6 +88,7 @@ class WriterConfig:
     attachment_dir: Path | None = None
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD
     max_message_bytes: int | None = None  # None: read the topic's max.message.bytes
+    flush_timeout_s: float = 30.0  # the flush that ends create/open/fork
     producer_config: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -118,11 +119,19 @@ def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    try:
-        entries = admin.describe_configs([res], request_timeout=timeout)[res].result()
-        limit = int(entries["max.message.bytes"].value)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"reading max.message.bytes of {topic}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            entries = admin.describe_configs([res], request_timeout=timeout)[res].result()
+            limit = int(entries["max.message.bytes"].value)
+            break
+        except KafkaException as exc:
+            # A topic created a moment ago may not be in every broker's metadata yet.
+            if time.monotonic() > deadline:
+                raise map_kafka_error(
+                    exc.args[0], what=f"reading max.message.bytes of {topic}"
+                ) from exc
+            time.sleep(0.2)
     _topic_limits[(bootstrap, topic)] = limit
     return limit
 
@@ -199,6 +208,11 @@ class SessionWriter:
         self._first_offset_hint = readback.start if readback else None
         for event in seeded:
             self._produce(event)
+        if seeded:
+            # A new lifecycle's first events (session/start, or the repairs and the
+            # end-seed of a resume) are made durable before the writer is handed out:
+            # from here on any zombie of an older epoch is rejected as stale.
+            self.flush(edges.cfg.flush_timeout_s)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
