@@ -122,6 +122,13 @@ def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed:
     """One agent process: run tasks until a None sentinel."""
     rng = random.Random(seed)
     pid = os.getpid()
+
+    def crash() -> None:
+        # Let the queue's feeder thread deliver what we reported, then die hard
+        # (no flush, no lease release: like a killed process).
+        results.close()
+        results.join_thread()
+        os._exit(137)
     while True:
         task = tasks.get()
         if task is None:
@@ -136,7 +143,7 @@ def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed:
                 w = SessionWriter.create(cfg, task.session_id)
             for k in range(task.turns):
                 crash_at = rng.randint(3, 15) if rng.random() < crash_rate else None
-                n = run_turn(w, rng, w.next_seq, crash_at=crash_at)
+                n = run_turn(w, rng, w.next_seq, crash_at=crash_at, on_crash=crash)
                 w.flush(30)
                 results.put(("turn", pid, task.session_id, n, task.turns - k - 1))
             w.close()
