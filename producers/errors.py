@@ -8,16 +8,16 @@ is the single place that decides what a librdkafka error code means for us::
     SessionStreamError
     └── ProducerError
         ├── KafkaProducerError          a Kafka operation failed (carries .code, .retriable)
-        │   ├── BrokerUnavailable       no broker reachable / no leader: start Kafka, check bootstrap
+        │   ├── BrokerUnavailable       no broker reachable / no leader (check bootstrap)
         │   ├── TopicNotFound           the tenant's events topic does not exist: `topics ensure`
         │   ├── NotAuthorized           ACLs / credentials refuse us
         │   ├── MessageTooLarge         envelope above the topic's max message size (pre-checked)
         │   ├── QueueFull               local queue still full after bounded retries
         │   ├── DeliveryFailed          the broker definitively refused the record: NOT written
-        │   ├── PossiblyPersisted       the outcome is unknown: it may be in the log (resend; readers de-dup)
+        │   ├── PossiblyPersisted       outcome unknown: may be in the log (resend; readers de-dup)
         │   │   └── DeliveryTimeout     message.timeout.ms expired (in flight or queued)
-        │   └── ProducerFatal           idempotence state broken (fenced producer id, gap): new writer
-        ├── UnconfirmedEvents           flush() could not confirm every appended event (lists event_ids)
+        │   └── ProducerFatal           idempotence state broken: open a new writer
+        ├── UnconfirmedEvents           flush() could not confirm every event (lists event_ids)
         ├── LeaseError
         │   ├── LeaseUnavailable        another writer holds the session's lease
         │   ├── Fenced                  this writer lost its lease; it never writes again

@@ -244,10 +244,10 @@ def run_fleet(
                 # Drain messages the dead process sent before dying.
                 del procs[pid]
                 p.join()
-                sid = owner.pop(pid, None)
-                if sid is not None and sid not in done:
+                lost = owner.pop(pid, None)
+                if lost is not None and lost not in done:
                     summary.crashes += 1
-                    tasks.put(Task(sid, max(remaining[sid], 1), resume=True))
+                    tasks.put(Task(lost, max(remaining[lost], 1), resume=True))
                 if len(done) < sessions:
                     spawn()
     finally:

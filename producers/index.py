@@ -82,7 +82,7 @@ class SessionIndex:
             raise RedisUnavailable("session index read") from exc
         if not raw:
             return None
-        v = {k.decode(): x.decode() for k, x in raw.items()}
+        v = {_text(k): _text(x) for k, x in raw.items()}
         if "partition" not in v or "first_offset" not in v:
             return None
         return LogIndex(
@@ -97,3 +97,7 @@ class SessionIndex:
             self._r.delete(self.key(tenant, session_id))
         except redis.RedisError as exc:
             raise RedisUnavailable("session index delete") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

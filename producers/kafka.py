@@ -196,7 +196,10 @@ class KafkaSender:
 
     def unconfirmed(self) -> dict[str, str]:
         """event_id -> state of every record that is not (yet) acknowledged."""
-        return {e: d.state.value for e, d in self._deliveries.items() if d.state is not DeliveryState.OK}
+        return {
+            e: d.state.value for e, d in self._deliveries.items()
+            if d.state is not DeliveryState.OK
+        }
 
     def forget(self, event_ids: Iterable[str]) -> None:
         """Stop tracking records (after their outcome was handled)."""

@@ -113,7 +113,8 @@ def read_session(
         rb = ReadBack(session_id, partition, first, stop)
         if first >= stop:
             return rb
-        consumer.assign([TopicPartition(topic, partition, first if first > 0 else OFFSET_BEGINNING)])
+        begin = first if first > 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, partition, begin)])
         state = AdmissionState(session_id)
         position = first
         # consume(n, t) waits until n records or t elapse: keep t short so the tail of a
@@ -138,6 +139,7 @@ def read_session(
                         f"reading {topic}[{partition}] at {position}: {err.str()}"
                     )
                 off = msg.offset()
+                assert off is not None  # a fetched record always has an offset
                 if off >= stop:
                     position = stop
                     break

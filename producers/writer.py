@@ -389,6 +389,10 @@ class SessionWriter:
         )
 
     def _precheck_size(self, draft: Draft) -> None:
+        # A cheap upper bound first: most events are far below the limit, and the
+        # codec serializes data again anyway.
+        if _size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
+            return
         try:
             size = len(canonical_dumps(draft.data).encode())
         except Exception:
@@ -548,6 +552,17 @@ class SessionWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _size_bound(value: object) -> int:
+    """An upper bound of the JSON size of ``value`` (6 bytes per char covers escapes)."""
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if isinstance(value, Mapping):
+        return 2 + sum(_size_bound(k) + _size_bound(v) + 2 for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return 2 + sum(_size_bound(v) + 1 for v in value)
+    return 32 + (len(str(value)) if isinstance(value, int) else 0)
 
 
 def _read_back(
