@@ -293,9 +293,11 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
 
 def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
+    from producers import cli as producers_cli
     from sessionstream import cli_infra
 
     cli_infra.register(main)
+    producers_cli.register(main)
 
 
 _register_edges()
