@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from sessionstream.errors import CatalogError, SchemaViolation, UnknownEventType
@@ -44,6 +45,20 @@ class F:
     def kinds(self) -> tuple[str, ...]:
         return (self.kind,) if isinstance(self.kind, str) else self.kind
 
+    @cached_property
+    def _accept(self) -> tuple[tuple[type, ...] | None, bool]:
+        """(types a value may be an instance of — None: any, whether a bool is accepted).
+
+        A bool is an int to ``isinstance``; it only passes through a kind other than
+        int/num. Computed once per field: the schema check runs on every event.
+        """
+        kinds = self.kinds()
+        if "any" in kinds:
+            return None, True
+        types = tuple(t for k in kinds for t in _KINDS[k])
+        bool_ok = any(isinstance(True, _KINDS[k]) and k not in ("int", "num") for k in kinds)
+        return types, bool_ok
+
 
 @dataclass(frozen=True)
 class Obj:
@@ -59,20 +74,29 @@ class Obj:
                 if spec.required:
                     raise SchemaViolation(event_type, f"{path}.{name}", "required field missing")
                 continue
-            _check_field(event_type, spec, value[name], f"{path}.{name}")
+            item = value[name]
+            types, bool_ok = spec._accept
+            # Fast path: a scalar of an accepted kind needs no path string built.
+            if (
+                types is not None
+                and spec.enum is None
+                and spec.obj is None
+                and spec.items is None
+                and isinstance(item, types)
+                and (bool_ok or type(item) is not bool)
+            ):
+                continue
+            _check_field(event_type, spec, item, f"{path}.{name}")
 
 
 def _check_field(event_type: str, spec: F, value: JsonValue, path: str) -> None:
-    kinds = spec.kinds()
-    if "any" not in kinds:
-        is_bool = isinstance(value, bool)
-        ok = any(
-            isinstance(value, _KINDS[k]) and not (is_bool and k in ("int", "num")) for k in kinds
+    types, bool_ok = spec._accept
+    if types is not None and (
+        not isinstance(value, types) or (not bool_ok and isinstance(value, bool))
+    ):
+        raise SchemaViolation(
+            event_type, path, f"expected {' or '.join(spec.kinds())}, got {type(value).__name__}"
         )
-        if not ok:
-            raise SchemaViolation(
-                event_type, path, f"expected {' or '.join(kinds)}, got {type(value).__name__}"
-            )
     if spec.enum is not None and value not in spec.enum:
         raise SchemaViolation(event_type, path, f"{value!r} is not one of {list(spec.enum)}")
     if spec.obj is not None and isinstance(value, Mapping):

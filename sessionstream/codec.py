@@ -31,7 +31,7 @@ from sessionstream.errors import (
     UnknownRequiredEvent,
     UnsupportedFormat,
 )
-from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer
+from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, mark_lossless
 from sessionstream.jsonvalue import loads_frozen
 
 MAGIC = b"\xc3\x01"
@@ -148,7 +148,7 @@ class AvroCodec:
 
     def decode(self, payload: bytes | bytearray | memoryview) -> Event:
         """The event in ``payload``; raises CorruptRecord or UnsupportedFormat."""
-        record = self._read(bytes(payload))
+        record = self._read(payload if type(payload) is bytes else bytes(payload))
         return _to_event(record)
 
     def _read(self, payload: bytes) -> dict[str, Any]:
@@ -185,6 +185,22 @@ class AvroCodec:
         return record
 
 
+_SURFACE_OPS = {op.value: op for op in SurfaceOp}
+# Writers are frozen values and a log holds few distinct ones: share them between
+# decoded events (less memory, no dataclass construction per record). Bounded.
+_WRITERS: dict[tuple[str, int], Writer] = {}
+_WRITERS_MAX = 4096
+
+
+def _writer(wid: str, epoch: int) -> Writer:
+    w = _WRITERS.get((wid, epoch))
+    if w is None:
+        if len(_WRITERS) >= _WRITERS_MAX:
+            _WRITERS.clear()
+        w = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
+    return w
+
+
 def _to_event(record: dict[str, Any]) -> Event:
     version = record["format_version"]
     session_id = record["session_id"]
@@ -200,21 +216,25 @@ def _to_event(record: dict[str, Any]) -> Event:
             f"session {session_id!r} seq {seq}: data is not lossless JSON text: {exc}"
         ) from exc
     w = record["writer"]
-    return Event(
+    op = _SURFACE_OPS.get(record["surface_op"])
+    if op is None:  # the Avro enum only holds known symbols; kept for a newer reader schema
+        op = SurfaceOp(record["surface_op"])
+    event = Event(
         session_id=session_id,
         seq=seq,
         event_id=record["event_id"],
         time=record["time"],
         type=record["type"],
         data=data,
-        surface_op=SurfaceOp(record["surface_op"]),
+        surface_op=op,
         source_event_seqs=tuple(record["source_event_seqs"]),
-        writer=Writer(w["id"], w["epoch"]),
+        writer=_writer(w["id"], w["epoch"]),
         format_version=version,
         ignorable=record["ignorable"],
         turn_id=record["turn_id"],
         step_id=record["step_id"],
     )
+    return mark_lossless(event)  # loads_frozen checked data while parsing
 
 
 @cache

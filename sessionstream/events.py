@@ -9,14 +9,14 @@ turns it into an Event by stamping seq, event_id, time and writer.
 
 from __future__ import annotations
 
+import os
 import time as _time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sessionstream.jsonvalue import JsonValue, canonical_dumps, check_lossless, freeze, thaw
+from sessionstream.jsonvalue import JsonValue, canonical_dumps, check_and_freeze, thaw
 
 #: The envelope format this build writes and the newest it reads.
 FORMAT_VERSION = 1
@@ -55,6 +55,10 @@ class Event:
     ignorable: bool = False
     turn_id: str | None = None
     step_id: str | None = None
+    #: True when the constructor that built this event verified ``data`` is lossless
+    #: JSON (make_event, Session.append, the codec): readers may skip checking again.
+    #: Not part of equality, hash or repr; ``dataclasses.replace`` resets it.
+    lossless_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The envelope as plain JSON-ready dict (JSONL form, CLI output)."""
@@ -96,14 +100,13 @@ def make_event(
     step_id: str | None = None,
 ) -> Event:
     """Build an Event from untrusted parts: checks data is lossless and freezes it."""
-    check_lossless(data)
-    return Event(
+    event = Event(
         session_id=session_id,
         seq=seq,
         event_id=event_id,
         time=time,
         type=type,
-        data=freeze(data),
+        data=check_and_freeze(data),
         surface_op=SurfaceOp(surface_op),
         source_event_seqs=tuple(source_event_seqs),
         writer=writer,
@@ -112,6 +115,14 @@ def make_event(
         turn_id=turn_id,
         step_id=step_id,
     )
+    mark_lossless(event)
+    return event
+
+
+def mark_lossless(event: Event) -> Event:
+    """Record that ``event.data`` was verified lossless JSON (only for code that did so)."""
+    object.__setattr__(event, "lossless_checked", True)
+    return event
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +149,16 @@ def system_clock() -> int:
 
 
 def uuid4_ids() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID in its canonical text form, as ``str(uuid.uuid4())``.
+
+    Built from 16 random bytes directly: a third of the cost of going through
+    ``uuid.UUID`` on the append hot path.
+    """
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class CountingClock:

@@ -133,6 +133,69 @@ def freeze(value: JsonValue) -> JsonValue:
     return value
 
 
+def check_and_freeze(value: JsonValue) -> JsonValue:
+    """``check_lossless(value)`` then ``freeze(value)`` in one walk (the append hot path).
+
+    Scalars and already-frozen containers are checked like any value; on the first
+    value that is not lossless JSON it raises :class:`InvalidData` with the same
+    path and reason as :func:`check_lossless`.
+    """
+    try:
+        return _freeze_checked(value, 0)
+    except _NotPlain:
+        check_lossless(value)  # names the offending path, exactly as before
+        raise AssertionError("unreachable: check_lossless accepted a refused value") from None
+
+
+class _NotPlain(Exception):
+    """Internal: the fast walk met something it does not accept; re-walk for the message."""
+
+
+def _freeze_checked(value: JsonValue, depth: int) -> JsonValue:
+    # A cycle can only come back through a container, and every container adds one
+    # level, so the depth bound also ends any cycle walk.
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _NotPlain from None
+        return value
+    if kind is dict or kind is FrozenMap:
+        if depth >= MAX_DEPTH:
+            raise _NotPlain
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str or (not k.isascii() and not _encodable(k)):
+                raise _NotPlain
+            out[k] = _freeze_checked(v, depth + 1)
+        return FrozenMap(out)
+    if kind is list or kind is FrozenList:
+        if depth >= MAX_DEPTH:
+            raise _NotPlain
+        return FrozenList([_freeze_checked(v, depth + 1) for v in value])
+    if kind is int:
+        if not INT_MIN <= value <= INT_MAX:
+            raise _NotPlain
+        return value
+    if value is None or value is True or value is False:
+        return value
+    if kind is float:
+        if value != value or value in (_INF, -_INF):
+            raise _NotPlain
+        return value
+    raise _NotPlain
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def thaw(value: JsonValue) -> JsonValue:
     """Deep-copy frozen JSON back into plain, mutable ``dict`` / ``list``."""
     if isinstance(value, Mapping):

@@ -64,10 +64,11 @@ from sessionstream.events import (
     IdSource,
     SurfaceOp,
     Writer,
+    mark_lossless,
     system_clock,
     uuid4_ids,
 )
-from sessionstream.jsonvalue import JsonValue, check_lossless, freeze
+from sessionstream.jsonvalue import JsonValue, check_and_freeze, check_lossless
 from sessionstream.surface import ABANDONING_REASONS, Messages, Surface, message_for
 
 _CLOSING_CLEANLY = ("completed", "refused")
@@ -302,8 +303,8 @@ class Session:
                 step_id=step_id,
             )
         etype = self.catalog.require(draft.type)
-        check_lossless(draft.data)
-        etype.schema.check(draft.type, draft.data)
+        data = check_and_freeze(draft.data)
+        etype.schema.check(draft.type, data)
         op = draft.surface_op if draft.surface_op is not None else etype.surface_ops[0]
         seq = self.next_seq
         turn, step = self._stamp_ids(draft.type, draft.turn_id, draft.step_id, seq)
@@ -313,7 +314,7 @@ class Session:
             event_id=self.ids(),
             time=self.clock(),
             type=draft.type,
-            data=freeze(draft.data),
+            data=data,
             surface_op=SurfaceOp(op),
             source_event_seqs=tuple(draft.source_event_seqs),
             writer=self._writer,
@@ -321,6 +322,7 @@ class Session:
             turn_id=turn,
             step_id=step,
         )
+        mark_lossless(event)
         apply = self._check(event, etype)
         apply()
         self._events.append(event)
@@ -350,11 +352,16 @@ class Session:
             if not self._events:
                 self._fail("first-is-session-start", event, "the log must begin with it", seq)
             self._check_epoch(event)
-            check_lossless(event.data)
+            if not event.lossless_checked:
+                check_lossless(event.data)
             self._admit_epoch(event)
             self._events.append(event)
             return
-        check_lossless(event.data)
+        # The trust boundary: an Event built by make_event, Session.append or the codec
+        # had its data verified when it was built (and data is frozen); any other
+        # Event (constructed directly, or via dataclasses.replace) is checked here.
+        if not event.lossless_checked:
+            check_lossless(event.data)
         etype.schema.check(event.type, event.data)
         if event.surface_op not in etype.surface_ops:
             self._fail(
