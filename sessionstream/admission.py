@@ -17,7 +17,7 @@ retrying its un-acknowledged tail — so it is small (:data:`WINDOW`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -38,21 +38,141 @@ class Verdict(StrEnum):
     SEQ_CONFLICT = "seq_conflict"
 
 
-@dataclass(frozen=True, slots=True)
+_Slots = dict[str, tuple[int, int]]  # event_id -> (position in its generation, seq)
+
+
 class AdmissionState:
-    """What a reader remembers of one session to admit its next event."""
+    """What a reader remembers of one session to admit its next event.
+
+    An immutable value: ``session_id``, ``next_seq``, ``max_epoch``, ``recent``
+    ((event_id, seq) pairs, oldest first, at most ``window`` after an admission)
+    and ``window``; equality, hash and JSON form are over those five.
+
+    ``recent`` is kept as two generations of at most ``window`` ids each so that
+    :meth:`seq_of` and :func:`admit` are O(1) instead of O(window): ``_old`` (a
+    full generation, never changed again) and ``_new`` (the filling one) of which
+    this state sees the first ``_n`` entries. States of one history share
+    ``_new``: an admission from the newest state appends to it in place (older
+    states do not see entries at or past their ``_n``); an admission from an
+    older state copies what it sees first, so every state stays the value it was.
+    """
+
+    __slots__ = ("_n", "_new", "_old", "_raw", "max_epoch", "next_seq", "session_id",
+                 "window")
 
     session_id: str
-    next_seq: int = 0
-    max_epoch: int = 0
-    recent: tuple[tuple[str, int], ...] = ()  # (event_id, seq), oldest first, ≤ window
-    window: int = WINDOW
+    next_seq: int
+    max_epoch: int
+    window: int
+    _old: _Slots  # visible entries: position >= _n (all of them while _n == 0)
+    _new: _Slots  # visible entries: position < _n
+    _n: int
+    # A loaded ``recent`` that repeats an id (never written by admit) is kept as given
+    # while it is the old generation; seq_of then scans it (exact, rare, slow).
+    _raw: tuple[tuple[str, int], ...] | None
+
+    def __init__(
+        self,
+        session_id: str,
+        next_seq: int = 0,
+        max_epoch: int = 0,
+        recent: tuple[tuple[str, int], ...] = (),
+        window: int = WINDOW,
+    ) -> None:
+        recent = tuple(recent)
+        offset = window - len(recent)  # loaded ids take the last positions of a generation
+        old = {eid: (offset + i, seq) for i, (eid, seq) in enumerate(recent)}
+        raw = recent if len(old) != len(recent) else None
+        self._init(session_id, next_seq, max_epoch, window, old, {}, 0, raw)
+
+    def _init(
+        self, session_id: str, next_seq: int, max_epoch: int, window: int,
+        old: _Slots, new: _Slots, n: int, raw: tuple[tuple[str, int], ...] | None,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "session_id", session_id)
+        set_(self, "next_seq", next_seq)
+        set_(self, "max_epoch", max_epoch)
+        set_(self, "window", window)
+        set_(self, "_old", old)
+        set_(self, "_new", new)
+        set_(self, "_n", n)
+        set_(self, "_raw", raw)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    @property
+    def recent(self) -> tuple[tuple[str, int], ...]:
+        """(event_id, seq) of the recently admitted events, oldest first."""
+        n = self._n
+        if self._raw is not None:
+            offset = self.window - len(self._raw)
+            old = [p for i, p in enumerate(self._raw) if n == 0 or offset + i >= n]
+        else:
+            old = [(eid, seq) for eid, (pos, seq) in self._old.items() if n == 0 or pos >= n]
+        new = [(eid, seq) for eid, (pos, seq) in self._new.items() if pos < n]
+        return (*old, *new)
 
     def seq_of(self, event_id: str) -> int | None:
-        for eid, seq in self.recent:
-            if eid == event_id:
-                return seq
+        """The seq at which ``event_id`` was admitted, if it is in the recent window."""
+        if self._raw is not None:
+            for eid, seq in self.recent:
+                if eid == event_id:
+                    return seq
+            return None
+        n = self._n
+        hit = self._new.get(event_id)
+        if hit is not None and hit[0] < n:
+            return hit[1]
+        hit = self._old.get(event_id)
+        if hit is not None and (n == 0 or hit[0] >= n):
+            return hit[1]
         return None
+
+    def _admitted(self, event_id: str, seq: int, max_epoch: int) -> AdmissionState:
+        """The state after admitting ``event_id`` at ``seq`` (the caller checked the rule)."""
+        window, n = self.window, self._n
+        raw = self._raw
+        if window <= 0:
+            old: _Slots = {}
+            new: _Slots = {}
+            n = 0
+            raw = None
+        elif n >= window:  # this generation is full: it becomes the old one
+            old, new, n, raw = self._new, {event_id: (0, seq)}, 1, None
+        else:
+            old, new = self._old, self._new
+            if len(new) != n:  # not the newest state of this history: copy what it sees
+                new = {eid: slot for eid, slot in new.items() if slot[0] < n}
+            new[event_id] = (n, seq)
+            n += 1
+        state = AdmissionState.__new__(AdmissionState)
+        state._init(self.session_id, seq + 1, max_epoch, window, old, new, n, raw)
+        return state
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.session_id, self.next_seq, self.max_epoch, self.recent, self.window)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not AdmissionState:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"AdmissionState(session_id={self.session_id!r}, next_seq={self.next_seq!r}, "
+            f"max_epoch={self.max_epoch!r}, recent={self.recent!r}, window={self.window!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AdmissionState, self._key())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,12 +250,7 @@ def admit(state: AdmissionState, event: Event) -> Decision:
             f"epoch {epoch}); rejected",
             state,
         )
-    recent = (*state.recent, (event.event_id, event.seq))
-    if len(recent) > state.window:
-        recent = recent[len(recent) - state.window :]
-    new = AdmissionState(
-        state.session_id, state.next_seq + 1, max(state.max_epoch, epoch), recent, state.window
-    )
+    new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch))
     return Decision(
         Verdict.ADMITTED,
         f"{where}: admitted (writer {event.writer.id!r} epoch {epoch})",
