@@ -119,17 +119,40 @@ class Registry:
         so a redelivered event does not change the projection.
         """
         as_of = -1
+        skip_to = None  # continuing from a Snapshot: skip seqs at or below its as_of_seq
         if states is None:
             current: States = self.init_states()
         elif isinstance(states, Snapshot):
             current, as_of = states.states, states.as_of_seq
+            skip_to = as_of
         else:
             current = states
+        # Inlines apply(): one private dict is copied on the first change and then
+        # updated in place (nobody else sees it until the Snapshot is built), instead
+        # of a new dict and a changed-keys tuple per event. Same result, same errors,
+        # and the input states are never touched.
+        owned: dict[str, Any] | None = None
+        by_type = self._by_type
         for event in events:
-            if event.seq <= as_of and isinstance(states, Snapshot):
+            seq = event.seq
+            if skip_to is not None and seq <= skip_to:
                 continue
-            current, _ = self.apply(current, event)
-            as_of = event.seq
+            units = by_type.get(event.type)
+            if units is None:
+                units = self._units_for(event.type)
+            for unit in units:
+                key = unit.key
+                old = current[key]
+                try:
+                    state = unit.apply(old, event)
+                except Exception as exc:
+                    raise ProjectionError(key, seq, exc) from exc
+                if state is not old:
+                    if owned is None:
+                        owned = dict(current)
+                        current = owned
+                    owned[key] = state
+            as_of = seq
         return Snapshot(self, as_of, current)
 
     def views(self, states: States) -> dict[str, JsonValue]:
