@@ -1,0 +1,1 @@
+"""Stream processors (faust-streaming) that fold the event log into Redis."""
