@@ -70,7 +70,9 @@ class Sink(Protocol):
         """Stored fields per session (an empty dict: nothing stored yet)."""
         ...
 
-    async def write_session(self, gen: int, write: SessionWrite) -> WriteOutcome: ...
+    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]) -> list[WriteOutcome]:
+        """One script call per session (atomic per session), pipelined in one round trip."""
+        ...
 
     async def write_tenant(
         self, gen: int, writes: Sequence[SessionWrite], group: str, progress: Mapping[str, int]

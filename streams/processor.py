@@ -162,11 +162,7 @@ class Processor:
                 by_session.setdefault(item[0], []).append((r, item[1]))
 
         await self._ensure_cursors(gen, by_session)
-        writes: list[SessionWrite] = []
-        for sid, items in by_session.items():
-            write = await self._fold_and_write(gen, sid, items, report)
-            if write is not None:
-                writes.append(write)
+        writes = await self._fold_and_write_all(gen, by_session, report)
 
         if report.dead_letters and self.dead_letters is not None:
             await self.dead_letters.send(report.dead_letters)
@@ -298,35 +294,54 @@ class Processor:
                        pending=cur.pending | frozenset(states))
 
     # -- folding --------------------------------------------------------------------
-    async def _fold_and_write(
-        self, gen: int, sid: str, items: list[_Item], report: BatchReport
-    ) -> SessionWrite | None:
-        for _ in range(MAX_CONFLICT_RETRIES):
-            cur = self._cache[sid]
-            folded = self._fold(cur, items, report)
-            if folded is None:
-                return None
-            new, write = folded
-            outcome = await self.sink.write_session(gen, write)
-            if outcome.status == "applied":
-                self._cache[sid] = new
-                report.sessions_written += 1
-                if new.quarantine is not None and cur.quarantine is None:
-                    report.quarantined.append(sid)
-                if cur.pending:
-                    report.rebuilt[sid] = tuple(sorted(cur.pending))
-                return write
-            report.sessions_noop += 1
-            # Someone wrote this session past our base: reload from the sink and refold.
-            del self._cache[sid]
-            if outcome.status == "stale" and outcome.stored_offset >= write.last_offset:
-                # Already applied (a redelivery after a crash): re-emit the feed entry,
-                # which dashboards de-duplicate by (session, as_of_seq).
-                return write if outcome.stored_offset == write.last_offset else None
-            report.conflicts += 1
-            await self._ensure_cursors(gen, {sid: items})
-        log.warning("a session kept changing under this worker; left for the next batch")
-        return None
+    async def _fold_and_write_all(
+        self, gen: int, by_session: Mapping[str, list[_Item]], report: BatchReport
+    ) -> list[SessionWrite]:
+        """Fold every session, write them all in one round trip (one script call each);
+        sessions another worker moved meanwhile are reloaded and folded again."""
+        out: list[SessionWrite] = []
+        todo = dict(by_session)
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            folded: list[tuple[Cursor, Cursor, SessionWrite]] = []
+            for sid, items in todo.items():
+                cur = self._cache[sid]
+                result = self._fold(cur, items, report)
+                if result is not None:
+                    folded.append((cur, *result))
+            if not folded:
+                break
+            outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
+            retry: dict[str, list[_Item]] = {}
+            for (cur, new, write), outcome in zip(folded, outcomes, strict=True):
+                sid = write.session_id
+                if outcome.status == "applied":
+                    self._cache[sid] = new
+                    report.sessions_written += 1
+                    if new.quarantine is not None and cur.quarantine is None:
+                        report.quarantined.append(sid)
+                    if cur.pending:
+                        report.rebuilt[sid] = tuple(sorted(cur.pending))
+                    out.append(write)
+                    continue
+                report.sessions_noop += 1
+                del self._cache[sid]  # someone wrote past our base: reload from the sink
+                if outcome.status == "stale":
+                    # Already applied (a redelivery after a crash): re-emit the feed entry,
+                    # which dashboards de-duplicate by (session, as_of_seq).
+                    if outcome.stored_offset == write.last_offset:
+                        out.append(write)
+                    continue
+                report.conflicts += 1
+                retry[sid] = todo[sid]
+            if not retry:
+                break
+            if attempt == MAX_CONFLICT_RETRIES - 1:
+                log.warning("%d sessions kept changing under this worker; left for the next "
+                            "batch", len(retry))
+                break
+            await self._ensure_cursors(gen, retry)
+            todo = retry
+        return out
 
     def _fold(
         self, cur: Cursor, items: list[_Item], report: BatchReport

@@ -174,19 +174,34 @@ class RedisSink:
         rows = await self.retry.run("session load", op)
         return {sid: _text(row) for sid, row in zip(session_ids, rows, strict=True)}
 
-    async def write_session(self, gen: int, write: SessionWrite) -> WriteOutcome:
-        keys = [session_hash(self.prefix, self.tenant, write.session_id, gen),
-                session_changes(self.prefix, self.tenant, write.session_id, gen)]
-        change = _change_entry(write)
-        args: list[Any] = [write.base_offset, write.last_offset, write.as_of_seq,
-                           "1" if write.force else "0", self.change_maxlen, change,
-                           len(write.fields)]
-        for k, v in write.fields.items():
-            args += [k, v]
-        status, stored = await self.retry.run(
-            "session write", lambda: self._write(self.redis, keys, args))
-        name = {1: "applied", 0: "stale", -1: "conflict"}[int(status)]
-        return WriteOutcome(name, int(stored))
+    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]) -> list[WriteOutcome]:
+        if self._write.sha is None:
+            self._write.sha = await self.retry.run(
+                "script load", lambda: self.redis.script_load(self._write.source))
+        calls = []
+        for w in writes:
+            args: list[Any] = [w.base_offset, w.last_offset, w.as_of_seq,
+                               "1" if w.force else "0", self.change_maxlen, _change_entry(w),
+                               len(w.fields)]
+            for k, v in w.fields.items():
+                args += [k, v]
+            calls.append(([session_hash(self.prefix, self.tenant, w.session_id, gen),
+                           session_changes(self.prefix, self.tenant, w.session_id, gen)], args))
+
+        async def op() -> list[Any]:
+            # Re-sending after a lost reply is safe: each call is idempotent by offset.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(self._write.sha, len(keys), *keys, *args)
+                try:
+                    return await pipe.execute()  # type: ignore[no-any-return]
+                except rexc.NoScriptError:
+                    self._write.sha = await self.redis.script_load(self._write.source)
+                    raise rexc.TryAgainError("script reloaded") from None
+
+        rows = await self.retry.run("session writes", op)
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        return [WriteOutcome(names[int(status)], int(stored)) for status, stored in rows]
 
     async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
                            progress: Mapping[str, int]) -> None:

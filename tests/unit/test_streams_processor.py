@@ -40,7 +40,11 @@ class MemorySink:
     async def load(self, gen: int, session_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         return {s: dict(self.hashes.get((gen, s), {})) for s in session_ids}
 
-    async def write_session(self, gen: int, write: SessionWrite) -> WriteOutcome:
+    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]
+                             ) -> list[WriteOutcome]:
+        return [self._write(gen, w) for w in writes]
+
+    def _write(self, gen: int, write: SessionWrite) -> WriteOutcome:
         h = self.hashes.setdefault((gen, write.session_id), {})
         stored = int(h.get("as_of_offset", -1))
         if stored > write.last_offset or (stored == write.last_offset and not write.force):
