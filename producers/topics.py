@@ -1,0 +1,114 @@
+"""Create the tenant's topics, or verify that existing ones are fit for an event log.
+
+An existing topic is never silently reused when it could lose or reorder events:
+compaction would drop history, finite retention would expire it, fewer partitions would
+change which partition a session id hashes to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from sessionstream.errors import SessionStreamError
+from sessionstream.settings import Settings
+
+# Unlimited retention: the log is the source of truth, it is never expired by default.
+EVENT_LOG_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete", "retention.ms": "-1"}
+
+
+class TopicError(SessionStreamError):
+    """A topic could not be created, or exists with a configuration that is unsafe to reuse."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int = 1
+    config: Mapping[str, str] = field(default_factory=lambda: dict(EVENT_LOG_CONFIG))
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    action: str  # "created" | "exists"
+    partitions: int
+    config: Mapping[str, str]
+
+
+def tenant_topics(settings: Settings, partitions: int | None = None,
+                  replication_factor: int | None = None) -> list[TopicSpec]:
+    """The canonical events topic and the dead-letter topic of ``settings.tenant``."""
+    parts = partitions or settings.partitions
+    rf = replication_factor or settings.replication_factor
+    return [
+        TopicSpec(settings.events_topic, parts, rf),
+        # Same partitioning as the events topic, so a session's rejects stay in order too.
+        TopicSpec(settings.dlq_topic, parts, rf),
+    ]
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+
+
+def ensure_topics(admin: AdminClient, specs: list[TopicSpec],
+                  timeout: float = 30.0) -> list[TopicResult]:
+    """Create missing topics; check existing ones. Raises ``TopicError`` on any misfit."""
+    try:
+        existing = admin.list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        raise TopicError(f"cannot reach Kafka to list topics: {exc}. Is it running? "
+                         "Try `sessionstream status` / `make up`.") from exc
+    missing = [s for s in specs if s.name not in existing]
+    created: set[str] = set()
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(s.name, num_partitions=s.partitions,
+                      replication_factor=s.replication_factor, config=dict(s.config))
+             for s in missing],
+            request_timeout=timeout,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.add(name)
+            except KafkaException as exc:
+                err = exc.args[0]
+                # Lost a race with another `ensure`: fall through to verification.
+                code = err.code() if isinstance(err, KafkaError) else None
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TopicError(f"creating topic {name!r} failed: {err}") from exc
+    return [_verify(admin, spec, "created" if spec.name in created else "exists", timeout)
+            for spec in specs]
+
+
+def _verify(admin: AdminClient, spec: TopicSpec, action: str, timeout: float) -> TopicResult:
+    meta = admin.list_topics(topic=spec.name, timeout=timeout).topics.get(spec.name)
+    if meta is None or meta.error is not None:
+        raise TopicError(f"topic {spec.name!r} is not visible after ensure: "
+                         f"{meta.error if meta else 'missing'}")
+    partitions = len(meta.partitions)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, spec.name)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    except KafkaException as exc:
+        raise TopicError(f"cannot read the configuration of topic {spec.name!r}: {exc}") from exc
+    actual = {key: entries[key].value for key in spec.config if key in entries}
+    problems = [f"{key}={actual.get(key)!r} (need {want!r})"
+                for key, want in spec.config.items() if actual.get(key) != want]
+    if partitions < spec.partitions:
+        problems.append(f"{partitions} partitions (need at least {spec.partitions})")
+    if problems:
+        raise TopicError(
+            f"topic {spec.name!r} already exists with an unsafe configuration: "
+            f"{'; '.join(problems)}. sessionstream will not reuse it. Fix it (e.g. "
+            f"kafka-configs --alter --entity-type topics --entity-name {spec.name} "
+            f"--add-config cleanup.policy=delete,retention.ms=-1) or delete it if it holds "
+            "nothing you need, then run `sessionstream topics ensure` again."
+        )
+    return TopicResult(spec.name, action, partitions, actual)

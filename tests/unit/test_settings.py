@@ -1,0 +1,79 @@
+"""Settings are validated once, with messages that name the variable and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessionstream.settings import Settings, SettingsError
+
+
+def test_defaults_point_at_the_local_stack() -> None:
+    s = Settings.from_env({})
+    assert s.kafka_bootstrap == "127.0.0.1:19092"
+    assert s.redis_url == "redis://127.0.0.1:16379/0"
+    assert s.tenant == "default"
+    assert s.events_topic == "sessionstream.default.events"
+    assert s.dlq_topic == "sessionstream.default.dlq"
+    assert s.partitions == 12
+    assert s.state_dir.name == ".state"
+    assert s.attachment_dir == s.state_dir / "attachments"
+
+
+def test_topic_names_follow_the_tenant() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_TENANT": "acme-prod"})
+    assert s.events_topic == "sessionstream.acme-prod.events"
+    assert s.dlq_topic == "sessionstream.acme-prod.dlq"
+
+
+def test_addresses_follow_the_port_variables() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_KAFKA_PORT": "29092",
+                           "SESSIONSTREAM_REDIS_PORT": "26379"})
+    assert s.kafka_bootstrap == "127.0.0.1:29092"
+    assert s.redis_url == "redis://127.0.0.1:26379/0"
+
+
+def test_explicit_addresses_win_over_ports(tmp_path: Path) -> None:
+    s = Settings.from_env({
+        "SESSIONSTREAM_KAFKA_BOOTSTRAP": "k1:9092,k2:9092",
+        "SESSIONSTREAM_KAFKA_PORT": "29092",
+        "SESSIONSTREAM_REDIS_URL": "redis://cache:6379/2",
+        "SESSIONSTREAM_STATE_DIR": str(tmp_path),
+    })
+    assert s.kafka_bootstrap == "k1:9092,k2:9092"
+    assert s.redis_url == "redis://cache:6379/2"
+    assert s.state_dir == tmp_path
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings.from_env({})
+    with pytest.raises(AttributeError):
+        s.tenant = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"SESSIONSTREAM_TENANT": "Acme.Prod"}, "SESSIONSTREAM_TENANT"),
+        ({"SESSIONSTREAM_TENANT": "a/b"}, "SESSIONSTREAM_TENANT"),
+        ({"SESSIONSTREAM_TENANT": "{x}"}, "SESSIONSTREAM_TENANT"),
+        ({"SESSIONSTREAM_PARTITIONS": "twelve"}, "SESSIONSTREAM_PARTITIONS"),
+        ({"SESSIONSTREAM_PARTITIONS": "0"}, "SESSIONSTREAM_PARTITIONS"),
+        ({"SESSIONSTREAM_REPLICATION_FACTOR": "0"}, "SESSIONSTREAM_REPLICATION_FACTOR"),
+        ({"SESSIONSTREAM_KAFKA_BOOTSTRAP": "localhost"}, "SESSIONSTREAM_KAFKA_BOOTSTRAP"),
+        ({"SESSIONSTREAM_KAFKA_BOOTSTRAP": "h:99999"}, "SESSIONSTREAM_KAFKA_BOOTSTRAP"),
+        ({"SESSIONSTREAM_REDIS_URL": "http://x:1"}, "SESSIONSTREAM_REDIS_URL"),
+        ({"SESSIONSTREAM_KAFKA_PORT": "x"}, "SESSIONSTREAM_KAFKA_PORT"),
+    ],
+)
+def test_invalid_values_name_the_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(SettingsError, match=names):
+        Settings.from_env(env)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:16379/0", "rediss://:secret@cache:6380/2",
+                                 "redis://cache", "redis://u:p@h:1/0?health_check_interval=2",
+                                 "unix:///run/redis.sock"])
+def test_redis_url_shapes_that_are_accepted(url: str) -> None:
+    assert Settings.from_env({"SESSIONSTREAM_REDIS_URL": url}).redis_url == url
