@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -28,9 +29,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio import Redis
 from sessionstream.codec import encode
-from sessionstream.settings import Settings
 from sessionstream.simulate import simulate_session
 
+from sessionstream.settings import Settings
 from streams.replay import replay
 
 
@@ -104,7 +105,8 @@ def main() -> None:
                 for sid in last:
                     pipe.hget(f"{prefix}:{{{s.tenant}/{sid}}}:g1", "as_of_seq")
                 vals = pipe.execute()
-            if all(v is not None and int(v) == last[sid] for sid, v in zip(last, vals)):
+            if all(v is not None and int(v) == last[sid]
+                   for sid, v in zip(last, vals, strict=True)):
                 break
             time.sleep(0.05)
         fold = len(events) / (time.perf_counter() - t0)
@@ -193,10 +195,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 w.kill()
         for f in admin.delete_topics([topic, lat_topic]).values():
-            try:
+            with contextlib.suppress(Exception):
                 f.result(30)
-            except Exception:
-                pass
         for k in r.scan_iter(match=f"{prefix}*", count=1000):
             r.delete(k)
 

@@ -3,7 +3,8 @@
 Run: ``sessionstream worker`` (or ``python -m faust -A streams.app:app worker --without-web``).
 Configured by ``Settings.from_env()`` plus, for this worker only:
 
-- ``SESSIONSTREAM_STREAMS_GROUP``  faust app id = consumer group (default ``sessionstream-projections``)
+- ``SESSIONSTREAM_STREAMS_GROUP``  faust app id = consumer group
+  (default ``sessionstream-projections``)
 - ``SESSIONSTREAM_KEY_PREFIX``     Redis key prefix (default ``ss``)
 - ``SESSIONSTREAM_EVENTS_TOPIC`` / ``SESSIONSTREAM_DLQ_TOPIC``  override the tenant's topics
 - ``SESSIONSTREAM_BATCH_MAX`` / ``SESSIONSTREAM_BATCH_WITHIN_MS``  batch size / wait (500 / 10)
@@ -25,9 +26,9 @@ from typing import Any
 
 import faust
 from redis.asyncio import Redis
+
 from sessionstream.keys import DEFAULT_PREFIX
 from sessionstream.settings import Settings
-
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader
 from streams.ports import Core, Record
 from streams.processor import Processor
@@ -102,12 +103,12 @@ def processor() -> Processor:
     return _processor
 
 
-@app.on_partitions_revoked.connect
+@app.on_partitions_revoked.connect  # type: ignore[arg-type]
 async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
     processor().forget((tp.topic, tp.partition) for tp in revoked)
 
 
-@app.on_partitions_assigned.connect
+@app.on_partitions_assigned.connect  # type: ignore[arg-type]
 async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
     # Another worker may have moved these partitions on meanwhile: reload from Redis.
     processor().forget((tp.topic, tp.partition) for tp in assigned)

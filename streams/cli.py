@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import click
+
 from sessionstream.errors import SessionStreamError
 from sessionstream.keys import DEFAULT_PREFIX
 
@@ -28,6 +29,7 @@ def _prefix() -> str:
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     from redis.asyncio import Redis
     from redis.exceptions import ConnectionError as RedisConnectionError
+
     from sessionstream.settings import Settings
 
     settings = Settings.from_env()
@@ -65,7 +67,6 @@ def worker_cmd(loglevel: str) -> None:
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
     from sessionstream.settings import Settings
-
     from streams.read import read_views
 
     tenant = Settings.from_env().tenant
@@ -94,7 +95,6 @@ def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
 def sessions_cmd(as_json: bool, limit: int) -> None:
     """Sessions by last activity, from the session index (never reads a log)."""
     from sessionstream.settings import Settings
-
     from streams.read import list_sessions
 
     tenant = Settings.from_env().tenant
@@ -117,7 +117,8 @@ def sessions_cmd(as_json: bool, limit: int) -> None:
 @click.option("--from-time", "from_time", default=None,
               help="Rewind to this time (ISO 8601 or epoch ms): a partial generation for "
                    "inspection; readers are not switched to it.")
-@click.option("--no-switch", is_flag=True, help="Build and compare, but keep readers where they are.")
+@click.option("--no-switch", is_flag=True,
+              help="Build and compare, but keep readers where they are.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool) -> None:
     """Rebuild all projections from the events topic into a new generation and switch to it.
@@ -125,7 +126,6 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     Never executes a tool: replay only folds the logged events into projections.
     """
     from sessionstream.settings import Settings
-
     from streams.replay import ReplayReport, replay
 
     settings = Settings.from_env()
@@ -142,7 +142,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
     click.echo(f"generation {report.generation} built from {report.start}: {report.events} "
-               f"events in {report.seconds:.1f}s ({report.rate:,.0f}/s), {report.sessions} sessions")
+               f"events in {report.seconds:.1f}s ({report.rate:,.0f}/s), "
+               f"{report.sessions} sessions")
     click.echo(f"compared with live generation {report.live_generation}: {report.equal} equal, "
                f"{len(report.different)} different, {len(report.not_comparable)} at another seq")
     click.echo("readers switched to the new generation" if report.switched

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
@@ -47,7 +48,7 @@ class KafkaLogReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             return out
                         raise LogReadError(f"reading {topic}[{partition}] back failed: {err}")
-                    off = msg.offset()
+                    off: int = msg.offset() or 0
                     if off > upto_offset:
                         return out
                     if msg.key() == key:
@@ -83,9 +84,16 @@ class KafkaDeadLetters:
                              ("sessionstream.detail", d.detail.encode()),
                              ("sessionstream.source",
                               f"{r.topic}:{r.partition}:{r.offset}".encode())],
-                    on_delivery=lambda err, _msg, d=d: failed.append(d) if err else None,
+                    on_delivery=_on_delivery(failed, d),
                 )
                 self.producer.poll(0)
             while await asyncio.to_thread(self.producer.flush, 10):
                 pass
             pending = failed
+
+
+def _on_delivery(failed: list[DeadLetter], letter: DeadLetter) -> Callable[[Any, Any], None]:
+    def callback(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(letter)
+    return callback

@@ -120,10 +120,11 @@ class Core:
 
     @classmethod
     def default(cls) -> Core:
-        from sessionstream import codec
         from sessionstream.admission import AdmissionState, admit
-        from sessionstream.catalog import default_catalog
         from sessionstream.projections import default_registry, quarantine, record_rejection
+
+        from sessionstream import codec
+        from sessionstream.catalog import default_catalog
 
         return cls(
             registry=default_registry(),

@@ -26,7 +26,6 @@ from typing import Any
 from sessionstream.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
 from sessionstream.events import Event
 from sessionstream.jsonvalue import canonical_dumps
-
 from streams.ports import (
     Core,
     DeadLetter,
@@ -171,7 +170,9 @@ class Processor:
             self._progress[tp] = max(self._progress.get(tp, -1), off)
         return report
 
-    def _decode(self, r: Record, report: BatchReport) -> tuple[str, Event | UnsupportedFormat] | None:
+    def _decode(
+        self, r: Record, report: BatchReport
+    ) -> tuple[str, Event | UnsupportedFormat] | None:
         if r.value is None:
             report.dead_letters.append(DeadLetter(r, "empty", "record has no value"))
             return None
@@ -213,7 +214,8 @@ class Processor:
     def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None) -> Cursor:
         core = self.core
         if not stored or "as_of_offset" not in stored:
-            return Cursor(sid, partition, core.new_admission(sid), dict(core.registry.init_states()))
+            return Cursor(sid, partition, core.new_admission(sid),
+                          dict(core.registry.init_states()))
         meta = json.loads(stored.get("meta", "{}"))
         states: dict[str, Any] = {}
         stale: list[str] = []

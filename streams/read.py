@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from sessionstream.keys import DEFAULT_PREFIX
 
+from sessionstream.keys import DEFAULT_PREFIX
 from streams.sink import generation_key, session_hash, sessions_index
 
 
@@ -51,12 +51,12 @@ async def read_views(redis: Redis, tenant: str, session_id: str, *,
     row = await redis.hgetall(session_hash(prefix, tenant, session_id, gen))
     if not row:
         return None
-    row = {_s(k): _s(v) for k, v in row.items()}
+    fields: dict[str, str] = {_s(k): _s(v) for k, v in row.items()}
     return LiveSnapshot(
         session_id=session_id, generation=gen,
-        as_of_seq=int(row.get("as_of_seq", -1)), as_of_offset=int(row.get("as_of_offset", -1)),
-        views={k[5:]: json.loads(v) for k, v in sorted(row.items()) if k.startswith("view:")},
-        meta=json.loads(row.get("meta", "{}")),
+        as_of_seq=int(fields.get("as_of_seq", -1)), as_of_offset=int(fields.get("as_of_offset", -1)),
+        views={k[5:]: json.loads(v) for k, v in sorted(fields.items()) if k.startswith("view:")},
+        meta=json.loads(fields.get("meta", "{}")),
     )
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
-from sessionstream.keys import tenant_key
 
+from sessionstream.keys import tenant_key
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
 from streams.ports import Core, Record
@@ -148,9 +148,10 @@ async def _read_to_end(consumer: Consumer, proc: Processor, topic: str, parts: l
         for m in msgs:
             if m.error() is not None:
                 raise KafkaException(m.error())
-            records.append(Record(topic, m.partition(), m.offset(), m.key(), m.value(),
-                                  m.timestamp()[1]))
-            position[m.partition()] = max(position[m.partition()], m.offset())
+            part: int = m.partition() or 0
+            off: int = m.offset() or 0
+            records.append(Record(topic, part, off, m.key(), m.value(), m.timestamp()[1]))
+            position[part] = max(position[part], off)
         if records:
             result = await proc.process(records)
             report.events += len(records)
@@ -164,8 +165,8 @@ async def _read_to_end(consumer: Consumer, proc: Processor, topic: str, parts: l
 async def _compare(redis: Redis, tenant: str, prefix: str, live: int, new: int,
                    report: ReplayReport) -> None:
     """Each session of the new generation against the live one at the same as_of_seq."""
-    ids = [s.decode() if isinstance(s, bytes) else s
-           for s in await redis.zrange(sessions_index(prefix, tenant, new), 0, -1)]
+    ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
+                      for s in await redis.zrange(sessions_index(prefix, tenant, new), 0, -1)]
     report.sessions = len(ids)
     for i in range(0, len(ids), 200):
         chunk = ids[i:i + 200]

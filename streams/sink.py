@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
-from sessionstream.keys import session_key, tenant_key
 
+from sessionstream.keys import session_key, tenant_key
 from streams.errors import SinkError
 from streams.ports import SessionWrite, WriteOutcome
 
@@ -169,7 +169,7 @@ class RedisSink:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for sid in session_ids:
                     pipe.hgetall(session_hash(self.prefix, self.tenant, sid, gen))
-                return await pipe.execute()  # type: ignore[no-any-return]
+                return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
 
         rows = await self.retry.run("session load", op)
         return {sid: _text(row) for sid, row in zip(session_ids, rows, strict=True)}
@@ -192,9 +192,9 @@ class RedisSink:
             # Re-sending after a lost reply is safe: each call is idempotent by offset.
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
-                    pipe.evalsha(self._write.sha, len(keys), *keys, *args)
+                    pipe.evalsha(str(self._write.sha), len(keys), *keys, *args)
                 try:
-                    return await pipe.execute()  # type: ignore[no-any-return]
+                    return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
                 except rexc.NoScriptError:
                     self._write.sha = await self.redis.script_load(self._write.source)
                     raise rexc.TryAgainError("script reloaded") from None

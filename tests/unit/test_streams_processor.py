@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 import pytest
 from sessionstream.codec import encode
-from sessionstream.events import Event, Writer, make_event
 from sessionstream.projections import Registry, default_registry, default_units
 from sessionstream.simulate import simulate_session
 
+from sessionstream.events import Event, Writer, make_event
 from streams.ports import Core, DeadLetter, Record, SessionWrite, WriteOutcome
 from streams.processor import Processor
 
@@ -152,7 +152,7 @@ async def test_every_view_equals_the_offline_fold() -> None:
 
 
 async def test_a_redelivered_batch_changes_nothing() -> None:
-    logs, merged = fleet(5)
+    _logs, merged = fleet(5)
     records = as_records(merged)
     sink = MemorySink()
     proc = processor(sink)
@@ -310,7 +310,7 @@ async def test_a_worker_with_a_stale_cache_reloads_instead_of_overwriting() -> N
 
 @pytest.mark.parametrize("gen", [2])
 async def test_a_pinned_generation_writes_only_there(gen: int) -> None:
-    logs, merged = fleet(2)
+    _logs, merged = fleet(2)
     sink = MemorySink()
     await run_batches(processor(sink, generation=gen), as_records(merged), 100)
     assert {g for g, _ in sink.hashes} == {gen}
