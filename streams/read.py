@@ -54,7 +54,8 @@ async def read_views(redis: Redis, tenant: str, session_id: str, *,
     fields: dict[str, str] = {_s(k): _s(v) for k, v in row.items()}
     return LiveSnapshot(
         session_id=session_id, generation=gen,
-        as_of_seq=int(fields.get("as_of_seq", -1)), as_of_offset=int(fields.get("as_of_offset", -1)),
+        as_of_seq=int(fields.get("as_of_seq", -1)),
+        as_of_offset=int(fields.get("as_of_offset", -1)),
         views={k[5:]: json.loads(v) for k, v in sorted(fields.items()) if k.startswith("view:")},
         meta=json.loads(fields.get("meta", "{}")),
     )
