@@ -11,10 +11,13 @@ translate third-party errors at their boundary (``raise X(...) from exc``)::
     │   └── SchemaViolation       data does not match the type's schema
     ├── InvariantViolation        Session.append refused the event (rule, type, seq)
     ├── ForkError                 fork point inside an open turn, or out of range
+    ├── ProjectionError           a projection unit failed on an event (unit key, seq, cause)
     ├── RequestAssemblyError
     │   ├── ConflictingCompleteSections
+    │   ├── DuplicateSection      the same section id registered twice in one scope
     │   ├── UnknownTool           a tool name nobody registered (a typo?)
     │   ├── HiddenTool            a known tool that is not visible in this scope
+    │   ├── MissingPromptVariable a {name} in a section with no value supplied
     │   └── PendingToolCalls      a model request while a tool call is unanswered
     ├── CodecError
     │   ├── CorruptRecord         bytes that are not a sessionstream record
@@ -75,24 +78,80 @@ class ForkError(SessionStreamError):
     """A fork point that is not a stable prefix."""
 
 
+class ProjectionError(SessionStreamError):
+    """A projection unit raised while folding an event; the other units are untouched."""
+
+    def __init__(self, unit: str, seq: int, cause: BaseException) -> None:
+        self.unit = unit
+        self.seq = seq
+        self.cause = cause
+        super().__init__(
+            f"projection {unit!r} failed on the event at seq {seq}: "
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
 class RequestAssemblyError(SessionStreamError):
     """A model request could not be assembled."""
 
 
 class ConflictingCompleteSections(RequestAssemblyError):
-    pass
+    def __init__(self, scope: str | None, section_ids: list[str]) -> None:
+        self.scope = scope
+        self.section_ids = section_ids
+        where = f"scope {scope!r}" if scope else "the global scope"
+        super().__init__(
+            f"{len(section_ids)} complete system-prompt sections are effective in {where}: "
+            f"{section_ids}; a complete section must be the only one"
+        )
+
+
+class DuplicateSection(RequestAssemblyError):
+    def __init__(self, section_id: str, scope: str | None) -> None:
+        self.section_id = section_id
+        self.scope = scope
+        super().__init__(
+            f"system-prompt section {section_id!r} is registered twice in "
+            f"{'scope ' + repr(scope) if scope else 'the global scope'}"
+        )
 
 
 class UnknownTool(RequestAssemblyError):
-    pass
+    def __init__(self, name: str, suggestion: str | None) -> None:
+        self.name = name
+        self.suggestion = suggestion
+        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+        super().__init__(f"no tool provider knows a tool named {name!r}{hint}")
 
 
 class HiddenTool(RequestAssemblyError):
-    pass
+    def __init__(self, name: str, provider: str, scope: str | None) -> None:
+        self.name = name
+        self.provider = provider
+        self.scope = scope
+        super().__init__(
+            f"tool {name!r} (provider {provider!r}) exists but is not visible in "
+            f"{'scope ' + repr(scope) if scope else 'the global scope'}"
+        )
+
+
+class MissingPromptVariable(RequestAssemblyError):
+    def __init__(self, name: str, section_id: str) -> None:
+        self.name = name
+        self.section_id = section_id
+        super().__init__(
+            f"system-prompt section {section_id!r} uses {{{name}}} but no value was given"
+        )
 
 
 class PendingToolCalls(RequestAssemblyError):
-    pass
+    def __init__(self, calls: list[tuple[str, int]]) -> None:
+        self.calls = calls
+        listed = ", ".join(f"{cid} (seq {seq})" for cid, seq in calls)
+        super().__init__(
+            f"cannot assemble a model request: tool calls without a result on the surface: "
+            f"{listed}"
+        )
 
 
 class CodecError(SessionStreamError):
@@ -100,15 +159,40 @@ class CodecError(SessionStreamError):
 
 
 class CorruptRecord(CodecError):
-    pass
+    """Bytes that are not a sessionstream record (bad framing, unknown schema, garbage)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"corrupt record: {reason}")
 
 
 class UnsupportedFormat(CodecError):
-    pass
+    """A record written in a newer envelope format than this build reads."""
+
+    def __init__(self, session_id: str, seq: int, version: int, supported: int) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.version = version
+        self.supported = supported
+        super().__init__(
+            f"session {session_id!r} seq {seq}: format_version {version} is newer than "
+            f"{supported}, the newest this build reads; upgrade sessionstream to read this "
+            "session (it is refused, not read half-way)"
+        )
 
 
 class UnknownRequiredEvent(CodecError):
-    pass
+    """An event type this build does not know and that is not marked ignorable."""
+
+    def __init__(self, session_id: str, seq: int, event_type: str) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.event_type = event_type
+        super().__init__(
+            f"session {session_id!r} seq {seq}: unknown event type {event_type!r} is not "
+            "ignorable, so the rest of the log cannot be interpreted; upgrade sessionstream "
+            "or register the type's plugin"
+        )
 
 
 class LogFileError(SessionStreamError):

@@ -142,10 +142,15 @@ def thaw(value: JsonValue) -> JsonValue:
     return value
 
 
+# One encoder built once: ``json.dumps`` with options builds a new one on every call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_dumps(value: JsonValue) -> str:
     """Canonical JSON text: sorted keys, no spaces, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def loads(text: str) -> JsonValue:
@@ -169,3 +174,44 @@ def iter_paths(value: JsonValue, path: str = "$") -> Iterator[tuple[str, JsonVal
             yield from iter_paths(v, f"{path}[{i}]")
     else:
         yield path, value
+
+
+
+def _parse_int(text: str) -> int:
+    value = int(text)
+    if not INT_MIN <= value <= INT_MAX:
+        _fail("$", f"integer {text} is outside [-2**63, 2**63-1]")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (_INF, -_INF):
+        _fail("$", f"number {text} overflows a float")
+    return value
+
+
+_INF = float("inf")
+_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
+)
+_FROZEN_OBJECTS = json.JSONDecoder(
+    object_hook=FrozenMap, parse_constant=_reject_constant, parse_int=_parse_int,
+    parse_float=_parse_float,
+)
+
+
+def loads_frozen(text: str) -> JsonValue:
+    """``freeze(loads(text))``, checking numbers while parsing (the codec's hot path).
+
+    Only a ``\\u`` escape (a possible lone surrogate) or more brackets than
+    MAX_DEPTH need the full lossless walk. Raises InvalidData for a value that is
+    not lossless and ValueError for bad syntax.
+    """
+    if "\\u" in text or text.count("[") + text.count("{") > MAX_DEPTH:
+        value = _DECODER.decode(text)
+        check_lossless(value)
+        return freeze(value)
+    if "[" not in text:
+        return _FROZEN_OBJECTS.decode(text)
+    return freeze(_DECODER.decode(text))

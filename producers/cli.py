@@ -1,0 +1,68 @@
+"""CLI commands of the producers package: ``sessionstream fleet``.
+
+``register(group)`` adds them to the ``sessionstream`` click group (the composition
+root in ``sessionstream/cli.py`` calls it). Clients are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sessionstream.errors import SessionStreamError
+
+
+@click.command("fleet")
+@click.option("--agents", "-n", default=4, show_default=True, help="Agent processes.")
+@click.option("--sessions", "-m", default=20, show_default=True, help="Sessions to write.")
+@click.option("--turns", "-t", default=3, show_default=True, help="Turns per session.")
+@click.option("--crash-rate", "-r", default=0.0, show_default=True,
+              help="Probability that a turn crashes its process mid-turn (0..1).")
+@click.option("--seed", default=0, show_default=True, help="Random seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
+def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
+              as_json: bool, no_progress: bool) -> None:
+    """Simulate a fleet of agents writing sessions; some crash and are resumed."""
+    if not 0.0 <= crash_rate < 1.0:
+        raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
+    if agents < 1 or sessions < 1 or turns < 1:
+        raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
+    from producers.fleet import run_fleet
+    from producers.writer import WriterConfig
+    from sessionstream.settings import Settings
+
+    try:
+        settings = Settings.from_env()
+        _ensure_topics(settings)
+        summary = run_fleet(
+            WriterConfig.from_settings(settings), agents=agents, sessions=sessions,
+            turns=turns, crash_rate=crash_rate, seed=seed, progress=not no_progress,
+        )
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        click.echo(
+            f"sessions {summary.sessions} (ok {summary.sessions_ok})  events appended "
+            f"{summary.events_appended}, in log {summary.events_in_log}  rejections "
+            f"{summary.rejections}  crashes {summary.crashes}  resumes {summary.resumes}  "
+            f"{summary.seconds:.1f}s "
+            f"({summary.events_appended / max(summary.seconds, 1e-9):.0f} events/s)"
+        )
+        for p in summary.problems[:20]:
+            click.echo(f"problem: {p}", err=True)
+    if summary.problems:
+        raise SystemExit(1)
+
+
+def _ensure_topics(settings: object) -> None:
+    from producers.topics import admin_client, ensure_topics, tenant_topics
+
+    ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))  # type: ignore[attr-defined, arg-type]
+
+
+def register(group: click.Group) -> None:
+    group.add_command(fleet_cmd)

@@ -1,0 +1,103 @@
+"""The writer-side per-session index in Redis: where a session's records are.
+
+``<prefix>:{<tenant>/<sid>}:log`` is a hash {partition, first_offset, last_offset, clean,
+epoch}. Writers maintain it from delivery reports: ``first_offset`` is set only if absent,
+``last_offset`` only grows. ``clean=1`` means the writer at ``epoch`` closed after every
+record was acknowledged and confirmed admitted, so nothing of the session that a reader
+would admit lies beyond ``last_offset`` (a later lease acquire resets it to 0). Resume
+reads ``[first_offset, last_offset]`` when clean, ``[first_offset, end)`` otherwise, and
+scans the whole partition when the index is missing. The index is a hint for speed; the
+log and the admission rule stay the authority.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from producers.errors import Fenced, RedisUnavailable
+from sessionstream.keys import session_key
+
+# KEYS: log. ARGV: partition, min_offset, max_offset.
+_RECORD = """
+redis.call('HSET', KEYS[1], 'partition', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'first_offset', ARGV[2])
+local first = tonumber(redis.call('HGET', KEYS[1], 'first_offset'))
+if tonumber(ARGV[2]) < first then redis.call('HSET', KEYS[1], 'first_offset', ARGV[2]) end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_offset') or '-1')
+if tonumber(ARGV[3]) > last then redis.call('HSET', KEYS[1], 'last_offset', ARGV[3]) end
+return 1
+"""
+
+# KEYS: log, lease. ARGV: owner, epoch. Marks clean only if the lease is still ours.
+_MARK_CLEAN = """
+local v = redis.call('HMGET', KEYS[2], 'owner', 'epoch')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'clean', '1', 'epoch', ARGV[2])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class LogIndex:
+    partition: int
+    first_offset: int
+    last_offset: int
+    clean: bool
+
+
+class SessionIndex:
+    def __init__(self, client: redis.Redis, prefix: str = "ss") -> None:
+        self._r = client
+        self.prefix = prefix
+        self._record = client.register_script(_RECORD)
+        self._mark = client.register_script(_MARK_CLEAN)
+
+    def key(self, tenant: str, session_id: str, what: str = "log") -> str:
+        return session_key(self.prefix, tenant, session_id, what)
+
+    def record(self, tenant: str, session_id: str, partition: int, lo: int, hi: int) -> None:
+        """Fold the offsets [lo, hi] of delivered records into the index (idempotent)."""
+        try:
+            self._record(keys=[self.key(tenant, session_id)], args=[partition, lo, hi])
+        except redis.RedisError as exc:
+            raise RedisUnavailable("session index update") from exc
+
+    def mark_clean(self, tenant: str, session_id: str, writer_id: str, epoch: int) -> None:
+        try:
+            ok = self._mark(
+                keys=[self.key(tenant, session_id), self.key(tenant, session_id, "lease")],
+                args=[writer_id, epoch],
+            )
+        except redis.RedisError as exc:
+            raise RedisUnavailable("session index close") from exc
+        if int(ok) != 1:
+            raise Fenced(session_id, epoch, "lease lost before close")
+
+    def get(self, tenant: str, session_id: str) -> LogIndex | None:
+        try:
+            raw = self._r.hgetall(self.key(tenant, session_id))
+        except redis.RedisError as exc:
+            raise RedisUnavailable("session index read") from exc
+        if not raw:
+            return None
+        v = {_text(k): _text(x) for k, x in raw.items()}
+        if "partition" not in v or "first_offset" not in v:
+            return None
+        return LogIndex(
+            int(v["partition"]),
+            int(v["first_offset"]),
+            int(v.get("last_offset", v["first_offset"])),
+            v.get("clean") == "1",
+        )
+
+    def delete(self, tenant: str, session_id: str) -> None:
+        try:
+            self._r.delete(self.key(tenant, session_id))
+        except redis.RedisError as exc:
+            raise RedisUnavailable("session index delete") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

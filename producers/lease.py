@@ -1,0 +1,172 @@
+"""Session leases in Redis: one writer per session at a time, fenced by an epoch.
+
+Keys (all in the session's hash tag, so each script stays in one Redis Cluster slot):
+
+- ``<prefix>:{<tenant>/<sid>}:epoch`` — integer, INCR on every acquire, never expires:
+  the fencing token is monotonically increasing per session;
+- ``<prefix>:{<tenant>/<sid>}:lease`` — hash {owner, epoch, expires_at, next_seq}. The hash
+  persists; ownership is ``owner`` while ``expires_at`` (Redis server time, ms) is ahead.
+  ``next_seq`` is the hand-off hint written on flush/release;
+- ``<prefix>:{<tenant>/<sid>}:log`` — the writer-side index (see :mod:`producers.index`);
+  acquiring clears its ``clean`` flag, because a new writer may leave a tail beyond it.
+
+Safety does not depend on Redis: readers apply the admission rule to epochs in the log.
+Redis only keeps two live writers from racing in the common case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
+from sessionstream.keys import session_key
+
+DEFAULT_TTL_MS = 30_000
+
+# KEYS: lease, epoch, log. ARGV: owner, ttl_ms, steal(0/1).
+# Returns {1, epoch, next_seq_hint|-1, was_clean} or {0, owner, remaining_ms}.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner = redis.call('HGET', KEYS[1], 'owner')
+local exp = tonumber(redis.call('HGET', KEYS[1], 'expires_at') or '0')
+if owner and owner ~= '' and owner ~= ARGV[1] and exp > now and ARGV[3] ~= '1' then
+  return {0, owner, exp - now}
+end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', epoch,
+           'expires_at', now + tonumber(ARGV[2]))
+local hint = redis.call('HGET', KEYS[1], 'next_seq') or '-1'
+local clean = redis.call('HGET', KEYS[3], 'clean') or '0'
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('HSET', KEYS[3], 'clean', '0') end
+return {1, epoch, tonumber(hint), tonumber(clean)}
+"""
+
+# KEYS: lease. ARGV: owner, epoch, ttl_ms. Returns 1 if renewed, 0 if not ours any more.
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires_at')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'expires_at', now + tonumber(ARGV[3]))
+return 1
+"""
+
+# KEYS: lease. ARGV: owner, epoch. Returns remaining ms (>0) if ours and live, else 0.
+_CHECK = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires_at')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
+local left = tonumber(v[3]) - now
+if left <= 0 then return 0 end
+return left
+"""
+
+# KEYS: lease. ARGV: owner, epoch, next_seq, release(0/1). Returns 1 if ours.
+_HANDOFF = """
+local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'next_seq', ARGV[3])
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'owner', '', 'expires_at', 0) end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held lease: the epoch is the fencing token stamped on every event."""
+
+    tenant: str
+    session_id: str
+    writer_id: str
+    epoch: int
+    ttl_ms: int
+    next_seq_hint: int | None = None  # the previous holder's hand-off, if any
+    index_was_clean: bool = False  # the previous holder closed with a confirmed index
+
+
+class LeaseStore:
+    """Acquire, renew, check and release session leases (sync redis client)."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "ss") -> None:
+        self._r = client
+        self.prefix = prefix
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._check = client.register_script(_CHECK)
+        self._handoff = client.register_script(_HANDOFF)
+
+    def _keys(self, tenant: str, session_id: str, *what: str) -> list[str]:
+        return [session_key(self.prefix, tenant, session_id, w) for w in what]
+
+    def acquire(
+        self,
+        tenant: str,
+        session_id: str,
+        writer_id: str,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        *,
+        steal: bool = False,
+    ) -> Lease:
+        """Take the lease (epoch + 1); LeaseUnavailable if another live writer holds it."""
+        keys = self._keys(tenant, session_id, "lease", "epoch", "log")
+        try:
+            res = self._acquire(keys=keys, args=[writer_id, ttl_ms, 1 if steal else 0])
+        except redis.RedisError as exc:
+            raise RedisUnavailable("lease acquire") from exc
+        if int(res[0]) == 0:
+            owner = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
+            raise LeaseUnavailable(session_id, owner, int(res[2]))
+        hint = int(res[2])
+        return Lease(
+            tenant, session_id, writer_id, int(res[1]), ttl_ms,
+            next_seq_hint=hint if hint >= 0 else None,
+            index_was_clean=int(res[3]) == 1,
+        )
+
+    def renew(self, lease: Lease) -> None:
+        """Extend the lease; raises Fenced if it is no longer ours at this epoch."""
+        try:
+            ok = self._renew(
+                keys=self._keys(lease.tenant, lease.session_id, "lease"),
+                args=[lease.writer_id, lease.epoch, lease.ttl_ms],
+            )
+        except redis.RedisError as exc:
+            raise RedisUnavailable("lease renew") from exc
+        if int(ok) != 1:
+            raise Fenced(lease.session_id, lease.epoch, "another writer took the lease")
+
+    def check(self, lease: Lease) -> bool:
+        """Is the lease still ours at this epoch and not expired?"""
+        try:
+            left = self._check(
+                keys=self._keys(lease.tenant, lease.session_id, "lease"),
+                args=[lease.writer_id, lease.epoch],
+            )
+        except redis.RedisError as exc:
+            raise RedisUnavailable("lease check") from exc
+        return int(left) > 0
+
+    def hand_off(self, lease: Lease, next_seq: int, *, release: bool) -> bool:
+        """Record the next seq for the next holder; with ``release`` give the lease up."""
+        try:
+            ok = self._handoff(
+                keys=self._keys(lease.tenant, lease.session_id, "lease"),
+                args=[lease.writer_id, lease.epoch, next_seq, 1 if release else 0],
+            )
+        except redis.RedisError as exc:
+            raise RedisUnavailable("lease release" if release else "lease hand-off") from exc
+        return int(ok) == 1
+
+    def release(self, lease: Lease, next_seq: int) -> bool:
+        return self.hand_off(lease, next_seq, release=True)
+
+    def current_epoch(self, tenant: str, session_id: str) -> int:
+        try:
+            raw = self._r.get(self._keys(tenant, session_id, "epoch")[0])
+        except redis.RedisError as exc:
+            raise RedisUnavailable("epoch read") from exc
+        return int(raw) if raw is not None else 0

@@ -1,0 +1,173 @@
+"""Read one session's records back from its partition and apply the admission rule.
+
+Used by resume (``SessionWriter.open``) and ``confirm()``. Records of other sessions are
+skipped by key before decoding. The offset range comes from the per-session index;
+without it the whole partition is scanned (the partition follows from the key hash).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
+from producers.partition import partition_for
+from sessionstream.admission import AdmissionState, Verdict, admit
+from sessionstream.errors import CodecError
+from sessionstream.events import Event
+
+#: How many records one consume() call asks for.
+BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An event the admission rule did not admit (duplicates included, with their reason)."""
+
+    offset: int
+    event_id: str
+    seq: int
+    epoch: int
+    writer_id: str
+    verdict: Verdict
+    reason: str
+
+
+@dataclass
+class ReadBack:
+    session_id: str
+    partition: int
+    start: int
+    end: int  # exclusive: the first offset not read
+    admitted: list[Event] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)  # admitted event_id -> offset
+    rejections: list[Rejection] = field(default_factory=list)
+    corrupt: list[tuple[int, str]] = field(default_factory=list)  # (offset, why) undecodable
+    records_scanned: int = 0
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.admitted)
+
+
+def _consumer(bootstrap: str, config: dict[str, Any] | None = None) -> Consumer:
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        # assign() only, never subscribe: no group membership, no commits.
+        "group.id": f"sessionstream-readback-{uuid.uuid4()}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.max.bytes": 52_428_800,
+        "max.partition.fetch.bytes": 10_485_760,
+        "log_level": 3,
+    }
+    cfg.update(config or {})
+    return Consumer(cfg)
+
+
+def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0) -> int:
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"metadata for {topic}: {exc}") from exc
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise TopicNotFound(f"topic {topic!r} not found")
+    return len(meta.partitions)
+
+
+def read_session(
+    bootstrap: str,
+    topic: str,
+    session_id: str,
+    *,
+    decode: Callable[[bytes], Event],
+    partition: int | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    timeout: float = 30.0,
+    consumer_config: dict[str, Any] | None = None,
+) -> ReadBack:
+    """Read ``session_id``'s records in ``[start, end)`` of its partition, in order.
+
+    ``partition`` None: computed from the key (murmur2). ``start`` None: the beginning.
+    ``end`` None: the partition's high watermark now. Applies the admission rule.
+    """
+    key = session_id.encode()
+    consumer = _consumer(bootstrap, consumer_config)
+    try:
+        if partition is None:
+            partition = partition_for(key, partition_count(consumer, topic, timeout))
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout
+            )
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"watermarks of {topic}[{partition}]: {exc}") from exc
+        first = low if start is None else max(start, low)
+        stop = high if end is None else min(end, high)
+        rb = ReadBack(session_id, partition, first, stop)
+        if first >= stop:
+            return rb
+        begin = first if first > 0 else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, partition, begin)])
+        state = AdmissionState(session_id)
+        position = first
+        # consume(n, t) waits until n records or t elapse: keep t short so the tail of a
+        # small read does not wait; stall detection runs on the wall clock instead.
+        last_progress = time.monotonic()
+        while position < stop:
+            msgs = consumer.consume(BATCH, timeout=0.05)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout:
+                    raise ReadBackError(
+                        f"reading session {session_id!r} from {topic}[{partition}] stalled at "
+                        f"offset {position} (want {stop}); is the broker up?"
+                    )
+                continue
+            last_progress = time.monotonic()
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise ReadBackError(
+                        f"reading {topic}[{partition}] at {position}: {err.str()}"
+                    )
+                off = msg.offset()
+                assert off is not None  # a fetched record always has an offset
+                if off >= stop:
+                    position = stop
+                    break
+                position = off + 1
+                rb.records_scanned += 1
+                if msg.key() != key:
+                    continue
+                value = msg.value()
+                if value is None:
+                    continue
+                try:
+                    event = decode(value)
+                except CodecError as exc:
+                    # Recorded, not fatal: the stream processor dead-letters it too.
+                    rb.corrupt.append((off, f"{type(exc).__name__}: {exc}"))
+                    continue
+                decision = admit(state, event)
+                if decision.admitted:
+                    state = decision.state
+                    rb.admitted.append(event)
+                    rb.offsets[event.event_id] = off
+                else:
+                    rb.rejections.append(
+                        Rejection(
+                            off, event.event_id, event.seq, event.writer.epoch,
+                            event.writer.id, decision.verdict, decision.reason,
+                        )
+                    )
+        return rb
+    finally:
+        consumer.close()

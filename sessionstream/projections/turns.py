@@ -1,0 +1,120 @@
+"""Turn status: open / completed / refused / cancelled / failed / interrupted (seed §4.1).
+
+Answers "did this turn finish naturally, get refused, cancelled, fail or crash?"
+without reading the log: per-turn records with reason and steps, the open turn and
+step, and counts per status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sessionstream.events import Event
+from sessionstream.jsonvalue import FrozenMap, JsonValue
+from sessionstream.projections.base import ProjectionUnit
+from sessionstream.projections.vec import Vec
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    turn_id: str
+    status: str  # open | completed | refused | cancelled | failed | interrupted
+    start_seq: int
+    end_seq: int | None = None
+    detail: str | None = None
+    steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "turn_id": self.turn_id,
+            "status": self.status,
+            "start_seq": self.start_seq,
+            "end_seq": self.end_seq,
+            "detail": self.detail,
+            "steps": self.steps,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TurnsState:
+    closed: Vec[Turn]
+    open: Turn | None
+    open_step: str | None
+    open_step_seq: int | None
+    counts: FrozenMap  # status -> number of closed turns
+
+
+def _turn_id(event: Event) -> str:
+    return event.turn_id if event.turn_id is not None else f"turn@{event.seq}"
+
+
+class TurnsUnit(ProjectionUnit[TurnsState]):
+    key = "turns"
+    state_version = 1
+    types = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
+
+    def init(self) -> TurnsState:
+        return TurnsState(Vec(), None, None, None, FrozenMap())
+
+    def apply(self, state: TurnsState, event: Event) -> TurnsState:
+        t = event.type
+        if t == "turn/start":
+            if state.open is not None:  # a log the session invariants would refuse
+                state = self._close(state, "interrupted", event.seq, "turn/start while open")
+            return replace(
+                state, open=Turn(_turn_id(event), "open", event.seq), open_step=None,
+                open_step_seq=None,
+            )
+        if t == "turn/end":
+            if state.open is None:
+                return state
+            return self._close(state, event.data["reason"], event.seq, event.data.get("detail"))
+        if t == "step/start":
+            if state.open is None:
+                return state
+            step_id = event.step_id if event.step_id is not None else f"step@{event.seq}"
+            opened = replace(state.open, steps=state.open.steps + 1)
+            return replace(state, open=opened, open_step=step_id, open_step_seq=event.seq)
+        if t == "step/end":
+            if state.open_step is None:
+                return state
+            return replace(state, open_step=None, open_step_seq=None)
+        return state
+
+    @staticmethod
+    def _close(state: TurnsState, reason: str, seq: int, detail: str | None) -> TurnsState:
+        assert state.open is not None
+        done = replace(state.open, status=reason, end_seq=seq, detail=detail)
+        counts = FrozenMap({**state.counts, reason: state.counts.get(reason, 0) + 1})
+        return TurnsState(state.closed.append(done), None, None, None, counts)
+
+    def view(self, state: TurnsState) -> JsonValue:
+        turns = [t.to_json() for t in state.closed]
+        if state.open is not None:
+            turns.append(state.open.to_json())
+        return {
+            "open_turn": state.open.turn_id if state.open else None,
+            "open_step": state.open_step,
+            "counts": dict(sorted(state.counts.items())),
+            "total": len(turns),
+            "turns": turns,
+        }
+
+    def dump(self, state: TurnsState) -> JsonValue:
+        return {
+            "closed": [t.to_json() for t in state.closed],
+            "open": state.open.to_json() if state.open else None,
+            "open_step": state.open_step,
+            "open_step_seq": state.open_step_seq,
+            "counts": dict(state.counts),
+        }
+
+    def load(self, data: JsonValue) -> TurnsState:
+        return TurnsState(
+            Vec(Turn(**t) for t in data["closed"]),
+            Turn(**data["open"]) if data["open"] else None,
+            data["open_step"],
+            data["open_step_seq"],
+            FrozenMap(data["counts"]),
+        )

@@ -1,0 +1,249 @@
+"""SessionWriter against the real Kafka and Redis: order, fencing, resume, errors."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from producers.errors import Fenced, MessageTooLarge, UnconfirmedEvents
+from producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.admission import Verdict
+from sessionstream.errors import InvalidData, InvariantViolation, SchemaViolation
+from tests.integration.writers import tool_turn, writer_cfg
+
+__all__ = ["writer_cfg"]
+
+pytestmark = pytest.mark.integration
+
+
+def raw_count(cfg: WriterConfig) -> int:
+    """Records in the whole topic (every partition)."""
+    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "x", "log_level": 3})
+    try:
+        meta = c.list_topics(cfg.topic, timeout=10).topics[cfg.topic]
+        return sum(
+            c.get_watermark_offsets(TopicPartition(cfg.topic, p), timeout=10)[1]
+            for p in meta.partitions
+        )
+    finally:
+        c.close()
+
+
+def test_flushed_session_reads_back_in_order_with_index(writer_cfg: WriterConfig) -> None:
+    w = SessionWriter.create(writer_cfg)
+    for n in range(3):
+        tool_turn(w, n)
+    w.flush(10)
+    ids = [e.event_id for e in w.session.events]
+    w.close()
+    for use_index in (True, False):
+        rb = read_log(writer_cfg, w.session_id, use_index=use_index)
+        assert [e.event_id for e in rb.admitted] == ids
+        assert [e.seq for e in rb.admitted] == list(range(len(ids)))
+        assert rb.rejections == []
+
+
+def test_invalid_data_and_invariant_violations_never_reach_kafka(
+    writer_cfg: WriterConfig,
+) -> None:
+    w = SessionWriter.create(writer_cfg)
+    w.append("turn/start", {})
+    with pytest.raises(InvalidData):
+        w.append("user/message", {"content": "x", "score": math.nan})
+    with pytest.raises(SchemaViolation):
+        w.append("user/message", {"content": 42})
+    with pytest.raises(InvariantViolation):
+        w.append("tool/result", {"call_id": "nope", "status": "ok", "content": "x"})
+    with pytest.raises(InvariantViolation):
+        w.append("step/end", {})
+    w.append("turn/end", {"reason": "completed"})
+    w.flush(10)
+    w.close()
+    assert raw_count(writer_cfg) == 3  # session/start, turn/start, turn/end
+    rb = read_log(writer_cfg, w.session_id)
+    assert [e.type for e in rb.admitted] == ["session/start", "turn/start", "turn/end"]
+
+
+def test_message_too_large_is_refused_before_producing(
+    writer_cfg: WriterConfig, tmp_path: Path
+) -> None:
+    cfg = WriterConfig(**{**writer_cfg.__dict__, "max_message_bytes": 64 * 1024,
+                          "attachment_dir": None})
+    w = SessionWriter.create(cfg)
+    w.flush(10)
+    before = w.next_seq
+    with pytest.raises(MessageTooLarge, match="attachment"):
+        w.append("user/message", {"content": "x" * 100_000})
+    assert w.next_seq == before
+    w.append("user/message", {"content": "small"})
+    w.close()
+    assert raw_count(cfg) == 2
+
+
+def test_large_tool_result_spills_to_the_attachment_store(writer_cfg: WriterConfig) -> None:
+    from producers.attachments import LocalAttachmentStore
+
+    w = SessionWriter.create(writer_cfg)
+    tool_turn(w, 0, close=False)
+    call_id = w.session.events[-1].data["call_id"]
+    big = "line of output\n" * 30_000  # ~450 KB
+    ev = w.append("tool/result", {"call_id": call_id, "status": "ok", "content": big})
+    assert "content" not in ev.data
+    att = ev.data["attachment"]
+    assert att["size"] == len(big.encode()) and big.startswith(att["head"])
+    assert big.endswith(att["tail"])
+    w.close()
+    store = LocalAttachmentStore(writer_cfg.attachment_dir)  # type: ignore[arg-type]
+    assert store.get(att["sha256"]).decode() == big
+    rb = read_log(writer_cfg, w.session_id)
+    assert rb.admitted[-1].data["attachment"]["sha256"] == att["sha256"]
+
+
+def test_two_writers_race_one_history_is_admitted(writer_cfg: WriterConfig) -> None:
+    w1 = SessionWriter.create(writer_cfg)
+    tool_turn(w1, 0)
+    w1.flush(10)
+    w2 = SessionWriter.open(writer_cfg, w1.session_id, steal=True)  # takes over: epoch 2
+    # w1 has not re-checked its lease yet (within ttl/3): both produce concurrently.
+    for i in range(3):
+        w1.append("user/message", {"content": f"w1 {i}"})
+        w2.append("user/message", {"content": f"w2 {i}"})
+    w1.flush(10)
+    w2.flush(10)
+    c1, c2 = w1.confirm(10), w2.confirm(10)
+    assert c2.ok, c2
+    assert len(c1.rejected) == 3
+    assert {r.verdict for r in c1.rejected} <= {Verdict.STALE_EPOCH, Verdict.SEQ_CONFLICT}
+    # Once it checks its lease, the loser is fenced for good.
+    w1._last_renew = 0.0
+    with pytest.raises(Fenced):
+        w1.append("user/message", {"content": "late"})
+    with pytest.raises(Fenced):
+        w1.append("user/message", {"content": "later"})
+    w2.close()
+    a = read_log(writer_cfg, w1.session_id, use_index=True)
+    b = read_log(writer_cfg, w1.session_id, use_index=False)
+    assert [e.event_id for e in a.admitted] == [e.event_id for e in b.admitted]
+    contents = [e.data.get("content") for e in a.admitted if e.type == "user/message"]
+    assert not any(str(c).startswith("w1 ") for c in contents)
+    assert [e.seq for e in a.admitted] == list(range(len(a.admitted)))
+
+
+def test_zombie_writer_events_are_rejected(writer_cfg: WriterConfig) -> None:
+    cfg = WriterConfig(**{**writer_cfg.__dict__, "lease_ttl_ms": 300})
+    zombie = SessionWriter.create(cfg)
+    tool_turn(zombie, 0)
+    zombie.flush(10)
+    time.sleep(0.5)  # the zombie pauses past its TTL; the lease expires
+    heir = SessionWriter.open(cfg, zombie.session_id)  # no steal needed
+    heir.append("user/message", {"content": "heir"})
+    heir.flush(10)
+    # The zombie resumes *after* its lease check (paused between check and produce).
+    zombie._maybe_renew = lambda: None  # type: ignore[method-assign]
+    zombie.append("user/message", {"content": "zombie"})
+    zombie.flush(10)
+    conf = zombie.confirm(10)
+    assert [r.verdict for r in conf.rejected] == [Verdict.STALE_EPOCH]
+    heir.close()
+    rb = read_log(cfg, zombie.session_id)
+    assert all(e.data.get("content") != "zombie" for e in rb.admitted)
+    assert rb.admitted[-1].data["content"] == "heir"
+
+
+CRASHER = textwrap.dedent(
+    """
+    import json, sys, time
+    from producers.writer import SessionWriter, WriterConfig
+    cfg = WriterConfig(**json.loads(sys.argv[1]))
+    w = SessionWriter.create(cfg)
+    from tests.integration.writers import tool_turn
+    tool_turn(w, 0)
+    tool_turn(w, 1, close=False)      # mid-turn: tool call without result
+    w.flush(10)
+    flushed = [e.event_id for e in w.session.events]
+    w.append("assistant/chunk", {"text": "not flushed maybe"})
+    print(json.dumps({"sid": w.session_id, "flushed": flushed}), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_sigkilled_writer_is_resumed_by_another_process(writer_cfg: WriterConfig) -> None:
+    import json
+
+    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in writer_cfg.__dict__.items()}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASHER, json.dumps(args)], cwd=root,
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(root)},
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    w = SessionWriter.open(writer_cfg, info["sid"], steal=True)  # the dead one's lease is live
+    ids = [e.event_id for e in w.session.events]
+    assert set(info["flushed"]) <= set(ids)
+    types = [e.type for e in w.session.events]
+    assert types[-2:] == ["turn/end", "session/end-seed"]
+    assert w.session.events[-2].data["reason"] == "interrupted"
+    assert w.session.events[-1].data["seed_length"] == len(types) - 1
+    nxt = w.append("turn/start", {})
+    assert nxt.seq == len(types)
+    w.close()
+    rb = read_log(writer_cfg, info["sid"])
+    assert [e.seq for e in rb.admitted] == list(range(len(types) + 1))
+    assert rb.admitted[-1].writer.epoch == 2
+
+
+def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConfig) -> None:
+    from producers.kafka import KafkaSender
+
+    w = SessionWriter.create(writer_cfg)
+    healthy = w._sender
+    # Records sent where no broker listens time out (message.timeout.ms) unconfirmed.
+    w._sender = KafkaSender("127.0.0.1:9", writer_cfg.topic, on_delivery=w._delivered,
+                            config={"message.timeout.ms": 300, "linger.ms": 1})
+    w.append("turn/start", {})
+    w.append("user/message", {"content": "hello"})
+    with pytest.raises(UnconfirmedEvents) as err:
+        w.flush(5)
+    assert list(err.value.event_ids) == [e.event_id for e in w.session.events[1:]]
+    assert set(err.value.states.values()) == {"possibly-persisted"}
+    # Back on a healthy producer the writer resends: same event_ids, same bytes.
+    w._sender = healthy
+    resent = w.resend_unconfirmed()
+    assert resent == [e.event_id for e in w.session.events[1:]]
+    w.flush(10)
+    # A second resend of acknowledged records (a timeout that did persist): duplicates.
+    for e in w.session.events:
+        w._sender.produce(e.session_id.encode(), w._e.encode(e), e.event_id)
+    w.flush(10)
+    w.close()
+    rb = read_log(writer_cfg, w.session_id)
+    assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
+    assert rb.rejections and {r.verdict for r in rb.rejections} == {Verdict.DUPLICATE}
+
+
+def test_fork_creates_child_with_lineage(writer_cfg: WriterConfig) -> None:
+    w = SessionWriter.create(writer_cfg)
+    tool_turn(w, 0)
+    tool_turn(w, 1, close=False)
+    child = w.fork("child-" + w.session_id)  # stable tail: before the open turn
+    assert child.session.lineage["parent_session"] == w.session_id
+    child.append("user/message", {"content": "child continues"})
+    child.close()
+    w.close()
+    rb = read_log(writer_cfg, child.session_id)
+    assert rb.admitted[0].data["lineage"]["seed_length"] == 10
+    assert [e.type for e in rb.admitted][-2:] == ["session/end-seed", "user/message"]

@@ -1,0 +1,278 @@
+"""The Avro envelope codec: exact round trip, single-object framing, schema
+evolution, and every corruption mapped to a CodecError."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+from typing import Any
+
+import pytest
+from fastavro import schemaless_writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.catalog import default_catalog
+from sessionstream.codec import (
+    HEADER_LEN,
+    MAGIC,
+    AvroCodec,
+    check_readable,
+    decode,
+    default_codec,
+    encode,
+    load_schema,
+    schema_files,
+)
+from sessionstream.errors import (
+    CodecError,
+    CorruptRecord,
+    UnknownRequiredEvent,
+    UnsupportedFormat,
+)
+from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
+from sessionstream.jsonvalue import INT_MAX, INT_MIN
+
+V1 = json.loads(schema_files()[0].read_text(encoding="utf-8"))
+
+
+def _v2() -> dict[str, Any]:
+    """A plausible next version: one optional field added, one enum symbol appended."""
+    v2 = copy.deepcopy(V1)
+    v2["fields"].append({"name": "trace_id", "type": ["null", "string"], "default": None})
+    for f in v2["fields"]:
+        if f["name"] == "surface_op":
+            f["type"]["symbols"].append("fold")
+    return v2
+
+
+V2 = _v2()
+
+
+def event(**over: Any) -> Event:
+    base: dict[str, Any] = dict(
+        session_id="s-1", seq=4, event_id="6f1c2d4e-0000-4000-8000-000000000004",
+        time=1_767_225_600_123, type="tool/call",
+        data={"call_id": "c1", "name": "search", "arguments": {"q": "ü 日本", "n": 2**62}},
+        writer=Writer("node-1", 3), turn_id="t-1", step_id="st-1",
+    )
+    base.update(over)
+    return make_event(**base)
+
+
+def raw(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    """A record written straight with fastavro, bypassing encode() (for bad records)."""
+    sv = load_schema(schema)
+    out = io.BytesIO()
+    out.write(MAGIC + sv.fingerprint)
+    schemaless_writer(out, sv.parsed, record)
+    return out.getvalue()
+
+
+def record_of(e: Event, **over: Any) -> dict[str, Any]:
+    r = e.to_json()
+    r["data"] = e.data_json()
+    r.update(over)
+    return r
+
+
+# -- round trip -----------------------------------------------------------------------
+
+def test_round_trip_is_exact_for_every_envelope_field() -> None:
+    e = event(surface_op="append", type="user/message", data={"content": "hi"},
+              source_event_seqs=[1, 2], ignorable=True, step_id=None)
+    assert decode(encode(e)) == e
+
+
+def test_time_stays_epoch_milliseconds_not_a_datetime() -> None:
+    assert decode(encode(event(time=0))).time == 0
+    assert decode(encode(event(time=-5))).time == -5
+
+
+def test_decoded_data_is_frozen() -> None:
+    d = decode(encode(event())).data
+    with pytest.raises(TypeError):
+        d["x"] = 1  # type: ignore[index]
+
+
+json_leaf = (
+    st.none() | st.booleans() | st.integers(INT_MIN, INT_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids,
+                                                              max_size=4),
+    max_leaves=20,
+)
+maybe_id = st.none() | st.text(min_size=1, max_size=12)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    session_id=st.text(min_size=1, max_size=20), seq=st.integers(0, INT_MAX),
+    time=st.integers(INT_MIN, INT_MAX), data=json_value, op=st.sampled_from(list(SurfaceOp)),
+    sources=st.lists(st.integers(0, INT_MAX), max_size=5), epoch=st.integers(INT_MIN, INT_MAX),
+    ignorable=st.booleans(), turn_id=maybe_id, step_id=maybe_id, typ=st.text(max_size=20),
+)
+def test_avro_round_trip_is_exact_for_random_valid_events(
+    session_id: str, seq: int, time: int, data: Any, op: SurfaceOp, sources: list[int],
+    epoch: int, ignorable: bool, turn_id: str | None, step_id: str | None, typ: str,
+) -> None:
+    e = make_event(session_id=session_id, seq=seq, event_id="e", time=time, type=typ,
+                   data=data, surface_op=op, source_event_seqs=sources,
+                   writer=Writer("w", epoch), ignorable=ignorable, turn_id=turn_id,
+                   step_id=step_id)
+    back = decode(encode(e))
+    assert back == e
+    assert back.data_json() == e.data_json()  # same canonical text: big ints, floats exact
+
+
+# -- framing --------------------------------------------------------------------------
+
+def test_single_object_framing_magic_then_fingerprint_of_the_schema() -> None:
+    payload = encode(event())
+    assert payload[:2] == b"\xc3\x01"
+    assert payload[2:HEADER_LEN] == load_schema(V1).fingerprint
+    assert default_codec().fingerprints == (load_schema(V1).fingerprint,)
+
+
+def test_the_schema_carries_every_envelope_field() -> None:
+    names = {f["name"] for f in V1["fields"]}
+    assert names == set(event().to_json())
+
+
+# -- evolution (schemas/README.md) ----------------------------------------------------
+
+def test_new_reader_reads_old_records_filling_defaults() -> None:
+    old_writer = AvroCodec([V1])
+    new_reader = AvroCodec([V1, V2])
+    e = event()
+    assert new_reader.decode(old_writer.encode(e)) == e
+
+
+def test_old_reader_reads_new_records_ignoring_the_added_field() -> None:
+    new_writer = AvroCodec([V1, V2])
+    old_reader = AvroCodec([V1, V2], read=0)  # a build on v1 that was shipped v2's schema
+    payload = new_writer.encode(event())
+    assert payload[2:HEADER_LEN] == load_schema(V2).fingerprint
+    assert old_reader.decode(payload) == event()
+    rec = record_of(event(), trace_id="abc")
+    assert old_reader.decode(raw(V2, rec)) == event()
+
+
+def test_rolling_upgrade_writes_the_old_schema_until_readers_know_the_new_one() -> None:
+    holding = AvroCodec([V1, V2], write=0)
+    assert holding.encode(event())[2:HEADER_LEN] == load_schema(V1).fingerprint
+    assert AvroCodec([V1]).decode(holding.encode(event())) == event()
+
+
+def test_a_new_enum_symbol_comes_with_a_format_bump_so_old_readers_refuse_clearly() -> None:
+    old_reader = AvroCodec([V1, V2], read=0)
+    rec = record_of(event(), surface_op="fold", format_version=FORMAT_VERSION + 1)
+    with pytest.raises(UnsupportedFormat) as info:
+        old_reader.decode(raw(V2, rec))
+    assert (info.value.session_id, info.value.seq, info.value.version) == ("s-1", 4, 2)
+
+
+def test_a_record_of_an_unknown_schema_version_is_refused_with_its_fingerprint() -> None:
+    payload = AvroCodec([V1, V2]).encode(event())
+    with pytest.raises(CorruptRecord, match=load_schema(V2).fingerprint.hex()):
+        AvroCodec([V1]).decode(payload)
+
+
+# -- format version and unknown types (seed §4.8.3) -----------------------------------
+
+def test_newer_format_version_is_refused_naming_session_seq_and_version() -> None:
+    payload = encode(event(format_version=FORMAT_VERSION + 1))
+    with pytest.raises(UnsupportedFormat) as info:
+        decode(payload)
+    err = info.value
+    assert (err.session_id, err.seq, err.version, err.supported) == ("s-1", 4, 2, 1)
+    assert "s-1" in str(err) and "seq 4" in str(err) and "upgrade" in str(err)
+
+
+def test_check_readable_known_type() -> None:
+    assert check_readable(event(), default_catalog()) is True
+
+
+def test_check_readable_skips_unknown_ignorable_type() -> None:
+    assert check_readable(event(type="memo/add", ignorable=True), default_catalog()) is False
+
+
+def test_check_readable_refuses_unknown_required_type() -> None:
+    with pytest.raises(UnknownRequiredEvent) as info:
+        check_readable(event(type="memo/add"), default_catalog())
+    assert (info.value.session_id, info.value.seq, info.value.event_type) == (
+        "s-1", 4, "memo/add")
+
+
+def test_check_readable_refuses_newer_format() -> None:
+    with pytest.raises(UnsupportedFormat):
+        check_readable(event(format_version=9), default_catalog())
+
+
+# -- corruption: always CorruptRecord with a reason -----------------------------------
+
+GOOD = encode(event())
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"", "shorter than the 10-byte header"),
+        (b"\xc3\x01abc", "shorter than the 10-byte header"),
+        (b"\x00" + GOOD[1:], "bad magic"),
+        (b"\x00\x00\x00\x00\x01" + GOOD[5:], "bad magic"),  # a Confluent-framed record
+        (GOOD[:2] + b"\xff" * 8 + GOOD[10:], "unknown schema fingerprint"),
+        (GOOD[:HEADER_LEN], "undecodable Avro body"),
+        (GOOD + b"\x00", "trailing bytes"),
+    ],
+)
+def test_corrupt_records_name_what_is_wrong(payload: bytes, reason: str) -> None:
+    with pytest.raises(CorruptRecord, match=reason):
+        decode(payload)
+
+
+def test_every_truncation_is_a_corrupt_record() -> None:
+    for n in range(len(GOOD)):
+        with pytest.raises(CorruptRecord):
+            decode(GOOD[:n])
+
+
+def test_every_single_byte_flip_decodes_or_is_a_codec_error() -> None:
+    for i in range(len(GOOD)):
+        for bit in (0x01, 0x80, 0xFF):
+            bad = bytearray(GOOD)
+            bad[i] ^= bit
+            with contextlib.suppress(CodecError):
+                decode(bytes(bad))
+
+
+def test_data_that_is_not_lossless_json_is_a_corrupt_record() -> None:
+    for text in ("NaN", "[1e999]", str(2**64), '"\\ud800"', "{", "[" * 70 + "]" * 70):
+        with pytest.raises(CorruptRecord, match="data is not lossless JSON"):
+            decode(raw(V1, record_of(event(), data=text)))
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes_never_raise_anything_but_codec_errors(payload: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        decode(payload)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_random_bodies_behind_a_valid_header_never_raise_anything_but_codec_errors(
+    body: bytes,
+) -> None:
+    with contextlib.suppress(CodecError):
+        decode(GOOD[:HEADER_LEN] + body)
+
+
+def test_an_event_that_cannot_be_encoded_is_a_codec_error() -> None:
+    bad = Event(session_id="s", seq=2**64, event_id="e", time=0, type="turn/start", data={})
+    with pytest.raises(CodecError, match="cannot encode turn/start"):
+        encode(bad)

@@ -1,0 +1,123 @@
+"""Hypothesis properties of the core over random valid sessions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.admission import AdmissionState, Verdict, admit
+from sessionstream.events import Event, Writer
+from sessionstream.fork import fork, stable_tail
+from sessionstream.recovery import recover
+from sessionstream.session import Session
+from sessionstream.surface import derive_from_scratch
+from tests.unit.strategies import lab_sessions, sessions
+
+PROFILE = settings(max_examples=120, deadline=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def no_orphan_calls(messages: object) -> bool:
+    """Every tool call on the surface has a result, except calls pending in the open turn."""
+    calls = {c.call_id for m in messages for c in m.tool_calls}  # type: ignore[attr-defined]
+    results = {m.call_id for m in messages if m.call_id is not None}  # type: ignore[attr-defined]
+    return results <= calls
+
+
+@PROFILE
+@given(sessions())
+def test_incremental_surface_equals_full_rebuild(session: Session) -> None:
+    incremental = session.derive_messages()
+    assert Session.from_events(session.events).derive_messages() == incremental
+    assert derive_from_scratch(session.events) == incremental
+
+
+@PROFILE
+@given(lab_sessions())
+def test_lab_sessions_rebuild_to_the_same_surface(events: list[Event]) -> None:
+    s = Session.from_events(events)
+    assert s.derive_messages() == derive_from_scratch(events)
+
+
+@PROFILE
+@given(sessions(min_steps=1), st.data())
+def test_recovery_closes_a_truncated_log_without_inventing_results(
+    session: Session, data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(1, len(session.events)))
+    s = Session.from_events(session.events[:cut])
+    drafts = recover(s)
+    assert all(d.type != "tool/result" for d in drafts)
+    for d in drafts:
+        s.append(d)
+    assert s.open_turn is None and s.open_step is None
+    assert s.pending_calls == () and s.open_compaction is None
+    assert recover(s) == []
+    # closed session: every call on the surface is answered
+    calls = {c.call_id for m in s.derive_messages() for c in m.tool_calls}
+    results = {m.call_id for m in s.derive_messages() if m.call_id is not None}
+    assert calls == results
+
+
+@PROFILE
+@given(sessions())
+def test_compaction_never_leaves_an_orphan_tool_call(session: Session) -> None:
+    msgs = session.derive_messages()
+    assert no_orphan_calls(msgs)
+    pending = {p.call_id for p in session.pending_calls}
+    calls = {c.call_id for m in msgs for c in m.tool_calls}
+    results = {m.call_id for m in msgs if m.call_id is not None}
+    assert calls - results <= pending  # unanswered calls only in the open turn
+    # and every result sits after its call
+    seen: set[str] = set()
+    for m in msgs:
+        seen.update(c.call_id for c in m.tool_calls)
+        if m.call_id is not None:
+            assert m.call_id in seen
+
+
+@PROFILE
+@given(sessions(min_steps=1), st.data())
+def test_fork_child_surface_equals_parent_prefix(session: Session, data: st.DataObject) -> None:
+    tail = stable_tail(session)
+    at = data.draw(st.sampled_from([n for n in range(1, tail + 1)
+                                    if stable_tail(session.events[:n]) == n] or [1]))
+    child = fork(session, "child", at=at)
+    assert child.derive_messages() == Session.from_events(session.events[:at]).derive_messages()
+
+
+@PROFILE
+@given(sessions(max_steps=40), st.data())
+def test_admission_is_independent_of_duplicate_deliveries(
+    session: Session, data: st.DataObject
+) -> None:
+    events = list(session.events)
+    # partition order, plus producer retries: copies of an event anywhere after the original
+    deliveries: list[Event] = list(events)
+    for e in data.draw(st.lists(st.sampled_from(events), max_size=12)):
+        first = deliveries.index(e)
+        deliveries.insert(data.draw(st.integers(first + 1, len(deliveries))), e)
+    state = AdmissionState("walk")
+    admitted = []
+    for e in deliveries:
+        d = admit(state, e)
+        assert d.verdict in (Verdict.ADMITTED, Verdict.DUPLICATE)
+        if d.admitted:
+            admitted.append(e)
+        state = d.state
+    assert admitted == events
+
+
+@PROFILE
+@given(sessions(min_steps=2, max_steps=30), st.data())
+def test_stale_epochs_are_rejected_after_a_takeover(session: Session, data: st.DataObject) -> None:
+    events = list(session.events)
+    k = data.draw(st.integers(1, len(events) - 1))
+    new_writer = [replace(e, writer=Writer("new", 1)) for e in events[k:]]
+    zombie = replace(events[k], event_id="zombie", writer=Writer("old", 0))
+    state = AdmissionState("walk")
+    for e in events[:k] + new_writer[:1]:
+        state = admit(state, e).state
+    assert admit(state, zombie).verdict is Verdict.STALE_EPOCH
