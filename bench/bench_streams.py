@@ -28,10 +28,10 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio import Redis
-from sessionstream.codec import encode
-from sessionstream.simulate import simulate_session
 
+from sessionstream.codec import encode
 from sessionstream.settings import Settings
+from sessionstream.simulate import simulate_session
 from streams.replay import replay
 
 

@@ -120,11 +120,10 @@ class Core:
 
     @classmethod
     def default(cls) -> Core:
-        from sessionstream.admission import AdmissionState, admit
-        from sessionstream.projections import default_registry, quarantine, record_rejection
-
         from sessionstream import codec
+        from sessionstream.admission import AdmissionState, admit
         from sessionstream.catalog import default_catalog
+        from sessionstream.projections import default_registry, quarantine, record_rejection
 
         return cls(
             registry=default_registry(),

@@ -10,11 +10,11 @@ from typing import Any
 
 import redis
 from confluent_kafka import Producer
+
 from sessionstream.codec import encode
+from sessionstream.events import Event
 from sessionstream.projections import Registry, default_registry
 from sessionstream.simulate import simulate_session
-
-from sessionstream.events import Event
 from streams.sink import session_hash
 
 

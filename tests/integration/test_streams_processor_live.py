@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import redis
 from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
-from sessionstream.projections import Registry, default_units
 
 from sessionstream.events import Writer, make_event
+from sessionstream.projections import Registry, default_units
 from sessionstream.settings import Settings
 from streams.kafka_io import KafkaLogReader
 from streams.ports import Core, Record

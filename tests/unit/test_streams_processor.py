@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
+
 from sessionstream.codec import encode
+from sessionstream.events import Event, Writer, make_event
 from sessionstream.projections import Registry, default_registry, default_units
 from sessionstream.simulate import simulate_session
-
-from sessionstream.events import Event, Writer, make_event
 from streams.ports import Core, DeadLetter, Record, SessionWrite, WriteOutcome
 from streams.processor import Processor
 
