@@ -11,6 +11,7 @@ from typing import Any
 import redis
 from confluent_kafka import Producer
 
+from producers.kafka import PRODUCER_DEFAULTS
 from sessionstream.codec import encode
 from sessionstream.events import Event
 from sessionstream.projections import Registry, default_registry
@@ -42,8 +43,9 @@ def interleave(logs: dict[str, list[Event]], seed: int = 3) -> list[Event]:
 
 def produce(bootstrap: str, topic: str, events: list[Event],
             raw: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                  "linger.ms": 5, "log_level": 3})
+    # The writers' own producer settings (idempotent, lz4 batches): the worker must read
+    # exactly what SessionWriter produces.
+    p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap, "log_level": 3})
     for ev in events:
         p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
         p.poll(0)
