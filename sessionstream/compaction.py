@@ -264,8 +264,11 @@ class SummaryRequest:
 class Summarizer(Protocol):
     """Turns a shadowed run into summary text; raises SummarizerError when it cannot."""
 
-    provider: str
-    model: str
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
 
     @property
     def config(self) -> Mapping[str, JsonValue]: ...
@@ -448,11 +451,11 @@ class OfflineSummarizer:
             out.append(f"Context (seq {s}): {_one_line(t, n)}")
         if f.tools:
             out.append("Tool calls done:")
-            for t in f.tools:
-                op = f" op={t.operation_id}" if t.operation_id else ""
-                args = _one_line(_text_of(t.arguments), 40)
-                out.append(f"- {t.name}({args}) {t.status}{op} [{t.call_id}]: "
-                           f"{_one_line(t.preview, self.preview_chars)}")
+            for tool in f.tools:
+                op = f" op={tool.operation_id}" if tool.operation_id else ""
+                args = _one_line(_text_of(tool.arguments), 40)
+                out.append(f"- {tool.name}({args}) {tool.status}{op} [{tool.call_id}]: "
+                           f"{_one_line(tool.preview, self.preview_chars)}")
         if f.open_tasks:
             out.append("Open tasks:")
             out += [f"- [{t.id}] {t.status}: {_one_line(t.text, n)}" for t in f.open_tasks]
