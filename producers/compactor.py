@@ -27,6 +27,7 @@ from producers.errors import LeaseUnavailable, SessionNotFound
 from producers.writer import SessionWriter, WriterConfig, default_writer_id, read_log
 from sessionstream.compaction import (
     Attempt,
+    DEFAULT_BUDGET,
     Budget,
     OfflineSummarizer,
     Summarizer,
@@ -80,7 +81,7 @@ class Compactor:
         cfg: WriterConfig,
         *,
         summarizer: Summarizer | None = None,
-        budget: Budget | int = Budget(),
+        budget: Budget | int = DEFAULT_BUDGET,
         writer_id: str | None = None,
         lease_wait_s: float = 10.0,
         on_summarized: Callable[[Attempt], None] | None = None,

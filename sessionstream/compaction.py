@@ -107,6 +107,10 @@ class Budget:
             raise ValueError("keep_recent >= 0, min_nodes >= 1 and prune_chars >= 32")
 
 
+#: The default budget (a module-level value: a frozen dataclass is safe to share).
+DEFAULT_BUDGET = Budget()
+
+
 @dataclass(frozen=True)
 class Decision:
     """Whether to compact now, and why, with the numbers."""
@@ -534,7 +538,7 @@ def attempt_compaction(
     summarizer: Summarizer,
     *,
     trigger: str | None = None,
-    budget: Budget | int = Budget(),
+    budget: Budget | int = DEFAULT_BUDGET,
     compaction_id: str | None = None,
 ) -> Attempt | None:
     """Decide, pick the range, summarize and gate — without touching the session.
@@ -649,7 +653,7 @@ def plan_compaction(
     summarizer: Summarizer | None = None,
     *,
     trigger: str | None = None,
-    budget: Budget | int = Budget(),
+    budget: Budget | int = DEFAULT_BUDGET,
 ) -> list[Draft]:
     """The full lifecycle drafts for one attempt on ``session`` (empty: not needed).
 
@@ -665,7 +669,7 @@ def compact_session(
     summarizer: Summarizer | None = None,
     *,
     trigger: str | None = None,
-    budget: Budget | int = Budget(),
+    budget: Budget | int = DEFAULT_BUDGET,
 ) -> list[Event]:
     """Plan and append one attempt to ``session``; returns the events appended."""
     return [session.append(d) for d in plan_compaction(session, summarizer, trigger=trigger,
