@@ -26,8 +26,8 @@ from typing import Any
 from producers.errors import LeaseUnavailable, SessionNotFound
 from producers.writer import SessionWriter, WriterConfig, default_writer_id, read_log
 from sessionstream.compaction import (
-    Attempt,
     DEFAULT_BUDGET,
+    Attempt,
     Budget,
     OfflineSummarizer,
     Summarizer,
