@@ -351,3 +351,29 @@ def test_lab_sessions_compact_and_shrink(seed: int, turns: int, every: int | Non
     events = simulate_session(random.Random(seed), "lab", turns=turns, compact_every=every,
                               failures=0.2)
     _check_attempt(Session.from_events(events))
+
+
+# -- offline CLI --------------------------------------------------------------------------
+
+def test_compact_file_appends_the_lifecycle(tmp_path: Any) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from sessionstream.cli import main
+    from sessionstream.jsonl import read_jsonl, write_jsonl
+
+    src, out = tmp_path / "s.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(simulate_session(random.Random(7), "f", turns=12), src)
+    result = CliRunner().invoke(main, ["compact-file", str(src), "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["outcome"] == "completed"
+    assert report["surface_tokens_after"] < report["surface_tokens_before"]
+    events = read_jsonl(out)
+    assert [e.type for e in events[-4:]] == [
+        "compaction/start", "compaction/summary", "user/message", "compaction/end"]
+    tiny = CliRunner().invoke(main, ["compact-file", "tests/fixtures/lab_two_step.jsonl",
+                                     "--json", "--keep-recent", "2"])
+    assert tiny.exit_code == 1
+    assert "does not reduce tokens" in json.loads(tiny.output)["reason"]
