@@ -260,8 +260,14 @@ class SessionWriter:
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
         timeout: float = 30.0,
+        repair: bool = True,
     ) -> SessionWriter:
-        """Resume a session on this node: lease (epoch+1), read back, recover, end-seed."""
+        """Resume a session on this node: lease (epoch+1), read back, recover, end-seed.
+
+        ``repair=False`` takes the lease and reads back without writing anything: for a
+        writer that only adds to a live session between its owner's leases (the
+        compaction agent), which must not close the owner's open turn.
+        """
         edges = _Edges(cfg)
         lease = edges.leases.acquire(
             cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
@@ -276,6 +282,8 @@ class SessionWriter:
         except BaseException:
             edges.leases.release(lease, lease.next_seq_hint or 0)
             raise
+        if not repair:
+            return cls(session, lease, edges, readback=rb)
         from sessionstream.recovery import recover, seed_boundary
 
         before = session.next_seq

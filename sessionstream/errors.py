@@ -11,6 +11,9 @@ translate third-party errors at their boundary (``raise X(...) from exc``)::
     │   └── SchemaViolation       data does not match the type's schema
     ├── InvariantViolation        Session.append refused the event (rule, type, seq)
     ├── ForkError                 fork point inside an open turn, or out of range
+    ├── CompactionError
+    │   ├── CompactionBusy        another compaction attempt is open in the session
+    │   └── SummarizerError       the summarizer produced no summary (the attempt ends failed)
     ├── ProjectionError           a projection unit failed on an event (unit key, seq, cause)
     ├── RequestAssemblyError
     │   ├── ConflictingCompleteSections
@@ -76,6 +79,25 @@ class InvariantViolation(SessionStreamError):
 
 class ForkError(SessionStreamError):
     """A fork point that is not a stable prefix."""
+
+
+class CompactionError(SessionStreamError):
+    """A compaction attempt could not be planned or committed."""
+
+
+class CompactionBusy(CompactionError):
+    """A compaction is already open: one attempt at a time (the compaction lock)."""
+
+    def __init__(self, session_id: str, compaction_id: str, start_seq: int) -> None:
+        self.compaction_id = compaction_id
+        self.start_seq = start_seq
+        super().__init__(
+            f"session {session_id}: compaction {compaction_id} (seq {start_seq}) is still open"
+        )
+
+
+class SummarizerError(CompactionError):
+    """The summarizer failed; the attempt is recorded as ``compaction/end`` failed."""
 
 
 class ProjectionError(SessionStreamError):

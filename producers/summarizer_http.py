@@ -1,0 +1,105 @@
+"""An OpenAI-compatible chat-completions summarizer (optional; the default is offline).
+
+It implements :class:`sessionstream.compaction.Summarizer`: the pruned messages and the
+facts the quality gate checks go into one prompt; whatever comes back still passes the
+gate before it is committed. The HTTP call is an injected ``transport`` (stdlib urllib
+by default), so tests never touch the network. The API key is read from the
+environment variable named in ``api_key_env`` when the summarizer is built, and never
+recorded in the log (``config`` carries only base_url, temperature and max_tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionstream.compaction import SummaryRequest
+from sessionstream.errors import SummarizerError
+from sessionstream.jsonvalue import JsonValue
+
+Transport = Callable[[str, Mapping[str, str], bytes, float], tuple[int, bytes]]
+"""(url, headers, body, timeout) -> (status, response body)."""
+
+INSTRUCTIONS = (
+    "Summarize the earlier part of an agent session so the agent can continue from the "
+    "summary alone. Keep: the goal and user requests; every user correction WORD FOR WORD; "
+    "every tool call with its status and operation id; every open task id; the last "
+    "conclusion. Add nothing that is not in the history. Answer with the summary only."
+)
+
+
+def urllib_transport(url: str, headers: Mapping[str, str], body: bytes,
+                     timeout: float) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise SummarizerError(f"cannot reach {url}: {exc}") from exc
+
+
+def render_prompt(request: SummaryRequest) -> str:
+    """The user prompt: the facts to keep, then the pruned messages as JSON lines."""
+    f = request.facts
+    keep = {
+        "operation_ids": list(f.operation_ids),
+        "user_corrections": [t for _, t in f.corrections],
+        "open_tasks": [{"id": t.id, "text": t.text, "status": t.status} for t in f.open_tasks],
+        "goal": f.goal,
+    }
+    lines = [json.dumps(m.to_json(), ensure_ascii=False) for m in request.messages]
+    return (f"Facts that must appear in the summary:\n{json.dumps(keep, ensure_ascii=False)}"
+            f"\n\nHistory ({request.tokens_before} tokens):\n" + "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class OpenAICompatibleSummarizer:
+    """POST {base_url}/chat/completions; the first choice's message is the summary."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    timeout_s: float = 60.0
+    transport: Transport = urllib_transport
+    provider: str = "openai-compatible"
+    _key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self._key is None and self.api_key_env:
+            object.__setattr__(self, "_key", os.environ.get(self.api_key_env))
+
+    @property
+    def config(self) -> Mapping[str, JsonValue]:
+        return {"base_url": self.base_url, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+
+    def summarize(self, request: SummaryRequest) -> str:
+        body: dict[str, Any] = {
+            "model": self.model, "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "messages": [{"role": "system", "content": INSTRUCTIONS},
+                         {"role": "user", "content": render_prompt(request)}],
+        }
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        url = self.base_url.rstrip("/") + "/chat/completions"
+        status, raw = self.transport(url, headers, json.dumps(body).encode(), self.timeout_s)
+        if status != 200:
+            raise SummarizerError(f"HTTP {status} from {url}: {raw[:200]!r}")
+        try:
+            text = json.loads(raw)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SummarizerError(f"unexpected response from {url}: {raw[:200]!r}") from exc
+        if not isinstance(text, str) or not text.strip():
+            raise SummarizerError(f"empty summary from {url}")
+        return text
