@@ -29,7 +29,7 @@ from sessionstream.errors import (
 from sessionstream.events import Draft, Event, SurfaceOp
 from sessionstream.jsonvalue import JsonValue, freeze, thaw
 from sessionstream.messages import Kind, Message
-from sessionstream.projections.surface import pending_calls
+from sessionstream.surface import pending_calls
 
 GLOBAL = None  # the scope of sections every agent sees
 

@@ -12,10 +12,11 @@ from sessionstream.projections.business import BusinessUnit
 from sessionstream.projections.compaction import CompactionUnit
 from sessionstream.projections.index import IndexUnit
 from sessionstream.projections.rejections import RECENT, RejectionsUnit
-from sessionstream.projections.surface import SurfaceUnit, pending_calls
+from sessionstream.projections.surface import SurfaceUnit
 from sessionstream.projections.tools import ToolsUnit
 from sessionstream.projections.turns import TurnsUnit
 from sessionstream.projections.vec import Vec
+from sessionstream.surface import pending_calls
 from tests.unit.logbuilder import LogBuilder
 
 
@@ -67,7 +68,7 @@ def test_turns_unit_returns_the_same_state_for_events_it_does_not_read():
     b = LogBuilder()
     state = unit.init()
     for e in [b.user("hi"), b.add("todo/add", {"id": "1", "text": "x"}),
-              b.add("vendor/x", {}, ignorable=True)]:
+              b.add("vendor/x", {})]:
         assert unit.apply(state, e) is state
 
 
@@ -148,8 +149,7 @@ def test_compaction_replace_puts_the_summary_where_the_shadowed_nodes_were():
     s1 = b.user("one").seq
     s2 = b.user("two").seq
     s3 = b.user("three").seq
-    b.add("compaction/start", {"compaction_id": "k", "trigger": "manual"})
-    summary = b.add("user/message", {"content": "sum"}, surface_op="replace", source=[s1, s2])
+    summary = b.compact([s1, s2])
     snap = default_registry().fold(b.events)
     msgs = snap.view("surface")["messages"]
     assert [(m["kind"], m["seqs"]) for m in msgs] == [("summary", [summary.seq]),
@@ -172,7 +172,7 @@ def test_failed_turn_drops_unanswered_calls_from_the_surface():
     assert [c.call_id for c in assistant.tool_calls] == ["c1"]
 
 
-def test_attachment_results_show_head_tail_and_reference_on_the_surface():
+def test_attachment_results_show_the_reference_as_derive_messages_does():
     b = LogBuilder()
     b.add("turn/start")
     b.add("step/start")
@@ -182,8 +182,10 @@ def test_attachment_results_show_head_tail_and_reference_on_the_surface():
         "sha256": "ab" * 32, "size": 10**6, "media_type": "text/plain",
         "head": "first", "tail": "last"}}, surface_op="append")
     msg = views(b)["surface"]["messages"][-1]
-    assert msg["content"] == {"attachment": "ab" * 32, "size": 10**6, "head": "first",
-                              "tail": "last"}
+    assert msg["content"] == {"attachment": {
+        "sha256": "ab" * 32, "size": 10**6, "media_type": "text/plain", "head": "first",
+        "tail": "last"}}
+    assert msg == b.session.derive_messages()[-1].to_json()
 
 
 def test_surface_unit_ignores_chunks_headers_and_domain_events():

@@ -37,7 +37,7 @@ HEADER = RequestHeader("openai", "gpt-x", sources=(("model", "agent"), ("provide
 
 
 def surface(b: LogBuilder):
-    return default_registry().fold(b.events).states["surface"].messages.to_list()
+    return list(default_registry().fold(b.events).states["surface"].messages)
 
 
 def prompts() -> PromptRegistry:
