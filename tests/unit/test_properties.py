@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from sessionstream.admission import AdmissionState, Verdict, admit
 from sessionstream.events import Event, Writer
 from sessionstream.fork import fork, stable_tail
+from sessionstream.projections.surface import SurfaceUnit
 from sessionstream.recovery import recover
 from sessionstream.session import Session
-from sessionstream.projections.surface import SurfaceUnit
 from sessionstream.surface import derive_from_scratch, token_estimate
 from tests.unit.strategies import lab_sessions, logs, random_log, sessions
 
