@@ -48,6 +48,7 @@ class FleetSummary:
     resumes: int = 0
     sessions_ok: int = 0
     problems: list[str] = field(default_factory=list)
+    last_seqs: dict[str, int] = field(default_factory=dict)  # session -> last admitted seq
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -71,6 +72,10 @@ def run_turn(
         nonlocal n
         w.append(type_, data, **kw)
         n += 1
+        if type_ == "tool/call":
+            # A harness makes the call durable before running a tool with side effects,
+            # so a crash during the tool leaves a provable open call (turn/end interrupted).
+            w.flush(30)
         if crash_at is not None and n >= crash_at:
             on_crash()
 
@@ -161,21 +166,25 @@ class Progress:
         self.done = 0
         self.t0 = time.monotonic()
         self._last = 0.0
+        # On a terminal the bar redraws in place; in a log (CI, pipes) a line every 5 s.
+        self._tty = sys.stderr.isatty()
+        self._interval = 0.1 if self._tty else 5.0
 
     def update(self, done: int, note: str = "") -> None:
         self.done = done
         now = time.monotonic()
-        if not self.enabled or (now - self._last < 0.1 and done < self.total):
+        if not self.enabled or (now - self._last < self._interval and done < self.total):
             return
         self._last = now
         width = 30
         filled = int(width * min(done, self.total) / self.total)
         bar = "#" * filled + "-" * (width - filled)
-        sys.stderr.write(f"\r[{bar}] {done}/{self.total} turns {now - self.t0:5.1f}s {note}")
+        line = f"[{bar}] {done}/{self.total} turns {now - self.t0:5.1f}s {note}"
+        sys.stderr.write(f"\r{line}" if self._tty else f"{line}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and self._tty:
             sys.stderr.write("\n")
 
 
@@ -270,6 +279,8 @@ def _verify(cfg: WriterConfig, ids: list[str], summary: FleetSummary) -> None:
         summary.events_in_log += len(rb.admitted)
         summary.rejections += sum(1 for r in rb.rejections if r.verdict.value != "duplicate")
         seqs = [e.seq for e in rb.admitted]
+        if seqs:
+            summary.last_seqs[sid] = seqs[-1]
         if seqs != list(range(len(seqs))) or not seqs:
             summary.problems.append(f"{sid}: seqs not contiguous from 0")
             continue

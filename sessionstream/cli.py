@@ -316,9 +316,11 @@ def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
     from producers import cli as producers_cli
     from sessionstream import cli_infra
+    from streams import cli as streams_cli
 
     cli_infra.register(main)
     producers_cli.register(main)
+    streams_cli.register(main)
 
 
 _register_edges()

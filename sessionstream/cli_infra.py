@@ -143,15 +143,46 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
 
 
 @click.command("demo")
-@click.option("--sessions", default=5, show_default=True, help="Simulated sessions.")
-@click.option("--events", default=200, show_default=True, help="Events in total.")
-def demo_cmd(sessions: int, events: int) -> None:
-    """Smallest real pipeline: produce events to Kafka, count them per session in a faust
-    worker, print the counts read back from Redis."""
-    from producers.demo_produce import run_demo
+@click.option("--agents", default=4, show_default=True, help="Agent processes.")
+@click.option("--sessions", default=12, show_default=True, help="Simulated sessions.")
+@click.option("--turns", default=3, show_default=True, help="Turns per session.")
+@click.option("--crash-rate", default=0.1, show_default=True,
+              help="Probability that an agent process dies mid-turn (its session is resumed).")
+@click.option("--seed", default=0, show_default=True, help="Random seed of the simulation.")
+@click.option("--timeout", "timeout_s", default=180.0, show_default=True,
+              help="Seconds to wait for the projections to catch up.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
+             timeout_s: float, as_json: bool) -> None:
+    """End to end: a simulated agent fleet writes sessions to Kafka, the projection
+    worker folds them into Redis, and the projections are read back from Redis.
 
+    Needs the local servers (`sessionstream up`); `make demo` starts them.
+    """
+    import json
+
+    from streams.demo import run_demo
+
+    if not 0.0 <= crash_rate < 1.0:
+        raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
     with _errors():
-        run_demo(sessions=sessions, events=events, echo=_echo)
+        result = run_demo(agents=agents, sessions=sessions, turns=turns,
+                          crash_rate=crash_rate, seed=seed, timeout_s=timeout_s,
+                          echo=_echo)
+    if as_json:
+        click.echo(json.dumps({"fleet": result.fleet, "sessions": result.sessions,
+                               "caught_up_seconds": result.caught_up_seconds}, indent=2))
+        return
+    click.echo(f"\nprojections read back from Redis ({len(result.sessions)} sessions, "
+               f"caught up {result.caught_up_seconds:.1f}s after the fleet finished):")
+    click.echo(f"{'session':<18} {'seq':>5} {'status':<11} {'turns':<28} {'tools':>5} "
+               f"{'surface':>7} {'tokens':>7} {'rejected':>8}")
+    for row in result.sessions:
+        turns_text = ",".join(f"{k}={v}" for k, v in sorted(row["turns"].items()))
+        click.echo(f"{row['session_id']:<18} {row['as_of_seq']:>5} {row['status'] or '-':<11} "
+                   f"{turns_text:<28} {row['tool_results']:>5} {row['surface_messages']:>7} "
+                   f"{row['surface_tokens'] or 0:>7} {row['rejections']:>8}")
+    click.echo("\nmore: `sessionstream sessions`, `sessionstream views <session>`")
 
 
 COMMANDS: tuple[click.Command, ...] = (

@@ -1,0 +1,168 @@
+"""CLI commands of the read side: ``worker``, ``views``, ``sessions``, ``replay``.
+
+``register(group)`` adds them to the ``sessionstream`` click group. Clients are built
+inside the commands, so the rest of the CLI starts without Kafka, Redis or faust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from sessionstream.errors import SessionStreamError
+from sessionstream.keys import DEFAULT_PREFIX
+
+T = TypeVar("T")
+
+
+def _prefix() -> str:
+    return os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
+
+
+def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
+    from redis.asyncio import Redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from sessionstream.settings import Settings
+
+    settings = Settings.from_env()
+
+    async def run() -> T:
+        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        try:
+            return await fn(redis)
+        finally:
+            await redis.aclose()
+
+    try:
+        return asyncio.run(run())
+    except RedisConnectionError as exc:
+        raise click.ClickException(
+            f"cannot reach Redis at {settings.redis_url} ({exc}); start it with "
+            "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("worker")
+@click.option("--loglevel", "-l", default="info",
+              type=click.Choice(["crit", "error", "warn", "info", "debug"]))
+def worker_cmd(loglevel: str) -> None:
+    """Run the projection processor (a faust worker) for the tenant's events topic."""
+    os.execvp(sys.executable, [sys.executable, "-m", "faust", "-A", "streams.app:app",
+                               "worker", "--without-web", "-l", loglevel])
+
+
+@click.command("views")
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--view", "only", multiple=True, help="Only these views (repeatable).")
+def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
+    """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
+    from sessionstream.settings import Settings
+    from streams.read import read_views
+
+    tenant = Settings.from_env().tenant
+    snap = _with_redis(lambda r: read_views(r, tenant, session_id, prefix=_prefix()))
+    if snap is None:
+        raise click.ClickException(
+            f"no projections for session {session_id!r} of tenant {tenant!r}: is the worker "
+            "running (`sessionstream worker`) and the id right (`sessionstream sessions`)?")
+    out = snap.to_json()
+    if only:
+        out["views"] = {k: v for k, v in out["views"].items() if k in only}
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True, ensure_ascii=False))
+        return
+    click.echo(f"session {session_id}  as_of_seq {snap.as_of_seq}  generation {snap.generation}")
+    if snap.quarantine:
+        click.echo(f"QUARANTINED at seq {snap.quarantine['seq']}: {snap.quarantine['reason']}")
+    for key, view in out["views"].items():
+        click.echo(f"\n[{key}]")
+        click.echo(json.dumps(view, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@click.command("sessions")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
+def sessions_cmd(as_json: bool, limit: int) -> None:
+    """Sessions by last activity, from the session index (never reads a log)."""
+    from sessionstream.settings import Settings
+    from streams.read import list_sessions
+
+    tenant = Settings.from_env().tenant
+    rows = _with_redis(lambda r: list_sessions(r, tenant, prefix=_prefix(), limit=limit))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    click.echo(f"{'session':<40} {'status':<12} {'seq':>6} {'turns':>5} {'part':>4}  last activity")
+    for row in rows:
+        when = (datetime.fromtimestamp(row["last_time"] / 1000).isoformat(timespec="seconds")
+                if row["last_time"] else "-")
+        status = row["status"] or "-"
+        click.echo(f"{row['session_id']:<40} {status:<12} {row['as_of_seq']:>6} "
+                   f"{row['turns'] or 0:>5} {row['partition']!s:>4}  {when}")
+
+
+@click.command("replay")
+@click.option("--from", "from_", default="earliest", show_default=True,
+              type=click.Choice(["earliest"]), help="Rewind to the beginning of the topic.")
+@click.option("--from-time", "from_time", default=None,
+              help="Rewind to this time (ISO 8601 or epoch ms): a partial generation for "
+                   "inspection; readers are not switched to it.")
+@click.option("--no-switch", is_flag=True,
+              help="Build and compare, but keep readers where they are.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
+def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool) -> None:
+    """Rebuild all projections from the events topic into a new generation and switch to it.
+
+    Never executes a tool: replay only folds the logged events into projections.
+    """
+    from sessionstream.settings import Settings
+    from streams.replay import ReplayReport, replay
+
+    settings = Settings.from_env()
+    topic = os.environ.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic
+    ms = _parse_time(from_time) if from_time else None
+
+    def show(r: ReplayReport) -> None:
+        click.echo(f"replay g{r.generation}: {r.events} events, {r.rate:,.0f} events/s", err=True)
+
+    report = _with_redis(lambda redis: replay(
+        bootstrap=settings.kafka_bootstrap, redis=redis, tenant=settings.tenant, topic=topic,
+        prefix=_prefix(), from_time_ms=ms, switch=not no_switch, progress=show))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        return
+    click.echo(f"generation {report.generation} built from {report.start}: {report.events} "
+               f"events in {report.seconds:.1f}s ({report.rate:,.0f}/s), "
+               f"{report.sessions} sessions")
+    click.echo(f"compared with live generation {report.live_generation}: {report.equal} equal, "
+               f"{len(report.different)} different, {len(report.not_comparable)} at another seq")
+    click.echo("readers switched to the new generation" if report.switched
+               else "readers NOT switched")
+    if report.different:
+        raise click.ClickException(f"{len(report.different)} sessions differ from the live "
+                                   "generation; inspect them with `sessionstream views`")
+
+
+def _parse_time(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor ISO 8601 "
+                                 "(e.g. 2026-07-01T12:00:00+00:00)") from None
+
+
+def register(group: click.Group) -> None:
+    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd):
+        group.add_command(cmd)

@@ -1,0 +1,141 @@
+"""The end-to-end demo: a simulated agent fleet writes to Kafka, a faust worker folds
+every projection into Redis, and the projections are read back from Redis.
+
+It is the composition of the real parts, nothing demo-only: `topics ensure`, the
+`sessionstream worker` processor, `sessionstream fleet`, and the same reads as
+`sessionstream sessions` / `sessionstream views`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessionstream.errors import SessionStreamError
+from sessionstream.settings import Settings
+
+Echo = Callable[[str], None]
+
+
+class DemoError(SessionStreamError):
+    """The demo could not finish; the message says which part failed and where its log is."""
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    sessions: list[dict[str, Any]]
+    fleet: dict[str, Any]
+    caught_up_seconds: float
+
+
+def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
+             timeout_s: float, echo: Echo) -> DemoResult:
+    """Run the pipeline end to end and return what Redis holds for the fleet's sessions."""
+    from producers.fleet import run_fleet
+    from producers.topics import admin_client, ensure_topics, tenant_topics
+    from producers.writer import WriterConfig
+
+    settings = Settings.from_env()
+    echo(f"topics: ensuring {settings.events_topic} and its dead-letter topic")
+    ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))
+
+    log_path = settings.state_dir / "demo-worker.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    echo(f"worker: starting the projection processor (log: {log_path})")
+    with open(log_path, "ab") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "sessionstream.cli", "worker", "-l", "warn"],
+            stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+            start_new_session=True,
+        )
+    try:
+        echo(f"fleet: {agents} agent processes, {sessions} sessions x {turns} turns, "
+             f"crash rate {crash_rate}")
+        summary = run_fleet(WriterConfig.from_settings(settings), agents=agents,
+                            sessions=sessions, turns=turns, crash_rate=crash_rate, seed=seed,
+                            progress=True, verify=True)
+        if summary.problems:
+            raise DemoError("the fleet reported problems: " + "; ".join(summary.problems[:5]))
+        echo(f"fleet: {summary.events_in_log} events in the log, {summary.crashes} crashes, "
+             f"{summary.resumes} resumes, {summary.rejections} rejections "
+             f"in {summary.seconds:.1f}s")
+        t0 = time.monotonic()
+        rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
+                                           worker, log_path))
+        return DemoResult(rows, summary.to_json(), round(time.monotonic() - t0, 2))
+    finally:
+        _stop(worker)
+
+
+async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout_s: float,
+                          echo: Echo, worker: subprocess.Popen[bytes],
+                          log_path: Path) -> list[dict[str, Any]]:
+    """Poll the views until every session's as_of_seq reached its last admitted seq."""
+    from redis.asyncio import Redis
+
+    from streams.read import read_views
+
+    prefix = os.environ.get("SESSIONSTREAM_KEY_PREFIX") or "ss"
+    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            snaps = {sid: await read_views(redis, settings.tenant, sid, prefix=prefix)
+                     for sid in last_seqs}
+            behind = [sid for sid, seq in last_seqs.items()
+                      if snaps[sid] is None or snaps[sid].as_of_seq < seq]  # type: ignore[union-attr]
+            echo(f"projections: {len(last_seqs) - len(behind)}/{len(last_seqs)} sessions "
+                 "caught up in Redis")
+            if not behind:
+                return [_row(sid, snaps[sid]) for sid in last_seqs]
+            if worker.poll() is not None:
+                raise DemoError(f"the worker exited with status {worker.returncode}; "
+                                f"see {log_path}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"{len(behind)} sessions not caught up after {timeout_s:.0f}s "
+                                f"(e.g. {behind[0]}); see {log_path}")
+            await asyncio.sleep(1.0)
+    finally:
+        await redis.aclose()
+
+
+def _row(session_id: str, snap: Any) -> dict[str, Any]:
+    views = snap.views
+    turns = views.get("turns", {})
+    tools = views.get("tools", {})
+    surface = views.get("surface", {})
+    usage = views.get("usage", {})
+    compaction = views.get("compaction", {})
+    return {
+        "session_id": session_id,
+        "as_of_seq": snap.as_of_seq,
+        "status": views.get("index", {}).get("status"),
+        "turns": turns.get("counts", {}),
+        "tool_results": len(tools.get("results", {})),
+        "open_calls": len(tools.get("open", [])),
+        "surface_messages": len(surface.get("messages", [])),
+        "surface_tokens": surface.get("token_estimate"),
+        "output_tokens": usage.get("total", {}).get("output_tokens", 0),
+        "compactions": compaction.get("outcomes", {}),
+        "rejections": views.get("rejections", {}).get("total", 0),
+        "quarantine": snap.quarantine,
+    }
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    if worker.poll() is not None:
+        return
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()

@@ -1,0 +1,99 @@
+"""Kafka edges of the processor that faust does not provide: log read-back and dead letters.
+
+Both use confluent-kafka in a worker thread so the event loop keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from streams.errors import LogReadError
+from streams.ports import DeadLetter, Record
+
+
+class KafkaLogReader:
+    """Reads one session's records back from its partition (state_version rebuilds)."""
+
+    def __init__(self, bootstrap: str, *, timeout: float = 60.0) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+
+    async def read_session(self, topic: str, partition: int, from_offset: int,
+                           upto_offset: int, session_id: str) -> list[Record]:
+        return await asyncio.to_thread(
+            self._read, topic, partition, from_offset, upto_offset, session_id)
+
+    def _read(self, topic: str, partition: int, from_offset: int, upto_offset: int,
+              session_id: str) -> list[Record]:
+        if upto_offset < from_offset:
+            return []
+        key = session_id.encode()
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": "sessionstream-readback",
+            "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
+        })
+        out: list[Record] = []
+        try:
+            consumer.assign([TopicPartition(topic, partition, from_offset or OFFSET_BEGINNING)])
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(1000, timeout=0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return out
+                        raise LogReadError(f"reading {topic}[{partition}] back failed: {err}")
+                    off: int = msg.offset() or 0
+                    if off > upto_offset:
+                        return out
+                    if msg.key() == key:
+                        out.append(Record(topic, partition, off, msg.key(), msg.value(),
+                                          msg.timestamp()[1]))
+                    if off == upto_offset:
+                        return out
+            raise LogReadError(
+                f"reading {topic}[{partition}] offsets {from_offset}..{upto_offset} back took "
+                f"over {self.timeout:.0f}s; is Kafka reachable?")
+        finally:
+            consumer.close()
+
+
+class KafkaDeadLetters:
+    """Produces undecodable records to the dead-letter topic, with the reason in headers."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                  "log_level": 3})
+
+    async def send(self, letters: Sequence[DeadLetter]) -> None:
+        """Returns once every letter is acknowledged; failed deliveries are produced again."""
+        pending = list(letters)
+        while pending:
+            failed: list[DeadLetter] = []
+            for d in pending:
+                r = d.record
+                self.producer.produce(
+                    self.topic, key=r.key, value=r.value or b"",
+                    headers=[("sessionstream.reason", d.reason.encode()),
+                             ("sessionstream.detail", d.detail.encode()),
+                             ("sessionstream.source",
+                              f"{r.topic}:{r.partition}:{r.offset}".encode())],
+                    on_delivery=_on_delivery(failed, d),
+                )
+                self.producer.poll(0)
+            while await asyncio.to_thread(self.producer.flush, 10):
+                pass
+            pending = failed
+
+
+def _on_delivery(failed: list[DeadLetter], letter: DeadLetter) -> Callable[[Any, Any], None]:
+    def callback(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(letter)
+    return callback

@@ -1,0 +1,472 @@
+"""The batch logic of the projection processor, testable without faust or Kafka.
+
+``Processor.process(records)`` takes the records of one poll: decodes them (undecodable
+→ dead letters), applies the admission rule per session, folds every unit of the
+registry, and writes each touched session with ONE idempotent script call; then the
+tenant-wide writes (session index, change feed, partition progress) in a second call.
+
+Idempotency and at-least-once: every session hash stores ``as_of_offset`` (the offset of
+the last record folded); records at or below it are skipped here and the script refuses
+a write whose last offset is not past it, and compare-and-sets on the offset the fold
+started from, so a worker with a stale cache (after a rebalance it missed) reloads
+instead of overwriting. Partition progress kept in Redis skips whole re-read batches.
+
+Domain rules stay in the core: this module only calls ``decode``, ``admit``, the
+registry's units, ``record_rejection`` and ``quarantine``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sessionstream.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
+from sessionstream.events import Event
+from sessionstream.jsonvalue import canonical_dumps
+from streams.ports import (
+    Core,
+    DeadLetter,
+    DeadLetters,
+    LogReader,
+    Record,
+    SessionWrite,
+    Sink,
+)
+
+log = logging.getLogger("sessionstream.streams")
+
+#: Conflicting writes (another worker moved a session under us) are re-folded from
+#: Redis this many times in one batch before the session is left to the next batch.
+MAX_CONFLICT_RETRIES = 5
+
+REJECTED = frozenset({"stale_epoch", "seq_gap", "seq_conflict"})
+
+
+def dumps(value: Any) -> str:
+    return canonical_dumps(value)
+
+
+@dataclass
+class Cursor:
+    """What the processor knows of one session between batches (cached per worker)."""
+
+    session_id: str
+    partition: int
+    admission: Any
+    states: dict[str, Any]
+    as_of_seq: int = -1
+    as_of_offset: int = -1
+    first_offset: int | None = None
+    last_time: int | None = None
+    quarantine: dict[str, Any] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    stale: tuple[str, ...] = ()  # units whose stored state_version differs: rebuild first
+    pending: frozenset[str] = frozenset()  # units to write even if no record changes them
+    stored: bool = False
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "partition": self.partition,
+            "as_of_seq": self.as_of_seq,
+            "as_of_offset": self.as_of_offset,
+            "first_offset": self.first_offset,
+            "last_time": self.last_time,
+            "quarantine": self.quarantine,
+            "counts": dict(sorted(self.counts.items())),
+        }
+
+
+@dataclass
+class BatchReport:
+    records: int = 0
+    skipped: int = 0  # at or below partition progress or a session's as_of_offset
+    sessions_written: int = 0
+    sessions_noop: int = 0
+    conflicts: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    rebuilt: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+_Item = tuple[Record, "Event | UnsupportedFormat"]
+
+
+class Processor:
+    """Folds batches of one tenant's events topic into a sink; owns a per-worker cache."""
+
+    def __init__(
+        self,
+        *,
+        core: Core,
+        sink: Sink,
+        group: str,
+        log_reader: LogReader | None = None,
+        dead_letters: DeadLetters | None = None,
+        generation: int | None = None,
+    ) -> None:
+        self.core = core
+        self.sink = sink
+        self.group = group
+        self.log_reader = log_reader
+        self.dead_letters = dead_letters
+        self._pinned_gen = generation
+        self._gen: int | None = None
+        self._cache: dict[str, Cursor] = {}
+        self._progress: dict[str, int] = {}
+        self._units = tuple(core.registry.units)
+        self._versions: dict[str, int] = dict(core.registry.versions())
+
+    # -- cache control (the faust app calls these on rebalance) ---------------------
+    def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Drop cached sessions and progress (all, or of these (topic, partition)s)."""
+        if partitions is None:
+            self._cache.clear()
+            self._progress.clear()
+            return
+        parts = set(partitions)
+        for key in [p for p in self._progress if _split_tp(p) in parts]:
+            del self._progress[key]
+        nums = {p for _, p in parts}
+        for sid in [s for s, c in self._cache.items() if c.partition in nums]:
+            del self._cache[sid]
+
+    # -- the batch ------------------------------------------------------------------
+    async def process(self, records: Sequence[Record]) -> BatchReport:
+        report = BatchReport(records=len(records))
+        if not records:
+            return report
+        gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
+        if gen != self._gen:
+            self._cache.clear()  # states are the same fold, but offsets guard per generation
+            self._gen = gen
+        tps = sorted({_tp(r.topic, r.partition) for r in records})
+        missing = [tp for tp in tps if tp not in self._progress]
+        if missing:
+            self._progress.update(await self.sink.load_progress(self.group, missing))
+
+        by_session: dict[str, list[_Item]] = {}
+        high: dict[str, int] = {}
+        for r in records:
+            tp = _tp(r.topic, r.partition)
+            high[tp] = max(high.get(tp, -1), r.offset)
+            if r.offset <= self._progress.get(tp, -1):
+                report.skipped += 1
+                continue
+            item = self._decode(r, report)
+            if item is not None:
+                by_session.setdefault(item[0], []).append((r, item[1]))
+
+        await self._ensure_cursors(gen, by_session)
+        writes = await self._fold_and_write_all(gen, by_session, report)
+
+        if report.dead_letters and self.dead_letters is not None:
+            await self.dead_letters.send(report.dead_letters)
+        await self.sink.write_tenant(gen, writes, self.group, high)
+        for tp, off in high.items():
+            self._progress[tp] = max(self._progress.get(tp, -1), off)
+        return report
+
+    def _decode(
+        self, r: Record, report: BatchReport
+    ) -> tuple[str, Event | UnsupportedFormat] | None:
+        if r.value is None:
+            report.dead_letters.append(DeadLetter(r, "empty", "record has no value"))
+            return None
+        key = r.key.decode("utf-8", "replace") if r.key is not None else None
+        try:
+            event = self.core.decode(r.value)
+        except UnsupportedFormat as exc:
+            return exc.session_id, exc  # readable envelope, newer format: quarantine it
+        except CorruptRecord as exc:
+            report.dead_letters.append(DeadLetter(r, "corrupt", str(exc)[:500]))
+            return None
+        except Exception as exc:  # a codec bug must not stop the partition
+            report.dead_letters.append(
+                DeadLetter(r, "corrupt", f"decoder failed: {type(exc).__name__}: {exc}"[:500])
+            )
+            return None
+        if key is not None and key != event.session_id:
+            report.dead_letters.append(
+                DeadLetter(r, "key_mismatch",
+                           f"record key {key!r} is not the event's session id "
+                           f"{event.session_id!r}; a writer bug (key by session id)")
+            )
+            return None
+        return event.session_id, event
+
+    # -- loading cursors ------------------------------------------------------------
+    async def _ensure_cursors(self, gen: int, by_session: Mapping[str, list[_Item]]) -> None:
+        missing = [s for s in by_session if s not in self._cache]
+        if not missing:
+            return
+        loaded = await self.sink.load(gen, missing)
+        for sid in missing:
+            self._cache[sid] = self._cursor(sid, by_session[sid][0][0].partition, loaded.get(sid))
+        for sid in missing:
+            cur = self._cache[sid]
+            if cur.stale:
+                self._cache[sid] = await self._rebuild(cur, by_session[sid][0][0].topic)
+
+    def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None) -> Cursor:
+        core = self.core
+        if not stored or "as_of_offset" not in stored:
+            return Cursor(sid, partition, core.new_admission(sid),
+                          dict(core.registry.init_states()))
+        meta = json.loads(stored.get("meta", "{}"))
+        states: dict[str, Any] = {}
+        stale: list[str] = []
+        for unit in self._units:
+            raw = stored.get("state:" + unit.key)
+            sv = stored.get("sv:" + unit.key)
+            if raw is None or sv is None or int(sv) != unit.state_version:
+                stale.append(unit.key)
+                states[unit.key] = unit.init()
+            else:
+                states[unit.key] = unit.load(json.loads(raw))
+        return Cursor(
+            session_id=sid,
+            partition=int(meta.get("partition", partition)),
+            admission=core.load_admission(json.loads(stored["admission"])),
+            states=states,
+            as_of_seq=int(stored.get("as_of_seq", -1)),
+            as_of_offset=int(stored["as_of_offset"]),
+            first_offset=meta.get("first_offset"),
+            last_time=meta.get("last_time"),
+            quarantine=meta.get("quarantine"),
+            counts=dict(meta.get("counts", {})),
+            stale=tuple(stale),
+            stored=True,
+        )
+
+    async def _rebuild(self, cur: Cursor, topic: str) -> Cursor:
+        """Refold the stale units of ``cur`` from the log, up to its ``as_of_offset``.
+
+        The other units keep their stored states; the rebuilt ones are written together
+        with the next update, so readers see the old view until the new one caught up.
+        """
+        if self.log_reader is None:
+            raise RuntimeError("a state_version changed but the processor has no log reader")
+        start = cur.first_offset
+        if start is None:
+            start = await self.sink.writer_first_offset(cur.session_id)
+        records = await self.log_reader.read_session(
+            topic, cur.partition, start if start is not None else 0, cur.as_of_offset,
+            cur.session_id,
+        )
+        units = [u for u in self._units if u.key in cur.stale]
+        states = {u.key: u.init() for u in units}
+        admission = self.core.new_admission(cur.session_id)
+        for r in records:
+            if r.value is None:
+                continue
+            try:
+                event = self.core.decode(r.value)
+            except (CorruptRecord, UnsupportedFormat):
+                continue  # the live fold dead-lettered or quarantined it the same way
+            if event.session_id != cur.session_id:
+                continue
+            decision = self.core.admit(admission, event)
+            verdict = str(decision.verdict)
+            if verdict in REJECTED:
+                if "rejections" in states:
+                    states["rejections"] = self.core.record_rejection(
+                        states["rejections"], _rejection_json(event, decision, r.offset))
+                continue
+            if verdict != "admitted":
+                continue
+            admission = decision.state
+            try:
+                readable = self.core.check_readable(event, self.core.catalog)
+            except (UnknownRequiredEvent, UnsupportedFormat):
+                break
+            if readable:
+                for u in units:
+                    states[u.key] = u.apply(states[u.key], event)
+        if "index" in states and cur.quarantine is not None:
+            states["index"] = self.core.quarantine(
+                states["index"], cur.quarantine["reason"], cur.quarantine["seq"])
+        log.info("rebuilt units %s of a session from %d records", sorted(states), len(records))
+        new_states = dict(cur.states)
+        new_states.update(states)
+        return replace(cur, states=new_states, stale=(),
+                       pending=cur.pending | frozenset(states))
+
+    # -- folding --------------------------------------------------------------------
+    async def _fold_and_write_all(
+        self, gen: int, by_session: Mapping[str, list[_Item]], report: BatchReport
+    ) -> list[SessionWrite]:
+        """Fold every session, write them all in one round trip (one script call each);
+        sessions another worker moved meanwhile are reloaded and folded again."""
+        out: list[SessionWrite] = []
+        todo = dict(by_session)
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            folded: list[tuple[Cursor, Cursor, SessionWrite]] = []
+            for sid, items in todo.items():
+                cur = self._cache[sid]
+                result = self._fold(cur, items, report)
+                if result is not None:
+                    folded.append((cur, *result))
+            if not folded:
+                break
+            outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
+            retry: dict[str, list[_Item]] = {}
+            for (cur, new, write), outcome in zip(folded, outcomes, strict=True):
+                sid = write.session_id
+                if outcome.status == "applied":
+                    self._cache[sid] = new
+                    report.sessions_written += 1
+                    if new.quarantine is not None and cur.quarantine is None:
+                        report.quarantined.append(sid)
+                    if cur.pending:
+                        report.rebuilt[sid] = tuple(sorted(cur.pending))
+                    out.append(write)
+                    continue
+                report.sessions_noop += 1
+                del self._cache[sid]  # someone wrote past our base: reload from the sink
+                if outcome.status == "stale":
+                    # Already applied (a redelivery after a crash): re-emit the feed entry,
+                    # which dashboards de-duplicate by (session, as_of_seq).
+                    if outcome.stored_offset == write.last_offset:
+                        out.append(write)
+                    continue
+                report.conflicts += 1
+                retry[sid] = todo[sid]
+            if not retry:
+                break
+            if attempt == MAX_CONFLICT_RETRIES - 1:
+                log.warning("%d sessions kept changing under this worker; left for the next "
+                            "batch", len(retry))
+                break
+            await self._ensure_cursors(gen, retry)
+            todo = retry
+        return out
+
+    def _fold(
+        self, cur: Cursor, items: list[_Item], report: BatchReport
+    ) -> tuple[Cursor, SessionWrite] | None:
+        core = self.core
+        registry = core.registry
+        states = cur.states
+        admission = cur.admission
+        counts = dict(cur.counts)
+        changed: set[str] = set(cur.pending)
+        as_of_seq, as_of_offset = cur.as_of_seq, cur.as_of_offset
+        first_offset, last_time, quarantine = cur.first_offset, cur.last_time, cur.quarantine
+        touched = False
+        for r, ev in items:
+            if r.offset <= as_of_offset:
+                report.skipped += 1
+                continue
+            if quarantine is not None:
+                counts["held"] = counts.get("held", 0) + 1
+                report.skipped += 1
+                continue  # not written: a quarantined session's hash stays as it stopped
+            touched = True
+            as_of_offset = r.offset
+            if isinstance(ev, UnsupportedFormat):
+                quarantine = _quarantine("newer_format", str(ev), ev.seq, r.offset)
+                states = _with(states, "index", core.quarantine(states["index"], str(ev), ev.seq))
+                changed.add("index")
+                continue
+            decision = core.admit(admission, ev)
+            verdict = str(decision.verdict)
+            counts[verdict] = counts.get(verdict, 0) + 1
+            if verdict in REJECTED:
+                states = _with(states, "rejections", core.record_rejection(
+                    states["rejections"], _rejection_json(ev, decision, r.offset)))
+                changed.add("rejections")
+                continue
+            if verdict != "admitted":
+                continue  # duplicate event_id: dropped, counted
+            admission = decision.state
+            if ev.seq == 0 and first_offset is None:
+                first_offset = r.offset
+            last_time = ev.time
+            try:
+                readable = core.check_readable(ev, core.catalog)
+            except (UnknownRequiredEvent, UnsupportedFormat) as exc:
+                quarantine = _quarantine(
+                    "unknown_event" if isinstance(exc, UnknownRequiredEvent) else "newer_format",
+                    str(exc), ev.seq, r.offset)
+                states = _with(states, "index", core.quarantine(states["index"], str(exc), ev.seq))
+                changed.add("index")
+                continue
+            if not readable:
+                counts["ignored"] = counts.get("ignored", 0) + 1
+                as_of_seq = ev.seq
+                continue
+            try:
+                states, ch = registry.apply(states, ev)
+            except Exception as exc:  # ProjectionError: a unit bug stops only this session
+                reason = f"projection failed: {exc}"[:500]
+                quarantine = _quarantine("projection_error", reason, ev.seq, r.offset)
+                states = _with(states, "index", core.quarantine(states["index"], reason, ev.seq))
+                changed.add("index")
+                continue
+            changed.update(ch)
+            as_of_seq = ev.seq
+        if not touched and not cur.pending:
+            return None
+        if not cur.stored:
+            changed = {u.key for u in self._units}
+        fields: dict[str, str] = {}
+        for unit in self._units:
+            if unit.key in changed:
+                st = states[unit.key]
+                fields["view:" + unit.key] = dumps(unit.view(st))
+                fields["state:" + unit.key] = dumps(unit.dump(st))
+                fields["sv:" + unit.key] = str(unit.state_version)
+        new = replace(
+            cur, states=dict(states), admission=admission, as_of_seq=as_of_seq,
+            as_of_offset=as_of_offset, first_offset=first_offset, last_time=last_time,
+            quarantine=quarantine, counts=counts, pending=frozenset(), stored=True,
+        )
+        fields["admission"] = dumps(admission.to_json())
+        fields["meta"] = dumps(new.meta())
+        write = SessionWrite(
+            session_id=cur.session_id,
+            partition=cur.partition,
+            base_offset=cur.as_of_offset if cur.stored else -1,
+            last_offset=as_of_offset,
+            as_of_seq=as_of_seq,
+            fields=fields,
+            changed=tuple(sorted(k for k in changed if k in self._versions)),
+            activity_ms=last_time or 0,
+            force=not touched,
+        )
+        return new, write
+
+
+def _with(states: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    new = dict(states)
+    new[key] = value
+    return new
+
+
+def _quarantine(kind: str, reason: str, seq: int, offset: int) -> dict[str, Any]:
+    return {"kind": kind, "reason": reason, "seq": seq, "offset": offset}
+
+
+def _rejection_json(event: Event, decision: Any, offset: int) -> dict[str, Any]:
+    return {
+        "reason": str(decision.verdict),
+        "detail": decision.reason,
+        "seq": event.seq,
+        "event_id": event.event_id,
+        "type": event.type,
+        "writer": {"id": event.writer.id, "epoch": event.writer.epoch},
+        "offset": offset,
+    }
+
+
+def _tp(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _split_tp(key: str) -> tuple[str, int]:
+    topic, _, part = key.rpartition(":")
+    return topic, int(part)

@@ -1,0 +1,250 @@
+"""The Redis side of the processor: one atomic, idempotent script call per session.
+
+Keys (``sessionstream.keys``; ``g<N>`` is the generation, see ``streams.replay``):
+
+- ``<p>:{<t>/<s>}:g<N>``          hash: ``view:<unit>``, ``state:<unit>``, ``sv:<unit>``,
+                                   ``admission``, ``meta``, ``as_of_seq``, ``as_of_offset``
+- ``<p>:{<t>/<s>}:changes:g<N>``  stream: the session's change record (capped)
+- ``<p>:{<t>}:sessions:g<N>``     sorted set: session ids by last activity (ms)
+- ``<p>:{<t>}:changes:g<N>``      stream: the tenant's change feed (capped)
+- ``<p>:{<t>}:progress:<group>``  hash: ``<topic>:<partition>`` → last processed offset
+- ``<p>:{<t>}:generation``        the generation readers use (absent: 1)
+
+The per-session script touches only keys with the session's hash tag; the tenant keys
+are written by a second call. Both are idempotent: the script refuses a write whose
+last offset is not past the stored ``as_of_offset``; ZADD GT and a max-only progress
+script never move backwards; a feed entry can repeat after a crash and carries
+``(session, as_of_seq)`` for consumers to de-duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+
+from sessionstream.keys import session_key, tenant_key
+from streams.errors import SinkError
+from streams.ports import SessionWrite, WriteOutcome
+
+log = logging.getLogger("sessionstream.streams.sink")
+
+T = TypeVar("T")
+
+# KEYS[1] session hash, KEYS[2] session change stream.
+# ARGV: base_offset, last_offset, as_of_seq, force(0/1), change maxlen, change entry, n,
+#       then n field/value pairs.
+WRITE_SESSION_LUA = """
+local stored = tonumber(redis.call('HGET', KEYS[1], 'as_of_offset') or '-1')
+local base = tonumber(ARGV[1])
+local last = tonumber(ARGV[2])
+if stored > last or (stored == last and ARGV[4] ~= '1') then
+  return {0, stored}
+end
+if stored ~= base then
+  return {-1, stored}
+end
+local n = tonumber(ARGV[7])
+if n > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 8, 7 + 2 * n))
+end
+redis.call('HSET', KEYS[1], 'as_of_offset', ARGV[2], 'as_of_seq', ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'change', ARGV[6])
+return {1, stored}
+"""
+
+# KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
+PROGRESS_MAX_LUA = """
+for i = 1, #ARGV, 2 do
+  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
+  if tonumber(ARGV[i + 1]) > cur then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"""
+
+_RETRYABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError,
+              rexc.TryAgainError, rexc.ClusterDownError, OSError)
+
+
+def session_hash(prefix: str, tenant: str, session_id: str, gen: int) -> str:
+    return session_key(prefix, tenant, session_id, f"g{gen}")
+
+
+def session_changes(prefix: str, tenant: str, session_id: str, gen: int) -> str:
+    return session_key(prefix, tenant, session_id, f"changes:g{gen}")
+
+
+def sessions_index(prefix: str, tenant: str, gen: int) -> str:
+    return tenant_key(prefix, tenant, f"sessions:g{gen}")
+
+
+def tenant_changes(prefix: str, tenant: str, gen: int) -> str:
+    return tenant_key(prefix, tenant, f"changes:g{gen}")
+
+
+def progress_key(prefix: str, tenant: str, group: str) -> str:
+    return tenant_key(prefix, tenant, f"progress:{group}")
+
+
+def generation_key(prefix: str, tenant: str) -> str:
+    return tenant_key(prefix, tenant, "generation")
+
+
+class Script:
+    """A Lua script run by EVALSHA, loaded on first use and again after NOSCRIPT."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha: str | None = None
+
+    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self.sha is None:
+            self.sha = await redis.script_load(self.source)
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:  # server restarted or SCRIPT FLUSH: load and run again
+            self.sha = await redis.script_load(self.source)
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+
+
+class Retry:
+    """Bounded exponential backoff; ``attempts=None`` retries forever (the worker)."""
+
+    def __init__(self, attempts: int | None = 8, first: float = 0.05, cap: float = 2.0,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.attempts = attempts
+        self.first = first
+        self.cap = cap
+        self.sleep = sleep
+
+    async def run(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        delay = self.first
+        n = 0
+        while True:
+            n += 1
+            try:
+                return await op()
+            except _RETRYABLE as exc:
+                if self.attempts is not None and n >= self.attempts:
+                    raise SinkError(
+                        f"Redis {what} failed {n} times ({type(exc).__name__}: {exc}); "
+                        "check that Redis is running (`sessionstream status`) and "
+                        "SESSIONSTREAM_REDIS_URL points at it"
+                    ) from exc
+                log.warning("Redis %s failed (%s), retry %d in %.2fs", what,
+                            type(exc).__name__, n, delay)
+                await self.sleep(delay * (0.5 + random.random() / 2))
+                delay = min(self.cap, delay * 2)
+
+
+class RedisSink:
+    """The processor's sink over ``redis.asyncio`` (decode_responses=True)."""
+
+    def __init__(self, redis: Redis, *, prefix: str, tenant: str,
+                 retry: Retry | None = None, change_maxlen: int = 100,
+                 feed_maxlen: int = 100_000) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.tenant = tenant
+        self.retry = retry or Retry()
+        self.change_maxlen = change_maxlen
+        self.feed_maxlen = feed_maxlen
+        self._write = Script(WRITE_SESSION_LUA)
+        self._progress = Script(PROGRESS_MAX_LUA)
+
+    async def generation(self) -> int:
+        raw = await self.retry.run(
+            "generation read", lambda: self.redis.get(generation_key(self.prefix, self.tenant)))
+        return int(raw) if raw else 1
+
+    async def load(self, gen: int, session_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        async def op() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in session_ids:
+                    pipe.hgetall(session_hash(self.prefix, self.tenant, sid, gen))
+                return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
+
+        rows = await self.retry.run("session load", op)
+        return {sid: _text(row) for sid, row in zip(session_ids, rows, strict=True)}
+
+    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]) -> list[WriteOutcome]:
+        if self._write.sha is None:
+            self._write.sha = await self.retry.run(
+                "script load", lambda: self.redis.script_load(self._write.source))
+        calls = []
+        for w in writes:
+            args: list[Any] = [w.base_offset, w.last_offset, w.as_of_seq,
+                               "1" if w.force else "0", self.change_maxlen, _change_entry(w),
+                               len(w.fields)]
+            for k, v in w.fields.items():
+                args += [k, v]
+            calls.append(([session_hash(self.prefix, self.tenant, w.session_id, gen),
+                           session_changes(self.prefix, self.tenant, w.session_id, gen)], args))
+
+        async def op() -> list[Any]:
+            # Re-sending after a lost reply is safe: each call is idempotent by offset.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(str(self._write.sha), len(keys), *keys, *args)
+                try:
+                    return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
+                except rexc.NoScriptError:
+                    self._write.sha = await self.redis.script_load(self._write.source)
+                    raise rexc.TryAgainError("script reloaded") from None
+
+        rows = await self.retry.run("session writes", op)
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        return [WriteOutcome(names[int(status)], int(stored)) for status, stored in rows]
+
+    async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
+                           progress: Mapping[str, int]) -> None:
+        index = sessions_index(self.prefix, self.tenant, gen)
+        feed = tenant_changes(self.prefix, self.tenant, gen)
+        pkey = progress_key(self.prefix, self.tenant, group)
+
+        async def op() -> None:
+            if writes:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    # GT: an existing member's score never moves back; new members are added.
+                    pipe.zadd(index, {w.session_id: w.activity_ms for w in writes}, gt=True)
+                    for w in writes:
+                        pipe.xadd(feed, {"change": _change_entry(w)},
+                                  maxlen=self.feed_maxlen, approximate=True)
+                    await pipe.execute()
+            if progress:
+                args: list[Any] = []
+                for tp, off in progress.items():
+                    args += [tp, off]
+                await self._progress(self.redis, [pkey], args)
+
+        await self.retry.run("tenant write", op)
+
+    async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]:
+        pkey = progress_key(self.prefix, self.tenant, group)
+        vals = await self.retry.run("progress read", lambda: self.redis.hmget(pkey, list(keys)))
+        return {k: int(v) for k, v in zip(keys, vals, strict=True) if v is not None}
+
+    async def writer_first_offset(self, session_id: str) -> int | None:
+        key = session_key(self.prefix, self.tenant, session_id, "log")
+        raw = await self.retry.run("writer index read",
+                                   lambda: self.redis.hget(key, "first_offset"))
+        return int(raw) if raw not in (None, "") else None
+
+
+def _change_entry(w: SessionWrite) -> str:
+    from streams.processor import dumps
+
+    return dumps({"session": w.session_id, "as_of_seq": w.as_of_seq,
+                  "offset": w.last_offset, "changed": list(w.changed)})
+
+
+def _text(row: Mapping[Any, Any]) -> dict[str, str]:
+    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in row.items()}

@@ -1,0 +1,96 @@
+"""Shared helpers of the stream-processor integration tests: fleets, producing, waiting."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+
+from producers.kafka import PRODUCER_DEFAULTS
+from sessionstream.codec import encode
+from sessionstream.events import Event
+from sessionstream.projections import Registry, default_registry
+from sessionstream.simulate import simulate_session
+from streams.sink import session_hash
+
+
+def fleet(n: int, seed: int = 11, turns: int = 2, prefix: str = "sess") -> dict[str, list[Event]]:
+    rng = random.Random(seed)
+    return {f"{prefix}-{i:04d}": simulate_session(rng, f"{prefix}-{i:04d}", turns=turns,
+                                                  compact_every=2)
+            for i in range(n)}
+
+
+def interleave(logs: dict[str, list[Event]], seed: int = 3) -> list[Event]:
+    rng = random.Random(seed)
+    cursors = dict.fromkeys(logs, 0)
+    out: list[Event] = []
+    live = [s for s in logs if logs[s]]
+    while live:
+        s = rng.choice(live)
+        k = rng.randrange(1, 8)
+        out.extend(logs[s][cursors[s]:cursors[s] + k])
+        cursors[s] += k
+        if cursors[s] >= len(logs[s]):
+            live.remove(s)
+    return out
+
+
+def produce(bootstrap: str, topic: str, events: list[Event],
+            raw: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    # The writers' own producer settings (idempotent, lz4 batches): the worker must read
+    # exactly what SessionWriter produces.
+    p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap, "log_level": 3})
+    for ev in events:
+        p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
+        p.poll(0)
+    for key, value in raw:
+        p.produce(topic, key=key, value=value)
+    assert p.flush(30) == 0
+
+
+def expected_views(events: list[Event], registry: Registry | None = None) -> dict[str, Any]:
+    snap = (registry or default_registry()).fold(events)
+    return json.loads(json.dumps(snap.views()))
+
+
+def stored_views(r: redis.Redis, prefix: str, tenant: str, sid: str, gen: int = 1
+                 ) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    h = r.hgetall(session_hash(prefix, tenant, sid, gen))
+    views = {k[5:]: json.loads(v) for k, v in h.items() if k.startswith("view:")}
+    return int(h.get("as_of_seq", -1)), views, json.loads(h.get("meta", "{}"))
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str,
+               alive: Callable[[], None] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if alive:
+            alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def caught_up(r: redis.Redis, prefix: str, tenant: str, logs: dict[str, list[Event]],
+              gen: int = 1) -> Callable[[], bool]:
+    def check() -> bool:
+        with r.pipeline(transaction=False) as pipe:
+            for sid in logs:
+                pipe.hget(session_hash(prefix, tenant, sid, gen), "as_of_seq")
+            got = pipe.execute()
+        return all(g is not None and int(g) == logs[s][-1].seq
+                   for s, g in zip(logs, got, strict=True))
+    return check
+
+
+def worker_env(settings: Any, topic: str, group: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {"SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_STREAMS_GROUP": group,
+            "SESSIONSTREAM_KEY_PREFIX": prefix, "SESSIONSTREAM_KAFKA_BOOTSTRAP":
+            settings.kafka_bootstrap, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
+            "SESSIONSTREAM_TENANT": settings.tenant, **extra}

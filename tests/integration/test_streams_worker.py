@@ -1,0 +1,171 @@
+"""The projection worker (faust subprocesses) against the real Kafka and Redis.
+
+Every Redis view must equal the core's offline fold of the same log, whatever happens to
+the workers: crashes, restarts, rebalances, redeliveries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from sessionstream.events import make_event
+from sessionstream.settings import Settings
+from tests.integration.procs import ProcessGroup
+from tests.integration.streams_helpers import (
+    caught_up,
+    expected_views,
+    fleet,
+    interleave,
+    produce,
+    stored_views,
+    wait_until,
+    worker_env,
+)
+
+APP = "streams.app:app"
+
+
+def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantines(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
+) -> None:
+    """200 sessions; a poison record; one session with an unknown required event."""
+    topic, dlq = unique_topic(4), unique_topic(4)
+    logs = fleet(200)
+    bad_sid = "sess-0007"
+    bad = logs[bad_sid]
+    alien = make_event(session_id=bad_sid, seq=len(bad), event_id="alien-1", time=1,
+                       type="alien/thing", data={}, writer=bad[-1].writer)
+    merged = interleave(logs)
+    produce(settings.kafka_bootstrap, topic, merged[:3000],
+            raw=[(b"sess-0001", b"\x00\x01poison")])
+    produce(settings.kafka_bootstrap, topic, [*merged[3000:], alien])
+    env = worker_env(settings, topic, consumer_group, redis_prefix, SESSIONSTREAM_DLQ_TOPIC=dlq)
+    worker = procs.start_faust_worker(APP, env)
+    good = {s: ev for s, ev in logs.items() if s != bad_sid}
+    wait_until(caught_up(redis_client, redis_prefix, settings.tenant, good), 90,
+               "all sessions projected", alive=lambda: _alive(worker))
+    for sid, events in good.items():
+        seq, views, meta = stored_views(redis_client, redis_prefix, settings.tenant, sid)
+        assert seq == events[-1].seq
+        assert views == expected_views(events), sid
+        assert meta["counts"] == {"admitted": len(events)}, "an event was applied twice"
+    # the unknown event stops only its own session, with the reason stored
+    def quarantined() -> bool:
+        return stored_views(redis_client, redis_prefix, settings.tenant, bad_sid)[2].get(
+            "quarantine") is not None
+    wait_until(quarantined, 30, "the bad session quarantined")
+    seq, views, meta = stored_views(redis_client, redis_prefix, settings.tenant, bad_sid)
+    assert meta["quarantine"]["kind"] == "unknown_event"
+    assert views["index"]["status"] == "quarantined"
+    assert views["todo"] == expected_views(bad)["todo"]
+    # the poison record is in the dead-letter topic with its reason
+    letters = _consume_all(settings.kafka_bootstrap, dlq, 1)
+    assert len(letters) == 1
+    assert dict(letters[0].headers())["sessionstream.reason"] == b"corrupt"
+    # online reads: the CLI shows the quarantine and lists sessions from the index
+    env_cli = {**env}
+    out = procs.run_module("streams.cli_main", "views", bad_sid, "--json", env=env_cli)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["quarantine"]["kind"] == "unknown_event"
+    out = procs.run_module("streams.cli_main", "sessions", "--json", "--limit", "500",
+                           env=env_cli)
+    assert out.returncode == 0, out.stderr
+    assert {row["session_id"] for row in json.loads(out.stdout)} == set(logs)
+    # a replay generation equals the live one, and readers switch to it
+    worker.stop()
+    out = procs.run_module("streams.cli_main", "replay", "--json", env=env_cli, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["equals_live"] and report["switched"]
+    assert report["equal"] == 200 and report["not_comparable"] == []
+    assert int(redis_client.get(f"{redis_prefix}:{{{settings.tenant}}}:generation")) == \
+        report["generation"]
+
+
+def test_sigkill_mid_batch_and_restart_gives_identical_state(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
+) -> None:
+    topic = unique_topic(4)
+    logs = fleet(60, seed=5, turns=3)
+    events = interleave(logs)
+    env = worker_env(settings, topic, consumer_group, redis_prefix,
+                     SESSIONSTREAM_BATCH_MAX="50")
+    worker = procs.start_faust_worker(APP, env)
+    feeder = threading.Thread(target=_produce_slowly,
+                              args=(settings.kafka_bootstrap, topic, events), daemon=True)
+    feeder.start()
+    wait_until(lambda: _sessions_started(redis_client, redis_prefix, settings.tenant) >= 20, 60,
+               "some sessions projected", alive=lambda: _alive(worker))
+    worker.kill()
+    assert not caught_up(redis_client, redis_prefix, settings.tenant, logs)(), \
+        "worker finished before the kill; the test proves nothing"
+    feeder.join(60)
+    worker = procs.start_faust_worker(APP, env)
+    wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 90,
+               "all sessions projected after restart", alive=lambda: _alive(worker))
+    for sid, evs in logs.items():
+        _, views, meta = stored_views(redis_client, redis_prefix, settings.tenant, sid)
+        assert views == expected_views(evs), sid
+        assert meta["counts"] == {"admitted": len(evs)}, "an event was applied twice"
+
+
+def test_two_workers_with_a_rebalance_in_the_middle_equal_one_worker(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
+) -> None:
+    topic = unique_topic(6)
+    logs = fleet(60, seed=9, turns=3)
+    events = interleave(logs)
+    env = worker_env(settings, topic, consumer_group, redis_prefix,
+                     SESSIONSTREAM_BATCH_MAX="50")
+    first = procs.start_faust_worker(APP, env)
+    feeder = threading.Thread(target=_produce_slowly,
+                              args=(settings.kafka_bootstrap, topic, events), daemon=True)
+    feeder.start()
+    wait_until(lambda: _sessions_started(redis_client, redis_prefix, settings.tenant) >= 10, 60,
+               "first worker started projecting", alive=lambda: _alive(first))
+    procs.start_faust_worker(APP, env)  # joins the group: rebalance mid-stream
+    feeder.join(60)
+    wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 90,
+               "all sessions projected by two workers",
+               alive=lambda: None)
+    for sid, evs in logs.items():
+        _, views, meta = stored_views(redis_client, redis_prefix, settings.tenant, sid)
+        assert views == expected_views(evs), sid
+        assert meta["counts"] == {"admitted": len(evs)}, "an event was applied twice"
+
+
+def _alive(worker: object) -> None:
+    if not worker.running():  # type: ignore[attr-defined]
+        raise AssertionError(f"worker exited:\n{worker.log_tail()}")  # type: ignore[attr-defined]
+
+
+def _produce_slowly(bootstrap: str, topic: str, events: list) -> None:  # type: ignore[type-arg]
+    for i in range(0, len(events), 200):
+        produce(bootstrap, topic, events[i:i + 200])
+        time.sleep(0.1)
+
+
+def _sessions_started(r: redis.Redis, prefix: str, tenant: str) -> int:
+    return int(r.zcard(f"{prefix}:{{{tenant}}}:sessions:g1"))
+
+
+def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 20) -> list:  # type: ignore[type-arg]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time_ns()}",
+                  "enable.auto.commit": False, "log_level": 3})
+    meta = c.list_topics(topic, timeout=10).topics[topic]
+    c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expect and time.monotonic() < deadline:
+        out.extend(m for m in c.consume(100, timeout=0.5) if m.error() is None)
+    c.close()
+    return out
