@@ -39,12 +39,6 @@ def record_rejection(state: RejectionsState, decision: Any) -> RejectionsState:
     """
     if not isinstance(decision, dict | FrozenMap):
         raise ValueError(f"expected Decision.to_json(event), got {type(decision).__name__}")
-    if "verdict" not in decision and "detail" in decision:
-        # TRANSITIONAL: streams/processor.py still builds its own JSON (reason=code,
-        # detail=sentence). Remove once it passes {**decision.to_json(event), "offset": …}.
-        decision = {**decision, "verdict": decision["reason"], "reason": decision["detail"],
-                    "session_id": decision.get("session_id")}
-        del decision["detail"]
     missing = [k for k in _REQUIRED if k not in decision]
     if missing:
         raise ValueError(f"decision JSON lacks {', '.join(missing)} (use Decision.to_json)")

@@ -428,13 +428,3 @@ def test_quarantine_marks_the_index_with_reason_and_seq():
     v = unit.view(s)
     assert (v["status"], v["status_reason"], v["status_seq"]) == (
         "quarantined", "unknown event type vendor/x", 7)
-
-
-def test_record_rejection_reads_the_stream_processors_interim_shape():
-    """TRANSITIONAL until streams/processor.py passes Decision.to_json(event)."""
-    s = record_rejection(RejectionsUnit().init(), {
-        "reason": "stale_epoch", "detail": "zombie writer", "seq": 3, "event_id": "e",
-        "type": "todo/add", "writer": {"id": "old", "epoch": 0}, "offset": 7})
-    v = RejectionsUnit().view(s)
-    assert v["by_verdict"] == {"stale_epoch": 1}
-    assert (v["recent"][0]["verdict"], v["recent"][0]["reason"]) == ("stale_epoch", "zombie writer")
