@@ -18,7 +18,7 @@ from typing import Any
 from sessionstream.events import Event
 from sessionstream.projections import Registry, default_registry
 from sessionstream.projections.index import IndexUnit
-from tests.unit.logbuilder import random_log
+from tests.unit.strategies import random_log
 
 
 def make_log(n: int) -> list[Event]:

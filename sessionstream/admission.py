@@ -38,6 +38,10 @@ class Verdict(StrEnum):
     SEQ_CONFLICT = "seq_conflict"
 
 
+#: The verdicts that refuse an event (a duplicate is dropped, not refused).
+REJECTIONS = frozenset({Verdict.STALE_EPOCH, Verdict.SEQ_GAP, Verdict.SEQ_CONFLICT})
+
+
 _Slots = dict[str, tuple[int, int]]  # event_id -> (position in its generation, seq)
 
 
@@ -210,6 +214,29 @@ class Decision:
     @property
     def admitted(self) -> bool:
         return self.verdict is Verdict.ADMITTED
+
+    @property
+    def rejected(self) -> bool:
+        return self.verdict in REJECTIONS
+
+    def to_json(self, event: Event) -> dict[str, Any]:
+        """The decision about ``event`` as JSON (what ``record_rejection`` consumes).
+
+        ``verdict`` is the stable code, ``reason`` the sentence for humans;
+        ``next_seq`` / ``max_epoch`` are the session's admission state after the
+        decision (for a refusal: the seq that was expected, the epoch that won).
+        """
+        return {
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "session_id": event.session_id,
+            "seq": event.seq,
+            "event_id": event.event_id,
+            "type": event.type,
+            "writer": {"id": event.writer.id, "epoch": event.writer.epoch},
+            "next_seq": self.state.next_seq,
+            "max_epoch": self.state.max_epoch,
+        }
 
 
 def admit(state: AdmissionState, event: Event) -> Decision:

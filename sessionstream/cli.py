@@ -177,8 +177,9 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None) -> None:
     """Explain the next model request built from FILE: where every part comes from.
 
     The header is the last request/header of the log; messages are the surface with
-    their seqs; context snapshots are named by id. No prompt sections are registered
-    offline, so the system prompt is empty.
+    their seqs; context snapshots are named by id, and a compaction summary lists
+    the seqs it replaced. No prompt sections are registered offline, so the system
+    prompt is empty.
     """
     from sessionstream.request import (
         PromptRegistry,
@@ -186,26 +187,46 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None) -> None:
         context_snapshot_ids,
         explain,
         header_from_event,
+        replaced_seqs,
     )
     from sessionstream.session import Session
 
     with _errors():
         events = _load(file)
-        headers = [e for e in events if e.type == "request/header"]
-        if not headers:
+        header = next((e for e in reversed(events) if e.type == "request/header"), None)
+        if header is None:
             _die(f"{file}: no request/header in the log, so nothing says how the next "
                  "request is routed; append one first", BAD_INPUT)
-        session = Session.from_events(events)
-        request = assemble(session.derive_messages(), PromptRegistry(), scope,
-                           header=header_from_event(headers[-1]),
-                           snapshot_ids=context_snapshot_ids(events))
+        request = assemble(
+            Session.from_events(events).derive_messages(), PromptRegistry(), scope,
+            header=header_from_event(header),
+            snapshot_ids=context_snapshot_ids(events),
+            replaced=replaced_seqs(events),
+        )
         parts = explain(request)
     if as_json:
         _print_json(parts)
         return
     for part in parts:
+        click.echo(_explain_line(part))
+
+
+def _explain_line(part: dict[str, Any]) -> str:
+    """One part of explain() as a line; messages name their seqs (and what they replace)."""
+    if part["part"] != "message":
         rest = {k: v for k, v in part.items() if k != "part"}
-        click.echo(f"{part['part']:8s} {_compact(rest)}")
+        return f"{part['part']:8s} {_compact(rest)}"
+    seqs = ",".join(map(str, part["seqs"]))
+    line = f"message  #{part['index']} {part['role']} ({part['kind']}) from seq {seqs}"
+    if part.get("replaces") is not None:
+        line += f", replaces seqs {','.join(map(str, part['replaces']))}"
+    if part.get("snapshot_id") is not None:
+        line += f", snapshot {part['snapshot_id']}"
+    if part.get("tool_calls"):
+        line += f", calls {','.join(part['tool_calls'])}"
+    if part.get("call_id") is not None:
+        line += f", result of {part['call_id']}"
+    return line
 
 
 # -- writing commands ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sessionstream.jsonvalue import JsonValue, thaw
+from sessionstream.jsonvalue import JsonValue, freeze, thaw
 
 
 class Role(StrEnum):
@@ -62,3 +62,19 @@ class Message:
             out["call_id"] = self.call_id
             out["status"] = self.status
         return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Message:
+        """The message :meth:`to_json` described (projection states are kept this way)."""
+        return cls(
+            Role(data["role"]),
+            Kind(data["kind"]),
+            freeze(data["content"]),
+            tuple(data["seqs"]),
+            tuple(
+                ToolCall(c["call_id"], c["name"], freeze(c["arguments"]))
+                for c in data.get("tool_calls", ())
+            ),
+            data.get("call_id"),
+            data.get("status"),
+        )

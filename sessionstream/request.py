@@ -29,7 +29,7 @@ from sessionstream.errors import (
 from sessionstream.events import Draft, Event, SurfaceOp
 from sessionstream.jsonvalue import JsonValue, freeze, thaw
 from sessionstream.messages import Kind, Message
-from sessionstream.projections.surface import pending_calls
+from sessionstream.surface import pending_calls
 
 GLOBAL = None  # the scope of sections every agent sees
 
@@ -304,6 +304,14 @@ def context_snapshot_ids(events: Iterable[Event]) -> dict[int, str]:
     return {e.seq: e.data["snapshot_id"] for e in events if e.type == "context/snapshot"}
 
 
+def replaced_seqs(events: Iterable[Event]) -> dict[int, tuple[int, ...]]:
+    """seq → ``source_event_seqs`` of every replace event: what each summary shadows
+    (for :func:`explain`)."""
+    return {
+        e.seq: tuple(e.source_event_seqs) for e in events if e.surface_op is SurfaceOp.REPLACE
+    }
+
+
 # ------------------------------------------------------------------------------ request
 
 
@@ -328,6 +336,7 @@ class Request:
     variables: tuple[tuple[str, str], ...]  # only the variables the sections used
     messages: tuple[Message, ...]
     snapshot_ids: tuple[tuple[int, str], ...] = ()  # seq → id of context snapshots
+    replaced: tuple[tuple[int, tuple[int, ...]], ...] = ()  # summary seq → seqs it shadows
 
     @property
     def system_prompt(self) -> str:
@@ -358,11 +367,14 @@ def assemble(
     providers: Sequence[ToolProvider] = (),
     variables: Mapping[str, Any] | None = None,
     snapshot_ids: Mapping[int, str] | None = None,
+    replaced: Mapping[int, Sequence[int]] | None = None,
 ) -> Request:
     """Assemble the request for the surface ``messages`` in ``scope``.
 
     Refuses with :class:`PendingToolCalls` while an assistant tool call on the
     surface has no result. ``tools`` None means every tool visible in ``scope``.
+    ``snapshot_ids`` (:func:`context_snapshot_ids`) and ``replaced``
+    (:func:`replaced_seqs`) only feed :func:`explain`.
     """
     pending = pending_calls(messages)
     if pending:
@@ -376,6 +388,7 @@ def assemble(
             used[n] = str(variables[n])
         system.append(SystemPart(s.id, s.scope, s.order, s.complete, text, names))
     ctx_seqs = {m.seqs[0] for m in messages if m.kind is Kind.CONTEXT}
+    summary_seqs = {m.seqs[0] for m in messages if m.kind is Kind.SUMMARY}
     return Request(
         scope=scope,
         header=header,
@@ -385,6 +398,9 @@ def assemble(
         messages=tuple(messages),
         snapshot_ids=tuple(sorted(
             (seq, sid) for seq, sid in (snapshot_ids or {}).items() if seq in ctx_seqs
+        )),
+        replaced=tuple(sorted(
+            (seq, tuple(src)) for seq, src in (replaced or {}).items() if seq in summary_seqs
         )),
     )
 
@@ -411,11 +427,15 @@ def explain(request: Request) -> list[dict[str, Any]]:
     for t in request.tools:
         parts.append({"part": "tool", "name": t.schema.name, "provider": t.provider})
     snapshots = dict(request.snapshot_ids)
+    replaced = dict(request.replaced)
     for i, m in enumerate(request.messages):
         entry: dict[str, Any] = {"part": "message", "index": i, "role": m.role.value,
                                  "kind": m.kind.value, "seqs": list(m.seqs)}
         if m.kind is Kind.CONTEXT:
             entry["snapshot_id"] = snapshots.get(m.seqs[0])
+        if m.kind is Kind.SUMMARY:
+            shadowed = replaced.get(m.seqs[0])
+            entry["replaces"] = list(shadowed) if shadowed is not None else None
         if m.tool_calls:
             entry["tool_calls"] = [c.call_id for c in m.tool_calls]
         if m.call_id is not None:

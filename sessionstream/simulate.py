@@ -170,7 +170,8 @@ def random_walk(session: Session, choose: Choose, steps: int) -> Session:
 
     Explores interleavings the lab never writes: steering mid-step, several
     calls per message, results out of order, turns ending failed with calls
-    pending, compactions opened inside turns and across them.
+    pending, compactions opened inside turns and across them, and todo/plan/goal
+    and business/* events anywhere.
     """
     for _ in range(steps):
         options = _options(session, choose)
@@ -185,6 +186,7 @@ def _options(s: Session, choose: Choose) -> list[Callable[[], object]]:
     steer = s.open_turn is not None
     opts.append(lambda: a("user/message", {"content": f"u{n}", "steering": steer}))
     opts.append(lambda: a("todo/add", {"id": f"t{n}", "text": "x"}))
+    opts.append(lambda: a(*_domain_event(n, choose)))
     if s.open_turn is None:
         opts.append(lambda: a("turn/start"))
         opts.append(lambda: a("context/snapshot", {"snapshot_id": f"c{n}", "content": f"ctx{n}"}))
@@ -231,6 +233,24 @@ def _options(s: Session, choose: Choose) -> list[Callable[[], object]]:
         opts.append(lambda: a("compaction/end", {"compaction_id": compaction.compaction_id,
                                                  "outcome": "completed"}))
     return opts
+
+
+def _domain_event(n: int, choose: Choose) -> tuple[str, dict[str, object]]:
+    """One todo/plan/goal or business/* event (they may appear anywhere)."""
+    tid = f"t{choose(4)}"
+    events: tuple[tuple[str, dict[str, object]], ...] = (
+        ("todo/update", {"id": tid, "status": ("pending", "in_progress", "done")[n % 3]}),
+        ("plan/set", {"steps": ["a", "b"][: 1 + n % 2]}),
+        ("goal/set", {"goal": f"g{n % 2}"}),
+        ("business/metric", {"id": ("m_a", "m_b")[n % 2], "definition_version": "2026-07",
+                             "status": ("proposed", "confirmed")[n % 2]}),
+        ("business/filters", {"filters": {"patient_type": ("outpatient", "inpatient")[n % 2]}}),
+        ("business/time", {"time": {"calendar": "natural_year"}}),
+        ("business/ambiguities", {"ambiguities": [f"a{n}"][: n % 2]}),
+        ("business/plan", {"plan_hash": f"h{n % 5}"}),
+        ("business/approval", {"approval": ("approved", "rejected", "pending")[n % 3]}),
+    )
+    return events[choose(len(events))]
 
 
 def _compaction_start(s: Session) -> None:

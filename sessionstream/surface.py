@@ -11,12 +11,18 @@ nodes, named by those seqs, and puts its summary at the run's position.
 :meth:`Surface.messages` hands out an immutable :class:`Messages` view in O(1) —
 the backing list is append-only while views exist, and is copied (copy-on-write)
 only when a replace or an abandoned tool call rewrites an earlier node.
+
+The same :class:`Surface` serves the session (which drives it with ``append`` /
+``replace`` / ``drop_calls`` after its rules passed) and the ``surface`` projection
+unit (which drives it event by event with :meth:`Surface.apply` and keeps its
+state as :meth:`Surface.messages` between batches, see :meth:`Surface.from_messages`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 from sessionstream.events import Event, SurfaceOp
@@ -130,6 +136,30 @@ def token_estimate(messages: Iterable[Message]) -> int:
     return sum(message_tokens(m) for m in messages)
 
 
+def pending_calls(messages: Iterable[Message]) -> list[tuple[str, int]]:
+    """(call_id, seq) of assistant tool calls on a surface with no tool result on it."""
+    messages = tuple(messages)
+    answered = {m.call_id for m in messages if m.call_id is not None}
+    return [
+        (c.call_id, m.seqs[0])
+        for m in messages
+        for c in m.tool_calls
+        if c.call_id not in answered
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceChange:
+    """What one surface operation did: the nodes it took out and the ones it put in.
+
+    Lets a reader keep an aggregate (the token estimate) incrementally:
+    ``total - token_estimate(removed) + token_estimate(added)``.
+    """
+
+    removed: tuple[Message, ...]
+    added: tuple[Message, ...]
+
+
 class Surface:
     """The current surface of one session, maintained incrementally.
 
@@ -142,8 +172,49 @@ class Surface:
         self._pos: dict[int, int] = {}  # node seq -> position
         self._call_node: dict[str, int] = {}  # call_id -> seq of the assistant node
         self._result_node: dict[str, int] = {}  # call_id -> seq of the tool result node
+        self._unanswered: dict[str, None] = {}  # calls on the surface with no result yet
         self._view: Messages | None = None
         self._shared = False  # a view over _nodes is out: copy before rewriting
+        self._revision = 0  # bumped before every change (see revision)
+
+    @classmethod
+    def from_messages(cls, messages: Iterable[Message]) -> Surface:
+        """A surface holding ``messages`` (a :meth:`messages` view or its JSON, loaded).
+
+        O(n): rebuilds the indexes; the projection unit uses it after ``load`` and
+        when it must branch from an older state.
+        """
+        surface = cls()
+        for message in messages:
+            surface.append(message)
+        surface._revision = 0
+        return surface
+
+    # -- driving it event by event (the projection unit) ---------------------------------
+    def apply(self, event: Event) -> SurfaceChange | None:
+        """Fold one event of a log the session rules accepted; None: nothing changed.
+
+        The same rules :class:`~sessionstream.session.Session` applies through
+        :meth:`append`, :meth:`replace` and :meth:`drop_calls`: a model-visible
+        append adds a node, a replace shadows its ``source_event_seqs``, and a turn
+        ending failed/cancelled/interrupted abandons the calls still unanswered.
+        Raises ValueError for a replace whose range is not on the surface.
+        """
+        if event.type == "turn/end":
+            if event.data["reason"] not in ABANDONING_REASONS or not self._unanswered:
+                return None
+            return self.drop_calls(list(self._unanswered), event.seq)
+        message = message_for(event)
+        if message is None:
+            return None
+        if event.surface_op is SurfaceOp.REPLACE:
+            seqs = event.source_event_seqs
+            problem = self.check_range(seqs)
+            if problem is not None:
+                raise ValueError(f"replace at seq {event.seq}: {problem}")
+            return self.replace(seqs, message)
+        self.append(message)
+        return SurfaceChange((), (message,))
 
     # -- reading -------------------------------------------------------------------------
     def messages(self) -> Messages:
@@ -156,6 +227,17 @@ class Surface:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    @property
+    def revision(self) -> int:
+        """Changes whenever the surface does: a holder of an older :meth:`messages`
+        view can tell the surface has moved on without it (and branch)."""
+        return self._revision
+
+    @property
+    def unanswered(self) -> tuple[str, ...]:
+        """Call ids of assistant tool calls on the surface with no result yet."""
+        return tuple(self._unanswered)
 
     def node_seqs(self) -> tuple[int, ...]:
         """The identity seq of each node, by position."""
@@ -213,58 +295,70 @@ class Surface:
     # -- writing (called by Session after its rules passed) ------------------------------
     def append(self, message: Message) -> None:
         """Add a node at the end: O(1)."""
+        self._revision += 1
         seq = message.seqs[0]
         self._pos[seq] = len(self._nodes)
         self._nodes.append(message)
         for call in message.tool_calls:
             self._call_node[call.call_id] = seq
+            self._unanswered[call.call_id] = None
         if message.call_id is not None:
             self._result_node[message.call_id] = seq
+            self._unanswered.pop(message.call_id, None)
 
-    def replace(self, seqs: Sequence[int], summary: Message) -> None:
+    def replace(self, seqs: Sequence[int], summary: Message) -> SurfaceChange:
         """Shadow the run of nodes ``seqs`` (checked) with ``summary`` at its position."""
+        self._revision += 1
         first = self._pos[seqs[0]]
         nodes = self._writable()
-        for seq in seqs:
-            node = nodes[self._pos[seq]]
+        removed = tuple(nodes[first : first + len(seqs)])
+        for node in removed:
             for call in node.tool_calls:
                 self._call_node.pop(call.call_id, None)
+                self._unanswered.pop(call.call_id, None)
             if node.call_id is not None:
                 self._result_node.pop(node.call_id, None)
-            del self._pos[seq]
+            del self._pos[node.seqs[0]]
         nodes[first : first + len(seqs)] = [summary]
         self._reindex(first)
+        return SurfaceChange(removed, (summary,))
 
-    def drop_calls(self, call_ids: Iterable[str], cause_seq: int) -> None:
+    def drop_calls(self, call_ids: Iterable[str], cause_seq: int) -> SurfaceChange | None:
         """Remove abandoned tool calls from their assistant nodes (turn ended failed…).
 
         The node keeps its content and gains ``cause_seq`` in its seqs (so the
         change is explainable); a node left with no content and no calls is dropped.
+        Returns None when none of ``call_ids`` is on the surface.
         """
         by_node: dict[int, set[str]] = {}
         for call_id in call_ids:
+            self._unanswered.pop(call_id, None)
             owner = self._call_node.pop(call_id, None)
             if owner is not None:
                 by_node.setdefault(owner, set()).add(call_id)
         if not by_node:
-            return
+            return None
+        self._revision += 1
         nodes = self._writable()
         lowest = len(nodes)
+        removed: list[Message] = []
+        added: list[Message] = []
         for owner, dropped in by_node.items():
             pos = self._pos[owner]
             node = nodes[pos]
-            calls = tuple(c for c in node.tool_calls if c.call_id not in dropped)
-            if not calls and _is_empty(node.content):
+            removed.append(node)
+            kept = abandon_calls(node, dropped, cause_seq)
+            if kept is None:
                 del self._pos[owner]
                 nodes[pos] = _DROPPED
                 lowest = min(lowest, pos)
             else:
-                nodes[pos] = Message(
-                    node.role, node.kind, node.content, (*node.seqs, cause_seq), tool_calls=calls
-                )
+                nodes[pos] = kept
+                added.append(kept)
         if lowest < len(nodes):
             nodes[:] = [n for n in nodes if n is not _DROPPED]
             self._reindex(lowest)
+        return SurfaceChange(tuple(removed), tuple(added))
 
     def _writable(self) -> list[Message]:
         if self._shared:
@@ -280,6 +374,18 @@ class Surface:
 
 
 _DROPPED = Message(Role.ASSISTANT, Kind.ASSISTANT, None, (-1,))
+
+
+def abandon_calls(node: Message, dropped: Iterable[str], cause_seq: int) -> Message | None:
+    """``node`` without its abandoned tool calls ``dropped`` (None: nothing is left of it).
+
+    The rewritten node gains ``cause_seq`` (the turn/end) in its seqs.
+    """
+    gone = set(dropped)
+    calls = tuple(c for c in node.tool_calls if c.call_id not in gone)
+    if not calls and _is_empty(node.content):
+        return None
+    return Message(node.role, node.kind, node.content, (*node.seqs, cause_seq), tool_calls=calls)
 
 
 def _is_empty(content: object) -> bool:
@@ -309,13 +415,10 @@ def derive_from_scratch(events: Iterable[Event]) -> tuple[Message, ...]:
                 kept: list[Message] = []
                 for node in nodes:
                     if any(c.call_id in open_calls for c in node.tool_calls):
-                        calls = tuple(c for c in node.tool_calls if c.call_id not in open_calls)
-                        if not calls and _is_empty(node.content):
+                        rewritten = abandon_calls(node, open_calls, event.seq)
+                        if rewritten is None:
                             continue
-                        node = Message(
-                            node.role, node.kind, node.content, (*node.seqs, event.seq),
-                            tool_calls=calls,
-                        )
+                        node = rewritten
                     kept.append(node)
                 nodes = kept
         message = message_for(event)

@@ -452,15 +452,8 @@ def _quarantine(kind: str, reason: str, seq: int, offset: int) -> dict[str, Any]
 
 
 def _rejection_json(event: Event, decision: Any, offset: int) -> dict[str, Any]:
-    return {
-        "reason": str(decision.verdict),
-        "detail": decision.reason,
-        "seq": event.seq,
-        "event_id": event.event_id,
-        "type": event.type,
-        "writer": {"id": event.writer.id, "epoch": event.writer.epoch},
-        "offset": offset,
-    }
+    """``Decision.to_json`` plus where the refused record sits in the topic."""
+    return {**decision.to_json(event), "offset": offset}
 
 
 def _tp(topic: str, partition: int) -> str:

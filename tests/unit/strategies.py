@@ -2,7 +2,10 @@
 
 ``sessions()`` drives a Session through any valid next event (turns, steps, tool
 calls answered in any order, steering, failed/cancelled turns with calls pending,
-compactions inside and across turns); Hypothesis shrinks the choices.
+compactions inside and across turns, domain and business/* events); Hypothesis
+shrinks the choices. ``logs()`` / :func:`random_log` add events of a plugin type
+the catalog does not know (ignorable), admitted through the same Session: every
+generated log is one the write-time rules accept.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import pytest
 from hypothesis import strategies as st
 
 from sessionstream.errors import InvariantViolation
-from sessionstream.events import CountingClock, Event, SequentialIds
+from sessionstream.events import CountingClock, Event, SequentialIds, make_event
 from sessionstream.session import Session
-from sessionstream.simulate import random_walk, simulate_session
+from sessionstream.simulate import Choose, random_walk, simulate_session
+
+#: A type no catalog knows, marked ignorable: readers keep it and skip it.
+PLUGIN_TYPE = "plugin/thing"
 
 
 def new_session(session_id: str = "s1", **kwargs: Any) -> Session:
@@ -36,6 +42,48 @@ def sessions(draw: st.DrawFn, *, min_steps: int = 0, max_steps: int = 120) -> Se
         return draw(st.integers(0, n - 1)) if n > 1 else 0
 
     return random_walk(session, choose, steps)
+
+
+def admit_plugin_event(session: Session, type: str = PLUGIN_TYPE,
+                       data: dict[str, Any] | None = None) -> Event:
+    """Admit an event of an unknown ignorable type (as a reader of a newer log would)."""
+    last = session.events[-1]
+    event = make_event(
+        session_id=session.session_id, seq=session.next_seq,
+        event_id=f"{session.session_id}-plugin-{session.next_seq}", time=last.time + 1,
+        type=type, data=data if data is not None else {"x": session.next_seq},
+        writer=session.writer, ignorable=True,
+        turn_id=session.open_turn, step_id=session.open_step,
+    )
+    session.admit(event)
+    return event
+
+
+def walk_with_plugins(session: Session, choose: Choose, steps: int) -> Session:
+    """:func:`random_walk`, with an unknown ignorable event now and then (1 in 12)."""
+    for _ in range(steps):
+        if choose(12) == 0:
+            admit_plugin_event(session)
+        else:
+            random_walk(session, choose, 1)
+    return session
+
+
+@st.composite
+def logs(draw: st.DrawFn, *, min_steps: int = 0, max_steps: int = 120) -> list[Event]:
+    """A valid log after a random walk that also admits unknown ignorable events."""
+    steps = draw(st.integers(min_steps, max_steps))
+
+    def choose(n: int) -> int:
+        return draw(st.integers(0, n - 1)) if n > 1 else 0
+
+    return list(walk_with_plugins(new_session("log"), choose, steps).events)
+
+
+def random_log(seed: int, steps: int = 120) -> list[Event]:
+    """Like :func:`logs`, driven by ``random.Random(seed)`` (benches, fixed examples)."""
+    rng = random.Random(seed)
+    return list(walk_with_plugins(new_session(f"s{seed % 97}"), rng.randrange, steps).events)
 
 
 @st.composite

@@ -17,6 +17,7 @@ from sessionstream.jsonl import read_jsonl
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LAB = FIXTURES / "lab_two_step.jsonl"
 TRUNCATED = FIXTURES / "lab_two_step_truncated.jsonl"
+COMPACTED = FIXTURES / "lab_compacted.jsonl"
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -114,6 +115,41 @@ def test_explain_names_the_source_of_every_part() -> None:
             "source": "adapter-default"} in parts
     ctx = [p for p in parts if p["part"] == "message" and p["kind"] == "context"]
     assert ctx[0]["snapshot_id"] == "ctx-workspace"
+
+
+def test_explain_shows_the_seqs_a_compaction_summary_replaced() -> None:
+    events = read_jsonl(COMPACTED)
+    replace = next(e for e in events if e.surface_op.value == "replace")
+    code, out, _ = run("explain", str(COMPACTED), "--json")
+    assert code == 0
+    summaries = [p for p in json.loads(out) if p["part"] == "message" and p["kind"] == "summary"]
+    assert summaries == [{"part": "message", "index": summaries[0]["index"], "role": "user",
+                          "kind": "summary", "seqs": [replace.seq],
+                          "replaces": list(replace.source_event_seqs)}]
+    # the replaced seqs are shadowed: no other message comes from them
+    others = {s for p in json.loads(out) if p["part"] == "message" for s in p["seqs"]}
+    assert others.isdisjoint(replace.source_event_seqs)
+    code, out, _ = run("explain", str(COMPACTED))
+    seqs = ",".join(map(str, replace.source_event_seqs))
+    assert code == 0 and f"(summary) from seq {replace.seq}, replaces seqs {seqs}" in out
+
+
+def test_explain_text_names_snapshots_calls_and_results() -> None:
+    code, out, _ = run("explain", str(LAB))
+    assert code == 0
+    assert "message  #0 user (context) from seq 1, snapshot ctx-workspace" in out
+    assert "calls call-1" in out and "result of call-1" in out
+    assert 'header   {"field": "max_tokens", "source": "adapter-default", "value": 1024}' in out
+
+
+def test_simulated_fixtures_are_what_the_generator_writes() -> None:
+    from sessionstream.jsonl import dumps_line
+    from tests.fixtures.generate import FIXTURES as GENERATED
+
+    for name, make in GENERATED.items():
+        expected = "".join(dumps_line(e) + "\n" for e in make())
+        assert (FIXTURES / name).read_text(encoding="utf-8") == expected, (
+            f"tests/fixtures/{name} is stale: run python -m tests.fixtures.generate")
 
 
 def test_explain_refuses_while_a_tool_call_is_unanswered() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from sessionstream import rules_doc, session
 from sessionstream.catalog import default_catalog
 from sessionstream.catalog_doc import render
+from sessionstream.rules_doc import embedded
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -18,3 +21,19 @@ def test_events_md_is_generated_from_the_catalog() -> None:
 def test_every_catalog_type_is_documented() -> None:
     text = (DOCS / "events.md").read_text(encoding="utf-8")
     assert all(f"`{t.name}`" in text for t in default_catalog())
+
+
+def test_architecture_rule_table_is_generated_from_the_session_module() -> None:
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    assert embedded(text) == rules_doc.render(), (
+        "docs/architecture.md's rule table is stale: run python -m sessionstream.rules_doc")
+
+
+def test_every_rule_the_session_raises_is_in_the_table_and_nothing_else() -> None:
+    """The docstring table lists exactly the rule names session.py can raise."""
+    source = (Path(session.__file__)).read_text(encoding="utf-8")
+    raised = set(re.findall(r'(?:_fail\(|InvariantViolation\(|rule = )\s*"([a-z-]+)"', source))
+    raised |= set(re.findall(r'else "([a-z-]+)"', source))  # rule = "a" if … else "b"
+    documented = {name for name, _ in rules_doc.rules()}
+    assert raised - documented == set(), "rules raised but not documented"
+    assert documented - raised == {"unknown-ignorable-type"}, "documented but never raised"

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionstream.errors import ProjectionError
@@ -14,7 +14,8 @@ from sessionstream.events import Event
 from sessionstream.jsonvalue import JsonValue
 from sessionstream.projections import ProjectionUnit, Registry, Snapshot, default_registry
 from sessionstream.projections.index import IndexUnit
-from tests.unit.logbuilder import LogBuilder, random_log
+from tests.unit.logbuilder import LogBuilder
+from tests.unit.strategies import PLUGIN_TYPE, logs, random_log
 
 
 class Counter(ProjectionUnit[int]):
@@ -84,7 +85,7 @@ def test_unrelated_and_unknown_events_leave_every_unit_state_identical():
     b = LogBuilder()
     b.tool_turn("q", [("c1", "search")])
     states = reg.fold(b.events).states
-    unknown = b.add("vendor/telemetry", {"x": 1}, ignorable=True)
+    unknown = b.add("vendor/telemetry", {"x": 1})
     new, changed = reg.apply(states, unknown)
     assert changed == ("index",)  # the index counts every event; nobody else reads it
     assert all(new[k] is states[k] for k in reg.unit_keys() if k != "index")
@@ -136,11 +137,30 @@ def _incremental(reg: Registry, events: list[Event]) -> Snapshot:
     return Snapshot(reg, events[-1].seq if events else -1, states)
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), actions=st.integers(1, 40))
-def test_replay_from_seq_zero_equals_the_incrementally_folded_state(seed, actions):
+PROFILE = settings(max_examples=60, deadline=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def test_generated_logs_cover_what_the_units_must_handle():
+    """The generator reaches every shape the unit tests below rely on."""
+    types: set[str] = set()
+    reasons: set[str] = set()
+    for seed in range(40):
+        for e in random_log(seed, 150):
+            types.add(e.type)
+            if e.type == "turn/end":
+                reasons.add(e.data["reason"])
+    assert {PLUGIN_TYPE, "compaction/summary", "compaction/end", "business/metric",
+            "business/filters", "business/approval", "goal/set", "plan/set", "todo/update",
+            "tool/result", "context/snapshot"} <= types
+    assert any(e.surface_op.value == "replace" for e in random_log(3, 400))
+    assert {"completed", "failed", "cancelled", "interrupted"} <= reasons
+
+
+@PROFILE
+@given(logs(max_steps=80))
+def test_replay_from_seq_zero_equals_the_incrementally_folded_state(events):
     reg = default_registry()
-    events = random_log(seed, actions)
     replay = reg.fold(events)
     incremental = _incremental(reg, events)
     assert replay.as_of_seq == incremental.as_of_seq
@@ -148,11 +168,10 @@ def test_replay_from_seq_zero_equals_the_incrementally_folded_state(seed, action
     assert dict(replay.states) == dict(incremental.states)
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), actions=st.integers(1, 40), data=st.data())
-def test_folding_in_batches_with_dump_and_load_between_equals_one_fold(seed, actions, data):
+@PROFILE
+@given(logs(max_steps=80), st.data())
+def test_folding_in_batches_with_dump_and_load_between_equals_one_fold(events, data):
     reg = default_registry()
-    events = random_log(seed, actions)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), max_size=6)))
     snap = reg.fold([])
     start = 0
@@ -165,20 +184,20 @@ def test_folding_in_batches_with_dump_and_load_between_equals_one_fold(seed, act
     assert dict(snap.states) == dict(whole.states)
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_views_and_dumps_are_plain_json(seed):
-    snap = default_registry().fold(random_log(seed, 30))
+@PROFILE
+@given(logs(max_steps=60))
+def test_views_and_dumps_are_plain_json(events):
+    snap = default_registry().fold(events)
     for value in (snap.views(), snap.dump()):
         assert json.loads(json.dumps(value)) == value
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_every_unit_keeps_its_state_object_for_event_types_it_does_not_declare(seed):
+@PROFILE
+@given(logs(max_steps=60))
+def test_every_unit_keeps_its_state_object_for_event_types_it_does_not_declare(events):
     reg = default_registry()
     states: Any = reg.init_states()
-    for e in random_log(seed, 25):
+    for e in events:
         for unit in reg.units:
             if unit.types is not None and e.type not in unit.types:
                 assert unit.apply(states[unit.key], e) is states[unit.key], (unit.key, e.type)

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from sessionstream.admission import AdmissionState, admit
+from sessionstream.events import Writer
 from sessionstream.messages import Kind
 from sessionstream.projections import default_registry, quarantine, record_rejection
 from sessionstream.projections.business import BusinessUnit
 from sessionstream.projections.compaction import CompactionUnit
 from sessionstream.projections.index import IndexUnit
 from sessionstream.projections.rejections import RECENT, RejectionsUnit
-from sessionstream.projections.surface import SurfaceUnit, pending_calls
+from sessionstream.projections.surface import SurfaceUnit
 from sessionstream.projections.tools import ToolsUnit
 from sessionstream.projections.turns import TurnsUnit
 from sessionstream.projections.vec import Vec
+from sessionstream.surface import pending_calls
 from tests.unit.logbuilder import LogBuilder
 
 
@@ -67,7 +71,7 @@ def test_turns_unit_returns_the_same_state_for_events_it_does_not_read():
     b = LogBuilder()
     state = unit.init()
     for e in [b.user("hi"), b.add("todo/add", {"id": "1", "text": "x"}),
-              b.add("vendor/x", {}, ignorable=True)]:
+              b.add("vendor/x", {})]:
         assert unit.apply(state, e) is state
 
 
@@ -148,8 +152,7 @@ def test_compaction_replace_puts_the_summary_where_the_shadowed_nodes_were():
     s1 = b.user("one").seq
     s2 = b.user("two").seq
     s3 = b.user("three").seq
-    b.add("compaction/start", {"compaction_id": "k", "trigger": "manual"})
-    summary = b.add("user/message", {"content": "sum"}, surface_op="replace", source=[s1, s2])
+    summary = b.compact([s1, s2])
     snap = default_registry().fold(b.events)
     msgs = snap.view("surface")["messages"]
     assert [(m["kind"], m["seqs"]) for m in msgs] == [("summary", [summary.seq]),
@@ -172,7 +175,7 @@ def test_failed_turn_drops_unanswered_calls_from_the_surface():
     assert [c.call_id for c in assistant.tool_calls] == ["c1"]
 
 
-def test_attachment_results_show_head_tail_and_reference_on_the_surface():
+def test_attachment_results_show_the_reference_as_derive_messages_does():
     b = LogBuilder()
     b.add("turn/start")
     b.add("step/start")
@@ -182,8 +185,10 @@ def test_attachment_results_show_head_tail_and_reference_on_the_surface():
         "sha256": "ab" * 32, "size": 10**6, "media_type": "text/plain",
         "head": "first", "tail": "last"}}, surface_op="append")
     msg = views(b)["surface"]["messages"][-1]
-    assert msg["content"] == {"attachment": "ab" * 32, "size": 10**6, "head": "first",
-                              "tail": "last"}
+    assert msg["content"] == {"attachment": {
+        "sha256": "ab" * 32, "size": 10**6, "media_type": "text/plain", "head": "first",
+        "tail": "last"}}
+    assert msg == b.session.derive_messages()[-1].to_json()
 
 
 def test_surface_unit_ignores_chunks_headers_and_domain_events():
@@ -343,19 +348,66 @@ def test_compaction_unit_ignores_plain_user_messages():
 
 # rejections and index -----------------------------------------------------------------
 
-def test_rejections_are_fed_by_admission_verdicts_not_by_events():
+def _rejections_of_a_zombie_and_a_gap(n_stale: int) -> tuple[list, list]:
+    """Real admission decisions: a log, a zombie writer re-sending, and a gap."""
+    b = LogBuilder()
+    b.user("x")
+    events = b.events
+    state = AdmissionState(b.session.session_id)
+    for e in events:
+        state = admit(state, e).state
+    state = admit(state, replace(events[1], event_id="new", seq=2, writer=Writer("new", 1))).state
+    refused = [replace(events[1], event_id=f"zombie-{i}", seq=3, writer=Writer("old", 0))
+               for i in range(n_stale)]
+    refused.append(replace(events[1], event_id="ahead", seq=9, writer=Writer("new", 1)))
+    return refused, [admit(state, e) for e in refused]
+
+
+def test_rejections_are_fed_by_admission_decisions_not_by_events():
     unit = RejectionsUnit()
     s = unit.init()
     b = LogBuilder()
     assert unit.apply(s, b.user("x")) is s
-    for i in range(RECENT + 5):
-        s = record_rejection(s, {"verdict": "rejected", "reason": "stale_epoch", "seq": i})
-    s = record_rejection(s, {"verdict": "rejected", "reason": "seq_gap", "seq": 99})
+    refused, decisions = _rejections_of_a_zombie_and_a_gap(RECENT + 5)
+    for e, d in zip(refused, decisions, strict=True):
+        assert d.rejected
+        s = record_rejection(s, d.to_json(e))
     v = unit.view(s)
     assert v["total"] == RECENT + 6
-    assert v["by_reason"] == {"seq_gap": 1, "stale_epoch": RECENT + 5}
-    assert len(v["recent"]) == RECENT and v["recent"][-1]["reason"] == "seq_gap"
+    assert v["by_verdict"] == {"seq_gap": 1, "stale_epoch": RECENT + 5}
+    assert len(v["recent"]) == RECENT
+    last = v["recent"][-1]
+    assert last == decisions[-1].to_json(refused[-1])
+    assert (last["verdict"], last["seq"], last["next_seq"], last["writer"]) == (
+        "seq_gap", 9, 3, {"id": "new", "epoch": 1})
+    assert "missing" in last["reason"]  # the sentence for humans, not the grouping key
     assert unit.view(unit.load(json.loads(json.dumps(unit.dump(s))))) == v
+
+
+def test_record_rejection_keeps_extra_keys_such_as_the_offset():
+    refused, decisions = _rejections_of_a_zombie_and_a_gap(1)
+    s = record_rejection(RejectionsUnit().init(), {**decisions[0].to_json(refused[0]),
+                                                   "offset": 42})
+    assert RejectionsUnit().view(s)["recent"][0]["offset"] == 42
+
+
+def test_record_rejection_refuses_what_is_not_a_rejection_decision():
+    unit = RejectionsUnit()
+    b = LogBuilder()
+    e = b.events[0]
+    admitted = admit(AdmissionState(e.session_id), e)
+    duplicate = admit(admitted.state, e)
+    for d in (admitted, duplicate):
+        with pytest.raises(ValueError, match="not a rejection"):
+            record_rejection(unit.init(), d.to_json(e))
+    with pytest.raises(ValueError, match="lacks"):
+        record_rejection(unit.init(), {"reason": "stale_epoch", "seq": 1})
+
+
+def test_rejections_state_of_the_older_shape_still_loads():
+    unit = RejectionsUnit()
+    s = unit.load({"total": 2, "by_reason": {"stale_epoch": 2}, "recent": []})
+    assert unit.view(s)["by_verdict"] == {"stale_epoch": 2}
 
 
 def test_index_summarizes_the_session_for_listing():

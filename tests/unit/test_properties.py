@@ -1,7 +1,8 @@
-"""Hypothesis properties of the core over random valid sessions."""
+"""Hypothesis properties of the core over random valid sessions (and the surface unit)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -10,10 +11,11 @@ from hypothesis import strategies as st
 from sessionstream.admission import AdmissionState, Verdict, admit
 from sessionstream.events import Event, Writer
 from sessionstream.fork import fork, stable_tail
+from sessionstream.projections.surface import SurfaceUnit
 from sessionstream.recovery import recover
 from sessionstream.session import Session
-from sessionstream.surface import derive_from_scratch
-from tests.unit.strategies import lab_sessions, sessions
+from sessionstream.surface import derive_from_scratch, token_estimate
+from tests.unit.strategies import lab_sessions, logs, random_log, sessions
 
 PROFILE = settings(max_examples=120, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -121,3 +123,52 @@ def test_stale_epochs_are_rejected_after_a_takeover(session: Session, data: st.D
     for e in events[:k] + new_writer[:1]:
         state = admit(state, e).state
     assert admit(state, zombie).verdict is Verdict.STALE_EPOCH
+
+
+def _assert_surface_unit_follows_the_session(events: list[Event], cuts: set[int]) -> None:
+    """Fold the surface unit event by event beside a Session admitting the same events;
+    at every prefix the unit's view is derive_messages() as JSON, with its token estimate.
+    At the seqs in ``cuts`` the unit's state goes through dump → JSON text → load."""
+    unit = SurfaceUnit()
+    state = unit.init()
+    session = Session(events[0].session_id)
+    for e in events:
+        session.admit(e)
+        state = unit.apply(state, e)
+        if e.seq in cuts:
+            state = unit.load(json.loads(json.dumps(unit.dump(state))))
+        view = unit.view(state)
+        expected = session.derive_messages()
+        assert view["messages"] == expected.to_json(), f"after seq {e.seq} ({e.type})"
+        assert view["count"] == len(expected)
+        assert view["token_estimate"] == token_estimate(expected)
+
+
+@PROFILE
+@given(logs(), st.data())
+def test_surface_unit_view_equals_derive_messages_at_every_prefix(
+    events: list[Event], data: st.DataObject
+) -> None:
+    cuts = set(data.draw(st.lists(st.integers(0, len(events) - 1), max_size=4)))
+    _assert_surface_unit_follows_the_session(events, cuts)
+
+
+@PROFILE
+@given(lab_sessions(), st.data())
+def test_surface_unit_view_equals_derive_messages_on_lab_sessions(
+    events: list[Event], data: st.DataObject
+) -> None:
+    cuts = set(data.draw(st.lists(st.integers(0, len(events) - 1), max_size=4)))
+    _assert_surface_unit_follows_the_session(events, cuts)
+
+
+def test_the_property_sees_compactions_and_abandoned_calls() -> None:
+    """The generator behind the properties above reaches the rules they must compare."""
+    replaced = abandoned = 0
+    for seed in range(30):
+        events = random_log(seed, 200)
+        _assert_surface_unit_follows_the_session(events, {len(events) // 2})
+        replaced += sum(e.surface_op.value == "replace" for e in events)
+        s = Session.from_events(events)
+        abandoned += sum(len(m.seqs) > 1 for m in s.derive_messages())
+    assert replaced > 0 and abandoned > 0

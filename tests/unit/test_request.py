@@ -28,6 +28,7 @@ from sessionstream.request import (
     header_from_event,
     materialize_context,
     render,
+    replaced_seqs,
     resolve_header,
     resolve_tools,
 )
@@ -37,7 +38,7 @@ HEADER = RequestHeader("openai", "gpt-x", sources=(("model", "agent"), ("provide
 
 
 def surface(b: LogBuilder):
-    return default_registry().fold(b.events).states["surface"].messages.to_list()
+    return list(default_registry().fold(b.events).states["surface"].messages)
 
 
 def prompts() -> PromptRegistry:
@@ -240,3 +241,21 @@ def test_explain_names_the_source_of_every_part():
     assert ctx["snapshot_id"] == b.events[1].data["snapshot_id"]
     assert all(m["seqs"] for m in messages)
     assert any(m.get("call_id") == "c1" for m in messages)
+
+
+def test_explain_lists_the_seqs_a_summary_replaced():
+    b = _session()
+    shadowed = b.nodes[1:4]  # the user message, the call and its result
+    summary = b.compact(shadowed)
+    req = assemble(b.session.derive_messages(), prompts(), header=HEADER,
+                   variables={"tenant": "t"}, replaced=replaced_seqs(b.events))
+    assert req.replaced == ((summary.seq, tuple(shadowed)),)
+    msgs = [p for p in explain(req) if p["part"] == "message"]
+    assert [m for m in msgs if m["kind"] == "summary"] == [{
+        "part": "message", "index": 1, "role": "user", "kind": "summary",
+        "seqs": [summary.seq], "replaces": shadowed}]
+    # without the map the summary is still marked, with nothing to cite
+    bare = assemble(b.session.derive_messages(), prompts(), header=HEADER,
+                    variables={"tenant": "t"})
+    assert [m["replaces"] for m in explain(bare) if m["part"] == "message"
+            and m["kind"] == "summary"] == [None]
