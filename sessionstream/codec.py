@@ -31,8 +31,8 @@ from sessionstream.errors import (
     UnknownRequiredEvent,
     UnsupportedFormat,
 )
-from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, mark_lossless
-from sessionstream.jsonvalue import loads_frozen
+from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
+from sessionstream.jsonvalue import loads_checked
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8  # magic + CRC-64-AVRO fingerprint
@@ -209,9 +209,10 @@ def _to_event(record: dict[str, Any]) -> Event:
         raise UnsupportedFormat(session_id, seq, version, FORMAT_VERSION)
     if version < 1:
         raise CorruptRecord(f"session {session_id!r} seq {seq}: format_version {version} < 1")
+    text = record["data"]
     try:
-        data = loads_frozen(record["data"])
-    except (InvalidData, ValueError) as exc:
+        value, frozen = loads_checked(text)  # the trust boundary: see the module docstring
+    except (InvalidData, ValueError, RecursionError) as exc:
         raise CorruptRecord(
             f"session {session_id!r} seq {seq}: data is not lossless JSON text: {exc}"
         ) from exc
@@ -219,22 +220,11 @@ def _to_event(record: dict[str, Any]) -> Event:
     op = _SURFACE_OPS.get(record["surface_op"])
     if op is None:  # the Avro enum only holds known symbols; kept for a newer reader schema
         op = SurfaceOp(record["surface_op"])
-    event = Event(
-        session_id=session_id,
-        seq=seq,
-        event_id=record["event_id"],
-        time=record["time"],
-        type=record["type"],
-        data=data,
-        surface_op=op,
-        source_event_seqs=tuple(record["source_event_seqs"]),
-        writer=_writer(w["id"], w["epoch"]),
-        format_version=version,
-        ignorable=record["ignorable"],
-        turn_id=record["turn_id"],
-        step_id=record["step_id"],
+    return decoded_event(
+        session_id, seq, record["event_id"], record["time"], record["type"], text, value,
+        frozen, op, tuple(record["source_event_seqs"]), _writer(w["id"], w["epoch"]),
+        version, record["ignorable"], record["turn_id"], record["step_id"],
     )
-    return mark_lossless(event)  # loads_frozen checked data while parsing
 
 
 @cache

@@ -275,6 +275,22 @@ def loads_frozen(text: str) -> JsonValue:
         value = _DECODER.decode(text)
         check_lossless(value)
         return freeze(value)
+    value, frozen = loads_checked(text)
+    return value if frozen else freeze(value)
+
+
+def loads_checked(text: str) -> tuple[JsonValue, bool]:
+    """Parse lossless JSON text once; returns ``(value, frozen)`` (the codec's decode).
+
+    The full check of :func:`loads_frozen` without its freezing walk: ``frozen`` is
+    True when the value is already in read-only containers (text without arrays:
+    objects are frozen by the C parser's object hook); otherwise the value is plain,
+    checked, and the caller freezes it when it is first needed (``freeze``).
+    """
+    if "\\u" in text or text.count("[") + text.count("{") > MAX_DEPTH:
+        value = _DECODER.decode(text)
+        check_lossless(value)
+        return value, False
     if "[" not in text:
-        return _FROZEN_OBJECTS.decode(text)
-    return freeze(_DECODER.decode(text))
+        return _FROZEN_OBJECTS.decode(text), True
+    return _DECODER.decode(text), False

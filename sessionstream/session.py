@@ -359,7 +359,7 @@ class Session:
             return
         # The trust boundary: an Event built by make_event, Session.append or the codec
         # had its data verified when it was built (and data is frozen); any other
-        # Event (constructed directly, or via dataclasses.replace) is checked here.
+        # Event (constructed directly, or Event.replace with new data) is checked here.
         if not event.lossless_checked:
             check_lossless(event.data)
         etype.schema.check(event.type, event.data)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from sessionstream.admission import WINDOW, AdmissionState, Verdict, admit
@@ -45,9 +43,9 @@ def test_redelivered_event_is_a_duplicate_and_changes_nothing() -> None:
 def test_lower_epoch_is_a_zombie_writer() -> None:
     events = log()
     state = run(events[:2])
-    newer = replace(events[2], writer=Writer("w2", 2))
+    newer = events[2].replace(writer=Writer("w2", 2))
     state = admit(state, newer).state
-    zombie = replace(events[3], writer=Writer("w", 1))
+    zombie = events[3].replace(writer=Writer("w", 1))
     d = admit(state, zombie)
     assert d.verdict is Verdict.STALE_EPOCH and d.state is state
     assert "epoch 1" in d.reason and "epoch 2" in d.reason and "session s" in d.reason
@@ -58,7 +56,7 @@ def test_gap_and_conflict_are_rejected() -> None:
     state = run(events[:2])
     gap = admit(state, events[3])
     assert gap.verdict is Verdict.SEQ_GAP and gap.state is state and "missing" in gap.reason
-    other = replace(events[1], event_id="someone-else")
+    other = events[1].replace(event_id="someone-else")
     conflict = admit(state, other)
     assert conflict.verdict is Verdict.SEQ_CONFLICT and conflict.state is state
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -356,10 +355,10 @@ def _rejections_of_a_zombie_and_a_gap(n_stale: int) -> tuple[list, list]:
     state = AdmissionState(b.session.session_id)
     for e in events:
         state = admit(state, e).state
-    state = admit(state, replace(events[1], event_id="new", seq=2, writer=Writer("new", 1))).state
-    refused = [replace(events[1], event_id=f"zombie-{i}", seq=3, writer=Writer("old", 0))
+    state = admit(state, events[1].replace(event_id="new", seq=2, writer=Writer("new", 1))).state
+    refused = [events[1].replace(event_id=f"zombie-{i}", seq=3, writer=Writer("old", 0))
                for i in range(n_stale)]
-    refused.append(replace(events[1], event_id="ahead", seq=9, writer=Writer("new", 1)))
+    refused.append(events[1].replace(event_id="ahead", seq=9, writer=Writer("new", 1)))
     return refused, [admit(state, e) for e in refused]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,8 +116,8 @@ def test_admission_is_independent_of_duplicate_deliveries(
 def test_stale_epochs_are_rejected_after_a_takeover(session: Session, data: st.DataObject) -> None:
     events = list(session.events)
     k = data.draw(st.integers(1, len(events) - 1))
-    new_writer = [replace(e, writer=Writer("new", 1)) for e in events[k:]]
-    zombie = replace(events[k], event_id="zombie", writer=Writer("old", 0))
+    new_writer = [e.replace(writer=Writer("new", 1)) for e in events[k:]]
+    zombie = events[k].replace(event_id="zombie", writer=Writer("old", 0))
     state = AdmissionState("walk")
     for e in events[:k] + new_writer[:1]:
         state = admit(state, e).state

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from sessionstream.errors import (
@@ -423,7 +421,7 @@ def test_admit_refuses_another_session() -> None:
     s = new_session()
     r = Session.from_events(s.events)
     with pytest.raises(InvariantViolation) as info:
-        r.admit(replace(s.append("turn/start"), session_id="other"))
+        r.admit(s.append("turn/start").replace(session_id="other"))
     assert info.value.rule == "session-mismatch"
 
 
@@ -432,7 +430,7 @@ def test_admit_refuses_a_stale_epoch() -> None:
     e = s.append("turn/start")
     r = Session.from_events(s.events[:1])
     with pytest.raises(InvariantViolation) as info:
-        r.admit(replace(e, writer=Writer("zombie", 4)))
+        r.admit(e.replace(writer=Writer("zombie", 4)))
     assert info.value.rule == "stale-epoch" and r.next_seq == 1
 
 
@@ -441,7 +439,7 @@ def test_admit_applies_the_same_rules_as_append() -> None:
     e = s.append("assistant/chunk", {"text": "x"})
     r = Session.from_events(s.events[:2])  # turn open, no step
     with pytest.raises(InvariantViolation) as info:
-        r.admit(replace(e, seq=2, step_id=None))
+        r.admit(e.replace(seq=2, step_id=None))
     assert info.value.rule == "outside-step"
 
 
@@ -450,10 +448,10 @@ def test_admit_checks_stamped_turn_and_step_ids() -> None:
     e = s.append("assistant/chunk", {"text": "x"})
     r = Session.from_events(s.events[:3])
     with pytest.raises(InvariantViolation) as info:
-        r.admit(replace(e, turn_id="other"))
+        r.admit(e.replace(turn_id="other"))
     assert info.value.rule == "turn-mismatch"
     with pytest.raises(InvariantViolation) as info:
-        r.admit(replace(e, step_id=None))
+        r.admit(e.replace(step_id=None))
     assert info.value.rule == "step-mismatch"
 
 
@@ -461,7 +459,7 @@ def test_admit_keeps_unknown_ignorable_events_outside_the_rules() -> None:
     s = new_session()
     base = s.append("turn/start")
     r = Session.from_events(s.events)
-    r.admit(replace(base, seq=2, type="future/thing", ignorable=True, turn_id=None,
+    r.admit(base.replace(seq=2, type="future/thing", ignorable=True, turn_id=None,
                     data=FrozenMap({"x": 1})))
     assert r.next_seq == 3 and r.events[-1].type == "future/thing"
     assert r.open_turn == base.turn_id
@@ -472,7 +470,7 @@ def test_admit_refuses_unknown_required_events() -> None:
     base = s.append("turn/start")
     r = Session.from_events(s.events[:1])
     with pytest.raises(UnknownEventType):
-        r.admit(replace(base, type="future/thing", ignorable=False))
+        r.admit(base.replace(type="future/thing", ignorable=False))
     assert r.next_seq == 1
 
 
@@ -481,7 +479,7 @@ def test_admit_refuses_a_newer_format_version() -> None:
     e = s.append("turn/start")
     r = Session.from_events(s.events[:1])
     with pytest.raises(UnsupportedFormat):
-        r.admit(replace(e, format_version=FORMAT_VERSION + 1))
+        r.admit(e.replace(format_version=FORMAT_VERSION + 1))
 
 
 def test_admit_refuses_lossy_data() -> None:
@@ -489,5 +487,5 @@ def test_admit_refuses_lossy_data() -> None:
     e = s.append("user/message", {"content": "x"})
     r = Session.from_events(s.events[:1])
     with pytest.raises(InvalidData):
-        r.admit(replace(e, data=FrozenMap({"content": float("inf")})))
+        r.admit(e.replace(data=FrozenMap({"content": float("inf")})))
     assert r.next_seq == 1
