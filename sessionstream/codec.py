@@ -6,6 +6,15 @@ CRC-64-AVRO fingerprint of the writer schema + the schemaless Avro body
 ``schemas/`` is known by its fingerprint; a record is resolved from its writer
 schema to the newest one. Every failure leaves this module as a
 :class:`~sessionstream.errors.CodecError`, never as a fastavro/struct exception.
+
+Trust boundary for ``data``: the bytes are not trusted (any producer can write a
+record with our fingerprint), so ``decode`` parses the text in full and checks it is
+lossless JSON *before* returning an Event; a bad one is a ``CorruptRecord`` here, at
+decode, where readers send it to the dead-letter topic — never later, in a projection.
+What decode skips: freezing arrays (done on first access of ``Event.data``, from the
+already-checked private value) and re-rendering the text (the Event keeps the record's
+text: re-encoding a decoded event is byte-identical, even for valid JSON that is not
+canonical). Equality compares values, never texts.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ import contextlib
 import copy
 import io
 import json
+import pickle
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
@@ -33,7 +35,14 @@ from sessionstream.errors import (
     UnsupportedFormat,
 )
 from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
-from sessionstream.jsonvalue import INT_MAX, INT_MIN
+from sessionstream.jsonvalue import (
+    INT_MAX,
+    INT_MIN,
+    FrozenList,
+    FrozenMap,
+    canonical_dumps,
+    thaw,
+)
 
 V1 = json.loads(schema_files()[0].read_text(encoding="utf-8"))
 
@@ -125,9 +134,89 @@ def test_avro_round_trip_is_exact_for_random_valid_events(
                    data=data, surface_op=op, source_event_seqs=sources,
                    writer=Writer("w", epoch), ignorable=ignorable, turn_id=turn_id,
                    step_id=step_id)
-    back = decode(encode(e))
-    assert back == e
+    payload = encode(e)
+    back = decode(payload)
+    assert back == e and hash(back) == hash(e)
     assert back.data_json() == e.data_json()  # same canonical text: big ints, floats exact
+    assert canonical_dumps(back.data) == e.data_json()  # the value itself came back exact
+    assert encode(back) == payload  # re-encoding a decoded event is byte-identical
+
+
+# -- data kept as text and value (docs/adr/0002: the trust boundary) ------------------
+
+WITH_ARRAYS = {"call_id": "c1", "name": "search", "arguments": {"ids": [1, [2, {"x": [3]}]]}}
+
+
+@pytest.mark.parametrize("data", [{}, {"content": "hi", "n": 2**62}, WITH_ARRAYS])
+def test_a_decoded_event_equals_and_hashes_like_the_event_built_in_memory(data: Any) -> None:
+    built = event(data=data)
+    decoded = decode(encode(built))
+    assert decoded == built and built == decoded
+    assert hash(decoded) == hash(built)
+    assert repr(decoded).startswith("Event(session_id='s-1', seq=4, ")
+    assert "data=" in repr(decoded) and "lossless_checked" not in repr(decoded)
+    assert {built, decoded} == {built}
+    assert decoded.lossless_checked
+    # equal to an event that never rendered its text, built without make_event
+    plain = Event(**{**_fields(built), "data": built.data})
+    assert plain == decoded and hash(plain) == hash(decoded)
+    assert decoded != built.replace(data=FrozenMap({**built.data, "extra": 1}))
+
+
+def _fields(e: Event) -> dict[str, Any]:
+    return {name: getattr(e, name) for name in Event.__match_args__}
+
+
+def test_decoded_arrays_are_frozen_on_first_access_and_stay_the_same_object() -> None:
+    decoded = decode(encode(event(data=WITH_ARRAYS)))
+    ids = decoded.data["arguments"]["ids"]
+    assert type(ids) is FrozenList and type(ids[1][1]) is FrozenMap
+    assert decoded.data is decoded.data
+    with pytest.raises(TypeError):
+        decoded.data["arguments"]["x"] = 1
+
+
+def test_a_foreign_but_valid_data_text_is_kept_byte_for_byte() -> None:
+    """A relay re-encodes what it read unchanged, even JSON our encoder would not write."""
+    payload = raw(V1, record_of(event(), data='{"b": [1, 2.0], "a": "é"}'))
+    back = decode(payload)
+    assert thaw(back.data) == {"a": "é", "b": [1, 2.0]}
+    assert back.data_json() == '{"b": [1, 2.0], "a": "é"}'
+    assert encode(back) == payload
+    assert back == event(data={"a": "é", "b": [1, 2.0]})  # equal by value, not by text
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": [1, NaN]}', '{"a": [', '[18446744073709551616]', '{"a": [1e400]}',
+    '{"a": ["\\udc00"]}', "not json",
+])
+def test_corrupt_data_text_is_refused_at_decode_not_on_first_access(text: str) -> None:
+    with pytest.raises(CorruptRecord, match="data is not lossless JSON"):
+        decode(raw(V1, record_of(event(), data=text)))
+
+
+def test_replace_copies_with_changes_and_keeps_data_and_its_check() -> None:
+    e = decode(encode(event(data=WITH_ARRAYS)))
+    moved = e.replace(seq=9, writer=Writer("w2", 4))
+    assert (moved.seq, moved.writer, e.seq) == (9, Writer("w2", 4), 4)
+    assert moved.data == e.data and moved.data_json() == e.data_json()
+    assert moved.lossless_checked  # data unchanged: still verified
+    assert moved == Event(**{**_fields(e), "seq": 9, "writer": Writer("w2", 4)})
+    new_data = e.replace(data=FrozenMap({"content": "x"}))
+    assert new_data.data == {"content": "x"} and new_data.data_json() == '{"content":"x"}'
+    assert not new_data.lossless_checked  # new data is checked again by its reader
+    with pytest.raises(TypeError, match="unknown field"):
+        e.replace(sequence=1)
+
+
+def test_events_are_immutable_and_pickle_by_value() -> None:
+    e = decode(encode(event(data=WITH_ARRAYS)))
+    with pytest.raises(FrozenInstanceError):
+        e.seq = 5  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        del e.data  # type: ignore[misc]
+    assert type(e) is Event
+    assert pickle.loads(pickle.dumps(e)) == e
 
 
 # -- framing --------------------------------------------------------------------------
