@@ -79,8 +79,10 @@ def main() -> None:
     tag = uuid.uuid4().hex[:8]
     topic, lat_topic = f"bench.streams.{tag}", f"bench.streams.lat.{tag}"
     prefix = f"bench-{tag}"
+    engines = args.engines.split(",")
+    lat_topics = {e: f"{lat_topic}.{e}" for e in engines}  # one each: session ids repeat
     for f in admin.create_topics([NewTopic(t, args.partitions, 1)
-                                  for t in (topic, lat_topic)]).values():
+                                  for t in (topic, lat_topic, *lat_topics.values())]).values():
         f.result(30)
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
@@ -97,7 +99,6 @@ def main() -> None:
         raw = raw_consume(s.kafka_bootstrap, topic, len(events))
         print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
-        engines = args.engines.split(",")
         env = {**os.environ, "SESSIONSTREAM_EVENTS_TOPIC": topic,
                "SESSIONSTREAM_DLQ_TOPIC": lat_topic, "SESSIONSTREAM_LOGLEVEL": "warning"}
         for engine in engines:
@@ -139,7 +140,7 @@ def main() -> None:
 
         for ei, engine in enumerate(engines):
             # latency at a fixed rate, on a fresh topic with a live worker
-            env["SESSIONSTREAM_EVENTS_TOPIC"] = lat_topic
+            env["SESSIONSTREAM_EVENTS_TOPIC"] = lat_topics[engine]
             env["SESSIONSTREAM_DLQ_TOPIC"] = topic
             env["SESSIONSTREAM_STREAMS_GROUP"] = f"bench-lat-{engine}-{tag}"
             env["SESSIONSTREAM_KEY_PREFIX"] = f"{prefix}-lat-{engine}"
@@ -151,7 +152,7 @@ def main() -> None:
             feed = f"{prefix}-lat-{engine}:{{{s.tenant}}}:changes:g1"
             p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
             for ev in warm:  # wait until the worker joined and writes
-                p2.produce(lat_topic, key=ev.session_id.encode(), value=encode(ev))
+                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
             p2.flush(10)
             while r.xlen(feed) == 0:
                 time.sleep(0.05)
@@ -179,7 +180,7 @@ def main() -> None:
                 target = t_start + i * interval
                 while time.perf_counter() < target:
                     pass
-                p2.produce(lat_topic, key=ev.session_id.encode(), value=encode(ev))
+                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
                 sent[(ev.session_id, ev.seq)] = time.perf_counter()
                 p2.poll(0)
             p2.flush(10)
@@ -210,7 +211,7 @@ def main() -> None:
                 w.wait(20)
             except subprocess.TimeoutExpired:
                 w.kill()
-        for f in admin.delete_topics([topic, lat_topic]).values():
+        for f in admin.delete_topics([topic, lat_topic, *lat_topics.values()]).values():
             with contextlib.suppress(Exception):
                 f.result(30)
         for k in r.scan_iter(match=f"{prefix}*", count=1000):
