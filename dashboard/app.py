@@ -55,21 +55,21 @@ REDIS = web.AppKey("redis", Redis)
 STOPPING = web.AppKey("stopping", asyncio.Event)
 
 
-def create_app(config: DashboardConfig, redis: Redis | None = None) -> web.Application:
-    """The web application; it opens (and later closes) its own Redis client unless given one."""
+def create_app(config: DashboardConfig) -> web.Application:
+    """The web application; it opens its Redis client here and closes it on cleanup."""
     app = web.Application(middlewares=[_json_errors])
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
-    own = redis is None
-    app[REDIS] = redis if redis is not None else Redis.from_url(
-        config.redis_url, decode_responses=True, health_check_interval=30)
+    # A blocking XREAD must end (block_ms) before the socket read times out.
+    app[REDIS] = Redis.from_url(config.redis_url, decode_responses=True,
+                                socket_timeout=config.block_ms / 1000 + 10,
+                                health_check_interval=30)
 
     async def stop_feeds(app: web.Application) -> None:
         app[STOPPING].set()
 
     async def close_redis(app: web.Application) -> None:
-        if own:
-            await app[REDIS].aclose()
+        await app[REDIS].aclose()
 
     app.on_shutdown.append(stop_feeds)
     app.on_cleanup.append(close_redis)
@@ -164,14 +164,13 @@ async def _events(request: web.Request) -> web.StreamResponse:
                                       "reason": reset}, cursor.event_id()))
         while not stopping.is_set():
             feed = tenant_changes(config.prefix, config.tenant, gen)
-            rows = await redis.xread({feed: cursor.entry_id}, count=500, block=config.block_ms)
-            for _key, entries in rows or ():
-                for entry_id, fields in entries:
-                    cursor = Cursor(gen, entry_id)
-                    change = _change(fields)
-                    await resp.write(frame("change", {**change, "generation": gen},
-                                           cursor.event_id()))
-                    sent += 1
+            rows = _entries(await redis.xread({feed: cursor.entry_id}, count=500,
+                                              block=config.block_ms))
+            for entry_id, fields in rows:
+                cursor = Cursor(gen, entry_id)
+                await resp.write(frame("change", {**_change(fields), "generation": gen},
+                                       cursor.event_id()))
+                sent += 1
             if not rows:
                 await resp.write(comment("keep-alive"))
             now = await current_generation(redis, config.tenant, config.prefix)
@@ -204,8 +203,8 @@ async def _start(redis: Redis, config: DashboardConfig, gen: int, last: Cursor |
         return last, None
     deleted = info.get("max-deleted-entry-id")
     if deleted is None:  # Redis < 7: the first entry still held must follow the cursor
-        first = info.get("first-entry")
-        lost = bool(first) and stream_id_key(first[0]) > stream_id_key(last.entry_id)
+        first: Any = info.get("first-entry")
+        lost = bool(first) and stream_id_key(str(first[0])) > stream_id_key(last.entry_id)
     else:
         lost = stream_id_key(str(deleted)) > stream_id_key(last.entry_id)
     if lost:
@@ -228,6 +227,12 @@ async def _stream_info(redis: Redis, key: str) -> dict[str, Any] | None:
             return None
         raise
     return info
+
+
+def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """XREAD's entries of the one stream read, whether the reply is RESP2 (list) or RESP3 (dict)."""
+    streams = reply.values() if isinstance(reply, dict) else [e for _k, e in reply or ()]
+    return [(str(eid), dict(fields or {})) for entries in streams for eid, fields in entries]
 
 
 def _change(fields: dict[str, str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ function h(tag, attrs, ...children) {
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -33,7 +33,7 @@ function ago(ms) {
   if (s < 60) return `${s}s ago`;
   if (s < 3600) return `${Math.round(s / 60)}m ago`;
   if (s < 86400) return `${Math.round(s / 3600)}h ago`;
-  return new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+  return new Date(ms).toISOString().slice(0, 10);
 }
 
 function showError(msg) {
@@ -79,7 +79,7 @@ function renderSessions(flash = new Set()) {
       onclick: () => select(s.session_id),
       title: s.quarantine ? `quarantined: ${s.quarantine.reason}` : s.session_id,
     },
-    h("td", { class: "mono" }, short(s.session_id, 22)),
+    h("td", { class: "mono" }, s.session_id),
     h("td", {}, badge(s.status), s.quarantine ? " ⚠" : ""),
     h("td", { class: "num" }, s.as_of_seq),
     h("td", { class: "num" }, s.turns ?? 0),
@@ -125,7 +125,8 @@ function table(headers, rows, empty = "none") {
   if (!rows.length) return h("p", { class: "muted" }, empty);
   return h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) =>
     h("th", { class: x.startsWith("#") ? "num" : "" }, x.replace(/^#/, ""))))),
-    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))));
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) =>
+      h("td", { class: headers[i].startsWith("#") ? "num" : "" }, c))))));
 }
 
 function clipped(text) {
@@ -185,7 +186,7 @@ function renderDetail(snap) {
 
   const tools = v.tools || {};
   const results = Object.values(tools.results || {});
-  parts.push(h("h3", {}, `Tools (${results.length} results${tools.open?.length ? `, ${tools.open.length} open` : ""})`));
+  parts.push(h("h3", {}, `Tools (${results.length} result${results.length === 1 ? "" : "s"}${tools.open?.length ? `, ${tools.open.length} open` : ""})`));
   if (tools.open?.length || tools.declared?.length) {
     parts.push(table(["call", "tool", "state", "#declared", "#call seq", "idempotency key"],
       [...(tools.open || []).map((c) => [h("code", {}, c.call_id), c.name, badge("executing", "open"), c.declared_seq ?? "–", c.call_seq ?? "–", c.idempotency_key || ""]),
@@ -302,5 +303,7 @@ function connect() {
 $("#filter").addEventListener("input", () => renderSessions());
 const fromHash = new URLSearchParams(location.hash.slice(1)).get("s");
 if (fromHash) state.selected = fromHash;
+loadSessions();
+loadDetail();
 connect();
 setInterval(() => renderSessions(), 15000); // keep "last activity" fresh
