@@ -35,7 +35,9 @@ log = logging.getLogger("sessionstream.dashboard")
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
-_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError, OSError)
+# redis-py raises its own ConnectionError / TimeoutError for socket failures; a plain
+# ConnectionResetError here is the browser going away, not Redis.
+_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -181,9 +183,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     "generation": gen, "tenant": config.tenant,
                     "reason": f"readers switched to generation {gen} (replay)"},
                     cursor.event_id()))
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
         log.debug("event stream closed by the client after %d changes", sent)
-        raise
     except _REDIS_DOWN as exc:
         log.warning("event stream: Redis unavailable (%s)", type(exc).__name__)
         await resp.write(frame("unavailable", {"error": _redis_down(config, exc)}))
@@ -201,12 +202,14 @@ async def _start(redis: Redis, config: DashboardConfig, gen: int, last: Cursor |
     info = await _stream_info(redis, tenant_changes(config.prefix, config.tenant, gen))
     if info is None:
         return last, None
-    deleted = info.get("max-deleted-entry-id")
-    if deleted is None:  # Redis < 7: the first entry still held must follow the cursor
-        first: Any = info.get("first-entry")
-        lost = bool(first) and stream_id_key(str(first[0])) > stream_id_key(last.entry_id)
-    else:
-        lost = stream_id_key(str(deleted)) > stream_id_key(last.entry_id)
+    # Trimming (MAXLEN) does not move max-deleted-entry-id in Redis 7.0, so also compare the
+    # first entry still held: past the cursor, entries after it may be gone (re-reading
+    # when only the cursor's own entry was trimmed is harmless).
+    first: Any = info.get("first-entry")
+    deleted = str(info.get("max-deleted-entry-id") or "0-0")
+    after = stream_id_key(last.entry_id)
+    lost = (bool(first) and stream_id_key(str(first[0])) > after) or \
+        stream_id_key(deleted) > after
     if lost:
         return (Cursor(gen, str(info.get("last-generated-id", "0-0"))),
                 "the change feed was trimmed past your last event")
