@@ -6,11 +6,11 @@ model request can be traced back to the log (seed §4.6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sessionstream.jsonvalue import JsonValue, freeze, thaw
+from sessionstream.jsonvalue import JsonValue, canonical_dumps, freeze, thaw
 
 
 class Role(StrEnum):
@@ -45,6 +45,17 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()  # assistant messages only
     call_id: str | None = None  # tool results only
     status: str | None = None  # tool results only: ok | error
+    # canonical_dumps(to_json()), computed on first use: the surface view and the token
+    # estimate need it for every message on every write; a message never changes.
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def json_text(self) -> str:
+        """Canonical JSON text of :meth:`to_json` (cached on the message)."""
+        text = self._text
+        if text is None:
+            text = canonical_dumps(self.to_json())
+            object.__setattr__(self, "_text", text)
+        return text
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from sessionstream.events import Event, SurfaceOp
-from sessionstream.jsonvalue import FrozenMap, canonical_dumps
+from sessionstream.jsonvalue import FrozenMap
 from sessionstream.messages import Kind, Message, Role, ToolCall
 
 #: Characters per token of the deterministic estimate (a common rule of thumb for
@@ -128,7 +128,7 @@ def message_for(event: Event) -> Message | None:
 
 def message_tokens(message: Message) -> int:
     """Deterministic token estimate of one message (~4 characters per token)."""
-    return math.ceil(len(canonical_dumps(message.to_json())) / CHARS_PER_TOKEN)
+    return math.ceil(len(message.json_text()) / CHARS_PER_TOKEN)
 
 
 def token_estimate(messages: Iterable[Message]) -> int:

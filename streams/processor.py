@@ -506,9 +506,8 @@ class Processor:
         fields: dict[str, str] = {}
         for unit in self._units:
             if unit.key in changed:
-                st = states[unit.key]
-                fields["view:" + unit.key] = dumps(unit.view(st))
-                fields["state:" + unit.key] = dumps(unit.dump(st))
+                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
+                    states[unit.key])
                 fields["sv:" + unit.key] = str(unit.state_version)
         new = replace(
             cur, states=dict(states), admission=admission, as_of_seq=as_of_seq,

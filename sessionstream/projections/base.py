@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Generic, TypeVar
 
 from sessionstream.events import Event
-from sessionstream.jsonvalue import JsonValue
+from sessionstream.jsonvalue import JsonValue, canonical_dumps
 
 S = TypeVar("S")
 
@@ -50,6 +50,14 @@ class ProjectionUnit(ABC, Generic[S]):
     @abstractmethod
     def load(self, data: JsonValue) -> S:
         """Rebuild a state from :meth:`dump` output."""
+
+    def encode(self, state: S) -> tuple[str, str]:
+        """Canonical JSON text of ``(view(state), dump(state))``: what the processor stores.
+
+        A unit may override it to build shared parts once or reuse cached text; the
+        result must stay equal to this default (a unit test checks every unit).
+        """
+        return canonical_dumps(self.view(state)), canonical_dumps(self.dump(state))
 
 
 def opt(value: Any, default: Any = None) -> Any:

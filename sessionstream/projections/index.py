@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from sessionstream.events import Event
-from sessionstream.jsonvalue import JsonValue, freeze, thaw
+from sessionstream.jsonvalue import JsonValue, canonical_dumps, freeze, thaw
 from sessionstream.projections.base import ProjectionUnit
 
 
@@ -72,6 +72,10 @@ class IndexUnit(ProjectionUnit[IndexState]):
 
     def view(self, state: IndexState) -> JsonValue:
         return self.dump(state)
+
+    def encode(self, state: IndexState) -> tuple[str, str]:
+        text = canonical_dumps(self.dump(state))  # the view is the dump: encode it once
+        return text, text
 
     def dump(self, state: IndexState) -> JsonValue:
         # Field by field (asdict deep-copies, and the index is dumped on every batch).

@@ -76,6 +76,14 @@ class SurfaceUnit(ProjectionUnit[SurfaceState]):
     def dump(self, state: SurfaceState) -> JsonValue:
         return {"messages": state.messages.to_json()}
 
+    def encode(self, state: SurfaceState) -> tuple[str, str]:
+        # The message list is most of both texts and grows with the session: join the
+        # messages' cached texts once and wrap it twice (canonical: keys sorted).
+        messages = ",".join([m.json_text() for m in state.messages])
+        view = (f'{{"count":{len(state.messages)},"messages":[{messages}],'
+                f'"token_estimate":{state.tokens}}}')
+        return view, f'{{"messages":[{messages}]}}'
+
     def load(self, data: Any) -> SurfaceState:
         messages = [Message.from_json(m) for m in data["messages"]]
         return _state(Surface.from_messages(messages), sum(map(message_tokens, messages)))
