@@ -17,7 +17,7 @@ retrying its un-acknowledged tail — so it is small (:data:`WINDOW`).
 from __future__ import annotations
 
 import json
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import FrozenInstanceError, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -208,8 +208,21 @@ class AdmissionState:
 @dataclass(frozen=True, slots=True)
 class Decision:
     verdict: Verdict
-    reason: str
+    # The sentence for a refusal; None for an admission, whose sentence ``reason``
+    # formats from ``event`` only when asked (the admitted path is per event and hot).
+    text: str | None
     state: AdmissionState
+    event: Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def reason(self) -> str:
+        """Why: the stable verdict explained for humans."""
+        if self.text is not None:
+            return self.text
+        ev = self.event
+        assert ev is not None
+        return (f"session {self.state.session_id} seq {ev.seq}: admitted "
+                f"(writer {ev.writer.id!r} epoch {ev.writer.epoch})")
 
     @property
     def admitted(self) -> bool:
@@ -246,15 +259,19 @@ def admit(state: AdmissionState, event: Event) -> Decision:
             f"admission state of session {state.session_id!r} got an event of "
             f"{event.session_id!r}"
         )
-    where = f"session {state.session_id} seq {event.seq}"
     seen = state.seq_of(event.event_id)
+    epoch = event.writer.epoch
+    if seen is None and epoch >= state.max_epoch and event.seq == state.next_seq:
+        # the common case first; the sentence is formatted only if someone reads it
+        new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch))
+        return Decision(Verdict.ADMITTED, None, new, event)
+    where = f"session {state.session_id} seq {event.seq}"
     if seen is not None:
         return Decision(
             Verdict.DUPLICATE,
             f"{where}: event {event.event_id} was already admitted at seq {seen}; dropped",
             state,
         )
-    epoch = event.writer.epoch
     if epoch < state.max_epoch:
         return Decision(
             Verdict.STALE_EPOCH,
@@ -269,17 +286,11 @@ def admit(state: AdmissionState, event: Event) -> Decision:
             f"are missing (writer {event.writer.id!r} epoch {epoch}); rejected",
             state,
         )
-    if event.seq < state.next_seq:
-        return Decision(
-            Verdict.SEQ_CONFLICT,
-            f"{where}: seq {event.seq} is already taken (next is {state.next_seq}) and "
-            f"event {event.event_id} is not the admitted one (writer {event.writer.id!r} "
-            f"epoch {epoch}); rejected",
-            state,
-        )
-    new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch))
+    # event.seq < state.next_seq: every other case returned above
     return Decision(
-        Verdict.ADMITTED,
-        f"{where}: admitted (writer {event.writer.id!r} epoch {epoch})",
-        new,
+        Verdict.SEQ_CONFLICT,
+        f"{where}: seq {event.seq} is already taken (next is {state.next_seq}) and "
+        f"event {event.event_id} is not the admitted one (writer {event.writer.id!r} "
+        f"epoch {epoch}); rejected",
+        state,
     )
