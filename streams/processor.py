@@ -126,6 +126,9 @@ class Processor:
         self._conv_parts: set[int] = set()
         self._conv_next = 0  # rank in the sessions index where the scan goes on
         self._conv_stats = [0, 0]  # sessions checked, rebuilt (since the last schedule)
+        # fold()/flush(): session id -> (cursor as stored, units to write, touched)
+        self._deferred: dict[str, tuple[Cursor, set[str], bool]] = {}
+        self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -228,7 +231,25 @@ class Processor:
             return await self._process(records)
 
     async def _process(self, records: Sequence[Record]) -> BatchReport:
+        if self._deferred:
+            raise RuntimeError("flush() the folded sessions before process()")
         report = BatchReport(records=len(records))
+        gen, by_session, high = await self._group(records, report)
+        await self._ensure_cursors(gen, by_session)
+        writes = await self._fold_and_write_all(gen, by_session, report)
+
+        if report.dead_letters and self.dead_letters is not None:
+            await self.dead_letters.send(report.dead_letters)
+        await self.sink.write_tenant(gen, writes, self.group, high)
+        for tp, off in high.items():
+            self._progress[tp] = max(self._progress.get(tp, -1), off)
+        return report
+
+    async def _group(
+        self, records: Sequence[Record], report: BatchReport
+    ) -> tuple[int, dict[str, list[_Item]], dict[str, int]]:
+        """The generation, the decoded records by session (past the partition progress),
+        and the highest offset seen per ``topic:partition``."""
         gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
         if gen != self._gen:
             self._cache.clear()  # states are the same fold, but offsets guard per generation
@@ -249,16 +270,76 @@ class Processor:
             item = self._decode(r, report)
             if item is not None:
                 by_session.setdefault(item[0], []).append((r, item[1]))
+        return gen, by_session, high
 
-        await self._ensure_cursors(gen, by_session)
-        writes = await self._fold_and_write_all(gen, by_session, report)
+    # -- folding in memory, writing once (replay) -------------------------------------
+    async def fold(self, records: Sequence[Record]) -> BatchReport:
+        """Fold a batch into the cache WITHOUT writing sessions; :meth:`flush` writes each
+        session folded since the last flush with one script call, progress after them.
 
-        if report.dead_letters and self.dead_letters is not None:
-            await self.dead_letters.send(report.dead_letters)
-        await self.sink.write_tenant(gen, writes, self.group, high)
-        for tp, off in high.items():
-            self._progress[tp] = max(self._progress.get(tp, -1), off)
-        return report
+        For replay into a new generation nobody else writes: a long session costs one
+        encode of its views instead of one per batch. Dead letters are sent per batch.
+        """
+        if not records:
+            return BatchReport()
+        async with self._lock:
+            report = BatchReport(records=len(records))
+            gen, by_session, high = await self._group(records, report)
+            await self._ensure_cursors(gen, by_session)
+            deferred = self._deferred
+            for sid, items in by_session.items():
+                cur = self._cache[sid]
+                folded = self._advance(cur, items, report)
+                if folded is None:
+                    continue
+                new, changed, touched = folded
+                prev = deferred.get(sid)
+                if prev is None:
+                    deferred[sid] = (cur, changed, touched)
+                else:  # still based on the stored cursor; write the union of changes
+                    prev[1].update(changed)
+                    deferred[sid] = (prev[0], prev[1], prev[2] or touched)
+                self._cache[sid] = new
+            if report.dead_letters and self.dead_letters is not None:
+                await self.dead_letters.send(report.dead_letters)
+            for tp, off in high.items():
+                self._unflushed[tp] = max(self._unflushed.get(tp, -1), off)
+                self._progress[tp] = max(self._progress.get(tp, -1), off)
+            return report
+
+    @property
+    def unflushed_sessions(self) -> int:
+        return len(self._deferred)
+
+    async def flush(self) -> BatchReport:
+        """Write every session :meth:`fold` changed (one script call each), then the
+        tenant writes and partition progress. A session that moved meanwhile (only
+        another writer of this generation can do that) is dropped from the cache and
+        counted as a conflict."""
+        async with self._lock:
+            report = BatchReport()
+            if not self._deferred and not self._unflushed:
+                return report
+            gen = self._gen if self._gen is not None else await self.sink.generation()
+            items = list(self._deferred.items())
+            writes = [self._session_write(base, self._cache[sid], changed, touched)
+                      for sid, (base, changed, touched) in items]
+            outcomes = await self.sink.write_sessions(gen, writes)
+            done: list[SessionWrite] = []
+            for write, outcome in zip(writes, outcomes, strict=True):
+                if outcome.status == "applied":
+                    report.sessions_written += 1
+                    done.append(write)
+                else:
+                    report.conflicts += 1
+                    self._cache.pop(write.session_id, None)
+                    log.warning("session %s moved during the in-memory fold (%s at offset "
+                                "%d); it is not written", write.session_id, outcome.status,
+                                outcome.stored_offset)
+            await self.sink.write_tenant(gen, done, self.group, self._unflushed)
+            self._deferred.clear()
+            self._unflushed.clear()
+            return report
 
     def _decode(
         self, r: Record, report: BatchReport
@@ -438,6 +519,17 @@ class Processor:
     def _fold(
         self, cur: Cursor, items: list[_Item], report: BatchReport
     ) -> tuple[Cursor, SessionWrite] | None:
+        folded = self._advance(cur, items, report)
+        if folded is None:
+            return None
+        new, changed, touched = folded
+        return new, self._session_write(cur, new, changed, touched)
+
+    def _advance(
+        self, cur: Cursor, items: list[_Item], report: BatchReport
+    ) -> tuple[Cursor, set[str], bool] | None:
+        """Fold ``items`` onto ``cur``: (new cursor, unit keys to write, whether a record
+        was folded), or None when there is nothing to write. Encodes nothing."""
         core = self.core
         registry = core.registry
         states = cur.states
@@ -501,33 +593,39 @@ class Processor:
             as_of_seq = ev.seq
         if not touched and not cur.pending:
             return None
-        if not cur.stored:
-            changed = {u.key for u in self._units}
-        fields: dict[str, str] = {}
-        for unit in self._units:
-            if unit.key in changed:
-                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
-                    states[unit.key])
-                fields["sv:" + unit.key] = str(unit.state_version)
         new = replace(
             cur, states=dict(states), admission=admission, as_of_seq=as_of_seq,
             as_of_offset=as_of_offset, first_offset=first_offset, last_time=last_time,
             quarantine=quarantine, counts=counts, pending=frozenset(), stored=True,
         )
-        fields["admission"] = dumps(admission.to_json())
+        return new, changed, touched
+
+    def _session_write(
+        self, base: Cursor, new: Cursor, changed: set[str], touched: bool
+    ) -> SessionWrite:
+        """The script call taking the session from ``base`` (as stored) to ``new``."""
+        if not base.stored:
+            changed = {u.key for u in self._units}
+        fields: dict[str, str] = {}
+        states = new.states
+        for unit in self._units:
+            if unit.key in changed:
+                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
+                    states[unit.key])
+                fields["sv:" + unit.key] = str(unit.state_version)
+        fields["admission"] = dumps(new.admission.to_json())
         fields["meta"] = dumps(new.meta())
-        write = SessionWrite(
-            session_id=cur.session_id,
-            partition=cur.partition,
-            base_offset=cur.as_of_offset if cur.stored else -1,
-            last_offset=as_of_offset,
-            as_of_seq=as_of_seq,
+        return SessionWrite(
+            session_id=new.session_id,
+            partition=new.partition,
+            base_offset=base.as_of_offset if base.stored else -1,
+            last_offset=new.as_of_offset,
+            as_of_seq=new.as_of_seq,
             fields=fields,
             changed=tuple(sorted(k for k in changed if k in self._versions)),
-            activity_ms=last_time or 0,
+            activity_ms=new.last_time or 0,
             force=not touched,
         )
-        return new, write
 
 
 def _with(states: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:

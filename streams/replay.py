@@ -2,7 +2,11 @@
 
 A plain confluent-kafka consumer (no faust, no consumer group commits) reads the tenant's
 events topic from the beginning (or from a time) and drives the same ``Processor`` as the
-worker, pinned to the new generation. Once it reached the end offsets it compares every
+worker, pinned to the new generation. Up to the end offsets measured at the start it folds
+in memory (``Processor.fold``) and writes each session once (``Processor.flush``: at the
+end, and every ``flush_every`` records or ``flush_sessions`` folded sessions to bound
+memory), so a long session's views are encoded once, not once per poll. Once it reached
+the end offsets it compares every
 session with the live generation at the same ``as_of_seq``, switches readers to the new
 generation atomically (one SET of the tenant's generation pointer), then reads on to the
 end offsets measured after the switch, so events the live worker applied to the old
@@ -68,8 +72,9 @@ Progress = Callable[[ReplayReport], None]
 
 async def replay(
     *, bootstrap: str, redis: Redis, tenant: str, topic: str, prefix: str,
-    from_time_ms: int | None = None, switch: bool = True, batch: int = 5000,
+    from_time_ms: int | None = None, switch: bool = True, batch: int = 1000,
     progress: Progress | None = None, progress_every: float = 1.0, core: Core | None = None,
+    flush_every: int = 500_000, flush_sessions: int = 50_000,
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``."""
     live = await current_generation(redis, tenant, prefix)
@@ -80,26 +85,32 @@ async def replay(
     report = ReplayReport(topic, live, new,
                           "earliest" if from_time_ms is None else f"time:{from_time_ms}")
     sink = RedisSink(redis, prefix=prefix, tenant=tenant, retry=Retry(attempts=20))
-    proc = Processor(core=core or Core.default(), sink=sink, group=f"replay-g{new}",
+    core = core or Core.default()
+    proc = Processor(core=core, sink=sink, group=f"replay-g{new}",
                      log_reader=KafkaLogReader(bootstrap), generation=new)
-    consumer = Consumer({"bootstrap.servers": bootstrap,
-                         "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "fetch.max.bytes": 64 * 1024 * 1024, "log_level": 3})
+    conf = {"bootstrap.servers": bootstrap,
+            "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": False, "log_level": 3}
+    consumer = Consumer({**conf, "fetch.max.bytes": 64 * 1024 * 1024})
+    # Offsets are asked on a consumer that fetches nothing: on the reading one each
+    # watermark query waits behind its fetches (~140 ms each, measured).
+    meta = Consumer(conf)
+    views = [f"view:{k}" for k in core.registry.unit_keys()]
     started = time.monotonic()
     try:
-        parts = _partitions(consumer, topic)
-        starts = _start_offsets(consumer, topic, parts, from_time_ms)
+        parts = _partitions(meta, topic)
+        starts = _start_offsets(meta, topic, parts, from_time_ms)
         consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
         position = {p: o - 1 for p, o in starts.items()}
-        await _read_to_end(consumer, proc, topic, parts, position, report, batch,
-                           progress, progress_every, started)
-        await _compare(redis, tenant, prefix, live, new, report)
+        await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
+                           progress, progress_every, started,
+                           deferred=(flush_every, flush_sessions))
+        await _compare(redis, tenant, prefix, live, new, report, views)
         if switch and from_time_ms is None:
             await redis.set(generation_key(prefix, tenant), new)
             report.switched = True
             before = report.events
-            await _read_to_end(consumer, proc, topic, parts, position, report, batch,
+            await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                                progress, progress_every, started)
             report.caught_up_after_switch = report.events - before
     except KafkaException as exc:
@@ -107,6 +118,7 @@ async def replay(
                               f"stay on generation {live}") from exc
     finally:
         consumer.close()
+        meta.close()
     report.seconds = time.monotonic() - started
     if progress:
         progress(report)
@@ -136,12 +148,17 @@ def _start_offsets(consumer: Consumer, topic: str, parts: list[int],
     return out
 
 
-async def _read_to_end(consumer: Consumer, proc: Processor, topic: str, parts: list[int],
+async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topic: str,
+                       parts: list[int],
                        position: dict[int, int], report: ReplayReport, batch: int,
-                       progress: Progress | None, every: float, started: float) -> None:
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
+                       progress: Progress | None, every: float, started: float,
+                       deferred: tuple[int, int] | None = None) -> None:
+    """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
+    and flush after that many records or folded sessions, and at the end."""
+    ends = {p: meta.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
             for p in parts}
     last_report = time.monotonic()
+    since_flush = 0
     while any(position[p] < ends[p] for p in parts):
         msgs = consumer.consume(batch, timeout=0.5)
         records = []
@@ -152,19 +169,32 @@ async def _read_to_end(consumer: Consumer, proc: Processor, topic: str, parts: l
             off: int = m.offset() or 0
             records.append(Record(topic, part, off, m.key(), m.value(), m.timestamp()[1]))
             position[part] = max(position[part], off)
-        if records:
+        if records and deferred is None:
             result = await proc.process(records)
             report.events += len(records)
             report.dead_letters += len(result.dead_letters)
+        elif records and deferred is not None:
+            result = await proc.fold(records)
+            report.events += len(records)
+            report.dead_letters += len(result.dead_letters)
+            since_flush += len(records)
+            if since_flush >= deferred[0] or proc.unflushed_sessions >= deferred[1]:
+                await proc.flush()
+                since_flush = 0
         if progress and time.monotonic() - last_report >= every:
             report.seconds = time.monotonic() - started
             progress(report)
             last_report = time.monotonic()
+    if deferred is not None:
+        await proc.flush()
 
 
 async def _compare(redis: Redis, tenant: str, prefix: str, live: int, new: int,
-                   report: ReplayReport) -> None:
-    """Each session of the new generation against the live one at the same as_of_seq."""
+                   report: ReplayReport, views: list[str]) -> None:
+    """Each session of the new generation against the live one at the same as_of_seq.
+
+    Reads only ``as_of_seq`` and the ``views`` fields (not the states, about as large)."""
+    fields = ["as_of_seq", *views]
     ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
                       for s in await redis.zrange(sessions_index(prefix, tenant, new), 0, -1)]
     report.sessions = len(ids)
@@ -172,11 +202,12 @@ async def _compare(redis: Redis, tenant: str, prefix: str, live: int, new: int,
         chunk = ids[i:i + 200]
         async with redis.pipeline(transaction=False) as pipe:
             for sid in chunk:
-                pipe.hgetall(session_hash(prefix, tenant, sid, new))
-                pipe.hgetall(session_hash(prefix, tenant, sid, live))
+                pipe.hmget(session_hash(prefix, tenant, sid, new), fields)
+                pipe.hmget(session_hash(prefix, tenant, sid, live), fields)
             rows = await pipe.execute()
         for j, sid in enumerate(chunk):
-            a, b = _views(rows[2 * j]), _views(rows[2 * j + 1])
+            a = _views(dict(zip(fields, rows[2 * j], strict=True)))
+            b = _views(dict(zip(fields, rows[2 * j + 1], strict=True)))
             if a.get("as_of_seq") != b.get("as_of_seq"):
                 report.not_comparable.append(sid)
             elif a == b:
@@ -188,6 +219,8 @@ async def _compare(redis: Redis, tenant: str, prefix: str, live: int, new: int,
 def _views(row: dict[Any, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in row.items():
+        if v is None:
+            continue
         k = k.decode() if isinstance(k, bytes) else k
         v = v.decode() if isinstance(v, bytes) else v
         if k.startswith("view:"):

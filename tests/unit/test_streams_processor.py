@@ -196,6 +196,40 @@ async def test_batch_size_does_not_change_the_result() -> None:
         assert a.hashes[(1, sid)] == b.hashes[(1, sid)]
 
 
+async def test_folding_in_memory_and_flushing_writes_what_batch_processing_writes() -> None:
+    """Replay's path: fold() batches without writing, flush() each session once."""
+    logs, merged = fleet(8)
+    records = as_records(merged)
+    # a duplicate, a gap and a corrupt record fold the same way on both paths
+    records.insert(50, records[10])
+    records.append(Record(TOPIC, 0, 10_000, b"s000", b"garbage"))
+    live, deferred = MemorySink(), MemorySink()
+    await run_batches(processor(live), records, 40)
+    proc = processor(deferred)
+    for i in range(0, len(records), 40):
+        await proc.fold(records[i:i + 40])
+        if i == 160:
+            await proc.flush()  # a periodic flush mid-way, then more folding
+    assert proc.unflushed_sessions > 0
+    await proc.flush()
+    assert proc.unflushed_sessions == 0
+    for sid, events in logs.items():
+        assert deferred.hashes[(1, sid)] == live.hashes[(1, sid)], sid
+        assert views_of(deferred, sid) == offline_views(events)
+    assert deferred.progress == live.progress
+    assert {s for _, s in deferred.index} == {s for _, s in live.index}
+    # fewer script calls: at most two per session (the mid-way flush and the last one)
+    assert deferred.applied <= 2 * len(logs) < live.applied
+
+
+async def test_process_refuses_to_run_with_unflushed_folds() -> None:
+    _logs, merged = fleet(2)
+    proc = processor(MemorySink())
+    await proc.fold(as_records(merged)[:10])
+    with pytest.raises(RuntimeError, match="flush"):
+        await proc.process(as_records(merged)[10:20])
+
+
 async def test_stale_and_duplicate_events_are_recorded_not_applied() -> None:
     events = simulate_session(random.Random(1), "s1", turns=2)
     dup = events[3]
