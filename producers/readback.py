@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
+from producers.kafka import client_config
 from producers.partition import partition_for
 from sessionstream.admission import AdmissionState, Verdict, admit
 from sessionstream.errors import CodecError
@@ -67,7 +68,7 @@ def _consumer(bootstrap: str, config: dict[str, Any] | None = None) -> Consumer:
         "log_level": 3,
     }
     cfg.update(config or {})
-    return Consumer(cfg)
+    return Consumer(client_config(cfg))  # librdkafka logs via Python logging
 
 
 def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0) -> int:
