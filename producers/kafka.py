@@ -102,6 +102,10 @@ class RateLimit(logging.Filter):
         self._windows: dict[tuple[int, str], list[float]] = {}  # key -> [start, seen]
         self._lock = threading.Lock()
 
+    def reset(self) -> None:
+        with self._lock:
+            self._windows.clear()
+
     def filter(self, record: logging.LogRecord) -> bool:
         fac = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
         key = (record.levelno, fac)
@@ -175,6 +179,7 @@ class _Pooled:
 
     def __init__(self, key: tuple[Any, ...], config: Mapping[str, Any]) -> None:
         self.key = key
+        self.bootstrap = str(config.get("bootstrap.servers", ""))
         self.pid = os.getpid()
         self.refs = 0
         self.fatal: KafkaProducerError | None = None
@@ -277,6 +282,17 @@ class ProducerPool:
             self._check_pid()
             return len(self._entries)
 
+    def in_use(self) -> int:
+        """How many senders of this process hold a pooled producer now."""
+        with self._lock:
+            self._check_pid()
+            return sum(e.refs for e in self._entries.values())
+
+    def bootstraps(self) -> list[str]:
+        with self._lock:
+            self._check_pid()
+            return [e.bootstrap for e in self._entries.values()]
+
     def close_all(self, timeout: float = 5.0) -> None:
         """Flush (bounded) and close every producer of this process."""
         with self._lock:
@@ -359,7 +375,8 @@ class KafkaSender:
                     entry.up()
                     return
                 entry.down_since = None  # a broker answered: only the topic is missing
-                if time.monotonic() - t0 >= min(UNKNOWN_TOPIC_GRACE_S, timeout):
+                left = deadline - time.monotonic()
+                if time.monotonic() - t0 >= UNKNOWN_TOPIC_GRACE_S or left <= 0.06:
                     raise TopicNotFound(
                         f"topic {self.topic!r} is not in the metadata of {self.bootstrap}",
                         code=t.error.code() if t is not None and t.error else None,
