@@ -75,10 +75,6 @@ RECORD_OVERHEAD = 512
 #: Client-side cap on one record; the topic's max.message.bytes is the real limit.
 CLIENT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-#: JSON bytes per character of ``repr(data)``, at most: a code point in a str is >= 1
-#: character of repr and <= 12 bytes of JSON (an astral one as an escaped surrogate
-#: pair); numbers, true/false/null and punctuation are never longer in JSON than in repr.
-REPR_TO_JSON_FACTOR = 12
 #: Redis calls of a writer: fail within seconds, not minutes, when Redis is away.
 REDIS_CONNECT_TIMEOUT_S = 2.0
 REDIS_TIMEOUT_S = 5.0
@@ -456,14 +452,10 @@ class SessionWriter:
         )
 
     def _precheck_size(self, draft: Draft) -> None:
-        # A cheap upper bound first (repr runs in C; see REPR_TO_JSON_FACTOR): most
-        # events are far below the limit, and the codec serializes data anyway. The
-        # check after encoding in _produce stays the authority.
-        try:
-            bound = REPR_TO_JSON_FACTOR * len(repr(draft.data))
-        except Exception:
-            bound = self._limit  # unrepresentable: let the exact check decide
-        if bound + ENVELOPE_OVERHEAD <= self._limit:
+        # A cheap upper bound first (~1 µs for a chunk): most events are far below the
+        # limit, and the codec serializes data anyway. The check after encoding in
+        # _produce stays the authority.
+        if _size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
             return
         try:
             size = len(canonical_dumps(draft.data).encode())
@@ -664,6 +656,44 @@ class SessionWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _size_bound(value: Any) -> int:
+    """An upper bound of the canonical JSON size of ``value`` in bytes.
+
+    Canonical JSON is UTF-8 (``ensure_ascii=False``): a code point takes at most 6
+    bytes (``\\u001f``). Exact types first, with dict/str inlined: this runs on every
+    append; anything unusual takes the generic path.
+    """
+    t = type(value)
+    if t is str:
+        return 6 * len(value) + 2
+    if t is dict:
+        n = 2
+        for k, x in value.items():
+            tx = type(x)
+            if tx is str:
+                n += 6 * len(x) + 2
+            elif tx in _SCALARS:
+                n += 32 + (x.bit_length() // 3 if tx is int else 0)
+            else:
+                n += _size_bound(x)
+            n += 6 * len(k) + 4 if type(k) is str else _size_bound(k) + 2
+        return n
+    if t is list or t is tuple:
+        return 2 + sum(_size_bound(x) + 1 for x in value)
+    if t in _SCALARS:
+        return 32 + (value.bit_length() // 3 if t is int else 0)
+    if isinstance(value, str):
+        return 6 * len(value) + 2
+    if isinstance(value, Mapping):
+        return 2 + sum(_size_bound(k) + _size_bound(v) + 2 for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return 2 + sum(_size_bound(v) + 1 for v in value)
+    return 32 + (int(value).bit_length() // 3 if isinstance(value, int) else 0)
 
 
 def _read_back(
