@@ -314,6 +314,7 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
 
 def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
+    from dashboard import cli as dashboard_cli
     from producers import cli as producers_cli
     from sessionstream import cli_infra
     from streams import cli as streams_cli
@@ -321,6 +322,7 @@ def _register_edges() -> None:
     cli_infra.register(main)
     producers_cli.register(main)
     streams_cli.register(main)
+    dashboard_cli.register(main)
 
 
 _register_edges()

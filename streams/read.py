@@ -68,19 +68,23 @@ async def list_sessions(redis: Redis, tenant: str, *, prefix: str = DEFAULT_PREF
     ids = [_s(s) for s in await redis.zrevrange(sessions_index(prefix, tenant, gen), 0, limit - 1)]
     async with redis.pipeline(transaction=False) as pipe:
         for sid in ids:
-            pipe.hmget(session_hash(prefix, tenant, sid, gen), ["meta", "view:index", "as_of_seq"])
+            pipe.hmget(session_hash(prefix, tenant, sid, gen),
+                       ["meta", "view:index", "as_of_seq", "view:rejections"])
         rows = await pipe.execute()
     out = []
-    for sid, (meta, index, as_of) in zip(ids, rows, strict=True):
+    for sid, (meta, index, as_of, rejections) in zip(ids, rows, strict=True):
         m = json.loads(_s(meta)) if meta else {}
         idx = json.loads(_s(index)) if index else {}
+        rej = json.loads(_s(rejections)) if rejections else {}
         out.append({
             "session_id": sid, "tenant": tenant, "as_of_seq": int(as_of) if as_of else -1,
             "status": idx.get("status"), "turns": idx.get("turns"),
             "events": idx.get("event_count"), "last_time": m.get("last_time"),
             "partition": m.get("partition"), "first_offset": m.get("first_offset"),
             "last_offset": m.get("as_of_offset"), "quarantine": m.get("quarantine"),
-            "counts": m.get("counts"),
+            "counts": m.get("counts"), "open_turn": idx.get("open_turn"),
+            "status_reason": idx.get("status_reason"),
+            "rejections": rej.get("total", 0),
         })
     return out
 

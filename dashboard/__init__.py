@@ -1,0 +1,1 @@
+"""The web dashboard over the Redis projections (reads only Redis; live via SSE)."""

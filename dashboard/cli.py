@@ -1,0 +1,64 @@
+"""``sessionstream dashboard``: serve the web dashboard over the Redis projections.
+
+``register(group)`` adds the command; aiohttp and redis are imported inside it, so the
+rest of the CLI starts without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from urllib.parse import urlsplit
+
+import click
+
+from sessionstream.keys import DEFAULT_PREFIX
+
+
+def _redacted(url: str) -> str:
+    """The Redis URL without credentials, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if host else parts.scheme + "://…"
+
+
+@click.command("dashboard")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; the default serves this machine only.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port).")
+def dashboard_cmd(host: str, port: int) -> None:
+    """Serve the dashboard: sessions, turns, tools, surface, usage, compaction, rejections.
+
+    Reads only Redis (the projections the worker writes), in the generation readers
+    use; updates live from the tenant's change feed.
+    """
+    import redis
+    from aiohttp import web
+
+    from dashboard.app import DashboardConfig, create_app
+    from sessionstream.settings import Settings
+
+    settings = Settings.from_env()
+    prefix = os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
+    try:
+        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
+            "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = DashboardConfig(redis_url=settings.redis_url, tenant=settings.tenant, prefix=prefix)
+    click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
+               f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
+    try:
+        web.run_app(create_app(config), host=host, port=port, print=None, shutdown_timeout=10)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); is another dashboard "
+            "running? pass --port") from exc
+
+
+def register(group: click.Group) -> None:
+    group.add_command(dashboard_cmd)
