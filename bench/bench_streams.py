@@ -1,12 +1,13 @@
 """Benchmark of the projection processor (run by hand against the local servers).
 
     PYTHONPATH=. python bench/bench_streams.py [--events 60000] [--rate 2000] [--seconds 10]
+        [--engines faust,kafka]
 
 Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline;
-2. faust worker fold throughput (events/s, from its first write to caught up) and the ratio;
+2. worker fold throughput per engine (events/s, from its first write to caught up), ratio;
 3. in-process replay rate (confluent consumer + processor, events/s) and the ratio;
-4. append -> visible in Redis latency p50/p99 at a fixed produce rate (change feed arrivals).
+4. append -> visible in Redis latency p50/p99 at a fixed produce rate, per engine.
 Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards.
 """
 
@@ -58,20 +59,30 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     return n / dt
 
 
+def worker_cmd(engine: str) -> list[str]:
+    if engine == "kafka":
+        return [sys.executable, "-m", "streams.engine_kafka"]
+    return [sys.executable, "-m", "faust", "-A", "streams.app:app", "worker", "--without-web",
+            "-l", "warn"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=60_000)
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--engines", default="faust,kafka")
     args = ap.parse_args()
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
     tag = uuid.uuid4().hex[:8]
     topic, lat_topic = f"bench.streams.{tag}", f"bench.streams.lat.{tag}"
     prefix = f"bench-{tag}"
+    engines = args.engines.split(",")
+    lat_topics = {e: f"{lat_topic}.{e}" for e in engines}  # one each: session ids repeat
     for f in admin.create_topics([NewTopic(t, args.partitions, 1)
-                                  for t in (topic, lat_topic)]).values():
+                                  for t in (topic, lat_topic, *lat_topics.values())]).values():
         f.result(30)
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
@@ -89,36 +100,37 @@ def main() -> None:
         print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
         env = {**os.environ, "SESSIONSTREAM_EVENTS_TOPIC": topic,
-               "SESSIONSTREAM_STREAMS_GROUP": f"bench-{tag}", "SESSIONSTREAM_KEY_PREFIX": prefix,
-               "SESSIONSTREAM_DLQ_TOPIC": f"bench.dlq.{tag}"}
-        w = subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app:app", "worker",
-                              "--without-web", "-l", "warn"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(w)
-        index = f"{prefix}:{{{s.tenant}}}:sessions:g1"
-        while r.zcard(index) == 0:
-            time.sleep(0.01)
-        t0 = time.perf_counter()
-        last = {sid: seq for sid, seq in sessions.items()}
-        while True:
-            with r.pipeline(transaction=False) as pipe:
-                for sid in last:
-                    pipe.hget(f"{prefix}:{{{s.tenant}/{sid}}}:g1", "as_of_seq")
-                vals = pipe.execute()
-            if all(v is not None and int(v) == last[sid]
-                   for sid, v in zip(last, vals, strict=True)):
-                break
-            time.sleep(0.05)
-        fold = len(events) / (time.perf_counter() - t0)
-        print(f"faust worker fold: {fold:,.0f} events/s  (ratio to raw {fold / raw:.2f}, "
-              "target >= 0.5)")
-        w.terminate()
-        w.wait(30)
+               "SESSIONSTREAM_DLQ_TOPIC": lat_topic, "SESSIONSTREAM_LOGLEVEL": "warning"}
+        for engine in engines:
+            env.update(SESSIONSTREAM_STREAMS_GROUP=f"bench-{engine}-{tag}",
+                       SESSIONSTREAM_KEY_PREFIX=f"{prefix}-{engine}")
+            w = subprocess.Popen(worker_cmd(engine), env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(w)
+            index = f"{prefix}-{engine}:{{{s.tenant}}}:sessions:g1"
+            while r.zcard(index) == 0:
+                time.sleep(0.01)
+            t0 = time.perf_counter()
+            last = {sid: seq for sid, seq in sessions.items()}
+            while True:
+                with r.pipeline(transaction=False) as pipe:
+                    for sid in last:
+                        pipe.hget(f"{prefix}-{engine}:{{{s.tenant}/{sid}}}:g1", "as_of_seq")
+                    vals = pipe.execute()
+                if all(v is not None and int(v) == last[sid]
+                       for sid, v in zip(last, vals, strict=True)):
+                    break
+                time.sleep(0.05)
+            fold = len(events) / (time.perf_counter() - t0)
+            print(f"{engine} worker fold: {fold:,.0f} events/s  (ratio to raw {fold / raw:.2f}, "
+                  "target >= 0.5)")
+            w.terminate()
+            w.wait(30)
 
         async def run_replay() -> float:
             ar = Redis.from_url(s.redis_url, decode_responses=True)
             rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar, tenant=s.tenant,
-                               topic=topic, prefix=prefix)
+                               topic=topic, prefix=f"{prefix}-{engines[0]}")
             await ar.aclose()
             assert rep.equals_live, rep.different[:5]
             return rep.rate
@@ -126,67 +138,72 @@ def main() -> None:
         print(f"replay (confluent + processor, one process): {rrate:,.0f} events/s  "
               f"(ratio to raw {rrate / raw:.2f}; over {len(events)} events, not 1M)")
 
-        # latency at a fixed rate, on a fresh topic with a live worker
-        env["SESSIONSTREAM_EVENTS_TOPIC"] = lat_topic
-        env["SESSIONSTREAM_STREAMS_GROUP"] = f"bench-lat-{tag}"
-        env["SESSIONSTREAM_KEY_PREFIX"] = prefix + "-lat"
-        w = subprocess.Popen([sys.executable, "-m", "faust", "-A", "streams.app:app", "worker",
-                              "--without-web", "-l", "warn"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(w)
-        lat_events = make_events(args.rate * args.seconds, seed=2)
-        warm = simulate_session(random.Random(5), "warmup-session", turns=1)
-        feed = f"{prefix}-lat:{{{s.tenant}}}:changes:g1"
-        p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
-        for ev in warm:  # wait until the worker joined and writes
-            p2.produce(lat_topic, key=ev.session_id.encode(), value=encode(ev))
-        p2.flush(10)
-        while r.xlen(feed) == 0:
-            time.sleep(0.05)
-        time.sleep(1)
-        sent: dict[tuple[str, int], float] = {}
-        seen: list[tuple[float, dict]] = []  # type: ignore[type-arg]
-        stop = threading.Event()
+        for ei, engine in enumerate(engines):
+            # latency at a fixed rate, on a fresh topic with a live worker
+            env["SESSIONSTREAM_EVENTS_TOPIC"] = lat_topics[engine]
+            env["SESSIONSTREAM_DLQ_TOPIC"] = topic
+            env["SESSIONSTREAM_STREAMS_GROUP"] = f"bench-lat-{engine}-{tag}"
+            env["SESSIONSTREAM_KEY_PREFIX"] = f"{prefix}-lat-{engine}"
+            w = subprocess.Popen(worker_cmd(engine), env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(w)
+            lat_events = make_events(args.rate * args.seconds, seed=2 + ei)
+            warm = simulate_session(random.Random(5), f"warmup-{engine}", turns=1)
+            feed = f"{prefix}-lat-{engine}:{{{s.tenant}}}:changes:g1"
+            p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
+            for ev in warm:  # wait until the worker joined and writes
+                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
+            p2.flush(10)
+            while r.xlen(feed) == 0:
+                time.sleep(0.05)
+            time.sleep(1)
+            sent: dict[tuple[str, int], float] = {}
+            seen: list[tuple[float, dict]] = []  # type: ignore[type-arg]
+            stop = threading.Event()
 
-        def reader() -> None:
-            rr = redis.Redis.from_url(s.redis_url, decode_responses=True)
-            last_id = "$"
-            while not stop.is_set():
-                for _, entries in rr.xread({feed: last_id}, block=200, count=1000) or []:
-                    now = time.perf_counter()
-                    for eid, fields in entries:
-                        last_id = eid
-                        seen.append((now, json.loads(fields["change"])))
-        th = threading.Thread(target=reader, daemon=True)
-        th.start()
-        time.sleep(0.3)
-        interval = 1.0 / args.rate
-        t_start = time.perf_counter()
-        for i, ev in enumerate(lat_events):
-            target = t_start + i * interval
-            while time.perf_counter() < target:
-                pass
-            p2.produce(lat_topic, key=ev.session_id.encode(), value=encode(ev))
-            sent[(ev.session_id, ev.seq)] = time.perf_counter()
-            p2.poll(0)
-        p2.flush(10)
-        time.sleep(2)
-        stop.set()
-        th.join(5)
-        visible: dict[str, list[tuple[int, float]]] = {}
-        for t, ch in seen:
-            visible.setdefault(ch["session"], []).append((ch["as_of_seq"], t))
-        lats = []
-        for (sid, seq), t_sent in sent.items():
-            for as_of, t in visible.get(sid, []):
-                if as_of >= seq:
-                    lats.append((t - t_sent) * 1000)
-                    break
-        lats.sort()
-        if lats:
-            p50, p99 = lats[len(lats) // 2], lats[int(len(lats) * 0.99)]
-            print(f"append -> visible at {args.rate}/s over {args.seconds}s: p50 {p50:.1f} ms, "
-                  f"p99 {p99:.1f} ms ({len(lats)}/{len(sent)} events seen; target p99 <= 50 ms)")
+            def reader(stop: threading.Event = stop, feed: str = feed,
+                       seen: list = seen) -> None:  # type: ignore[type-arg]
+                rr = redis.Redis.from_url(s.redis_url, decode_responses=True)
+                last_id = "$"
+                while not stop.is_set():
+                    for _, entries in rr.xread({feed: last_id}, block=200, count=1000) or []:
+                        now = time.perf_counter()
+                        for eid, fields in entries:
+                            last_id = eid
+                            seen.append((now, json.loads(fields["change"])))
+            th = threading.Thread(target=reader, daemon=True)
+            th.start()
+            time.sleep(0.3)
+            interval = 1.0 / args.rate
+            t_start = time.perf_counter()
+            for i, ev in enumerate(lat_events):
+                target = t_start + i * interval
+                while time.perf_counter() < target:
+                    pass
+                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
+                sent[(ev.session_id, ev.seq)] = time.perf_counter()
+                p2.poll(0)
+            p2.flush(10)
+            time.sleep(2)
+            stop.set()
+            th.join(5)
+            visible: dict[str, list[tuple[int, float]]] = {}
+            for t, ch in seen:
+                visible.setdefault(ch["session"], []).append((ch["as_of_seq"], t))
+            lats = []
+            for (sid, seq), t_sent in sent.items():
+                for as_of, t in visible.get(sid, []):
+                    if as_of >= seq:
+                        lats.append((t - t_sent) * 1000)
+                        break
+            lats.sort()
+            if lats:
+                p50, p99 = lats[len(lats) // 2], lats[int(len(lats) * 0.99)]
+                print(f"{engine}: append -> visible at {args.rate}/s over {args.seconds}s: "
+                      f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(lats)}/{len(sent)} events "
+                      "seen; target p99 <= 50 ms)")
+            w.terminate()
+            w.wait(30)
     finally:
         for w in procs:
             w.terminate()
@@ -194,7 +211,7 @@ def main() -> None:
                 w.wait(20)
             except subprocess.TimeoutExpired:
                 w.kill()
-        for f in admin.delete_topics([topic, lat_topic]).values():
+        for f in admin.delete_topics([topic, lat_topic, *lat_topics.values()]).values():
             with contextlib.suppress(Exception):
                 f.result(30)
         for k in r.scan_iter(match=f"{prefix}*", count=1000):

@@ -1,18 +1,15 @@
-"""The faust worker: the composition root of the projection processor (kept small).
+"""The faust engine of the projection worker (the default; kept small).
 
 Run: ``sessionstream worker`` (or ``python -m faust -A streams.app:app worker --without-web``).
-Configured by ``Settings.from_env()`` plus, for this worker only:
-
-- ``SESSIONSTREAM_STREAMS_GROUP``  faust app id = consumer group
-  (default ``sessionstream-projections``)
-- ``SESSIONSTREAM_KEY_PREFIX``     Redis key prefix (default ``ss``)
-- ``SESSIONSTREAM_EVENTS_TOPIC`` / ``SESSIONSTREAM_DLQ_TOPIC``  override the tenant's topics
-- ``SESSIONSTREAM_BATCH_MAX`` / ``SESSIONSTREAM_BATCH_WITHIN_MS``  batch size / wait (500 / 10)
+Configuration and wiring: ``streams.worker``. The other engine, ``streams.engine_kafka``,
+drives the same processor from a confluent-kafka consumer loop (ADR 0003).
 
 Correctness does not rest on faust's offset commits (field notes): the body never raises —
 Redis writes are retried inside the processor — and an unexpected bug ends the process
 before the batch is acknowledged, so a supervisor restart re-reads it; progress and
-per-session offsets in Redis make every re-read harmless.
+per-session offsets in Redis make every re-read harmless. faust offers no clean seek
+on assignment, so re-read records up to the Redis progress are skipped by the processor
+(cheaply, before decoding) instead of not being fetched.
 """
 
 from __future__ import annotations
@@ -20,61 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 import faust
-from redis.asyncio import Redis
 
-from sessionstream.keys import DEFAULT_PREFIX
-from sessionstream.settings import Settings
-from streams.kafka_io import KafkaDeadLetters, KafkaLogReader
-from streams.ports import Core, Record
+from streams.errors import TopicMissing
+from streams.ports import Record
 from streams.processor import Processor
-from streams.sink import RedisSink, Retry
+from streams.worker import EXIT_BUG, EXIT_CONFIG, WorkerConfig, build_processor, check_topics
 
 log = logging.getLogger("sessionstream.streams.worker")
-
-#: Exit status when the processor meets a bug: nothing of the batch is acknowledged.
-EXIT_BUG = 70
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    settings: Settings
-    group: str
-    prefix: str
-    topic: str
-    dlq_topic: str
-    batch_max: int
-    batch_within: float
-
-    @classmethod
-    def from_env(cls) -> WorkerConfig:
-        settings = Settings.from_env()
-        env = os.environ
-        return cls(
-            settings=settings,
-            group=env.get("SESSIONSTREAM_STREAMS_GROUP") or "sessionstream-projections",
-            prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
-            topic=env.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic,
-            dlq_topic=env.get("SESSIONSTREAM_DLQ_TOPIC") or settings.dlq_topic,
-            batch_max=int(env.get("SESSIONSTREAM_BATCH_MAX") or 500),
-            batch_within=int(env.get("SESSIONSTREAM_BATCH_WITHIN_MS") or 10) / 1000,
-        )
-
-
-def build_processor(cfg: WorkerConfig) -> Processor:
-    redis = Redis.from_url(cfg.settings.redis_url, decode_responses=True)
-    sink = RedisSink(redis, prefix=cfg.prefix, tenant=cfg.settings.tenant,
-                     retry=Retry(attempts=None))
-    return Processor(
-        core=Core.default(), sink=sink, group=cfg.group,
-        log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
-        dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
-    )
-
 
 cfg = WorkerConfig.from_env()
 app = faust.App(
@@ -96,6 +50,17 @@ events = app.topic(cfg.topic, key_type=bytes, value_type=bytes)
 _processor: Processor | None = None
 
 
+@app.task
+async def _check_topics() -> None:
+    """At worker start: a missing topic is a clear error, not a worker retrying forever."""
+    try:
+        await asyncio.to_thread(check_topics, cfg)
+    except TopicMissing as exc:  # retrying forever would hide a deployment mistake
+        log.critical("%s", exc)
+        sys.stderr.flush()
+        os._exit(EXIT_CONFIG)
+
+
 def processor() -> Processor:
     global _processor
     if _processor is None:
@@ -112,6 +77,16 @@ async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
 async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
     # Another worker may have moved these partitions on meanwhile: reload from Redis.
     processor().forget((tp.topic, tp.partition) for tp in assigned)
+    processor().schedule_converge(cfg.topic, [tp.partition for tp in assigned
+                                              if tp.topic == cfg.topic])
+
+
+@app.timer(interval=0.2)
+async def _converge() -> None:
+    """Rebuild bumped units of quiet sessions, a bounded step at a time."""
+    proc = processor()
+    if proc.converging:
+        await proc.converge_step(cfg.converge_sessions)
 
 
 @app.agent(events)

@@ -54,8 +54,19 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
 @click.command("worker")
 @click.option("--loglevel", "-l", default="info",
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
-def worker_cmd(loglevel: str) -> None:
-    """Run the projection processor (a faust worker) for the tenant's events topic."""
+@click.option("--engine", default=lambda: os.environ.get("SESSIONSTREAM_ENGINE") or "faust",
+              type=click.Choice(["faust", "kafka"]), show_default="faust",
+              help="faust worker, or a confluent-kafka consumer loop driving the same "
+                   "processor (several times faster, see docs/adr/0003-faust-limits.md); "
+                   "env SESSIONSTREAM_ENGINE")
+def worker_cmd(loglevel: str, engine: str) -> None:
+    """Run the projection processor for the tenant's events topic."""
+    if engine == "kafka":
+        levels = {"crit": "critical", "warn": "warning"}
+        from streams.engine_kafka import main
+
+        main(levels.get(loglevel, loglevel))
+        return
     os.execvp(sys.executable, [sys.executable, "-m", "faust", "-A", "streams.app:app",
                                "worker", "--without-web", "-l", loglevel])
 

@@ -7,7 +7,8 @@
         ├── SinkError           Redis refused or lost a write after the retry budget (replay,
         │                       CLI reads; the worker itself retries without a budget)
         ├── LogReadError        the events topic could not be read back for a rebuild
-        └── GenerationError     a replay generation could not be built or switched to
+        ├── GenerationError     a replay generation could not be built or switched to
+        └── TopicMissing        the worker's events or dead-letter topic does not exist
 """
 
 from __future__ import annotations
@@ -28,4 +29,8 @@ class LogReadError(StreamsError):
 
 
 class GenerationError(StreamsError):
+    pass
+
+
+class TopicMissing(StreamsError):
     pass

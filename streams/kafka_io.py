@@ -11,9 +11,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streams.errors import LogReadError
 from streams.ports import DeadLetter, Record
+
+
+def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> list[str]:
+    """The topics of ``topics`` the cluster does not have (checked once at worker start)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    have = admin.list_topics(timeout=timeout).topics
+    return [t for t in topics if t not in have or have[t].error is not None]
 
 
 class KafkaLogReader:

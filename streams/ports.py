@@ -82,6 +82,16 @@ class Sink(Protocol):
 
     async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]: ...
 
+    async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
+        """Session ids of the index, by rank (oldest activity first)."""
+        ...
+
+    async def load_fields(
+        self, gen: int, session_ids: Sequence[str], fields: Sequence[str]
+    ) -> dict[str, dict[str, str]]:
+        """Only ``fields`` of each session hash (absent fields left out)."""
+        ...
+
     async def writer_first_offset(self, session_id: str) -> int | None:
         """The writer-side index's first offset of a session, if the writer keeps one."""
         ...

@@ -17,6 +17,7 @@ registry's units, ``record_rejection`` and ``quarantine``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,6 +120,12 @@ class Processor:
         self._progress: dict[str, int] = {}
         self._units = tuple(core.registry.units)
         self._versions: dict[str, int] = dict(core.registry.versions())
+        # process() and converge_step() share the cache: never interleave them.
+        self._lock = asyncio.Lock()
+        self._conv_topic: str | None = None
+        self._conv_parts: set[int] = set()
+        self._conv_next = 0  # rank in the sessions index where the scan goes on
+        self._conv_stats = [0, 0]  # sessions checked, rebuilt (since the last schedule)
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -134,11 +141,94 @@ class Processor:
         for sid in [s for s, c in self._cache.items() if c.partition in nums]:
             del self._cache[sid]
 
+    # -- converging state_version bumps without new traffic --------------------------
+    def schedule_converge(self, topic: str, partitions: Iterable[int]) -> None:
+        """After an assignment: rebuild the bumped units of the sessions of ``partitions``.
+
+        Sessions with new events are rebuilt when their cursor loads anyway; this makes
+        the quiet ones converge too. The work is done in bounded steps
+        (:meth:`converge_step`) between batches, so the partitions keep flowing.
+        """
+        self._conv_topic = topic
+        self._conv_parts |= set(partitions)
+        self._conv_next = 0
+        self._conv_stats = [0, 0]
+
+    @property
+    def converging(self) -> bool:
+        return self._conv_topic is not None and bool(self._conv_parts)
+
+    async def converge_step(self, limit: int = 64, concurrency: int = 4) -> int:
+        """Check the next ``limit`` sessions of the index; rebuild and write the stale ones
+        (at most ``concurrency`` log read-backs at once). Returns the number rebuilt."""
+        if not self.converging:
+            return 0
+        async with self._lock:
+            return await self._converge_step(limit, concurrency)
+
+    async def _converge_step(self, limit: int, concurrency: int) -> int:
+        topic = self._conv_topic
+        assert topic is not None
+        gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
+        if gen != self._gen:
+            self._cache.clear()
+            self._gen = gen
+        ids = await self.sink.session_ids(gen, self._conv_next, limit)
+        if not ids:
+            log.info("state_version convergence done: %d sessions checked, %d rebuilt",
+                     *self._conv_stats)
+            self._conv_topic, self._conv_parts = None, set()
+            return 0
+        self._conv_next += len(ids)
+        fields = ["meta", *("sv:" + u.key for u in self._units)]
+        rows = await self.sink.load_fields(gen, [s for s in ids if s not in self._cache], fields)
+        stale: list[str] = []
+        for sid, row in rows.items():
+            if not row.get("meta"):
+                continue
+            if int(json.loads(row["meta"]).get("partition", -1)) not in self._conv_parts:
+                continue
+            if any(row.get("sv:" + k) != str(v) for k, v in self._versions.items()):
+                stale.append(sid)
+        self._conv_stats[0] += len(ids)
+        if not stale:
+            return 0
+        loaded = await self.sink.load(gen, stale)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def rebuild(sid: str) -> Cursor | None:
+            cur = self._cursor(sid, -1, loaded.get(sid))
+            if not cur.stale or cur.quarantine is not None:
+                return None
+            async with sem:
+                return await self._rebuild(cur, topic)
+
+        cursors = [c for c in await asyncio.gather(*(rebuild(s) for s in stale)) if c]
+        report = BatchReport()
+        folded = [(c, r) for c in cursors if (r := self._fold(c, [], report)) is not None]
+        outcomes = await self.sink.write_sessions(gen, [w for _, (_, w) in folded])
+        writes = []
+        for (_, (new, write)), outcome in zip(folded, outcomes, strict=True):
+            if outcome.status == "applied":
+                self._cache[write.session_id] = new
+                writes.append(write)
+            else:  # moved meanwhile: its next batch loads and rebuilds it
+                self._cache.pop(write.session_id, None)
+        await self.sink.write_tenant(gen, writes, self.group, {})
+        self._conv_stats[1] += len(writes)
+        log.info("state_version convergence: %d sessions checked, %d rebuilt so far",
+                 *self._conv_stats)
+        return len(writes)
+
     # -- the batch ------------------------------------------------------------------
     async def process(self, records: Sequence[Record]) -> BatchReport:
-        report = BatchReport(records=len(records))
         if not records:
-            return report
+            return BatchReport()
+        async with self._lock:
+            return await self._process(records)
+
+    async def _process(self, records: Sequence[Record]) -> BatchReport:
+        report = BatchReport(records=len(records))
         gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
         if gen != self._gen:
             self._cache.clear()  # states are the same fold, but offsets guard per generation

@@ -231,6 +231,25 @@ class RedisSink:
         vals = await self.retry.run("progress read", lambda: self.redis.hmget(pkey, list(keys)))
         return {k: int(v) for k, v in zip(keys, vals, strict=True) if v is not None}
 
+    async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
+        index = sessions_index(self.prefix, self.tenant, gen)
+        rows = await self.retry.run(
+            "index read", lambda: self.redis.zrange(index, start, start + count - 1))
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in rows]
+
+    async def load_fields(self, gen: int, session_ids: Sequence[str], fields: Sequence[str]
+                          ) -> dict[str, dict[str, str]]:
+        async def op() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in session_ids:
+                    pipe.hmget(session_hash(self.prefix, self.tenant, sid, gen), list(fields))
+                return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
+
+        rows = await self.retry.run("session fields load", op) if session_ids else []
+        return {sid: {f: (v.decode() if isinstance(v, bytes) else v)
+                      for f, v in zip(fields, row, strict=True) if v is not None}
+                for sid, row in zip(session_ids, rows, strict=True)}
+
     async def writer_first_offset(self, session_id: str) -> int | None:
         key = session_key(self.prefix, self.tenant, session_id, "log")
         raw = await self.retry.run("writer index read",

@@ -67,6 +67,10 @@ class CompactionState:
     outcomes: FrozenMap  # outcome -> n
 
 
+def _with_open(state: CompactionState, attempt: Attempt) -> CompactionState:
+    return CompactionState(state.attempts, attempt, state.outcomes)
+
+
 class CompactionUnit(ProjectionUnit[CompactionState]):
     key = "compaction"
     state_version = 1
@@ -84,13 +88,15 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
         if t == "compaction/start":
             if state.open is not None:  # unmatched start: keep it visible as abandoned
                 state = self._close(state, "abandoned", "superseded by a new start", event.seq)
-            return replace(state, open=Attempt(data["compaction_id"], data["trigger"], event.seq))
+            return CompactionState(state.attempts,
+                                   Attempt(data["compaction_id"], data["trigger"], event.seq),
+                                   state.outcomes)
         opened = state.open
         if opened is None or (t.startswith("compaction/")
                               and data["compaction_id"] != opened.compaction_id):
             return state
         if t == "compaction/summary":
-            return replace(state, open=replace(
+            return _with_open(state, replace(
                 opened,
                 first_position=data["first_position"],
                 last_position=data["last_position"],
@@ -103,11 +109,11 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
         if t == "user/message":
             if event.surface_op is not SurfaceOp.REPLACE:
                 return state
-            return replace(state, open=replace(opened, replacement_seq=event.seq))
+            return _with_open(state, replace(opened, replacement_seq=event.seq))
         if t == "compaction/end":
             return self._close(state, data["outcome"], data.get("reason"), event.seq)
         if t == "session/end-seed":
-            return replace(state, open=replace(opened, from_seed=True))
+            return _with_open(state, replace(opened, from_seed=True))
         return state
 
     @staticmethod

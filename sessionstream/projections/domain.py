@@ -6,7 +6,7 @@ Fed by the ignorable domain types ``todo/add``, ``todo/update``, ``plan/set`` an
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from sessionstream.events import Event
 from sessionstream.jsonvalue import FrozenMap, JsonValue
@@ -44,15 +44,15 @@ class TodoUnit(ProjectionUnit[TodoState]):
                 data["id"], data["text"], data.get("status") or (old.status if old else "pending"),
                 old.added_seq if old else event.seq, event.seq,
             )
-            return replace(state, items=FrozenMap({**state.items, item.id: item}))
+            return TodoState(FrozenMap({**state.items, item.id: item}), state.unknown_updates)
         if event.type == "todo/update":
             old = state.items.get(data["id"])
             if old is None:
-                return replace(state, unknown_updates=state.unknown_updates + 1)
+                return TodoState(state.items, state.unknown_updates + 1)
             if old.status == data["status"]:
                 return state
-            item = replace(old, status=data["status"], updated_seq=event.seq)
-            return replace(state, items=FrozenMap({**state.items, item.id: item}))
+            item = TodoItem(old.id, old.text, data["status"], old.added_seq, event.seq)
+            return TodoState(FrozenMap({**state.items, item.id: item}), state.unknown_updates)
         return state
 
     def view(self, state: TodoState) -> JsonValue:

@@ -7,7 +7,7 @@ type) makes it ``ended``; the stream processor marks a session ``quarantined`` w
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from sessionstream.events import Event
 from sessionstream.jsonvalue import JsonValue, freeze, thaw
@@ -74,9 +74,13 @@ class IndexUnit(ProjectionUnit[IndexState]):
         return self.dump(state)
 
     def dump(self, state: IndexState) -> JsonValue:
-        out = asdict(state)
+        # Field by field (asdict deep-copies, and the index is dumped on every batch).
+        out = {name: getattr(state, name) for name in _FIELDS}
         out["lineage"] = thaw(state.lineage)
         return out
 
     def load(self, data: JsonValue) -> IndexState:
         return IndexState(**{**data, "lineage": freeze(data["lineage"])})
+
+
+_FIELDS = tuple(f.name for f in fields(IndexState))

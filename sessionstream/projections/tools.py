@@ -7,7 +7,7 @@ starts it, *answered* by ``tool/result`` (status, operation id, version), or
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionstream.events import Event
@@ -55,6 +55,12 @@ class ToolsState:
     counts: FrozenMap  # ok / error / abandoned -> n
 
 
+def _row(obj: Call | Result | Abandoned) -> dict[str, Any]:
+    """A record's fields as a dict: what ``dataclasses.asdict`` gives for these flat records
+    (values are scalars or frozen JSON, which dump the same), without its deep copy."""
+    return {name: getattr(obj, name) for name in _FIELDS[type(obj)]}
+
+
 def _bump(counts: FrozenMap, key: str, by: int = 1) -> FrozenMap:
     return FrozenMap({**counts, key: counts.get(key, 0) + by})
 
@@ -82,7 +88,8 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
             for c in calls:
                 declared[c["call_id"]] = Call(c["call_id"], c["name"], event.seq,
                                               turn_id=event.turn_id)
-            return replace(state, declared=FrozenMap(declared))
+            return ToolsState(FrozenMap(declared), state.open, state.results, state.abandoned,
+                              state.counts)
         if t == "tool/call":
             cid = data["call_id"]
             prior = state.declared.get(cid)
@@ -90,10 +97,10 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
                 cid, data["name"], prior.declared_seq if prior else None, event.seq,
                 data.get("idempotency_key"), event.turn_id,
             )
-            return replace(
-                state,
-                declared=_without(state.declared, cid) if prior else state.declared,
-                open=FrozenMap({**state.open, cid: call}),
+            return ToolsState(
+                _without(state.declared, cid) if prior else state.declared,
+                FrozenMap({**state.open, cid: call}), state.results, state.abandoned,
+                state.counts,
             )
         if t == "tool/result":
             cid = data["call_id"]
@@ -126,22 +133,22 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
 
     def view(self, state: ToolsState) -> JsonValue:
         return {
-            "declared": [asdict(c) for c in state.declared.values()],
-            "open": [asdict(c) for c in state.open.values()],
-            "results": {r.call_id: asdict(r) for r in state.results},
+            "declared": [_row(c) for c in state.declared.values()],
+            "open": [_row(c) for c in state.open.values()],
+            "results": {r.call_id: _row(r) for r in state.results},
             "operation_ids": {
                 r.operation_id: r.call_id for r in state.results if r.operation_id is not None
             },
-            "abandoned": [asdict(a) for a in state.abandoned],
+            "abandoned": [_row(a) for a in state.abandoned],
             "counts": dict(sorted(state.counts.items())),
         }
 
     def dump(self, state: ToolsState) -> JsonValue:
         return {
-            "declared": [asdict(c) for c in state.declared.values()],
-            "open": [asdict(c) for c in state.open.values()],
-            "results": [asdict(r) for r in state.results],
-            "abandoned": [asdict(a) for a in state.abandoned],
+            "declared": [_row(c) for c in state.declared.values()],
+            "open": [_row(c) for c in state.open.values()],
+            "results": [_row(r) for r in state.results],
+            "abandoned": [_row(a) for a in state.abandoned],
             "counts": dict(state.counts),
         }
 
@@ -153,3 +160,8 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
             Vec(Abandoned(**a) for a in data["abandoned"]),
             FrozenMap(data["counts"]),
         )
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in (Call, Result, Abandoned)
+}

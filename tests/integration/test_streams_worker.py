@@ -10,7 +10,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
@@ -29,10 +31,19 @@ from tests.integration.streams_helpers import (
 )
 
 APP = "streams.app:app"
+ENGINES = pytest.mark.parametrize("engine", ["faust", "kafka"])
 
 
+def start_worker(procs: ProcessGroup, engine: str, env: dict[str, str]) -> Any:
+    """The same worker behind either engine (the tests hold for both)."""
+    if engine == "faust":
+        return procs.start_faust_worker(APP, env)
+    return procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+
+
+@ENGINES
 def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantines(
-    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    engine: str, settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
     redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
 ) -> None:
     """200 sessions; a poison record; one session with an unknown required event."""
@@ -47,7 +58,7 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
             raw=[(b"sess-0001", b"\x00\x01poison")])
     produce(settings.kafka_bootstrap, topic, [*merged[3000:], alien])
     env = worker_env(settings, topic, consumer_group, redis_prefix, SESSIONSTREAM_DLQ_TOPIC=dlq)
-    worker = procs.start_faust_worker(APP, env)
+    worker = start_worker(procs, engine, env)
     good = {s: ev for s, ev in logs.items() if s != bad_sid}
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, good), 90,
                "all sessions projected", alive=lambda: _alive(worker))
@@ -89,8 +100,9 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
         report["generation"]
 
 
+@ENGINES
 def test_sigkill_mid_batch_and_restart_gives_identical_state(
-    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    engine: str, settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
     redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
 ) -> None:
     topic = unique_topic(4)
@@ -98,7 +110,7 @@ def test_sigkill_mid_batch_and_restart_gives_identical_state(
     events = interleave(logs)
     env = worker_env(settings, topic, consumer_group, redis_prefix,
                      SESSIONSTREAM_BATCH_MAX="50")
-    worker = procs.start_faust_worker(APP, env)
+    worker = start_worker(procs, engine, env)
     feeder = threading.Thread(target=_produce_slowly,
                               args=(settings.kafka_bootstrap, topic, events), daemon=True)
     feeder.start()
@@ -108,7 +120,7 @@ def test_sigkill_mid_batch_and_restart_gives_identical_state(
     assert not caught_up(redis_client, redis_prefix, settings.tenant, logs)(), \
         "worker finished before the kill; the test proves nothing"
     feeder.join(60)
-    worker = procs.start_faust_worker(APP, env)
+    worker = start_worker(procs, engine, env)
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 90,
                "all sessions projected after restart", alive=lambda: _alive(worker))
     for sid, evs in logs.items():
@@ -117,8 +129,9 @@ def test_sigkill_mid_batch_and_restart_gives_identical_state(
         assert meta["counts"] == {"admitted": len(evs)}, "an event was applied twice"
 
 
+@ENGINES
 def test_two_workers_with_a_rebalance_in_the_middle_equal_one_worker(
-    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    engine: str, settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
     redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
 ) -> None:
     topic = unique_topic(6)
@@ -126,13 +139,13 @@ def test_two_workers_with_a_rebalance_in_the_middle_equal_one_worker(
     events = interleave(logs)
     env = worker_env(settings, topic, consumer_group, redis_prefix,
                      SESSIONSTREAM_BATCH_MAX="50")
-    first = procs.start_faust_worker(APP, env)
+    first = start_worker(procs, engine, env)
     feeder = threading.Thread(target=_produce_slowly,
                               args=(settings.kafka_bootstrap, topic, events), daemon=True)
     feeder.start()
     wait_until(lambda: _sessions_started(redis_client, redis_prefix, settings.tenant) >= 10, 60,
                "first worker started projecting", alive=lambda: _alive(first))
-    procs.start_faust_worker(APP, env)  # joins the group: rebalance mid-stream
+    start_worker(procs, engine, env)  # joins the group: rebalance mid-stream
     feeder.join(60)
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 90,
                "all sessions projected by two workers",
@@ -169,3 +182,20 @@ def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 20) -
         out.extend(m for m in c.consume(100, timeout=0.5) if m.error() is None)
     c.close()
     return out
+
+
+@ENGINES
+def test_a_missing_dead_letter_topic_fails_at_start_with_a_clear_message(
+    engine: str, settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_prefix: str, procs: ProcessGroup,
+) -> None:
+    topic = unique_topic(1)
+    env = worker_env(settings, topic, consumer_group, redis_prefix,
+                     SESSIONSTREAM_DLQ_TOPIC=f"{topic}.no-such-dlq")
+    worker = start_worker(procs, engine, env)
+    deadline = time.monotonic() + 60
+    while worker.running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not worker.running(), "the worker kept running without its dead-letter topic"
+    assert worker.proc.returncode == 78
+    assert "sessionstream topics ensure" in worker.log_tail()

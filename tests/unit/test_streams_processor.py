@@ -73,6 +73,15 @@ class MemorySink:
     async def writer_first_offset(self, session_id: str) -> int | None:
         return None
 
+    async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
+        ids = sorted((score, sid) for (g, sid), score in self.index.items() if g == gen)
+        return [sid for _, sid in ids[start:start + count]]
+
+    async def load_fields(self, gen: int, session_ids: Sequence[str], fields: Sequence[str]
+                          ) -> dict[str, dict[str, str]]:
+        return {s: {f: v for f, v in self.hashes.get((gen, s), {}).items() if f in fields}
+                for s in session_ids}
+
 
 class MemoryLog:
     """The events topic as a list of records (for state_version rebuilds)."""
@@ -294,6 +303,45 @@ async def test_a_state_version_bump_rebuilds_only_that_unit() -> None:
         assert h["sv:todo"] == str(TodoV2.state_version)
     # a session untouched after the bump keeps its old state until it is touched
     assert set(before) <= set(sink.hashes)
+
+
+async def test_quiet_sessions_converge_to_a_bumped_state_version_after_assignment() -> None:
+    """A state_version bump reaches sessions with no new events, only in owned partitions."""
+    logs, merged = fleet(6)
+    records = as_records(merged)
+    sink = MemorySink()
+    await run_batches(processor(sink), records, 50)
+    units = default_units()
+    todo_unit = next(u for u in units if u.key == "todo")
+
+    class TodoV2(type(todo_unit)):  # type: ignore[misc]
+        state_version: ClassVar[int] = todo_unit.state_version + 1
+
+    bumped = Registry([TodoV2() if u.key == "todo" else u for u in units])
+    core = Core(**{**Core.default().__dict__, "registry": bumped})
+    proc = processor(sink, core=core, log_reader=MemoryLog(records))
+    owned = {0, 2}
+    before = {k: dict(v) for k, v in sink.hashes.items()}
+    proc.schedule_converge(TOPIC, owned)
+    rebuilt = 0
+    while proc.converging:
+        rebuilt += await proc.converge_step(limit=2)
+    part = {r.key.decode(): r.partition for r in records if r.key}
+    assert rebuilt == sum(1 for s in logs if part[s] in owned) > 0
+    for sid, events in logs.items():
+        h = sink.hashes[(1, sid)]
+        if part[sid] in owned:
+            assert h["sv:todo"] == str(TodoV2.state_version)
+            assert views_of(sink, sid) == offline_views(events, bumped)
+            assert h["as_of_offset"] == before[(1, sid)]["as_of_offset"]
+        else:
+            assert h == before[(1, sid)], "a partition this worker does not own was touched"
+    # a second pass finds nothing left to do, and later batches are still no-ops
+    proc.schedule_converge(TOPIC, owned)
+    while proc.converging:
+        assert await proc.converge_step(limit=4) == 0
+    report = await proc.process(records)
+    assert report.sessions_written == 0
 
 
 async def test_a_worker_with_a_stale_cache_reloads_instead_of_overwriting() -> None:

@@ -1,0 +1,162 @@
+"""The kafka engine: a confluent-kafka consumer-group loop driving the same Processor.
+
+Run: ``sessionstream worker --engine kafka`` (or ``python -m streams.engine_kafka``).
+Why it exists: faust's own per-event machinery caps a worker at ~1–2k events/s
+(docs/adr/0003-faust-limits.md); this loop hands librdkafka's batches straight to the
+processor. Same guarantees as the faust worker:
+
+- at-least-once: offsets are committed only after the batch's Redis writes returned;
+  a crash re-reads at most the uncommitted batches, which the per-session offsets and
+  the partition progress in Redis make harmless;
+- on assignment each partition starts after its Redis progress (not the committed
+  offset, which may lag), caches of moved partitions are dropped, and sessions whose
+  unit ``state_version`` was bumped are rebuilt in bounded steps between batches;
+- a processor bug ends the process (status 70) before the batch is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import traceback
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from streams.errors import TopicMissing
+from streams.ports import Record
+from streams.processor import Processor
+from streams.worker import (
+    EXIT_BUG,
+    EXIT_CONFIG,
+    WorkerConfig,
+    build_processor,
+    check_topics,
+)
+
+log = logging.getLogger("sessionstream.streams.worker")
+
+
+class KafkaEngine:
+    """One consumer of the worker's group; ``run()`` until ``stop()``."""
+
+    def __init__(self, cfg: WorkerConfig, processor: Processor) -> None:
+        self.cfg = cfg
+        self.processor = processor
+        self._stop = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.consumer = Consumer({
+            "bootstrap.servers": cfg.settings.kafka_bootstrap,
+            "group.id": cfg.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "fetch.wait.max.ms": 5,  # latency: don't let the broker sit on small fetches
+            "queued.min.messages": max(10_000, cfg.batch_max * 4),
+            "log_level": 3,
+        })
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- rebalance callbacks: run on the consume() thread while the loop awaits it ----
+    def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        assert self._loop is not None
+        nums = [tp.partition for tp in parts]
+        self.processor.forget((self.cfg.topic, p) for p in nums)
+        keys = [f"{tp.topic}:{tp.partition}" for tp in parts]
+        fut = asyncio.run_coroutine_threadsafe(
+            self.processor.sink.load_progress(self.cfg.group, keys), self._loop)
+        progress = fut.result()
+        for tp, key in zip(parts, keys, strict=True):
+            if key in progress:  # already in Redis: don't re-read what the commit missed
+                tp.offset = progress[key] + 1
+        consumer.assign(parts)
+        self.processor.schedule_converge(self.cfg.topic, nums)
+        log.info("assigned partitions %s (from Redis progress: %s)", nums,
+                 {k: v + 1 for k, v in progress.items()})
+
+    def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self.processor.forget((tp.topic, tp.partition) for tp in parts)
+        consumer.unassign()
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.cfg
+        self.consumer.subscribe([cfg.topic], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        try:
+            while not self._stop.is_set():
+                msgs = await asyncio.to_thread(self.consumer.consume, cfg.batch_max,
+                                               cfg.batch_within)
+                records = self._records(msgs)
+                if records:
+                    await self._process(records)
+                if self.processor.converging:
+                    await self.processor.converge_step(cfg.converge_sessions)
+        finally:
+            await asyncio.to_thread(self.consumer.close)
+
+    def _records(self, msgs: list[Message]) -> list[Record]:
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("consumer error: %s", err)
+                continue
+            ts = m.timestamp()
+            out.append(Record(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(),
+                              m.value(), ts[1] if ts[0] else None))
+        return out
+
+    async def _process(self, records: list[Record]) -> None:
+        try:
+            report = await self.processor.process(records)
+        except Exception:
+            log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
+                         traceback.format_exc())
+            os._exit(EXIT_BUG)
+        high: dict[tuple[str, int], int] = {}
+        for r in records:
+            k = (r.topic, r.partition)
+            high[k] = max(high.get(k, -1), r.offset)
+        try:  # a lost commit only means a harmless re-read (progress is in Redis)
+            self.consumer.commit(offsets=[TopicPartition(t, p, o + 1)
+                                          for (t, p), o in high.items()], asynchronous=True)
+        except KafkaException as exc:
+            log.warning("offset commit failed (harmless, progress is in Redis): %s", exc)
+        if report.dead_letters or report.quarantined:
+            log.warning("batch: %d records, %d dead letters, %d sessions quarantined",
+                        report.records, len(report.dead_letters), len(report.quarantined))
+
+
+async def _main(cfg: WorkerConfig) -> None:
+    engine = KafkaEngine(cfg, build_processor(cfg))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, engine.stop)
+    await engine.run()
+
+
+def main(loglevel: str = "info") -> None:
+    logging.basicConfig(level=loglevel.upper(),
+                        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
+    cfg = WorkerConfig.from_env()
+    try:
+        check_topics(cfg)
+    except TopicMissing as exc:
+        log.critical("%s", exc)
+        sys.exit(EXIT_CONFIG)
+    asyncio.run(_main(cfg))
+
+
+if __name__ == "__main__":
+    main(os.environ.get("SESSIONSTREAM_LOGLEVEL", "info"))

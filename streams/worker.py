@@ -1,0 +1,82 @@
+"""The worker's composition root, shared by both engines (faust and kafka).
+
+Configured by ``Settings.from_env()`` plus, for the worker only:
+
+- ``SESSIONSTREAM_STREAMS_GROUP``  consumer group (default ``sessionstream-projections``)
+- ``SESSIONSTREAM_KEY_PREFIX``     Redis key prefix (default ``ss``)
+- ``SESSIONSTREAM_EVENTS_TOPIC`` / ``SESSIONSTREAM_DLQ_TOPIC``  override the tenant's topics
+- ``SESSIONSTREAM_BATCH_MAX`` / ``SESSIONSTREAM_BATCH_WITHIN_MS``  batch size / wait (500 / 10)
+- ``SESSIONSTREAM_CONVERGE_SESSIONS``  sessions checked per step when converging
+  bumped ``state_version``s after an assignment (default 64)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from sessionstream.keys import DEFAULT_PREFIX
+from sessionstream.settings import Settings
+from streams.errors import TopicMissing
+from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
+from streams.ports import Core
+from streams.processor import Processor
+from streams.sink import RedisSink, Retry
+
+#: Exit status when the processor meets a bug: nothing of the batch is acknowledged.
+EXIT_BUG = 70
+#: Exit status when a topic the worker needs does not exist.
+EXIT_CONFIG = 78
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    settings: Settings
+    group: str
+    prefix: str
+    topic: str
+    dlq_topic: str
+    batch_max: int
+    batch_within: float
+    converge_sessions: int = 64
+
+    @classmethod
+    def from_env(cls) -> WorkerConfig:
+        settings = Settings.from_env()
+        env = os.environ
+        return cls(
+            settings=settings,
+            group=env.get("SESSIONSTREAM_STREAMS_GROUP") or "sessionstream-projections",
+            prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
+            topic=env.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic,
+            dlq_topic=env.get("SESSIONSTREAM_DLQ_TOPIC") or settings.dlq_topic,
+            batch_max=int(env.get("SESSIONSTREAM_BATCH_MAX") or 500),
+            batch_within=int(env.get("SESSIONSTREAM_BATCH_WITHIN_MS") or 10) / 1000,
+            converge_sessions=int(env.get("SESSIONSTREAM_CONVERGE_SESSIONS") or 64),
+        )
+
+
+def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
+    """Fail at start, not by retrying forever, when the events or dead-letter topic is missing."""
+    missing = missing_topics(cfg.settings.kafka_bootstrap, [cfg.topic, cfg.dlq_topic], timeout)
+    if missing:
+        raise TopicMissing(
+            f"topic(s) {', '.join(missing)} do not exist on {cfg.settings.kafka_bootstrap}; "
+            "create them with `sessionstream topics ensure` (or point "
+            "SESSIONSTREAM_EVENTS_TOPIC / SESSIONSTREAM_DLQ_TOPIC at existing ones)")
+
+
+def build_sink(cfg: WorkerConfig) -> RedisSink:
+    redis = Redis.from_url(cfg.settings.redis_url, decode_responses=True)
+    return RedisSink(redis, prefix=cfg.prefix, tenant=cfg.settings.tenant,
+                     retry=Retry(attempts=None))
+
+
+def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
+    return Processor(
+        core=Core.default(), sink=sink or build_sink(cfg), group=cfg.group,
+        log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
+        dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
+    )
