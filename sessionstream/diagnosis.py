@@ -205,7 +205,7 @@ def _rejections(facts: Facts) -> Finding:
                        f"no rejected writes ({dup} duplicate redeliveries dropped)",
                        {"duplicates": dup})
     by = Counter(r.verdict for r in rej)
-    evidence = {
+    evidence: dict[str, Any] = {
         "by_verdict": dict(sorted(by.items())), "duplicates": dup,
         "rejected": [{"seq": r.seq, "event_id": r.event_id, "writer": r.writer_id,
                       "epoch": r.epoch, "verdict": r.verdict, "offset": r.offset}
@@ -226,7 +226,7 @@ def _formats(ev: Sequence[Event], cat: Catalog, src: str) -> Finding:
     versions = Counter(e.format_version for e in ev)
     unknown = Counter(e.type for e in ev if e.type not in cat)
     required = sorted(t for t in unknown if any(e.type == t and not e.ignorable for e in ev))
-    evidence = {"format_versions": {str(k): n for k, n in sorted(versions.items())},
+    evidence: dict[str, Any] = {"format_versions": {str(k): n for k, n in sorted(versions.items())},
                 "code_format_version": FORMAT_VERSION,
                 "unknown_types": dict(sorted(unknown.items()))}
     newer = [v for v in versions if v > FORMAT_VERSION]
@@ -270,7 +270,7 @@ def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
 
 def _open_tail(facts: Facts, s: Session) -> Finding:
     comp = s.open_compaction
-    evidence = {"open_turn": s.open_turn, "open_turn_seq": s.open_turn_seq,
+    evidence: dict[str, Any] = {"open_turn": s.open_turn, "open_turn_seq": s.open_turn_seq,
                 "open_step": s.open_step,
                 "pending_calls": [p.call_id for p in s.pending_calls],
                 "open_compaction": comp.compaction_id if comp else None}
@@ -303,7 +303,7 @@ def _lifecycles(ev: Sequence[Event]) -> Finding:
     interrupted = [e.seq for e in ev
                    if e.type == "turn/end" and e.data.get("reason") == "interrupted"]
     outcomes = Counter(str(e.data.get("outcome")) for e in ev if e.type == "compaction/end")
-    evidence = {"end_seed_seqs": seeds, "interrupted_turn_end_seqs": interrupted,
+    evidence: dict[str, Any] = {"end_seed_seqs": seeds, "interrupted_turn_end_seqs": interrupted,
                 "compaction_outcomes": dict(sorted(outcomes.items()))}
     return Finding(Layer.RAW, "lifecycles", Status.OK,
                    f"{len(seeds)} resume/fork boundary(ies), {len(interrupted)} interrupted "
@@ -326,7 +326,7 @@ def _surface(facts: Facts, s: Session) -> list[Finding]:
                 orphans.append(m.call_id)
             answered.add(m.call_id)
     pending = [cid for cid, _ in pending_calls(messages)]
-    evidence = {"messages": len(messages), "tokens": token_estimate(messages),
+    evidence: dict[str, Any] = {"messages": len(messages), "tokens": token_estimate(messages),
                 "kinds": dict(sorted(kinds.items())), "tool_calls": len(declared),
                 "orphan_results": orphans, "unanswered_calls": pending}
     out: list[Finding] = []
@@ -356,7 +356,7 @@ def _compaction(facts: Facts, s: Session) -> Finding:
     ends = {str(e.data.get("compaction_id")): e for e in ev if e.type == "compaction/end"}
     failed = [e for e in ends.values() if e.data.get("outcome") != "completed"]
     if not summaries:
-        evidence = {"failed_or_abandoned": [
+        evidence: dict[str, Any] = {"failed_or_abandoned": [
             {"compaction_id": e.data.get("compaction_id"), "outcome": e.data.get("outcome"),
              "seq": e.seq} for e in failed]}
         return Finding(Layer.SURFACE, "compaction", Status.OK,
@@ -419,7 +419,7 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
                            "routed", {"headers": 0}, None, ("fork-permissions",)))
     else:
         h = headers[-1]
-        evidence = {"headers": len(headers), "last_seq": h.seq,
+        evidence: dict[str, Any] = {"headers": len(headers), "last_seq": h.seq,
                     "provider": h.data.get("provider"), "model": h.data.get("model")}
         out.append(Finding(Layer.REQUEST, "request-header", Status.OK,
                            f"last request/header at seq {h.seq} "
@@ -451,8 +451,8 @@ def _projections(facts: Facts) -> list[Finding]:
                         "is the worker running? `sessionstream worker`",
                         ("ui-differs", "full-log-reads"))]
     out: list[Finding] = []
-    evidence = {"as_of_seq": st.as_of_seq, "log_last_seq": last, "generation": st.generation,
-                "lag": last - st.as_of_seq}
+    evidence: dict[str, Any] = {"as_of_seq": st.as_of_seq, "log_last_seq": last,
+                                "generation": st.generation, "lag": last - st.as_of_seq}
     if st.as_of_seq == last:
         out.append(Finding(Layer.PROJECTIONS, "watermark", Status.OK,
                            f"projections at as_of_seq {st.as_of_seq} = the log's last seq "
