@@ -139,7 +139,19 @@ class Facts:
     code_versions: Mapping[str, int] = field(default_factory=dict)
     log_index: bool | None = None  # the writer's offset index exists (None: not looked at)
     lease_held: bool | None = None  # a writer holds the lease now (None: not looked at)
-    source: str = "SESSION"  # how commands name the input: a session id or a FILE
+    source: str | None = None  # the JSONL file the events came from (None: live)
+
+    @property
+    def name(self) -> str:
+        """How the next commands name the input: the FILE, else the session id."""
+        return self.source if self.source is not None else self.session_id
+
+
+def _cmd(facts: Facts, offline: str, view: str) -> str:
+    """The next command: the offline one over the file, or the live view of the session."""
+    if facts.source is not None:
+        return f"sessionstream {offline} {facts.source}"
+    return f"sessionstream views {facts.session_id} --view {view}"
 
 
 def exit_code(findings: Sequence[Finding]) -> int:
@@ -169,7 +181,7 @@ def diagnose(facts: Facts, catalog: Catalog | None = None) -> list[Finding]:
 # -- raw events ---------------------------------------------------------------------------
 
 def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
-    ev, src, out = facts.events, facts.source, []
+    ev, out = facts.events, []
     seqs = [e.seq for e in ev]
     writers = sorted({(e.writer.id, e.writer.epoch) for e in ev}, key=lambda w: (w[1], w[0]))
     evidence: dict[str, Any] = {
@@ -181,7 +193,7 @@ def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
         out.append(Finding(Layer.RAW, "log-readback", Status.PROBLEM,
                            f"seqs are not contiguous from 0 (first break at position "
                            f"{first_bad}, seq {seqs[first_bad]})", evidence,
-                           f"sessionstream log validate {src}", ("lost-after-restart",)))
+                           _cmd(facts, "log validate", "index"), ("lost-after-restart",)))
     else:
         out.append(Finding(Layer.RAW, "log-readback", Status.OK,
                            f"{len(ev)} admitted events, seq 0..{evidence['last_seq']}, "
@@ -193,7 +205,7 @@ def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
                            {"offsets": list(facts.corrupt_offsets)},
                            "inspect the tenant's .dlq topic", ("old-log-unreadable",)))
     out.append(_rejections(facts))
-    out.append(_formats(ev, cat, src))
+    out.append(_formats(facts, cat))
     return out
 
 
@@ -222,7 +234,8 @@ def _rejections(facts: Facts) -> Finding:
                    ("lost-after-restart",))
 
 
-def _formats(ev: Sequence[Event], cat: Catalog, src: str) -> Finding:
+def _formats(facts: Facts, cat: Catalog) -> Finding:
+    ev = facts.events
     versions = Counter(e.format_version for e in ev)
     unknown = Counter(e.type for e in ev if e.type not in cat)
     required = sorted(t for t in unknown if any(e.type == t and not e.ignorable for e in ev))
@@ -240,7 +253,7 @@ def _formats(ev: Sequence[Event], cat: Catalog, src: str) -> Finding:
     if unknown:
         return Finding(Layer.RAW, "format", Status.WARNING,
                        f"{sum(unknown.values())} event(s) of unknown ignorable type(s) skipped",
-                       evidence, f"sessionstream log validate {src}", ("old-log-unreadable",))
+                       evidence, _cmd(facts, "log validate", "index"), ("old-log-unreadable",))
     return Finding(Layer.RAW, "format", Status.OK,
                    f"format_version {', '.join(map(str, sorted(versions)))}, every type known",
                    evidence)
@@ -259,7 +272,7 @@ def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
                            f"at seq {getattr(exc, 'seq', '?')}): surface and request not checked",
                            {"rule": rule, "seq": getattr(exc, "seq", None),
                             "error": type(exc).__name__},
-                           f"sessionstream log validate {facts.source}", ("tool-protocol",)))
+                           _cmd(facts, "log validate", "index"), ("tool-protocol",)))
         return None
     out.append(Finding(Layer.RAW, "session-rules", Status.OK,
                        "the log satisfies every write-time session rule"))
@@ -292,7 +305,7 @@ def _open_tail(facts: Facts, s: Session) -> Finding:
     status = Status.WARNING if live else Status.PROBLEM
     how = ("a writer holds the lease: mid-turn is expected while it runs" if live
            else "crash tail not repaired")
-    nxt = (f"sessionstream recover {facts.source}" if facts.source != facts.session_id
+    nxt = (f"sessionstream recover {facts.source}" if facts.source is not None
            else f"resume it: SessionWriter.open(cfg, {facts.session_id!r}) closes the tail")
     return Finding(Layer.RAW, "open-tail", status, f"{'; '.join(parts)} ({how})", evidence,
                    nxt, ("tool-protocol", "lost-after-restart"))
@@ -334,7 +347,7 @@ def _surface(facts: Facts, s: Session) -> list[Finding]:
         out.append(Finding(Layer.SURFACE, "tool-pairing", Status.PROBLEM,
                            f"{len(orphans)} result(s) without call, {len(pending)} call(s) "
                            "without result on the surface", evidence,
-                           f"sessionstream messages {facts.source}", ("tool-protocol",)))
+                           _cmd(facts, "messages", "tools"), ("tool-protocol",)))
     elif pending:
         out.append(Finding(Layer.SURFACE, "tool-pairing", Status.WARNING,
                            f"{len(pending)} call(s) await a result in the open turn: no request "
@@ -399,7 +412,7 @@ def _compaction(facts: Facts, s: Session) -> Finding:
     if lost:
         return Finding(Layer.SURFACE, "compaction", Status.PROBLEM,
                        f"{head}; the summary lost operation id(s) {', '.join(lost)}", evidence,
-                       f"sessionstream explain {facts.source}", ("repeats-operation",))
+                       _cmd(facts, "explain", "compaction"), ("repeats-operation",))
     return Finding(Layer.SURFACE, "compaction", Status.OK,
                    f"{head}; every operation id of the shadowed results kept", evidence)
 
@@ -424,7 +437,7 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
         out.append(Finding(Layer.REQUEST, "request-header", Status.OK,
                            f"last request/header at seq {h.seq} "
                            f"({h.data.get('provider')}/{h.data.get('model')})", evidence,
-                           f"sessionstream explain {facts.source}"))
+                           _cmd(facts, "explain", "surface")))
     evidence = {"snapshots": len(snaps), "on_surface_seqs": on_surface,
                 "snapshot_ids": [e.data.get("snapshot_id") for e in snaps][-10:]}
     resumed = any(e.type == "session/end-seed" for e in ev)
@@ -432,7 +445,7 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
         out.append(Finding(Layer.REQUEST, "context-snapshots", Status.WARNING,
                            "resumed or forked, but no context/snapshot is logged: dynamic "
                            "context the model saw before is not rebuildable", evidence,
-                           f"sessionstream explain {facts.source}", ("forgot-constraint",)))
+                           _cmd(facts, "explain", "surface"), ("forgot-constraint",)))
     else:
         out.append(Finding(Layer.REQUEST, "context-snapshots", Status.OK,
                            f"{len(snaps)} context snapshot(s), {len(on_surface)} on the surface",

@@ -94,13 +94,13 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
                                   x.offset) for x in rb.rejections],
         corrupt_offsets=[off for off, _ in rb.corrupt],
         projections_checked=True, stored=stored, code_versions=default_registry().versions(),
-        log_index=log_index, lease_held=lease_held, source=session_id,
+        log_index=log_index, lease_held=lease_held,
     )
 
 
 def report_json(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
     return {
-        "session_id": facts.session_id, "source": facts.source,
+        "session_id": facts.session_id, "source": facts.name,
         "projections_checked": facts.projections_checked,
         "exit": exit_code(findings), "findings": [f.to_json() for f in findings],
         "matrix": [{"key": k, "symptom": MATRIX[k][0], "root_causes": MATRIX[k][1],
@@ -109,7 +109,7 @@ def report_json(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
 
 
 def render_text(facts: Facts, findings: list[Finding]) -> list[str]:
-    lines = [f"session {facts.session_id} ({facts.source})"]
+    lines = [f"session {facts.session_id} ({facts.source or 'live'})"]
     layer = None
     for f in findings:
         if f.layer is not layer:
