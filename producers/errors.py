@@ -1,9 +1,10 @@
 """The exceptions of the producers package (agent-side session writers).
 
 Every error raised here derives from :class:`ProducerError`, itself a
-:class:`~sessionstream.errors.SessionStreamError`. confluent-kafka and redis errors
-are translated at the boundary (``raise X(...) from exc``); :func:`map_kafka_error`
-is the single place that decides what a librdkafka error code means for us::
+:class:`~sessionstream.errors.SessionStreamError`, and its message says what to do
+next. confluent-kafka and redis errors are translated at the boundary (``raise X(...)
+from exc``); :func:`map_kafka_error` is the single place that decides what a
+librdkafka error code means for us::
 
     SessionStreamError
     └── ProducerError
@@ -22,6 +23,7 @@ is the single place that decides what a librdkafka error code means for us::
         │   ├── LeaseUnavailable        another writer holds the session's lease
         │   ├── Fenced                  this writer lost its lease; it never writes again
         │   └── RedisUnavailable        the lease store / index cannot be reached
+        │       └── LeaseExpired        Redis unreachable for a whole TTL: appends pause
         ├── SessionNotFound             open() of a session with no admitted events
         ├── SessionExists               create() of a session id that already has events
         ├── ReadBackError               a session's events could not be read back from Kafka
@@ -149,11 +151,43 @@ class Fenced(LeaseError):
         )
 
 
+def redacted_url(url: str) -> str:
+    """``url`` without its password (safe to show in an error or a log)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    cred, _, host = rest.rpartition("@")
+    user = cred.split(":", 1)[0]
+    return f"{scheme}://{user + ':***' if ':' in cred else user}@{host}"
+
+
 class RedisUnavailable(LeaseError):
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, url: str | None = None) -> None:
+        self.what = what
+        where = f" at {redacted_url(url)}" if url else ""
         super().__init__(
-            f"Redis (lease store and session index) failed during {what}: check "
+            f"Redis (lease store and session index){where} failed during {what}: check "
             "SESSIONSTREAM_REDIS_URL and that Redis runs (`sessionstream status`)"
+        )
+
+
+class LeaseExpired(RedisUnavailable):
+    """The lease could not be renewed for a whole TTL: another writer may hold it now."""
+
+    def __init__(self, session_id: str, epoch: int, unrenewed_ms: int, ttl_ms: int,
+                 url: str | None = None) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        self.what = "lease renew"
+        LeaseError.__init__(
+            self,
+            f"the lease of session {session_id!r} (epoch {epoch}) was not renewed for "
+            f"{unrenewed_ms} ms, past its {ttl_ms} ms TTL, because Redis"
+            f"{' at ' + redacted_url(url) if url else ''} is unreachable: another writer "
+            "may hold the session now, so this append was refused (nothing produced). "
+            "Bring Redis back (SESSIONSTREAM_REDIS_URL, `sessionstream status`): the next "
+            "append renews the lease if it is still ours, else raises Fenced — or open() "
+            "the session anew",
         )
 
 

@@ -48,9 +48,10 @@ class LogIndex:
 
 
 class SessionIndex:
-    def __init__(self, client: redis.Redis, prefix: str = "ss") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "ss", url: str | None = None) -> None:
         self._r = client
         self.prefix = prefix
+        self.url = url  # for error messages (shown without its password)
         self._record = client.register_script(_RECORD)
         self._mark = client.register_script(_MARK_CLEAN)
 
@@ -62,7 +63,7 @@ class SessionIndex:
         try:
             self._record(keys=[self.key(tenant, session_id)], args=[partition, lo, hi])
         except redis.RedisError as exc:
-            raise RedisUnavailable("session index update") from exc
+            raise RedisUnavailable("session index update", self.url) from exc
 
     def mark_clean(self, tenant: str, session_id: str, writer_id: str, epoch: int) -> None:
         try:
@@ -71,7 +72,7 @@ class SessionIndex:
                 args=[writer_id, epoch],
             )
         except redis.RedisError as exc:
-            raise RedisUnavailable("session index close") from exc
+            raise RedisUnavailable("session index close", self.url) from exc
         if int(ok) != 1:
             raise Fenced(session_id, epoch, "lease lost before close")
 
@@ -79,7 +80,7 @@ class SessionIndex:
         try:
             raw = self._r.hgetall(self.key(tenant, session_id))
         except redis.RedisError as exc:
-            raise RedisUnavailable("session index read") from exc
+            raise RedisUnavailable("session index read", self.url) from exc
         if not raw:
             return None
         v = {_text(k): _text(x) for k, x in raw.items()}
@@ -96,7 +97,7 @@ class SessionIndex:
         try:
             self._r.delete(self.key(tenant, session_id))
         except redis.RedisError as exc:
-            raise RedisUnavailable("session index delete") from exc
+            raise RedisUnavailable("session index delete", self.url) from exc
 
 
 def _text(value: bytes | str) -> str:

@@ -1,27 +1,39 @@
 """A thin confluent-kafka Producer wrapper that tracks every record's delivery.
 
-No network in ``__init__`` (the librdkafka handle is created on first use); the caller's
-config is copied; ``poll(0)`` after each produce serves delivery callbacks; a full local
-queue is retried a bounded number of times; delivery errors are mapped to
-:mod:`producers.errors`. Each record is tracked by ``event_id``:
+No network in ``__init__`` (the librdkafka handle is taken from the process pool on first
+use); the caller's config is copied; ``poll(0)`` after each produce serves delivery
+callbacks; a full local queue is retried a bounded number of times; delivery errors are
+mapped to :mod:`producers.errors`. Each record is tracked by ``event_id``:
 pending → ok (partition, offset) | failed | possibly-persisted.
+
+One librdkafka Producer per (bootstrap, config) is shared by every writer of a process
+(:class:`ProducerPool`): a handshake per ``open()`` cost ~0.5 s, and one producer batches
+all sessions' records together. Each record's delivery report goes to its own
+:class:`Delivery` (the callback *is* the Delivery: no closure per record), so writers
+sharing a producer never see each other's reports. librdkafka's log lines go to the
+``sessionstream.producers.librdkafka`` logger, rate-limited, instead of raw stderr.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from producers.errors import (
+    BrokerUnavailable,
     KafkaProducerError,
     PossiblyPersisted,
     ProducerFatal,
     QueueFull,
+    TopicNotFound,
     map_kafka_error,
 )
 
@@ -53,6 +65,76 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
 #: How often a full local queue (BufferError) is retried, serving callbacks in between.
 QUEUE_FULL_RETRIES = 50
 QUEUE_FULL_WAIT_S = 0.1
+#: connect(): once librdkafka reports every broker down (or a transport failure), how
+#: long the probe keeps trying before it raises BrokerUnavailable. Short: a wrong
+#: bootstrap or a stopped broker is reported in about a second, yet a broker that is
+#: mid-restart (up again within this window) does not fail an open().
+FAIL_FAST_S = 1.0
+#: connect(): how long a topic missing from the metadata is retried (a topic created a
+#: moment ago may not be in the metadata yet) before TopicNotFound.
+UNKNOWN_TOPIC_GRACE_S = 3.0
+#: flush()/close() of one sender on a shared producer serve callbacks in slices this
+#: long, so one writer's barrier never waits for another writer's backlog.
+FLUSH_SLICE_S = 0.005
+
+#: Error codes in error_cb meaning "no broker reachable right now".
+_DOWN_CODES = frozenset(
+    {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+)
+
+LIBRDKAFKA_LOGGER = "sessionstream.producers.librdkafka"
+
+
+class RateLimit(logging.Filter):
+    """Let at most ``burst`` records per (level, facility) through per ``window_s``.
+
+    librdkafka repeats a connection failure several times a second; the first few lines
+    say everything. At the start of the next window a record notes how many were
+    suppressed. Records carry librdkafka's own text (broker, state): never session data.
+    """
+
+    def __init__(self, burst: int = 5, window_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self._clock = clock
+        self._windows: dict[tuple[int, str], list[float]] = {}  # key -> [start, seen]
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._windows.clear()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fac = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
+        key = (record.levelno, fac)
+        now = self._clock()
+        with self._lock:
+            w = self._windows.get(key)
+            if w is None or now - w[0] >= self.window_s:
+                suppressed = int(w[1]) - self.burst if w is not None else 0
+                self._windows[key] = [now, 1]
+                if suppressed > 0:
+                    record.msg = f"{record.msg} (and {suppressed} similar line(s) suppressed)"
+                return True
+            w[1] += 1
+            return w[1] <= self.burst
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger every librdkafka client of this package logs through (rate-limited)."""
+    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not any(isinstance(f, RateLimit) for f in logger.filters):
+        logger.addFilter(RateLimit())
+    return logger
+
+
+def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` whose librdkafka logs go to Python logging, not stderr."""
+    cfg = dict(config)
+    cfg.setdefault("logger", librdkafka_logger())
+    return cfg
 
 
 class DeliveryState(StrEnum):
@@ -62,18 +144,172 @@ class DeliveryState(StrEnum):
     POSSIBLY_PERSISTED = "possibly-persisted"
 
 
-@dataclass
 class Delivery:
-    """What we know about one produced record."""
+    """What we know about one produced record; also its delivery callback.
 
-    event_id: str
-    state: DeliveryState = DeliveryState.PENDING
-    partition: int | None = None
-    offset: int | None = None
-    error: KafkaProducerError | None = None
+    Passing the Delivery itself as ``on_delivery`` gives librdkafka one bound object per
+    record (the opaque) instead of a closure built on every produce.
+    """
+
+    __slots__ = ("_sender", "error", "event_id", "offset", "partition", "state")
+
+    def __init__(self, event_id: str, sender: KafkaSender | None = None) -> None:
+        self.event_id = event_id
+        self.state = DeliveryState.PENDING
+        self.partition: int | None = None
+        self.offset: int | None = None
+        self.error: KafkaProducerError | None = None
+        self._sender = sender
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        sender = self._sender
+        if sender is not None:
+            sender._settle(self, err, msg)
+
+    def __repr__(self) -> str:
+        return (f"Delivery({self.event_id!r}, {self.state.value}, partition={self.partition}, "
+                f"offset={self.offset})")
 
 
 DeliveryListener = Callable[[Delivery], None]
+
+
+class _Pooled:
+    """One shared librdkafka Producer, its users and what its error_cb has seen."""
+
+    def __init__(self, key: tuple[Any, ...], config: Mapping[str, Any]) -> None:
+        self.key = key
+        self.bootstrap = str(config.get("bootstrap.servers", ""))
+        self.pid = os.getpid()
+        self.refs = 0
+        self.fatal: KafkaProducerError | None = None
+        self.down_since: float | None = None  # first "all brokers down" since last success
+        self.last_down: KafkaError | None = None
+        self.verified = False  # a metadata probe succeeded at least once
+        cfg = client_config(config)
+        cfg["error_cb"] = self._on_error
+        try:
+            self.producer = Producer(cfg)
+        except KafkaException as exc:
+            raise map_kafka_error(exc.args[0], what="creating the producer") from exc
+
+    def _on_error(self, err: KafkaError) -> None:
+        # Global errors: transient ones (broker down) are retried by librdkafka and show
+        # up as delivery errors later; a fatal one ends this producer instance.
+        if err.fatal():
+            self.fatal = map_kafka_error(err, what="idempotent producer")
+        elif err.code() in _DOWN_CODES:
+            self.last_down = err
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+
+    def up(self) -> None:
+        self.down_since = None
+        self.last_down = None
+        self.verified = True
+
+    def close(self, timeout: float) -> None:
+        p = self.producer
+        try:
+            if len(p) and timeout > 0:
+                p.flush(timeout)
+        finally:
+            p.close()
+
+
+class ProducerPool:
+    """Process-wide shared producers: one per (bootstrap, config), ref-counted.
+
+    An idle producer stays open for the next writer (a fleet agent opens session after
+    session) unless it never reached a broker or hit a fatal error; all are flushed and
+    closed at interpreter exit. Fork-safe: a child process never touches its parent's
+    producers (librdkafka's threads do not survive fork()); it builds its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[Any, ...], _Pooled] = {}
+        self._pid = os.getpid()
+        # The parent's handles, unusable in a child: kept referenced so that no
+        # destructor runs rd_kafka_destroy() on threads that do not exist here.
+        self._orphans: list[_Pooled] = []
+
+    @staticmethod
+    def key(config: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(sorted((k, repr(v)) for k, v in config.items()))
+
+    def _check_pid(self) -> None:
+        pid = os.getpid()
+        if pid != self._pid:
+            self._orphans.extend(self._entries.values())
+            self._entries = {}
+            self._pid = pid
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._check_pid()
+
+    def acquire(self, config: Mapping[str, Any]) -> _Pooled:
+        """A shared producer for this config (created on first use: no network yet)."""
+        with self._lock:
+            self._check_pid()
+            k = self.key(config)
+            entry = self._entries.get(k)
+            if entry is not None and entry.fatal is not None:
+                del self._entries[k]  # its users keep their reference and see .fatal
+                entry = None
+            if entry is None:
+                entry = _Pooled(k, config)
+                self._entries[k] = entry
+            entry.refs += 1
+            return entry
+
+    def release(self, entry: _Pooled, *, timeout: float = 0.0) -> None:
+        """One user fewer; a broken or never-connected idle producer is closed now."""
+        with self._lock:
+            if entry.pid != os.getpid():
+                return  # the parent's: never touch it here
+            entry.refs = max(entry.refs - 1, 0)
+            broken = entry.fatal is not None or not entry.verified
+            if entry.refs > 0 or not broken:
+                return
+            if self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+        entry.close(timeout)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._check_pid()
+            return len(self._entries)
+
+    def in_use(self) -> int:
+        """How many senders of this process hold a pooled producer now."""
+        with self._lock:
+            self._check_pid()
+            return sum(e.refs for e in self._entries.values())
+
+    def bootstraps(self) -> list[str]:
+        with self._lock:
+            self._check_pid()
+            return [e.bootstrap for e in self._entries.values()]
+
+    def close_all(self, timeout: float = 5.0) -> None:
+        """Flush (bounded) and close every producer of this process."""
+        with self._lock:
+            self._check_pid()
+            entries = list(self._entries.values())
+            self._entries = {}
+        for entry in entries:
+            try:
+                entry.close(timeout)
+            except Exception:  # at exit: close the others regardless
+                logging.getLogger(__name__).exception("closing a pooled producer")
+
+
+#: The process's pool (closed at exit; reset in a forked child).
+POOL = ProducerPool()
+atexit.register(POOL.close_all)
+os.register_at_fork(after_in_child=POOL.after_fork_in_child)
 
 
 class KafkaSender:
@@ -86,107 +322,178 @@ class KafkaSender:
         *,
         config: Mapping[str, Any] | None = None,
         on_delivery: DeliveryListener | None = None,
+        pool: ProducerPool | None = None,
     ) -> None:
         self.topic = topic
+        self.bootstrap = bootstrap
         self._config: dict[str, Any] = {**PRODUCER_DEFAULTS, **dict(config or {})}
         self._config["bootstrap.servers"] = bootstrap
+        self._pool = pool if pool is not None else POOL
+        self._entry: _Pooled | None = None
         self._producer: Producer | None = None
         self._deliveries: dict[str, Delivery] = {}
-        self._on_delivery = on_delivery
-        self._fatal: KafkaProducerError | None = None
+        self._inflight = 0  # our records produced and not yet reported
+        self.on_delivery = on_delivery
 
     @property
     def config(self) -> Mapping[str, Any]:
         return dict(self._config)
 
     def _handle(self) -> Producer:
-        if self._producer is None:
-            cfg = dict(self._config)
-            cfg["error_cb"] = self._on_error
+        entry = self._entry
+        if entry is None or entry.pid != os.getpid():
+            # First use, or a fork()ed child using its parent's sender: take our own.
+            entry = self._entry = self._pool.acquire(self._config)
+            self._producer = entry.producer
+            self._inflight = 0
+        return entry.producer
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """Bounded metadata probe: a broker answers and the topic exists.
+
+        Raises BrokerUnavailable (naming the bootstrap servers) about FAIL_FAST_S after
+        librdkafka reports every broker down, or when ``timeout`` passes; TopicNotFound
+        when the topic stays absent from the metadata.
+        """
+        p = self._handle()
+        entry = self._entry
+        assert entry is not None
+        t0 = time.monotonic()
+        deadline = t0 + max(timeout, 0.1)
+        last: KafkaError | None = None
+        while True:
+            if entry.fatal is not None:
+                raise entry.fatal
+            left = deadline - time.monotonic()
             try:
-                self._producer = Producer(cfg)
+                md = p.list_topics(self.topic, timeout=max(min(0.5, left), 0.05))
             except KafkaException as exc:
-                raise map_kafka_error(exc.args[0], what="creating the producer") from exc
-        return self._producer
-
-    def _on_error(self, err: KafkaError) -> None:
-        # Global errors: transient ones (broker down) are retried by librdkafka and show
-        # up as delivery errors later; a fatal one ends this producer instance.
-        if err.fatal():
-            self._fatal = map_kafka_error(err, what="idempotent producer")
-
-    def _callback(self, event_id: str) -> Callable[[KafkaError | None, Message], None]:
-        def done(err: KafkaError | None, msg: Message) -> None:
-            d = self._deliveries[event_id]
-            if err is None:
-                d.state = DeliveryState.OK
-                d.partition = msg.partition()
-                d.offset = msg.offset()
+                last = exc.args[0]
             else:
-                d.error = map_kafka_error(err, what=f"delivering event {event_id}")
-                d.state = (
-                    DeliveryState.POSSIBLY_PERSISTED
-                    if isinstance(d.error, PossiblyPersisted)
-                    else DeliveryState.FAILED
+                t = md.topics.get(self.topic)
+                if t is not None and t.error is None and t.partitions:
+                    entry.up()
+                    return
+                entry.down_since = None  # a broker answered: only the topic is missing
+                left = deadline - time.monotonic()
+                if time.monotonic() - t0 >= UNKNOWN_TOPIC_GRACE_S or left <= 0.06:
+                    raise TopicNotFound(
+                        f"topic {self.topic!r} is not in the metadata of {self.bootstrap}",
+                        code=t.error.code() if t is not None and t.error else None,
+                    )
+            p.poll(0.01)  # serves error_cb: is every broker down?
+            now = time.monotonic()
+            down = entry.down_since is not None and now - entry.down_since >= FAIL_FAST_S
+            if down or now >= deadline:
+                cause = entry.last_down or last
+                detail = f": {cause.name()}: {cause.str()}" if cause is not None else ""
+                raise BrokerUnavailable(
+                    f"no Kafka broker at {self.bootstrap} answered within "
+                    f"{now - t0:.1f}s{detail}",
+                    code=cause.code() if cause is not None else None,
+                    retriable=True,
                 )
-            if self._on_delivery is not None:
-                self._on_delivery(d)
 
-        return done
+    def _settle(self, d: Delivery, err: KafkaError | None, msg: Message) -> None:
+        """Delivery report of ``d`` (served by whichever thread polls the producer)."""
+        self._inflight -= 1
+        if err is None:
+            d.state = DeliveryState.OK
+            d.partition = msg.partition()
+            d.offset = msg.offset()
+            entry = self._entry
+            if entry is not None and (entry.down_since is not None or not entry.verified):
+                entry.up()
+        elif d.state is not DeliveryState.OK:
+            d.error = map_kafka_error(err, what=f"delivering event {d.event_id}")
+            d.state = (
+                DeliveryState.POSSIBLY_PERSISTED
+                if isinstance(d.error, PossiblyPersisted)
+                else DeliveryState.FAILED
+            )
+        current = self._deliveries.get(d.event_id)
+        if current is not None and current is not d and d.state is DeliveryState.OK:
+            # An earlier copy of a resent record landed: the event is in the log.
+            current.state, current.partition, current.offset = d.state, d.partition, d.offset
+            current.error = None
+            d = current
+        if self.on_delivery is not None:
+            self.on_delivery(d)
 
     def produce(
         self,
         key: bytes,
         value: bytes,
         event_id: str,
-        headers: Iterable[tuple[str, bytes]] = (),
+        headers: Iterable[tuple[str, bytes]] | None = None,
     ) -> Delivery:
         """Queue one record (tracked by ``event_id``); raises QueueFull or a mapped error."""
-        if self._fatal is not None:
-            raise self._fatal
-        p = self._handle()
-        d = Delivery(event_id)
+        entry = self._entry
+        p = self._producer
+        if entry is None or p is None or entry.pid != os.getpid():
+            p = self._handle()
+            entry = self._entry
+        if entry is not None and entry.fatal is not None:
+            raise entry.fatal
+        d = Delivery(event_id, self)
+        try:
+            if headers is None:
+                p.produce(self.topic, value, key, on_delivery=d)
+            else:
+                p.produce(self.topic, value, key, on_delivery=d, headers=list(headers))
+        except BufferError:
+            self._produce_when_room(p, key, value, d, headers)
+        except KafkaException as exc:
+            raise map_kafka_error(exc.args[0], what="produce") from exc
+        self._inflight += 1
         self._deliveries[event_id] = d
-        for attempt in range(QUEUE_FULL_RETRIES + 1):
-            try:
-                p.produce(
-                    self.topic,
-                    value=value,
-                    key=key,
-                    headers=list(headers),
-                    on_delivery=self._callback(event_id),
-                )
-                break
-            except BufferError:
-                if attempt == QUEUE_FULL_RETRIES:
-                    del self._deliveries[event_id]
-                    raise QueueFull(
-                        f"local queue full after {QUEUE_FULL_RETRIES} retries",
-                        code=KafkaError._QUEUE_FULL,
-                        retriable=True,
-                    ) from None
-                p.poll(QUEUE_FULL_WAIT_S)
-            except KafkaException as exc:
-                del self._deliveries[event_id]
-                raise map_kafka_error(exc.args[0], what="produce") from exc
         p.poll(0)
         return d
 
+    def _produce_when_room(self, p: Producer, key: bytes, value: bytes, d: Delivery,
+                           headers: Iterable[tuple[str, bytes]] | None) -> None:
+        hdrs: list[Any] | None = list(headers) if headers is not None else None
+        for _ in range(QUEUE_FULL_RETRIES):
+            p.poll(QUEUE_FULL_WAIT_S)
+            try:
+                if hdrs is None:
+                    p.produce(self.topic, value, key, on_delivery=d)
+                else:
+                    p.produce(self.topic, value, key, on_delivery=d, headers=hdrs)
+                return
+            except BufferError:
+                continue
+            except KafkaException as exc:
+                raise map_kafka_error(exc.args[0], what="produce") from exc
+        raise QueueFull(
+            f"local queue of the producer for {self.bootstrap} full after "
+            f"{QUEUE_FULL_RETRIES} retries",
+            code=KafkaError._QUEUE_FULL,
+            retriable=True,
+        )
+
     def poll(self, timeout: float = 0.0) -> int:
-        return self._handle().poll(timeout) if self._producer is not None else 0
+        return self._handle().poll(timeout) if self._entry is not None else 0
 
     def flush(self, timeout: float) -> int:
-        """Wait for outstanding deliveries; returns how many are still undelivered."""
-        if self._producer is None:
-            return 0
+        """Wait for *our* outstanding deliveries; returns how many are still unreported.
+
+        The producer may be shared: it is flushed in short slices (flushing bypasses
+        linger.ms and serves callbacks) until our own records are all reported.
+        """
+        entry = self._entry
+        if entry is None or entry.pid != os.getpid():
+            return self._inflight
+        p = entry.producer
         deadline = time.monotonic() + timeout
-        remaining = self._producer.flush(max(timeout, 0.0))
-        # flush() can return before the last callbacks ran; serve them.
-        while remaining == 0 and self.pending() and time.monotonic() < deadline:
-            self._producer.poll(0.01)
-        if self._fatal is not None:
-            raise self._fatal
-        return remaining
+        while self._inflight > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            p.flush(min(left, FLUSH_SLICE_S))
+        if entry.fatal is not None:
+            raise entry.fatal
+        return self._inflight
 
     def delivery(self, event_id: str) -> Delivery | None:
         return self._deliveries.get(event_id)
@@ -211,23 +518,43 @@ class KafkaSender:
 
     @property
     def fatal(self) -> KafkaProducerError | None:
-        return self._fatal
+        return self._entry.fatal if self._entry is not None else None
+
+    @property
+    def closed(self) -> bool:
+        return self._entry is None
 
     def close(self, timeout: float = 5.0) -> int:
-        """Flush what can be flushed and drop the handle; returns undelivered count."""
-        if self._producer is None:
+        """Wait (bounded) for our records, give the shared producer back.
+
+        Returns how many of our records are still unreported: they stay queued in the
+        shared producer and may still be written (failed ≠ not written).
+        """
+        entry = self._entry
+        if entry is None:
             return 0
         try:
-            remaining = self._producer.flush(timeout)
+            remaining = self.flush(timeout) if timeout > 0 else self._inflight
+        except KafkaProducerError:
+            remaining = self._inflight
         finally:
+            self._entry = None
             self._producer = None
+            self._pool.release(entry)
         return remaining
 
 
 __all__ = [
+    "FAIL_FAST_S",
+    "LIBRDKAFKA_LOGGER",
+    "POOL",
     "PRODUCER_DEFAULTS",
     "Delivery",
     "DeliveryState",
     "KafkaSender",
     "ProducerFatal",
+    "ProducerPool",
+    "RateLimit",
+    "client_config",
+    "librdkafka_logger",
 ]

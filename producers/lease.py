@@ -91,9 +91,10 @@ class Lease:
 class LeaseStore:
     """Acquire, renew, check and release session leases (sync redis client)."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "ss") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "ss", url: str | None = None) -> None:
         self._r = client
         self.prefix = prefix
+        self.url = url  # for error messages (shown without its password)
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._check = client.register_script(_CHECK)
@@ -116,7 +117,7 @@ class LeaseStore:
         try:
             res = self._acquire(keys=keys, args=[writer_id, ttl_ms, 1 if steal else 0])
         except redis.RedisError as exc:
-            raise RedisUnavailable("lease acquire") from exc
+            raise RedisUnavailable("lease acquire", self.url) from exc
         if int(res[0]) == 0:
             owner = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
             raise LeaseUnavailable(session_id, owner, int(res[2]))
@@ -135,7 +136,7 @@ class LeaseStore:
                 args=[lease.writer_id, lease.epoch, lease.ttl_ms],
             )
         except redis.RedisError as exc:
-            raise RedisUnavailable("lease renew") from exc
+            raise RedisUnavailable("lease renew", self.url) from exc
         if int(ok) != 1:
             raise Fenced(lease.session_id, lease.epoch, "another writer took the lease")
 
@@ -147,7 +148,7 @@ class LeaseStore:
                 args=[lease.writer_id, lease.epoch],
             )
         except redis.RedisError as exc:
-            raise RedisUnavailable("lease check") from exc
+            raise RedisUnavailable("lease check", self.url) from exc
         return int(left) > 0
 
     def hand_off(self, lease: Lease, next_seq: int, *, release: bool) -> bool:
@@ -158,7 +159,9 @@ class LeaseStore:
                 args=[lease.writer_id, lease.epoch, next_seq, 1 if release else 0],
             )
         except redis.RedisError as exc:
-            raise RedisUnavailable("lease release" if release else "lease hand-off") from exc
+            raise RedisUnavailable(
+                "lease release" if release else "lease hand-off", self.url
+            ) from exc
         return int(ok) == 1
 
     def release(self, lease: Lease, next_seq: int) -> bool:
@@ -168,5 +171,5 @@ class LeaseStore:
         try:
             raw = self._r.get(self._keys(tenant, session_id, "epoch")[0])
         except redis.RedisError as exc:
-            raise RedisUnavailable("epoch read") from exc
+            raise RedisUnavailable("epoch read", self.url) from exc
         return int(raw) if raw is not None else 0

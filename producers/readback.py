@@ -16,10 +16,16 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
+from producers.kafka import client_config
 from producers.partition import partition_for
 from sessionstream.admission import AdmissionState, Verdict, admit
 from sessionstream.errors import CodecError
 from sessionstream.events import Event
+
+#: Watermark errors of a partition whose leader is not (yet) known: retried.
+_LEADER_CODES = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+)
 
 #: How many records one consume() call asks for.
 BATCH = 10_000
@@ -67,7 +73,7 @@ def _consumer(bootstrap: str, config: dict[str, Any] | None = None) -> Consumer:
         "log_level": 3,
     }
     cfg.update(config or {})
-    return Consumer(cfg)
+    return Consumer(client_config(cfg))  # librdkafka logs via Python logging
 
 
 def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0) -> int:
@@ -102,12 +108,24 @@ def read_session(
     try:
         if partition is None:
             partition = partition_for(key, partition_count(consumer, topic, timeout))
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout
-            )
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"watermarks of {topic}[{partition}]: {exc}") from exc
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout
+                )
+                break
+            except KafkaException as exc:
+                # A topic created a moment ago may have no partition leader yet
+                # (NOT_LEADER_FOR_PARTITION, retriable): retry within the timeout.
+                err = exc.args[0]
+                transient = err.retriable() or err.code() in _LEADER_CODES
+                if not transient or time.monotonic() > deadline:
+                    raise BrokerUnavailable(
+                        f"watermarks of {topic}[{partition}] from {bootstrap}: {exc}",
+                        code=exc.args[0].code(), retriable=exc.args[0].retriable(),
+                    ) from exc
+                time.sleep(0.1)
         first = low if start is None else max(start, low)
         stop = high if end is None else min(end, high)
         rb = ReadBack(session_id, partition, first, stop)

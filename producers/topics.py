@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from producers.kafka import client_config
 from sessionstream.errors import SessionStreamError
 from sessionstream.settings import Settings
 
@@ -53,7 +54,7 @@ def tenant_topics(settings: Settings, partitions: int | None = None,
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    return AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}))
 
 
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec],

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from producers.attachments import (
     DEFAULT_SPILL_THRESHOLD,
@@ -36,6 +38,7 @@ from producers.attachments import (
 )
 from producers.errors import (
     Fenced,
+    LeaseExpired,
     MessageTooLarge,
     ProducerError,
     RedisUnavailable,
@@ -46,7 +49,7 @@ from producers.errors import (
     map_kafka_error,
 )
 from producers.index import SessionIndex
-from producers.kafka import Delivery, DeliveryState, KafkaSender
+from producers.kafka import Delivery, DeliveryState, KafkaSender, client_config
 from producers.lease import DEFAULT_TTL_MS, Lease, LeaseStore
 from producers.readback import ReadBack, Rejection, read_session
 from sessionstream.catalog import Catalog
@@ -72,6 +75,13 @@ RECORD_OVERHEAD = 512
 #: Client-side cap on one record; the topic's max.message.bytes is the real limit.
 CLIENT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
+#: Redis calls of a writer: fail within seconds, not minutes, when Redis is away.
+REDIS_CONNECT_TIMEOUT_S = 2.0
+REDIS_TIMEOUT_S = 5.0
+#: While the lease cannot be renewed (Redis away), retry at most this often per append
+#: so that a dead Redis does not add a connection attempt to every append.
+RENEW_RETRY_S = 0.5
+
 _topic_limits: dict[tuple[str, str], int] = {}
 
 
@@ -89,6 +99,8 @@ class WriterConfig:
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD
     max_message_bytes: int | None = None  # None: read the topic's max.message.bytes
     flush_timeout_s: float = 30.0  # the flush that ends create/open/fork
+    connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
+    # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -117,7 +129,7 @@ def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}))
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     deadline = time.monotonic() + timeout
     while True:
@@ -150,7 +162,12 @@ class Confirmation:
 
 
 class _Edges:
-    """The writer's clients: Kafka sender, Redis leases + index, attachments, codec."""
+    """The writer's clients: Kafka sender, Redis leases + index, attachments, codec.
+
+    No network here: the Kafka producer comes from the process pool on first use and
+    the Redis client connects on its first command. :meth:`connect` probes Kafka;
+    :meth:`close` gives everything back (also when create/open/fork fail half-way).
+    """
 
     def __init__(self, cfg: WriterConfig) -> None:
         from sessionstream import codec  # the Avro codec; imported at the edge
@@ -158,12 +175,44 @@ class _Edges:
         self.cfg = cfg
         self.encode = codec.encode
         self.decode = codec.decode
-        self.redis = redis.Redis.from_url(cfg.redis_url)
-        self.leases = LeaseStore(self.redis, cfg.key_prefix)
-        self.index = SessionIndex(self.redis, cfg.key_prefix)
+        self.redis = redis.Redis.from_url(
+            cfg.redis_url,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+            socket_timeout=REDIS_TIMEOUT_S,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+        )
+        self.leases = LeaseStore(self.redis, cfg.key_prefix, cfg.redis_url)
+        self.index = SessionIndex(self.redis, cfg.key_prefix, cfg.redis_url)
         self.store: AttachmentStore | None = (
             LocalAttachmentStore(cfg.attachment_dir) if cfg.attachment_dir is not None else None
         )
+        self.sender = KafkaSender(
+            cfg.bootstrap,
+            cfg.topic,
+            config={"message.max.bytes": CLIENT_MAX_MESSAGE_BYTES, **cfg.producer_config},
+        )
+
+    def connect(self) -> None:
+        """Probe Kafka (bounded): BrokerUnavailable / TopicNotFound before any lease."""
+        self.sender.connect(self.cfg.connect_timeout_s)
+
+    def close(self, timeout: float = 0.0) -> None:
+        """Give the producer back to the pool and close the Redis connections."""
+        try:
+            self.sender.close(timeout)
+        finally:
+            self.redis.close()
+
+    def abort(self, lease: Lease | None, next_seq: int = 0) -> None:
+        """Undo a half-done create/open/fork: release the lease, close the clients."""
+        try:
+            if lease is not None:
+                self.leases.release(lease, next_seq)
+        except RedisUnavailable:
+            log.warning("session %s: lease not released (Redis unreachable); it expires "
+                        "in %d ms", lease.session_id if lease else "?", self.cfg.lease_ttl_ms)
+        finally:
+            self.close(0)
 
     def limit(self) -> int:
         topic_limit = self.cfg.max_message_bytes or topic_max_message_bytes(
@@ -189,12 +238,8 @@ class SessionWriter:
         self.lease = lease
         self._e = edges
         self._limit = edges.limit()
-        self._sender = KafkaSender(
-            edges.cfg.bootstrap,
-            edges.cfg.topic,
-            config={"message.max.bytes": CLIENT_MAX_MESSAGE_BYTES, **edges.cfg.producer_config},
-            on_delivery=self._delivered,
-        )
+        self._sender = edges.sender
+        self._sender.on_delivery = self._delivered
         self._key = session.session_id.encode()
         self._bytes: dict[str, bytes] = {}  # event_id -> record, until acknowledged
         self._mine: list[Event] = []  # every event this writer produced, in seq order
@@ -205,6 +250,7 @@ class SessionWriter:
         self._closed: str | None = None
         self._fenced = False
         self._last_renew = time.monotonic()
+        self._renew_retry_at = 0.0
         self._first_offset_hint = readback.start if readback else None
         for event in seeded:
             self._produce(event)
@@ -230,22 +276,27 @@ class SessionWriter:
         """Start a new session (``session/start``); SessionExists if the id is taken."""
         sid = session_id or str(uuid.uuid4())
         edges = _Edges(cfg)
-        lease = edges.leases.acquire(
-            cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms
-        )
-        if lease.epoch > 1 or edges.index.get(cfg.tenant, sid) is not None:
-            edges.leases.release(lease, lease.next_seq_hint or 0)
-            raise SessionExists(sid)
-        session = Session.create(
-            sid,
-            tenant=cfg.tenant,
-            lineage=lineage,
-            catalog=catalog,
-            clock=clock,
-            ids=ids,
-            writer=Writer(lease.writer_id, lease.epoch),
-        )
-        return cls(session, lease, edges, seeded=session.events)
+        lease: Lease | None = None
+        try:
+            edges.connect()
+            lease = edges.leases.acquire(
+                cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms
+            )
+            if lease.epoch > 1 or edges.index.get(cfg.tenant, sid) is not None:
+                raise SessionExists(sid)
+            session = Session.create(
+                sid,
+                tenant=cfg.tenant,
+                lineage=lineage,
+                catalog=catalog,
+                clock=clock,
+                ids=ids,
+                writer=Writer(lease.writer_id, lease.epoch),
+            )
+            return cls(session, lease, edges, seeded=session.events)
+        except BaseException:
+            edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
+            raise
 
     @classmethod
     def open(
@@ -268,35 +319,37 @@ class SessionWriter:
         writer that only adds to a live session between its owner's leases (the
         compaction agent), which must not close the owner's open turn.
         """
+        from sessionstream.recovery import recover, seed_boundary
+
         edges = _Edges(cfg)
-        lease = edges.leases.acquire(
-            cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
-            steal=steal,
-        )
+        lease: Lease | None = None
         try:
+            edges.connect()
+            lease = edges.leases.acquire(
+                cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
+                steal=steal,
+            )
             rb = _read_back(edges, session_id, lease.index_was_clean, use_index, timeout)
             if not rb.admitted:
                 raise SessionNotFound(session_id)
             session = Session.from_events(rb.admitted, catalog=catalog, clock=clock, ids=ids)
             session.set_writer(Writer(lease.writer_id, lease.epoch))
+            if not repair:
+                return cls(session, lease, edges, readback=rb)
+            before = session.next_seq
+            for draft in recover(session):
+                session.append(draft)
+            session.append(seed_boundary("resume", session.next_seq))
+            log.info(
+                "resumed session %s at epoch %d: %d events read (%d records scanned), "
+                "%d rejected, %d repair events",
+                session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
+                session.next_seq - before - 1,
+            )
+            return cls(session, lease, edges, seeded=session.events[before:], readback=rb)
         except BaseException:
-            edges.leases.release(lease, lease.next_seq_hint or 0)
+            edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
-        if not repair:
-            return cls(session, lease, edges, readback=rb)
-        from sessionstream.recovery import recover, seed_boundary
-
-        before = session.next_seq
-        for draft in recover(session):
-            session.append(draft)
-        session.append(seed_boundary("resume", session.next_seq))
-        log.info(
-            "resumed session %s at epoch %d: %d events read (%d records scanned), "
-            "%d rejected, %d repair events",
-            session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
-            session.next_seq - before - 1,
-        )
-        return cls(session, lease, edges, seeded=session.events[before:], readback=rb)
 
     def fork(
         self,
@@ -311,10 +364,12 @@ class SessionWriter:
         cfg = self._e.cfg
         child_id = session_id or str(uuid.uuid4())
         edges = _Edges(cfg)
-        lease = edges.leases.acquire(
-            cfg.tenant, child_id, writer_id or self.lease.writer_id, cfg.lease_ttl_ms
-        )
+        lease: Lease | None = None
         try:
+            edges.connect()
+            lease = edges.leases.acquire(
+                cfg.tenant, child_id, writer_id or self.lease.writer_id, cfg.lease_ttl_ms
+            )
             if lease.epoch > 1 or edges.index.get(cfg.tenant, child_id) is not None:
                 raise SessionExists(child_id)
             child = core_fork(
@@ -327,10 +382,10 @@ class SessionWriter:
                 writer=Writer(lease.writer_id, lease.epoch),
                 tenant=cfg.tenant,
             )
+            return SessionWriter(child, lease, edges, seeded=child.events)
         except BaseException:
-            edges.leases.release(lease, 0)
+            edges.abort(lease, 0)
             raise
-        return SessionWriter(child, lease, edges, seeded=child.events)
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -397,8 +452,9 @@ class SessionWriter:
         )
 
     def _precheck_size(self, draft: Draft) -> None:
-        # A cheap upper bound first: most events are far below the limit, and the
-        # codec serializes data again anyway.
+        # A cheap upper bound first (~1 µs for a chunk): most events are far below the
+        # limit, and the codec serializes data anyway. The check after encoding in
+        # _produce stays the authority.
         if _size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
             return
         try:
@@ -436,14 +492,37 @@ class SessionWriter:
         # Renew when a third of the TTL has passed: a writer paused past its TTL finds
         # out here (Fenced), one that keeps writing never lets the lease lapse.
         now = time.monotonic()
-        if (now - self._last_renew) * 1000 < self.lease.ttl_ms / 3:
+        held_ms = (now - self._last_renew) * 1000
+        ttl = self.lease.ttl_ms
+        if held_ms < ttl / 3:
+            return
+        if now < self._renew_retry_at:
+            # Redis was just unreachable: don't retry on every append.
+            if held_ms >= ttl:
+                raise LeaseExpired(self.session_id, self.lease.epoch, int(held_ms), ttl,
+                                   self._e.cfg.redis_url)
             return
         try:
             self._e.leases.renew(self.lease)
         except Fenced:
             self._fenced = True
             raise
+        except RedisUnavailable as exc:
+            # Safety never depends on Redis (readers apply the admission rule), but the
+            # lease is only ours for its TTL after the last renewal: within it we keep
+            # writing; past it another writer may hold the session, so appends stop
+            # (LeaseExpired) until a renewal succeeds again or says Fenced.
+            self._renew_retry_at = now + RENEW_RETRY_S
+            if held_ms >= ttl:
+                raise LeaseExpired(self.session_id, self.lease.epoch, int(held_ms), ttl,
+                                   self._e.cfg.redis_url) from exc
+            log.warning(
+                "session %s: lease renewal failed (Redis unreachable); writing on for "
+                "another %d ms of its TTL", self.session_id, int(ttl - held_ms),
+            )
+            return
         self._last_renew = now
+        self._renew_retry_at = 0.0
 
     def _check_usable(self) -> None:
         if self._fenced:
@@ -463,7 +542,13 @@ class SessionWriter:
             raise WriterClosed(self.session_id, self._closed)
         self._sender.flush(timeout)
         unconfirmed = self._sender.unconfirmed()
-        self._update_index()
+        try:
+            self._update_index()
+        except RedisUnavailable:
+            # The index is a hint for resume speed; the barrier is about Kafka. The
+            # offsets are kept and folded in on a later flush.
+            log.warning("session %s: session index not updated (Redis unreachable)",
+                        self.session_id)
         if unconfirmed:
             raise UnconfirmedEvents(unconfirmed, timeout=timeout)
         self._sender.forget([e for e in list(self._offsets) if self._sender.delivery(e)])
@@ -543,7 +628,14 @@ class SessionWriter:
                             self._e.cfg.tenant, self.session_id, self.lease.writer_id,
                             self.lease.epoch,
                         )
-                self._e.leases.release(self.lease, self.next_seq)
+                try:
+                    self._e.leases.release(self.lease, self.next_seq)
+                except RedisUnavailable:
+                    # Every event is flushed; the lease just lapses after its TTL
+                    # (the next writer waits for it or takes it with steal=True).
+                    log.warning("session %s: lease not released (Redis unreachable); it "
+                                "expires in at most %d ms", self.session_id,
+                                self.lease.ttl_ms)
         finally:
             self._closed = "closed"
             self._sender.close(0 if self._fenced else timeout)
@@ -551,9 +643,13 @@ class SessionWriter:
         return result
 
     def abandon(self) -> None:
-        """Drop this writer without flushing or releasing (tests: a crashed process)."""
+        """Drop this writer without flushing or releasing (tests: a crashed process).
+
+        Records already handed to the shared producer may still be delivered.
+        """
         self._closed = "abandoned"
         self._sender.close(0)
+        self._e.redis.close()
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -562,15 +658,42 @@ class SessionWriter:
         self.close()
 
 
-def _size_bound(value: object) -> int:
-    """An upper bound of the JSON size of ``value`` (6 bytes per char covers escapes)."""
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _size_bound(value: Any) -> int:
+    """An upper bound of the canonical JSON size of ``value`` in bytes.
+
+    Canonical JSON is UTF-8 (``ensure_ascii=False``): a code point takes at most 6
+    bytes (``\\u001f``). Exact types first, with dict/str inlined: this runs on every
+    append; anything unusual takes the generic path.
+    """
+    t = type(value)
+    if t is str:
+        return 6 * len(value) + 2
+    if t is dict:
+        n = 2
+        for k, x in value.items():
+            tx = type(x)
+            if tx is str:
+                n += 6 * len(x) + 2
+            elif tx in _SCALARS:
+                n += 32 + (x.bit_length() // 3 if tx is int else 0)
+            else:
+                n += _size_bound(x)
+            n += 6 * len(k) + 4 if type(k) is str else _size_bound(k) + 2
+        return n
+    if t is list or t is tuple:
+        return 2 + sum(_size_bound(x) + 1 for x in value)
+    if t in _SCALARS:
+        return 32 + (value.bit_length() // 3 if t is int else 0)
     if isinstance(value, str):
         return 6 * len(value) + 2
     if isinstance(value, Mapping):
         return 2 + sum(_size_bound(k) + _size_bound(v) + 2 for k, v in value.items())
     if isinstance(value, list | tuple):
         return 2 + sum(_size_bound(v) + 1 for v in value)
-    return 32 + (len(str(value)) if isinstance(value, int) else 0)
+    return 32 + (int(value).bit_length() // 3 if isinstance(value, int) else 0)
 
 
 def _read_back(

@@ -318,11 +318,13 @@ def _register_edges() -> None:
     from producers import cli as producers_cli
     from sessionstream import cli_infra
     from streams import cli as streams_cli
+    from streams import diagnose as diagnose_cli
 
     cli_infra.register(main)
     producers_cli.register(main)
     streams_cli.register(main)
     dashboard_cli.register(main)
+    diagnose_cli.register(main)
 
 
 _register_edges()

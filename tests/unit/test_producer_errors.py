@@ -54,3 +54,37 @@ def test_every_producer_error_derives_from_the_root() -> None:
     for obj in vars(pe).values():
         if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == pe.__name__:
             assert issubclass(obj, pe.ProducerError)
+
+
+def test_redis_errors_name_the_url_without_its_password() -> None:
+    exc = pe.RedisUnavailable("lease acquire", "redis://u:hunter2@db:6379/0")
+    assert "redis://u:***@db:6379/0" in str(exc) and "hunter2" not in str(exc)
+    assert "SESSIONSTREAM_REDIS_URL" in str(exc)
+    expired = pe.LeaseExpired("s1", 3, 31_000, 30_000, "redis://db:6379/0")
+    assert isinstance(expired, pe.RedisUnavailable)
+    assert "Fenced" in str(expired) and "open()" in str(expired)
+
+
+def test_broker_unavailable_says_what_to_do() -> None:
+    msg = str(pe.BrokerUnavailable("no Kafka broker at 127.0.0.1:1 answered"))
+    assert "127.0.0.1:1" in msg and "SESSIONSTREAM_KAFKA_BOOTSTRAP" in msg
+    assert "sessionstream status" in msg
+
+
+def test_librdkafka_log_lines_are_rate_limited_per_facility() -> None:
+    import logging
+
+    from producers.kafka import RateLimit
+
+    now = [0.0]
+    f = RateLimit(burst=2, window_s=10, clock=lambda: now[0])
+
+    def rec(fac: str) -> logging.LogRecord:
+        return logging.LogRecord("x", logging.ERROR, "", 0, "%s [%s] %s",
+                                 (fac, "rdkafka#producer-1", "down"), None)
+
+    assert [f.filter(rec("FAIL")) for _ in range(4)] == [True, True, False, False]
+    assert f.filter(rec("OTHER"))
+    now[0] = 11.0
+    r = rec("FAIL")
+    assert f.filter(r) and "2 similar line(s) suppressed" in r.getMessage()

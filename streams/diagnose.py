@@ -1,0 +1,182 @@
+"""``sessionstream diagnose``: read a session's facts, hand them to the pure diagnosis.
+
+Live (``SESSION``): the admitted log and its rejections from Kafka (``read_log``, the
+same admission rule every reader applies), the projection row, its unit state
+versions and quarantine, the session index and the writer's lease/offset index from
+Redis. Offline (``--file FILE``): the log, surface and request checks only.
+Exit 0: no problem; 1: a problem found (or a server unreachable); 2: bad input.
+Output names ids, seqs, types and counts, never message content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sessionstream.diagnosis import (
+    MATRIX,
+    Facts,
+    Finding,
+    RejectedEvent,
+    Status,
+    StoredProjection,
+    diagnose,
+    exit_code,
+    implicated,
+)
+from sessionstream.errors import LogFileError, SessionStreamError
+from sessionstream.keys import DEFAULT_PREFIX, session_key
+
+BAD_INPUT = 2
+_MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
+
+
+def _prefix() -> str:
+    return os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
+
+
+def offline_facts(file: Path) -> Facts:
+    """The facts a JSONL file holds: the events only (no rejections, no projections)."""
+    from sessionstream.jsonl import read_jsonl
+
+    events = read_jsonl(file)
+    return Facts(events[0].session_id, events, source=str(file))
+
+
+def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None = None,
+               timeout: float = 30.0) -> Facts | None:
+    """Read everything the diagnosis needs from Kafka and Redis; None: unknown session."""
+    import redis
+
+    from producers.writer import WriterConfig, read_log
+    from sessionstream.projections import default_registry
+    from sessionstream.settings import Settings
+    from streams.sink import generation_key, session_hash, sessions_index
+
+    settings = Settings.from_env()
+    prefix = prefix or _prefix()
+    overrides: dict[str, Any] = {"key_prefix": prefix}
+    if topic or os.environ.get("SESSIONSTREAM_EVENTS_TOPIC"):
+        overrides["topic"] = topic or os.environ["SESSIONSTREAM_EVENTS_TOPIC"]
+    cfg = WriterConfig.from_settings(settings, **overrides)
+    rb = read_log(cfg, session_id, timeout=timeout)
+    if not rb.admitted and not rb.rejections and not rb.corrupt:
+        return None
+    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        tenant = settings.tenant
+        gen = int(r.get(generation_key(prefix, tenant)) or 1)
+        row: dict[str, str] = r.hgetall(session_hash(prefix, tenant, session_id, gen))  # type: ignore[assignment]
+        stored = None
+        if row:
+            meta = json.loads(row.get("meta", "{}"))
+            stored = StoredProjection(
+                generation=gen, as_of_seq=int(row.get("as_of_seq", -1)),
+                state_versions={k[3:]: int(v) for k, v in row.items() if k.startswith("sv:")},
+                quarantine=meta.get("quarantine"),
+                in_session_index=r.zscore(sessions_index(prefix, tenant, gen),
+                                          session_id) is not None,
+            )
+        log_index = bool(r.exists(session_key(prefix, tenant, session_id, "log")))
+        lease_held = bool(r.exists(session_key(prefix, tenant, session_id, "lease")))
+    except redis.RedisError as exc:
+        raise click.ClickException(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
+    finally:
+        r.close()
+    return Facts(
+        session_id, rb.admitted,
+        rejections=[RejectedEvent(x.seq, x.event_id, x.writer_id, x.epoch, x.verdict.value,
+                                  x.offset) for x in rb.rejections],
+        corrupt_offsets=[off for off, _ in rb.corrupt],
+        projections_checked=True, stored=stored, code_versions=default_registry().versions(),
+        log_index=log_index, lease_held=lease_held,
+    )
+
+
+def report_json(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
+    return {
+        "session_id": facts.session_id, "source": facts.name,
+        "projections_checked": facts.projections_checked,
+        "exit": exit_code(findings), "findings": [f.to_json() for f in findings],
+        "matrix": [{"key": k, "symptom": MATRIX[k][0], "root_causes": MATRIX[k][1],
+                    "first_evidence": MATRIX[k][2]} for k in implicated(findings)],
+    }
+
+
+def render_text(facts: Facts, findings: list[Finding]) -> list[str]:
+    lines = [f"session {facts.session_id} ({facts.source or 'live'})"]
+    layer = None
+    for f in findings:
+        if f.layer is not layer:
+            layer = f.layer
+            lines.append(f"\n{layer.value}")
+        lines.append(f"  {_MARK[f.status]} {f.check}: {f.summary}")
+        if f.status is not Status.OK and f.next:
+            lines.append(f"          next: {f.next}")
+    if not facts.projections_checked:
+        lines.append("\nprojections\n  (not checked offline: run `sessionstream diagnose "
+                     "SESSION` against the servers)")
+    hits = implicated(findings)
+    if hits:
+        lines.append("\nfailure matrix (docs/operations.md)")
+        for k in hits:
+            symptom, causes, _ = MATRIX[k]
+            lines.append(f"  - {symptom}: {causes}")
+    problems = sum(f.status is Status.PROBLEM for f in findings)
+    warnings = sum(f.status is Status.WARNING for f in findings)
+    lines.append(f"\n{problems} problem(s), {warnings} warning(s)")
+    return lines
+
+
+@click.command("diagnose")
+@click.argument("session_id", required=False)
+@click.option("--file", "file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Diagnose a JSONL session file offline (log, surface and request checks).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> None:
+    """Walk a session through the failure-diagnosis order and report each check.
+
+    Raw events (readback, rejections, open tail, format) → surface (tool pairing,
+    compaction evidence) → request (header, context snapshots) → projections
+    (watermark, state versions, quarantine, indexes). Each check is ok, warning or
+    problem, with its evidence and the next command. Exit 0: no problem; 1: problems;
+    2: bad input. Prints ids, seqs, types and counts, never message content.
+    """
+    if (session_id is None) == (file is None):
+        click.echo("error: give exactly one of SESSION or --file FILE", err=True)
+        sys.exit(BAD_INPUT)
+    try:
+        if file is not None:
+            facts = offline_facts(file)
+        else:
+            assert session_id is not None
+            found = live_facts(session_id)
+            if found is None:
+                from sessionstream.settings import Settings
+
+                click.echo(f"error: session {session_id!r} has no records in tenant "
+                           f"{Settings.from_env().tenant!r}'s events topic "
+                           "(`sessionstream sessions` lists known ids)", err=True)
+                sys.exit(BAD_INPUT)
+            facts = found
+    except LogFileError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(BAD_INPUT)
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+    findings = diagnose(facts)
+    if as_json:
+        click.echo(json.dumps(report_json(facts, findings), indent=2, ensure_ascii=False))
+    else:
+        for line in render_text(facts, findings):
+            click.echo(line)
+    sys.exit(exit_code(findings))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(diagnose_cmd)
