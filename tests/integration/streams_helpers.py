@@ -9,13 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.kafka import PRODUCER_DEFAULTS
 from sessionstream.codec import encode
 from sessionstream.events import Event
 from sessionstream.projections import Registry, default_registry
 from sessionstream.simulate import simulate_session
+from streams.ports import Record
 from streams.sink import session_hash
 
 
@@ -94,3 +95,24 @@ def worker_env(settings: Any, topic: str, group: str, prefix: str, **extra: str)
             "SESSIONSTREAM_KEY_PREFIX": prefix, "SESSIONSTREAM_KAFKA_BOOTSTRAP":
             settings.kafka_bootstrap, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
             "SESSIONSTREAM_TENANT": settings.tenant, **extra}
+
+
+def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 60) -> list[Record]:
+    """The first ``n`` records of ``topic`` as processor input, in (partition, offset) order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "log_level": 3,
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(out)} of {n} records in {topic} after "
+                                     f"{timeout_s:.0f}s")
+            for m in c.consume(1000, timeout=1):
+                if m.error() is None:
+                    out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    return sorted(out, key=lambda r: (r.partition, r.offset))

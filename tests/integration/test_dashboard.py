@@ -18,32 +18,17 @@ import pytest
 import redis
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
-from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
 
 from dashboard.app import DashboardConfig, create_app
 from sessionstream.events import Event, Writer, make_event
 from sessionstream.settings import Settings
-from streams.ports import Core, Record
+from streams.ports import Core
 from streams.processor import Processor
 from streams.read import read_views
 from streams.sink import RedisSink, generation_key, tenant_changes
 from tests.integration.procs import ProcessGroup
-from tests.integration.streams_helpers import fleet, interleave, produce, wait_until
-
-
-def read_topic(bootstrap: str, topic: str, n: int) -> list[Record]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "log_level": 3,
-                  "enable.auto.commit": False})
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[Record] = []
-    while len(out) < n:
-        for m in c.consume(1000, timeout=1):
-            if m.error() is None:
-                out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))
-    c.close()
-    return sorted(out, key=lambda r: (r.partition, r.offset))
+from tests.integration.streams_helpers import fleet, interleave, produce, read_topic, wait_until
 
 
 @dataclass

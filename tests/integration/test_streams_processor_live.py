@@ -10,31 +10,22 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
 
 from sessionstream.events import Writer, make_event
 from sessionstream.projections import Registry, default_units
 from sessionstream.settings import Settings
 from streams.kafka_io import KafkaLogReader
-from streams.ports import Core, Record
+from streams.ports import Core
 from streams.processor import Processor
 from streams.sink import RedisSink
-from tests.integration.streams_helpers import expected_views, fleet, interleave, produce
-
-
-def read_topic(bootstrap: str, topic: str, n: int) -> list[Record]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "log_level": 3,
-                  "enable.auto.commit": False})
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[Record] = []
-    while len(out) < n:
-        for m in c.consume(1000, timeout=1):
-            if m.error() is None:
-                out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))
-    c.close()
-    return out
+from tests.integration.streams_helpers import (
+    expected_views,
+    fleet,
+    interleave,
+    produce,
+    read_topic,
+)
 
 
 def dump(r: redis.Redis, prefix: str) -> dict[str, Any]:
