@@ -90,10 +90,17 @@ def caught_up(r: redis.Redis, prefix: str, tenant: str, logs: dict[str, list[Eve
     return check
 
 
-def worker_env(settings: Any, topic: str, group: str, prefix: str, **extra: str) -> dict[str, str]:
-    return {"SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_STREAMS_GROUP": group,
-            "SESSIONSTREAM_KEY_PREFIX": prefix, "SESSIONSTREAM_KAFKA_BOOTSTRAP":
-            settings.kafka_bootstrap, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
+def worker_env(settings: Any, topic: str, dlq: str, group: str, prefix: str,
+               **extra: str) -> dict[str, str]:
+    """A worker's environment on the test's own topics, group and key prefix.
+
+    The dead-letter topic is explicit: the worker refuses to start without one, and a
+    test must not depend on the tenant's default topics existing on the broker.
+    """
+    return {"SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_DLQ_TOPIC": dlq,
+            "SESSIONSTREAM_STREAMS_GROUP": group, "SESSIONSTREAM_KEY_PREFIX": prefix,
+            "SESSIONSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "SESSIONSTREAM_REDIS_URL": settings.redis_url,
             "SESSIONSTREAM_TENANT": settings.tenant, **extra}
 
 

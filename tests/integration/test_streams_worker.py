@@ -57,7 +57,7 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     produce(settings.kafka_bootstrap, topic, merged[:3000],
             raw=[(b"sess-0001", b"\x00\x01poison")])
     produce(settings.kafka_bootstrap, topic, [*merged[3000:], alien])
-    env = worker_env(settings, topic, consumer_group, redis_prefix, SESSIONSTREAM_DLQ_TOPIC=dlq)
+    env = worker_env(settings, topic, dlq, consumer_group, redis_prefix)
     worker = start_worker(procs, engine, env)
     good = {s: ev for s, ev in logs.items() if s != bad_sid}
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, good), 90,
@@ -108,7 +108,7 @@ def test_sigkill_mid_batch_and_restart_gives_identical_state(
     topic = unique_topic(4)
     logs = fleet(60, seed=5, turns=3)
     events = interleave(logs)
-    env = worker_env(settings, topic, consumer_group, redis_prefix,
+    env = worker_env(settings, topic, unique_topic(1), consumer_group, redis_prefix,
                      SESSIONSTREAM_BATCH_MAX="50")
     worker = start_worker(procs, engine, env)
     feeder = threading.Thread(target=_produce_slowly,
@@ -137,7 +137,7 @@ def test_two_workers_with_a_rebalance_in_the_middle_equal_one_worker(
     topic = unique_topic(6)
     logs = fleet(60, seed=9, turns=3)
     events = interleave(logs)
-    env = worker_env(settings, topic, consumer_group, redis_prefix,
+    env = worker_env(settings, topic, unique_topic(1), consumer_group, redis_prefix,
                      SESSIONSTREAM_BATCH_MAX="50")
     first = start_worker(procs, engine, env)
     feeder = threading.Thread(target=_produce_slowly,
@@ -190,8 +190,7 @@ def test_a_missing_dead_letter_topic_fails_at_start_with_a_clear_message(
     redis_prefix: str, procs: ProcessGroup,
 ) -> None:
     topic = unique_topic(1)
-    env = worker_env(settings, topic, consumer_group, redis_prefix,
-                     SESSIONSTREAM_DLQ_TOPIC=f"{topic}.no-such-dlq")
+    env = worker_env(settings, topic, f"{topic}.no-such-dlq", consumer_group, redis_prefix)
     worker = start_worker(procs, engine, env)
     deadline = time.monotonic() + 60
     while worker.running() and time.monotonic() < deadline:
