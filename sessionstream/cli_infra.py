@@ -171,18 +171,22 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
                           echo=_echo)
     if as_json:
         click.echo(json.dumps({"fleet": result.fleet, "sessions": result.sessions,
-                               "caught_up_seconds": result.caught_up_seconds}, indent=2))
+                               "caught_up_seconds": result.caught_up_seconds,
+                               "compaction": result.compaction}, indent=2))
         return
     click.echo(f"\nprojections read back from Redis ({len(result.sessions)} sessions, "
                f"caught up {result.caught_up_seconds:.1f}s after the fleet finished):")
     click.echo(f"{'session':<18} {'seq':>5} {'status':<11} {'turns':<28} {'tools':>5} "
-               f"{'surface':>7} {'tokens':>7} {'rejected':>8}")
+               f"{'surface':>7} {'tokens':>7} {'rejected':>8}  compactions")
     for row in result.sessions:
         turns_text = ",".join(f"{k}={v}" for k, v in sorted(row["turns"].items()))
         click.echo(f"{row['session_id']:<18} {row['as_of_seq']:>5} {row['status'] or '-':<11} "
                    f"{turns_text:<28} {row['tool_results']:>5} {row['surface_messages']:>7} "
-                   f"{row['surface_tokens'] or 0:>7} {row['rejections']:>8}")
-    click.echo("\nmore: `sessionstream sessions`, `sessionstream views <session>`")
+                   f"{row['surface_tokens'] or 0:>7} {row['rejections']:>8}  "
+                   + (",".join(f"{k}={v}" for k, v in sorted(row["compactions"].items()))
+                      or "-"))
+    click.echo("\nmore: `sessionstream sessions`, `sessionstream views <session>`, "
+               "`sessionstream diagnose <session>`, `sessionstream dashboard`")
 
 
 COMMANDS: tuple[click.Command, ...] = (

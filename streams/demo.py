@@ -34,6 +34,7 @@ class DemoResult:
     sessions: list[dict[str, Any]]
     fleet: dict[str, Any]
     caught_up_seconds: float
+    compaction: dict[str, Any] | None = None
 
 
 def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
@@ -70,9 +71,37 @@ def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed:
         t0 = time.monotonic()
         rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
                                            worker, log_path))
-        return DemoResult(rows, summary.to_json(), round(time.monotonic() - t0, 2))
+        caught_up = round(time.monotonic() - t0, 2)
+        compaction = _compact_largest(settings, rows, summary.last_seqs, echo)
+        if compaction is not None and compaction["commit_seq"] is not None:
+            # Show the compaction as the dashboards see it: projected from the log.
+            rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
+                                               worker, log_path))
+        return DemoResult(rows, summary.to_json(), caught_up, compaction)
     finally:
         _stop(worker)
+
+
+def _compact_largest(settings: Settings, rows: list[dict[str, Any]],
+                     last_seqs: dict[str, int], echo: Echo) -> dict[str, Any] | None:
+    """Run the compaction agent once on the session with the largest surface."""
+    from producers.compactor import Compactor
+    from producers.writer import WriterConfig
+    from sessionstream.compaction import Budget
+
+    if not rows:
+        return None
+    target = max(rows, key=lambda r: r["surface_tokens"] or 0)["session_id"]
+    echo(f"compaction: the agent compacts {target} (manual trigger)")
+    report = Compactor(WriterConfig.from_settings(settings),
+                       budget=Budget(tokens=4_000, keep_recent=4)).compact(
+                           target, trigger="manual")
+    if report.appended:
+        last_seqs[target] = report.appended[-1]["seq"]
+    echo(f"compaction: {report.outcome}, surface tokens {report.surface_tokens_before} -> "
+         f"{report.surface_tokens_after}"
+         + (f" ({report.reason})" if report.reason else ""))
+    return report.to_json()
 
 
 async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout_s: float,
