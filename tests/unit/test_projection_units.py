@@ -208,15 +208,15 @@ def test_usage_counts_tokens_per_provider_model_and_requests_from_headers():
     b.tool_turn("q", [("c1", "search")])
     b.add("turn/start")
     b.add("step/start")
-    b.header("anthropic", "claude")
+    b.header("acme", "model-a")
     b.assistant("hi", usage=(7, 3), provider="vendor", model="other")
     v = views(b)["usage"]
     rows = {(r["provider"], r["model"]): r for r in v["by_model"]}
     assert rows[("openai", "gpt-x")] == {"provider": "openai", "model": "gpt-x",
                                          "requests": 2, "messages": 2,
                                          "input_tokens": 250, "output_tokens": 30}
-    assert rows[("anthropic", "claude")]["requests"] == 1
-    assert rows[("anthropic", "claude")]["input_tokens"] == 0
+    assert rows[("acme", "model-a")]["requests"] == 1
+    assert rows[("acme", "model-a")]["input_tokens"] == 0
     assert rows[("vendor", "other")]["input_tokens"] == 7
     assert v["total"]["input_tokens"] == 257 and v["total"]["requests"] == 3
 
