@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from producers.errors import UnconfirmedEvents
 from producers.writer import SessionWriter, WriterConfig, read_log
 
 Emit = Callable[..., Any]
@@ -55,6 +56,24 @@ class FleetSummary:
         return asdict(self)
 
 
+def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
+    """What a harness does at a durability barrier: wait, and on a timeout wait again.
+
+    A barrier that times out has not failed: the records may still be delivered (a
+    broker stalled, a leader moved). Records reported failed are resent with their
+    event ids (readers drop duplicates). The last UnconfirmedEvents propagates.
+    """
+    for attempt in range(attempts):
+        try:
+            w.flush(timeout)
+            return
+        except UnconfirmedEvents:
+            if attempt == attempts - 1:
+                raise
+            if any(state != "pending" for state in w.unconfirmed().values()):
+                w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
+
+
 def run_turn(
     w: SessionWriter,
     rng: random.Random,
@@ -75,7 +94,7 @@ def run_turn(
         if type_ == "tool/call":
             # A harness makes the call durable before running a tool with side effects,
             # so a crash during the tool leaves a provable open call (turn/end interrupted).
-            w.flush(30)
+            flush_durably(w)
         if crash_at is not None and n >= crash_at:
             on_crash()
 
@@ -149,7 +168,7 @@ def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed:
             for k in range(task.turns):
                 crash_at = rng.randint(3, 15) if rng.random() < crash_rate else None
                 n = run_turn(w, rng, w.next_seq, crash_at=crash_at, on_crash=crash)
-                w.flush(30)
+                flush_durably(w)
                 results.put(("turn", pid, task.session_id, n, task.turns - k - 1))
             w.close()
             results.put(("done", pid, task.session_id))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from producers.fleet import run_turn
+import pytest
+
+from producers.errors import UnconfirmedEvents
+from producers.fleet import flush_durably, run_turn
 from sessionstream.session import Session
 
 
@@ -50,3 +53,43 @@ def test_every_tool_call_is_flushed_before_the_tool_runs() -> None:
     run_turn(w, random.Random(3), 0, large_bytes=1024)  # type: ignore[arg-type]
     calls = [e.seq for e in w.session.events if e.type == "tool/call"]
     assert calls and w.flushed_at == [seq + 1 for seq in calls]
+
+
+class StallingWriter(FakeWriter):
+    """A broker that answers late: the first flushes time out with records pending."""
+
+    def __init__(self, stalls: int, state: str = "pending") -> None:
+        super().__init__()
+        self.stalls, self.state, self.resent = stalls, state, 0
+
+    def flush(self, timeout: float) -> None:
+        super().flush(timeout)
+        if self.stalls:
+            self.stalls -= 1
+            raise UnconfirmedEvents({"e1": self.state}, timeout=timeout)
+
+    def unconfirmed(self) -> dict[str, str]:
+        return {"e1": self.state}
+
+    def resend_unconfirmed(self) -> list[str]:
+        self.resent += 1
+        return ["e1"]
+
+
+def test_a_stalled_barrier_is_waited_for_again_without_resending_pending_records() -> None:
+    w = StallingWriter(stalls=2)
+    flush_durably(w, timeout=0.01)
+    assert len(w.flushed_at) == 3 and w.resent == 0
+
+
+def test_records_reported_failed_are_resent_with_their_event_ids() -> None:
+    w = StallingWriter(stalls=1, state="possibly_persisted")
+    flush_durably(w, timeout=0.01)
+    assert w.resent == 1
+
+
+def test_a_barrier_that_never_confirms_raises_after_the_last_attempt() -> None:
+    w = StallingWriter(stalls=5)
+    with pytest.raises(UnconfirmedEvents):
+        flush_durably(w, attempts=3, timeout=0.01)
+    assert len(w.flushed_at) == 3
