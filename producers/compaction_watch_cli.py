@@ -1,12 +1,14 @@
 """``sessionstream compactor``: the automatic compaction trigger (see ``compaction_watch``).
 
 Registered by ``producers.cli.register``; clients are imported inside the command.
+Honours ``SESSIONSTREAM_KEY_PREFIX`` and ``SESSIONSTREAM_EVENTS_TOPIC`` like the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from typing import Any
 
@@ -60,10 +62,15 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
 
     from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
+    from sessionstream.keys import DEFAULT_PREFIX
     from sessionstream.settings import Settings
 
     settings = Settings.from_env()
-    cfg = WriterConfig.from_settings(settings)
+    # Like the worker (streams/worker.py): the key prefix and events topic may be overridden,
+    # and the watcher must read the feed the worker writes and lease with the same prefix.
+    cfg = WriterConfig.from_settings(
+        settings, key_prefix=os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
+        topic=os.environ.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
     watcher = CompactionWatcher(cfg, budget=budget, prefix=cfg.key_prefix, redis=redis,
                                 ledger=AttemptLedger(cooldown_s=cooldown))

@@ -6,6 +6,8 @@ Sessions are written with ``SessionWriter``, projected by the real processor in-
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 from redis.asyncio import Redis
@@ -108,3 +110,31 @@ async def test_the_same_seq_is_not_attempted_twice_while_still_over_budget(
         assert len(read_log(writer_cfg, sid).admitted) == written
     finally:
         await aredis.aclose()
+
+
+def test_compactor_once_prints_a_summary_and_exits(
+    writer_cfg: WriterConfig, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from sessionstream.cli import main
+
+    sid, n = write(writer_cfg, turns=6)
+
+    async def project_once() -> None:
+        aredis = Redis.from_url(writer_cfg.redis_url, decode_responses=True)
+        try:
+            await project(writer_cfg, aredis, n)
+        finally:
+            await aredis.aclose()
+
+    asyncio.run(project_once())
+    for k, v in {"EVENTS_TOPIC": writer_cfg.topic, "KEY_PREFIX": writer_cfg.key_prefix,
+                 "KAFKA_BOOTSTRAP": writer_cfg.bootstrap, "REDIS_URL": writer_cfg.redis_url,
+                 "TENANT": writer_cfg.tenant}.items():
+        monkeypatch.setenv(f"SESSIONSTREAM_{k}", v)
+    result = CliRunner().invoke(main, ["compactor", "--budget", "1500", "--once", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"compacted": 1' in result.output and '"failed": 0' in result.output
+
+    assert types_after(writer_cfg, sid, n) == LIFECYCLE
