@@ -136,5 +136,4 @@ def test_compactor_once_prints_a_summary_and_exits(
     result = CliRunner().invoke(main, ["compactor", "--budget", "1500", "--once", "--json"])
     assert result.exit_code == 0, result.output
     assert '"compacted": 1' in result.output and '"failed": 0' in result.output
-
     assert types_after(writer_cfg, sid, n) == LIFECYCLE
