@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from producers.compaction_watch_cli import compactor_cmd
 from sessionstream.errors import SessionStreamError
 
 
@@ -182,3 +183,4 @@ def register(group: click.Group) -> None:
     group.add_command(fleet_cmd)
     group.add_command(compact_cmd)
     group.add_command(compact_file_cmd)
+    group.add_command(compactor_cmd)

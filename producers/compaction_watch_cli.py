@@ -1,0 +1,90 @@
+"""``sessionstream compactor``: the automatic compaction trigger (see ``compaction_watch``).
+
+Registered by ``producers.cli.register``; clients are imported inside the command.
+Honours ``SESSIONSTREAM_KEY_PREFIX`` and ``SESSIONSTREAM_EVENTS_TOPIC`` like the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+import click
+
+from sessionstream.errors import SessionStreamError
+
+
+@click.command("compactor")
+@click.option("--budget", default=32_000, show_default=True,
+              help="Context budget in estimated tokens (pressure at 80%).")
+@click.option("--keep-recent", default=4, show_default=True,
+              help="Surface nodes at the end that are never shadowed.")
+@click.option("--cooldown", default=30.0, show_default=True,
+              help="Seconds between two attempts on one session.")
+@click.option("--once", is_flag=True,
+              help="Process what is in the change feed now, print a summary and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
+                  as_json: bool) -> None:
+    """Follow the tenant's change feed and compact sessions under token pressure.
+
+    Resumes after the last feed entry it processed (kept in Redis). At most one attempt
+    per session per as_of_seq. Exit 0, or 1 with --once when an attempt failed.
+    """
+    from sessionstream.compaction import Budget
+
+    try:
+        b = Budget(tokens=budget, keep_recent=keep_recent)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    if cooldown < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--cooldown")
+    try:
+        summary = asyncio.run(_run(b, cooldown, once))
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"sessions seen {summary['sessions']}  compacted {summary['compacted']}  "
+                   f"not needed {summary['not_needed']}  skipped {summary['skipped']}  "
+                   f"failed {summary['failed']}")
+    if once and summary["failed"]:
+        raise SystemExit(1)
+
+
+async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
+    from redis import exceptions as rexc
+    from redis.asyncio import Redis
+
+    from producers.compaction_watch import AttemptLedger, CompactionWatcher
+    from producers.writer import WriterConfig
+    from sessionstream.keys import DEFAULT_PREFIX
+    from sessionstream.settings import Settings
+
+    settings = Settings.from_env()
+    # Like the worker (streams/worker.py): the key prefix and events topic may be overridden,
+    # and the watcher must read the feed the worker writes and lease with the same prefix.
+    cfg = WriterConfig.from_settings(
+        settings, key_prefix=os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
+        topic=os.environ.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic)
+    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    watcher = CompactionWatcher(cfg, budget=budget, prefix=cfg.key_prefix, redis=redis,
+                                ledger=AttemptLedger(cooldown_s=cooldown))
+    try:
+        if once:
+            return (await watcher.drain()).to_json()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return (await watcher.run(stop)).to_json()
+    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
+        raise click.ClickException(
+            f"Redis at {settings.redis_url} unavailable ({type(exc).__name__}); "
+            "is it running (`sessionstream status`)?") from exc
+    finally:
+        await redis.aclose()
