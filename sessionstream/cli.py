@@ -312,6 +312,12 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
                    f"{child.session_id} ({len(child_events)} events): wrote {output}")
 
 
+def _register_offline_extras() -> None:
+    from sessionstream.compaction_cli import compact_file_cmd
+
+    main.add_command(compact_file_cmd)
+
+
 def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
     from dashboard import cli as dashboard_cli
@@ -327,6 +333,7 @@ def _register_edges() -> None:
     diagnose_cli.register(main)
 
 
+_register_offline_extras()
 _register_edges()
 
 if __name__ == "__main__":
