@@ -7,12 +7,9 @@ rest of the CLI starts without them.
 from __future__ import annotations
 
 import logging
-import os
 from urllib.parse import urlsplit
 
 import click
-
-from sessionstream.keys import DEFAULT_PREFIX
 
 
 def _redacted(url: str) -> str:
@@ -41,7 +38,7 @@ def dashboard_cmd(host: str, port: int) -> None:
     from sessionstream.settings import Settings
 
     settings = Settings.from_env()
-    prefix = os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
+    prefix = settings.key_prefix
     try:
         redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from typing import Any
 
@@ -62,15 +61,12 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
 
     from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
-    from sessionstream.keys import DEFAULT_PREFIX
     from sessionstream.settings import Settings
 
     settings = Settings.from_env()
-    # Like the worker (streams/worker.py): the key prefix and events topic may be overridden,
-    # and the watcher must read the feed the worker writes and lease with the same prefix.
-    cfg = WriterConfig.from_settings(
-        settings, key_prefix=os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
-        topic=os.environ.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic)
+    # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
+    # the worker writes and takes leases under the same prefix.
+    cfg = WriterConfig.from_settings(settings)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
     watcher = CompactionWatcher(cfg, budget=budget, prefix=cfg.key_prefix, redis=redis,
                                 ledger=AttemptLedger(cooldown_s=cooldown))

@@ -64,6 +64,7 @@ from sessionstream.events import (
     uuid4_ids,
 )
 from sessionstream.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.keys import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
 from sessionstream.session import Session
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class WriterConfig:
     topic: str
     redis_url: str
     tenant: str = "default"
-    key_prefix: str = "ss"
+    key_prefix: str = DEFAULT_KEY_PREFIX
     lease_ttl_ms: int = DEFAULT_TTL_MS
     attachment_dir: Path | None = None
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD
@@ -111,6 +112,7 @@ class WriterConfig:
             "topic": settings.events_topic,
             "redis_url": settings.redis_url,
             "tenant": settings.tenant,
+            "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
         }
         base.update(overrides)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionstream.errors import SessionStreamError
+from sessionstream.keys import DEFAULT_PREFIX
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -23,6 +24,9 @@ DEFAULT_REDIS_PORT = 16379
 _TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._-]+:\d{1,5}$")
 _REDIS_URL_RE = re.compile(r"^(rediss?://[^/\s?]+(/\d*)?(\?\S*)?|unix://\S+)$")
+# A key prefix precedes the hash tag: braces would move the tag, spaces break tooling.
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class SettingsError(SessionStreamError, ValueError):
@@ -46,6 +50,9 @@ class Settings:
     replication_factor: int = 1
     state_dir: Path = Path(".state")
     attachment_dir: Path = Path(".state/attachments")
+    key_prefix: str = DEFAULT_PREFIX  # Redis keys of leases, indexes and projections
+    events_topic_override: str | None = None  # else sessionstream.<tenant>.events
+    dlq_topic_override: str | None = None  # else sessionstream.<tenant>.dlq
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -59,6 +66,16 @@ class Settings:
             raise SettingsError(
                 f"SESSIONSTREAM_PARTITIONS={self.partitions} is out of range: use 1..10000"
             )
+        if not _PREFIX_RE.match(self.key_prefix):
+            raise SettingsError(
+                f"SESSIONSTREAM_KEY_PREFIX={self.key_prefix!r} is not a key prefix: use 1-64 "
+                "of A-Z a-z 0-9 . _ : - (no braces: they would move the Redis hash tag)"
+            )
+        for name, topic in (("SESSIONSTREAM_EVENTS_TOPIC", self.events_topic_override),
+                            ("SESSIONSTREAM_DLQ_TOPIC", self.dlq_topic_override)):
+            if topic is not None and not _TOPIC_RE.match(topic):
+                raise SettingsError(f"{name}={topic!r} is not a Kafka topic name: use 1-249 "
+                                    "of A-Z a-z 0-9 . _ -")
         if not 1 <= self.replication_factor <= 32:
             raise SettingsError(
                 f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
@@ -68,12 +85,12 @@ class Settings:
     @property
     def events_topic(self) -> str:
         """The tenant's canonical, never-compacted events topic."""
-        return f"sessionstream.{self.tenant}.events"
+        return self.events_topic_override or f"sessionstream.{self.tenant}.events"
 
     @property
     def dlq_topic(self) -> str:
         """The tenant's dead-letter topic for records that cannot be decoded."""
-        return f"sessionstream.{self.tenant}.dlq"
+        return self.dlq_topic_override or f"sessionstream.{self.tenant}.dlq"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -98,6 +115,9 @@ class Settings:
             replication_factor=_int(env, "SESSIONSTREAM_REPLICATION_FACTOR", 1),
             state_dir=state_dir,
             attachment_dir=attachment_dir,
+            key_prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
+            events_topic_override=env.get("SESSIONSTREAM_EVENTS_TOPIC") or None,
+            dlq_topic_override=env.get("SESSIONSTREAM_DLQ_TOPIC") or None,
         )
 
 

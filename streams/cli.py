@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 import click
 
 from sessionstream.errors import SessionStreamError
-from sessionstream.keys import DEFAULT_PREFIX
 
 T = TypeVar("T")
 
 
 def _prefix() -> str:
-    return os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
+    from sessionstream.settings import Settings
+
+    return Settings.from_env().key_prefix
 
 
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -140,7 +141,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     from streams.replay import ReplayReport, replay
 
     settings = Settings.from_env()
-    topic = os.environ.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic
+    topic = settings.events_topic
     ms = _parse_time(from_time) if from_time else None
 
     def show(r: ReplayReport) -> None:

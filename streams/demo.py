@@ -112,7 +112,7 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
 
     from streams.read import read_views
 
-    prefix = os.environ.get("SESSIONSTREAM_KEY_PREFIX") or "ss"
+    prefix = settings.key_prefix
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:

@@ -11,7 +11,6 @@ Output names ids, seqs, types and counts, never message content.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,14 +29,10 @@ from sessionstream.diagnosis import (
     implicated,
 )
 from sessionstream.errors import LogFileError, SessionStreamError
-from sessionstream.keys import DEFAULT_PREFIX, session_key
+from sessionstream.keys import session_key
 
 BAD_INPUT = 2
 _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
-
-
-def _prefix() -> str:
-    return os.environ.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX
 
 
 def offline_facts(file: Path) -> Facts:
@@ -59,11 +54,9 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
     from streams.sink import generation_key, session_hash, sessions_index
 
     settings = Settings.from_env()
-    prefix = prefix or _prefix()
-    overrides: dict[str, Any] = {"key_prefix": prefix}
-    if topic or os.environ.get("SESSIONSTREAM_EVENTS_TOPIC"):
-        overrides["topic"] = topic or os.environ["SESSIONSTREAM_EVENTS_TOPIC"]
-    cfg = WriterConfig.from_settings(settings, **overrides)
+    prefix = prefix or settings.key_prefix
+    cfg = WriterConfig.from_settings(settings, key_prefix=prefix,
+                                     topic=topic or settings.events_topic)
     rb = read_log(cfg, session_id, timeout=timeout)
     if not rb.admitted and not rb.rejections and not rb.corrupt:
         return None

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from sessionstream.keys import DEFAULT_PREFIX
 from sessionstream.settings import Settings
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
@@ -49,9 +48,9 @@ class WorkerConfig:
         return cls(
             settings=settings,
             group=env.get("SESSIONSTREAM_STREAMS_GROUP") or "sessionstream-projections",
-            prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
-            topic=env.get("SESSIONSTREAM_EVENTS_TOPIC") or settings.events_topic,
-            dlq_topic=env.get("SESSIONSTREAM_DLQ_TOPIC") or settings.dlq_topic,
+            prefix=settings.key_prefix,
+            topic=settings.events_topic,
+            dlq_topic=settings.dlq_topic,
             batch_max=int(env.get("SESSIONSTREAM_BATCH_MAX") or 500),
             batch_within=int(env.get("SESSIONSTREAM_BATCH_WITHIN_MS") or 10) / 1000,
             converge_sessions=int(env.get("SESSIONSTREAM_CONVERGE_SESSIONS") or 64),

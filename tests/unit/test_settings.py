@@ -77,3 +77,28 @@ def test_invalid_values_name_the_variable(env: dict[str, str], names: str) -> No
                                  "unix:///run/redis.sock"])
 def test_redis_url_shapes_that_are_accepted(url: str) -> None:
     assert Settings.from_env({"SESSIONSTREAM_REDIS_URL": url}).redis_url == url
+
+
+def test_key_prefix_and_topic_overrides_come_from_the_environment() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_KEY_PREFIX": "t1", "SESSIONSTREAM_TENANT": "acme",
+                           "SESSIONSTREAM_EVENTS_TOPIC": "x.events",
+                           "SESSIONSTREAM_DLQ_TOPIC": "x.dlq"})
+    assert (s.key_prefix, s.events_topic, s.dlq_topic) == ("t1", "x.events", "x.dlq")
+    assert Settings.from_env({"SESSIONSTREAM_TENANT": "acme"}).events_topic == (
+        "sessionstream.acme.events")
+    assert Settings.from_env({}).key_prefix == "ss"
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"SESSIONSTREAM_KEY_PREFIX": "a{b}"}, "SESSIONSTREAM_KEY_PREFIX"),
+        ({"SESSIONSTREAM_KEY_PREFIX": "has space"}, "SESSIONSTREAM_KEY_PREFIX"),
+        ({"SESSIONSTREAM_EVENTS_TOPIC": "bad/topic"}, "SESSIONSTREAM_EVENTS_TOPIC"),
+        ({"SESSIONSTREAM_DLQ_TOPIC": "bad topic"}, "SESSIONSTREAM_DLQ_TOPIC"),
+    ],
+)
+def test_a_bad_prefix_or_topic_override_names_its_variable(env: dict[str, str],
+                                                           name: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env(env)
