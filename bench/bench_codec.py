@@ -18,8 +18,8 @@ import time
 
 from fastavro import schemaless_reader, schemaless_writer
 
-from sessionstream.codec import default_codec
-from sessionstream.events import Writer, make_event
+from sessionstream.core.codec import default_codec
+from sessionstream.core.events import Writer, make_event
 
 N = 20_000
 ROUNDS = 5
@@ -65,7 +65,7 @@ def main() -> None:
             buf.seek(0)
             schemaless_reader(buf, schema, None)
 
-    from sessionstream.jsonvalue import canonical_dumps, loads_frozen
+    from sessionstream.core.jsonvalue import canonical_dumps, loads_frozen
 
     datas = [e.data for e in events]
 

@@ -19,8 +19,8 @@ import random
 import time
 import zlib
 
-from sessionstream.codec import encode
-from sessionstream.simulate import simulate_session
+from sessionstream.core.codec import encode
+from sessionstream.core.simulate import simulate_session
 from streams.ports import Core, Record
 from streams.processor import Processor
 from tests.unit.test_streams_processor import MemorySink

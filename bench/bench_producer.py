@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.kafka import PRODUCER_DEFAULTS
 from producers.writer import SessionWriter, WriterConfig
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
 
 
 def make_topic(admin: AdminClient, partitions: int) -> str:

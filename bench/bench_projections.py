@@ -15,9 +15,9 @@ import json
 import time
 from typing import Any
 
-from sessionstream.events import Event
-from sessionstream.projections import Registry, default_registry
-from sessionstream.projections.index import IndexUnit
+from sessionstream.core.events import Event
+from sessionstream.core.projections import Registry, default_registry
+from sessionstream.core.projections.index import IndexUnit
 from tests.unit.strategies import random_log
 
 

@@ -30,9 +30,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio import Redis
 
-from sessionstream.codec import encode
-from sessionstream.settings import Settings
-from sessionstream.simulate import simulate_session
+from sessionstream.core.codec import encode
+from sessionstream.core.settings import Settings
+from sessionstream.core.simulate import simulate_session
 from streams.replay import replay
 
 

@@ -16,9 +16,9 @@ import gc
 import random
 import time
 
-from sessionstream.events import CountingClock, SequentialIds
-from sessionstream.session import Session
-from sessionstream.simulate import simulate_session
+from sessionstream.core.events import CountingClock, SequentialIds
+from sessionstream.core.session import Session
+from sessionstream.core.simulate import simulate_session
 
 
 def lab_events(n: int, compact_every: int | None) -> list:  # type: ignore[type-arg]

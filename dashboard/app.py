@@ -27,7 +27,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
-from sessionstream.keys import DEFAULT_PREFIX
+from sessionstream.core.keys import DEFAULT_PREFIX
 from streams.read import current_generation, list_sessions, read_views
 from streams.sink import tenant_changes
 

@@ -35,7 +35,7 @@ def dashboard_cmd(host: str, port: int) -> None:
     from aiohttp import web
 
     from dashboard.app import DashboardConfig, create_app
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     settings = Settings.from_env()
     prefix = settings.key_prefix

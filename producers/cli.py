@@ -1,7 +1,7 @@
 """CLI commands of the producers package: ``fleet``, ``compact``, ``compactor``.
 
 ``register(group)`` adds them to the ``sessionstream`` click group (the composition
-root in ``sessionstream/cli.py`` calls it). Clients are imported inside the commands.
+root in ``sessionstream/cli/main.py`` calls it). Clients are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 import click
 
 from producers.compaction_watch_cli import compactor_cmd
-from sessionstream.compaction_cli import budget_option, compaction_options, echo_report
-from sessionstream.errors import SessionStreamError
+from sessionstream.cli.compaction import budget_option, compaction_options, echo_report
+from sessionstream.core.errors import SessionStreamError
 
 
 @click.command("fleet")
@@ -33,7 +33,7 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
     from producers.fleet import run_fleet
     from producers.writer import WriterConfig
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     try:
         settings = Settings.from_env()
@@ -78,7 +78,7 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
     """
     from producers.compactor import Compactor
     from producers.writer import WriterConfig
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     b = budget_option(budget, keep_recent)
     try:

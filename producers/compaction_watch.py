@@ -2,7 +2,8 @@
 
 :class:`CompactionWatcher` reads the tenant's change feed (``streams.sink.tenant_changes``)
 with XREAD from the last entry it processed, reads each named session's ``surface`` view
-(``streams.read.read_views``), asks the policy (:func:`~sessionstream.compaction.should_compact`)
+(``streams.read.read_views``), asks the policy
+(:func:`~sessionstream.core.compaction.should_compact`)
 and, on ``pressure`` or ``overflow``, runs one :meth:`Compactor.compact` attempt.
 
 - **Resumes**: the feed cursor lives in Redis under ``<p>:{<t>}:compaction-watch:<name>``
@@ -31,9 +32,9 @@ from redis.asyncio import Redis
 
 from producers.compactor import CompactionReport, Compactor
 from producers.writer import WriterConfig
-from sessionstream.compaction import Budget, Decision, should_compact
-from sessionstream.keys import tenant_key
-from sessionstream.messages import Message
+from sessionstream.core.compaction import Budget, Decision, should_compact
+from sessionstream.core.keys import tenant_key
+from sessionstream.core.messages import Message
 from streams.read import LiveSnapshot, current_generation, read_views
 from streams.sink import tenant_changes
 

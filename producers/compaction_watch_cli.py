@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from sessionstream.errors import SessionStreamError
+from sessionstream.core.errors import SessionStreamError
 
 
 @click.command("compactor")
@@ -33,7 +33,7 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
     Resumes after the last feed entry it processed (kept in Redis). At most one attempt
     per session per as_of_seq. Exit 0, or 1 with --once when an attempt failed.
     """
-    from sessionstream.compaction import Budget
+    from sessionstream.core.compaction import Budget
 
     try:
         b = Budget(tokens=budget, keep_recent=keep_recent)
@@ -61,7 +61,7 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
 
     from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     settings = Settings.from_env()
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed

@@ -3,11 +3,11 @@
 One call to :meth:`Compactor.compact` runs one attempt on one session:
 
 1. read the admitted log back from Kafka (no lease: the session's owner keeps writing);
-2. decide, pick the surface range, summarize and gate it (:mod:`sessionstream.compaction`)
+2. decide, pick the surface range, summarize and gate it (:mod:`sessionstream.core.compaction`)
    — the slow part, done while holding nothing;
 3. take the lease (epoch + 1, no recovery, no end-seed: the owner's open turn is not
    ours to close), read the log as it is *now*, and append the lifecycle checked against
-   it (:func:`~sessionstream.compaction.commit_drafts`): events the owner appended
+   it (:func:`~sessionstream.core.compaction.commit_drafts`): events the owner appended
    meanwhile are kept and ours get the next seqs; a run that is no longer a contiguous
    run of surface nodes ends the attempt ``abandoned``;
 4. flush, hand the next seq off and release the lease.
@@ -25,7 +25,7 @@ from typing import Any
 
 from producers.errors import LeaseUnavailable, SessionNotFound
 from producers.writer import SessionWriter, WriterConfig, default_writer_id, read_log
-from sessionstream.compaction import (
+from sessionstream.core.compaction import (
     DEFAULT_BUDGET,
     Attempt,
     Budget,
@@ -34,11 +34,11 @@ from sessionstream.compaction import (
     attempt_compaction,
     commit_drafts,
 )
-from sessionstream.errors import InvariantViolation
-from sessionstream.events import Draft, Event
-from sessionstream.recovery import recover
-from sessionstream.session import Session
-from sessionstream.surface import token_estimate
+from sessionstream.core.errors import InvariantViolation
+from sessionstream.core.events import Draft, Event
+from sessionstream.core.recovery import recover
+from sessionstream.core.session import Session
+from sessionstream.core.surface import token_estimate
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The exceptions of the producers package (agent-side session writers).
 
 Every error raised here derives from :class:`ProducerError`, itself a
-:class:`~sessionstream.errors.SessionStreamError`, and its message says what to do
+:class:`~sessionstream.core.errors.SessionStreamError`, and its message says what to do
 next. confluent-kafka and redis errors are translated at the boundary (``raise X(...)
 from exc``); :func:`map_kafka_error` is the single place that decides what a
 librdkafka error code means for us::
@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaError
 
-from sessionstream.errors import SessionStreamError
+from sessionstream.core.errors import SessionStreamError
 
 
 class ProducerError(SessionStreamError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 
 from producers.errors import Fenced, RedisUnavailable
-from sessionstream.keys import session_key
+from sessionstream.core.keys import session_key
 
 # KEYS: log. ARGV: partition, min_offset, max_offset.
 _RECORD = """

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import redis
 
 from producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
-from sessionstream.keys import session_key
+from sessionstream.core.keys import session_key
 
 DEFAULT_TTL_MS = 30_000
 

@@ -18,9 +18,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
 from producers.kafka import client_config
 from producers.partition import partition_for
-from sessionstream.admission import AdmissionState, Verdict, admit
-from sessionstream.errors import CodecError
-from sessionstream.events import Event
+from sessionstream.core.admission import AdmissionState, Verdict, admit
+from sessionstream.core.errors import CodecError
+from sessionstream.core.events import Event
 
 #: Watermark errors of a partition whose leader is not (yet) known: retried.
 _LEADER_CODES = frozenset(

@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat-completions summarizer (optional; the default is offline).
 
-It implements :class:`sessionstream.compaction.Summarizer`: the pruned messages and the
+It implements :class:`sessionstream.core.compaction.Summarizer`: the pruned messages and the
 facts the quality gate checks go into one prompt; whatever comes back still passes the
 gate before it is committed. The HTTP call is an injected ``transport`` (stdlib urllib
 by default), so tests never touch the network. The API key is read from the
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessionstream.compaction import SummaryRequest
-from sessionstream.errors import SummarizerError
-from sessionstream.jsonvalue import JsonValue
+from sessionstream.core.compaction import SummaryRequest
+from sessionstream.core.errors import SummarizerError
+from sessionstream.core.jsonvalue import JsonValue
 
 Transport = Callable[[str, Mapping[str, str], bytes, float], tuple[int, bytes]]
 """(url, headers, body, timeout) -> (status, response body)."""

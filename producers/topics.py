@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from producers.kafka import client_config
-from sessionstream.errors import SessionStreamError
-from sessionstream.settings import Settings
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Settings
 
 # Unlimited retention: the log is the source of truth, it is never expired by default.
 EVENT_LOG_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete", "retention.ms": "-1"}

@@ -1,6 +1,6 @@
 """SessionWriter: the fenced, validated writer of one session's log in Kafka.
 
-Every append goes through the core :class:`~sessionstream.session.Session` first (schema,
+Every append goes through the core :class:`~sessionstream.core.session.Session` first (schema,
 lossless JSON, write-time invariants): what it refuses never reaches Kafka. The event is
 stamped with this writer's id and lease epoch, Avro-encoded, size-checked against the
 topic's max message size and produced keyed by session id. ``flush()`` is the durability
@@ -52,8 +52,8 @@ from producers.index import SessionIndex
 from producers.kafka import Delivery, DeliveryState, KafkaSender, client_config
 from producers.lease import DEFAULT_TTL_MS, Lease, LeaseStore
 from producers.readback import ReadBack, Rejection, read_session
-from sessionstream.catalog import Catalog
-from sessionstream.events import (
+from sessionstream.core.catalog import Catalog
+from sessionstream.core.events import (
     Clock,
     Draft,
     Event,
@@ -63,9 +63,9 @@ from sessionstream.events import (
     system_clock,
     uuid4_ids,
 )
-from sessionstream.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.keys import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
-from sessionstream.session import Session
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.keys import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class WriterConfig:
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> WriterConfig:
-        """From ``sessionstream.settings.Settings`` (duck-typed: no import cycle)."""
+        """From ``sessionstream.core.settings.Settings`` (duck-typed: no import cycle)."""
         base: dict[str, Any] = {
             "bootstrap": settings.kafka_bootstrap,
             "topic": settings.events_topic,
@@ -172,7 +172,7 @@ class _Edges:
     """
 
     def __init__(self, cfg: WriterConfig) -> None:
-        from sessionstream import codec  # the Avro codec; imported at the edge
+        from sessionstream.core import codec  # the Avro codec; imported at the edge
 
         self.cfg = cfg
         self.encode = codec.encode
@@ -321,7 +321,7 @@ class SessionWriter:
         writer that only adds to a live session between its owner's leases (the
         compaction agent), which must not close the owner's open turn.
         """
-        from sessionstream.recovery import recover, seed_boundary
+        from sessionstream.core.recovery import recover, seed_boundary
 
         edges = _Edges(cfg)
         lease: Lease | None = None
@@ -361,7 +361,7 @@ class SessionWriter:
         writer_id: str | None = None,
     ) -> SessionWriter:
         """A new session seeded from a stable prefix of this one, with its lineage."""
-        from sessionstream.fork import fork as core_fork
+        from sessionstream.core.fork import fork as core_fork
 
         cfg = self._e.cfg
         child_id = session_id or str(uuid.uuid4())

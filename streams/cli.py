@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 import click
 
-from sessionstream.errors import SessionStreamError
+from sessionstream.core.errors import SessionStreamError
 
 T = TypeVar("T")
 
 
 def _prefix() -> str:
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     return Settings.from_env().key_prefix
 
@@ -31,7 +31,7 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     from redis.asyncio import Redis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
 
     settings = Settings.from_env()
 
@@ -78,7 +78,7 @@ def worker_cmd(loglevel: str, engine: str) -> None:
 @click.option("--view", "only", multiple=True, help="Only these views (repeatable).")
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
     from streams.read import read_views
 
     tenant = Settings.from_env().tenant
@@ -106,7 +106,7 @@ def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
 def sessions_cmd(as_json: bool, limit: int) -> None:
     """Sessions by last activity, from the session index (never reads a log)."""
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
     from streams.read import list_sessions
 
     tenant = Settings.from_env().tenant
@@ -137,7 +137,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
-    from sessionstream.settings import Settings
+    from sessionstream.core.settings import Settings
     from streams.replay import ReplayReport, replay
 
     settings = Settings.from_env()

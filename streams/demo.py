@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sessionstream.errors import SessionStreamError
-from sessionstream.settings import Settings
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Settings
 
 Echo = Callable[[str], None]
 
@@ -53,7 +53,7 @@ def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed:
     echo(f"worker: starting the projection processor (log: {log_path})")
     with open(log_path, "ab") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "sessionstream.cli", "worker", "-l", "warn"],
+            [sys.executable, "-m", "sessionstream.cli.main", "worker", "-l", "warn"],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
             start_new_session=True,
         )
@@ -87,7 +87,7 @@ def _compact_largest(settings: Settings, rows: list[dict[str, Any]],
     """Run the compaction agent once on the session with the largest surface."""
     from producers.compactor import Compactor
     from producers.writer import WriterConfig
-    from sessionstream.compaction import Budget
+    from sessionstream.core.compaction import Budget
 
     if not rows:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from sessionstream.diagnosis import (
+from sessionstream.core.diagnosis import (
     MATRIX,
     Facts,
     Finding,
@@ -28,8 +28,8 @@ from sessionstream.diagnosis import (
     exit_code,
     implicated,
 )
-from sessionstream.errors import LogFileError, SessionStreamError
-from sessionstream.keys import session_key
+from sessionstream.core.errors import LogFileError, SessionStreamError
+from sessionstream.core.keys import session_key
 
 BAD_INPUT = 2
 _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
@@ -37,7 +37,7 @@ _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBL
 
 def offline_facts(file: Path) -> Facts:
     """The facts a JSONL file holds: the events only (no rejections, no projections)."""
-    from sessionstream.jsonl import read_jsonl
+    from sessionstream.core.jsonl import read_jsonl
 
     events = read_jsonl(file)
     return Facts(events[0].session_id, events, source=str(file))
@@ -49,8 +49,8 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
     import redis
 
     from producers.writer import WriterConfig, read_log
-    from sessionstream.projections import default_registry
-    from sessionstream.settings import Settings
+    from sessionstream.core.projections import default_registry
+    from sessionstream.core.settings import Settings
     from streams.sink import generation_key, session_hash, sessions_index
 
     settings = Settings.from_env()
@@ -150,7 +150,7 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
             assert session_id is not None
             found = live_facts(session_id)
             if found is None:
-                from sessionstream.settings import Settings
+                from sessionstream.core.settings import Settings
 
                 click.echo(f"error: session {session_id!r} has no records in tenant "
                            f"{Settings.from_env().tenant!r}'s events topic "

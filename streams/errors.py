@@ -2,7 +2,7 @@
 
 ::
 
-    SessionStreamError (sessionstream.errors)
+    SessionStreamError (sessionstream.core.errors)
     └── StreamsError
         ├── SinkError           Redis refused or lost a write after the retry budget (replay,
         │                       CLI reads; the worker itself retries without a budget)
@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from sessionstream.errors import SessionStreamError
+from sessionstream.core.errors import SessionStreamError
 
 
 class StreamsError(SessionStreamError):

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sessionstream.catalog import Catalog
-from sessionstream.events import Event
+from sessionstream.core.catalog import Catalog
+from sessionstream.core.events import Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ class DeadLetters(Protocol):
 class Core:
     """The core's pure functions the processor drives (injected, so tests can swap them)."""
 
-    registry: Any  # sessionstream.projections.Registry
+    registry: Any  # sessionstream.core.projections.Registry
     catalog: Catalog
     decode: Callable[[bytes], Event]
     check_readable: Callable[[Event, Catalog], bool]
@@ -130,10 +130,10 @@ class Core:
 
     @classmethod
     def default(cls) -> Core:
-        from sessionstream import codec
-        from sessionstream.admission import AdmissionState, admit
-        from sessionstream.catalog import default_catalog
-        from sessionstream.projections import default_registry, quarantine, record_rejection
+        from sessionstream.core import codec
+        from sessionstream.core.admission import AdmissionState, admit
+        from sessionstream.core.catalog import default_catalog
+        from sessionstream.core.projections import default_registry, quarantine, record_rejection
 
         return cls(
             registry=default_registry(),

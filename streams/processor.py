@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sessionstream.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
-from sessionstream.events import Event
-from sessionstream.jsonvalue import canonical_dumps
+from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
+from sessionstream.core.events import Event
+from sessionstream.core.jsonvalue import canonical_dumps
 from streams.ports import (
     Core,
     DeadLetter,

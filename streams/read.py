@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from sessionstream.keys import DEFAULT_PREFIX
+from sessionstream.core.keys import DEFAULT_PREFIX
 from streams.sink import generation_key, session_hash, sessions_index
 
 

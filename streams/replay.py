@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 
-from sessionstream.keys import tenant_key
+from sessionstream.core.keys import tenant_key
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
 from streams.ports import Core, Record

@@ -1,6 +1,6 @@
 """The Redis side of the processor: one atomic, idempotent script call per session.
 
-Keys (``sessionstream.keys``; ``g<N>`` is the generation, see ``streams.replay``):
+Keys (``sessionstream.core.keys``; ``g<N>`` is the generation, see ``streams.replay``):
 
 - ``<p>:{<t>/<s>}:g<N>``          hash: ``view:<unit>``, ``state:<unit>``, ``sv:<unit>``,
                                    ``admission``, ``meta``, ``as_of_seq``, ``as_of_offset``
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
-from sessionstream.keys import session_key, tenant_key
+from sessionstream.core.keys import session_key, tenant_key
 from streams.errors import SinkError
 from streams.ports import SessionWrite, WriteOutcome
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
 from streams.ports import Core

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sessionstream.localstack import kafka_ready
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
+from sessionstream.devstack import kafka_ready
 from tests.integration.procs import ProcessGroup
 
 

@@ -12,10 +12,10 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from producers.kafka import PRODUCER_DEFAULTS
-from sessionstream.codec import encode
-from sessionstream.events import Event
-from sessionstream.projections import Registry, default_registry
-from sessionstream.simulate import simulate_session
+from sessionstream.core.codec import encode
+from sessionstream.core.events import Event
+from sessionstream.core.projections import Registry, default_registry
+from sessionstream.core.simulate import simulate_session
 from streams.ports import Record
 from streams.sink import session_hash
 

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.writer import SessionWriter, WriterConfig, read_log
-from sessionstream.localstack import StackConfig, down, kafka_up
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
+from sessionstream.devstack import StackConfig, down, kafka_up
 from tests.integration.writers import tool_turn
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from producers.compaction_watch import CompactionWatcher, cursor_key
 from producers.writer import SessionWriter, WriterConfig, read_log
-from sessionstream.compaction import Budget
+from sessionstream.core.compaction import Budget
 from streams.ports import Core
 from streams.processor import Processor
 from streams.sink import RedisSink
@@ -117,7 +117,7 @@ def test_compactor_once_prints_a_summary_and_exits(
 ) -> None:
     from click.testing import CliRunner
 
-    from sessionstream.cli import main
+    from sessionstream.cli.main import main
 
     sid, n = write(writer_cfg, turns=6)
 

@@ -6,11 +6,11 @@ import pytest
 
 from producers.compactor import Compactor
 from producers.writer import SessionWriter, WriterConfig, read_log
-from sessionstream.compaction import Attempt, Budget
-from sessionstream.events import SurfaceOp
-from sessionstream.messages import Kind
-from sessionstream.session import Session
-from sessionstream.surface import token_estimate
+from sessionstream.core.compaction import Attempt, Budget
+from sessionstream.core.events import SurfaceOp
+from sessionstream.core.messages import Kind
+from sessionstream.core.session import Session
+from sessionstream.core.surface import token_estimate
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]

@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from dashboard.app import DashboardConfig, create_app
-from sessionstream.events import Event, Writer, make_event
-from sessionstream.settings import Settings
+from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.settings import Settings
 from streams.ports import Core
 from streams.processor import Processor
 from streams.read import read_views
@@ -228,7 +228,7 @@ def test_the_cli_serves_the_page_and_health_on_loopback(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {"SESSIONSTREAM_KEY_PREFIX": redis_prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url}
-    proc = procs.start_module("sessionstream.cli", "dashboard", "--port", str(port), env=env)
+    proc = procs.start_module("sessionstream.cli.main", "dashboard", "--port", str(port), env=env)
 
     def up() -> bool:
         try:

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
 
 from producers.writer import SessionWriter, WriterConfig
-from sessionstream.cli import main
-from sessionstream.diagnosis import Status, diagnose, exit_code
+from sessionstream.cli.main import main
+from sessionstream.core.diagnosis import Status, diagnose, exit_code
 from streams.diagnose import live_facts
 from streams.ports import Core, Record
 from streams.processor import Processor

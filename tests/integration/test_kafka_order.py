@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer
 
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
 
 
 def test_per_key_order_is_kept_over_a_multi_partition_topic(

@@ -35,7 +35,7 @@ def test_up_down_up_keeps_data_and_fresh_wipes_it(tmp_path: Path, procs: Process
            "SESSIONSTREAM_REDIS_PORT": str(redis_port)}
 
     def cli(*args: str) -> str:
-        done = procs.run_module("sessionstream.cli", *args, env=env)
+        done = procs.run_module("sessionstream.cli.main", *args, env=env)
         assert done.returncode == 0, f"sessionstream {' '.join(args)}:\n{done.stdout}{done.stderr}"
         return done.stdout
 
@@ -71,5 +71,5 @@ def test_up_down_up_keeps_data_and_fresh_wipes_it(tmp_path: Path, procs: Process
         assert r.get("lifecycle:key") is None
         r.close()
     finally:
-        procs.run_module("sessionstream.cli", "down", env=env)
+        procs.run_module("sessionstream.cli.main", "down", env=env)
     assert running() == {"kafka": False, "redis": False}

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import redis
 from redis.asyncio import Redis
 
-from sessionstream.events import Writer, make_event
-from sessionstream.projections import Registry, default_units
-from sessionstream.settings import Settings
+from sessionstream.core.events import Writer, make_event
+from sessionstream.core.projections import Registry, default_units
+from sessionstream.core.settings import Settings
 from streams.kafka_io import KafkaLogReader
 from streams.ports import Core
 from streams.processor import Processor

@@ -16,8 +16,8 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from sessionstream.events import make_event
-from sessionstream.settings import Settings
+from sessionstream.core.events import make_event
+from sessionstream.core.settings import Settings
 from tests.integration.procs import ProcessGroup
 from tests.integration.streams_helpers import (
     caught_up,

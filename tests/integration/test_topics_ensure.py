@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from sessionstream.cli_infra import topics_group
+from sessionstream.cli.infra import topics_group
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from producers.errors import Fenced, MessageTooLarge, UnconfirmedEvents
 from producers.writer import SessionWriter, WriterConfig, read_log
-from sessionstream.admission import Verdict
-from sessionstream.errors import InvalidData, InvariantViolation, SchemaViolation
+from sessionstream.core.admission import Verdict
+from sessionstream.core.errors import InvalidData, InvariantViolation, SchemaViolation
 from tests.integration.writers import tool_turn, writer_cfg
 
 __all__ = ["writer_cfg"]

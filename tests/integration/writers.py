@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from producers.writer import SessionWriter, WriterConfig
-from sessionstream.settings import Settings
+from sessionstream.core.settings import Settings
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionstream.events import CountingClock, Event, SequentialIds
-from sessionstream.session import Session
+from sessionstream.core.events import CountingClock, Event, SequentialIds
+from sessionstream.core.session import Session
 from tests.unit.strategies import admit_plugin_event
 
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
-from sessionstream.errors import InvariantViolation
-from sessionstream.events import CountingClock, Event, SequentialIds, make_event
-from sessionstream.session import Session
-from sessionstream.simulate import Choose, random_walk, simulate_session
+from sessionstream.core.errors import InvariantViolation
+from sessionstream.core.events import CountingClock, Event, SequentialIds, make_event
+from sessionstream.core.session import Session
+from sessionstream.core.simulate import Choose, random_walk, simulate_session
 
 #: A type no catalog knows, marked ignorable: readers keep it and skip it.
 PLUGIN_TYPE = "plugin/thing"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.admission import WINDOW, AdmissionState, Verdict, admit
-from sessionstream.events import Event, Writer
+from sessionstream.core.admission import WINDOW, AdmissionState, Verdict, admit
+from sessionstream.core.events import Event, Writer
 from tests.unit.strategies import new_session
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.catalog import EventType, F, Obj, default_catalog
-from sessionstream.errors import CatalogError, SchemaViolation, UnknownEventType
-from sessionstream.events import SurfaceOp
+from sessionstream.core.catalog import EventType, F, Obj, default_catalog
+from sessionstream.core.errors import CatalogError, SchemaViolation, UnknownEventType
+from sessionstream.core.events import SurfaceOp
 
 
 def test_every_core_type_of_the_seed_lab_is_registered() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-pytest.importorskip("sessionstream.session")  # the session rules (Core-A) back every command
+pytest.importorskip("sessionstream.core.session")  # the session rules (Core-A) back every command
 
-from sessionstream.cli import main
-from sessionstream.jsonl import read_jsonl
+from sessionstream.cli.main import main
+from sessionstream.core.jsonl import read_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LAB = FIXTURES / "lab_two_step.jsonl"
@@ -143,7 +143,7 @@ def test_explain_text_names_snapshots_calls_and_results() -> None:
 
 
 def test_simulated_fixtures_are_what_the_generator_writes() -> None:
-    from sessionstream.jsonl import dumps_line
+    from sessionstream.core.jsonl import dumps_line
     from tests.fixtures.generate import FIXTURES as GENERATED
 
     for name, make in GENERATED.items():

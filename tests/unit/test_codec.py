@@ -16,8 +16,8 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstream.catalog import default_catalog
-from sessionstream.codec import (
+from sessionstream.core.catalog import default_catalog
+from sessionstream.core.codec import (
     HEADER_LEN,
     MAGIC,
     AvroCodec,
@@ -28,14 +28,14 @@ from sessionstream.codec import (
     load_schema,
     schema_files,
 )
-from sessionstream.errors import (
+from sessionstream.core.errors import (
     CodecError,
     CorruptRecord,
     UnknownRequiredEvent,
     UnsupportedFormat,
 )
-from sessionstream.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
-from sessionstream.jsonvalue import (
+from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
+from sessionstream.core.jsonvalue import (
     INT_MAX,
     INT_MIN,
     FrozenList,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstream.compaction import (
+from sessionstream.core.compaction import (
     REASON_QUALITY,
     Budget,
     OfflineSummarizer,
@@ -23,12 +23,12 @@ from sessionstream.compaction import (
     select_range,
     should_compact,
 )
-from sessionstream.errors import CompactionBusy, SummarizerError
-from sessionstream.events import Event, SurfaceOp
-from sessionstream.messages import Kind, Message, Role
-from sessionstream.session import Session
-from sessionstream.simulate import simulate_session
-from sessionstream.surface import derive_from_scratch, token_estimate
+from sessionstream.core.errors import CompactionBusy, SummarizerError
+from sessionstream.core.events import Event, SurfaceOp
+from sessionstream.core.messages import Kind, Message, Role
+from sessionstream.core.session import Session
+from sessionstream.core.simulate import simulate_session
+from sessionstream.core.surface import derive_from_scratch, token_estimate
 from tests.unit.strategies import new_session, sessions
 
 LONG = " ".join(f"word{i}" for i in range(60))
@@ -360,8 +360,8 @@ def test_compact_file_appends_the_lifecycle(tmp_path: Any) -> None:
 
     from click.testing import CliRunner
 
-    from sessionstream.cli import main
-    from sessionstream.jsonl import read_jsonl, write_jsonl
+    from sessionstream.cli.main import main
+    from sessionstream.core.jsonl import read_jsonl, write_jsonl
 
     src, out = tmp_path / "s.jsonl", tmp_path / "out.jsonl"
     write_jsonl(simulate_session(random.Random(7), "f", turns=12), src)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sessionstream.cli import main
-from sessionstream.diagnosis import (
+from sessionstream.cli.main import main
+from sessionstream.core.diagnosis import (
     MATRIX,
     Facts,
     Finding,
@@ -22,11 +22,11 @@ from sessionstream.diagnosis import (
     exit_code,
     implicated,
 )
-from sessionstream.events import Event, Writer, make_event
-from sessionstream.projections import default_registry
-from sessionstream.recovery import recover
-from sessionstream.session import Session
-from sessionstream.simulate import simulate_session
+from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.projections import default_registry
+from sessionstream.core.recovery import recover
+from sessionstream.core.session import Session
+from sessionstream.core.simulate import simulate_session
 from tests.unit.logbuilder import LogBuilder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

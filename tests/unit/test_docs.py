@@ -5,17 +5,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sessionstream import rules_doc, session
-from sessionstream.catalog import default_catalog
-from sessionstream.catalog_doc import render
-from sessionstream.rules_doc import embedded
+from sessionstream.core import rules_doc, session
+from sessionstream.core.catalog import default_catalog
+from sessionstream.core.catalog_doc import render
+from sessionstream.core.rules_doc import embedded
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_events_md_is_generated_from_the_catalog() -> None:
     assert (DOCS / "events.md").read_text(encoding="utf-8") == render(), (
-        "docs/events.md is stale: run python -m sessionstream.catalog_doc > docs/events.md")
+        "docs/events.md is stale: run python -m sessionstream.core.catalog_doc > docs/events.md")
 
 
 def test_every_catalog_type_is_documented() -> None:
@@ -26,7 +26,7 @@ def test_every_catalog_type_is_documented() -> None:
 def test_architecture_rule_table_is_generated_from_the_session_module() -> None:
     text = (DOCS / "architecture.md").read_text(encoding="utf-8")
     assert embedded(text) == rules_doc.render(), (
-        "docs/architecture.md's rule table is stale: run python -m sessionstream.rules_doc")
+        "docs/architecture.md's rule table is stale: run python -m sessionstream.core.rules_doc")
 
 
 def test_every_rule_the_session_raises_is_in_the_table_and_nothing_else() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from producers.errors import UnconfirmedEvents
 from producers.fleet import flush_durably, run_turn
-from sessionstream.session import Session
+from sessionstream.core.session import Session
 
 
 class FakeWriter:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstream.errors import InvalidData
-from sessionstream.jsonvalue import (
+from sessionstream.core.errors import InvalidData
+from sessionstream.core.jsonvalue import (
     INT_MAX,
     INT_MIN,
     FrozenList,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sessionstream import localstack
-from sessionstream.localstack import LocalStackError, StackConfig
+from sessionstream import devstack as localstack
+from sessionstream.devstack import LocalStackError, StackConfig
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from producers import errors as pe
-from sessionstream.errors import SessionStreamError
+from sessionstream.core.errors import SessionStreamError
 
 ALL_CODES = sorted(
     {getattr(KafkaError, n) for n in dir(KafkaError)

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstream.errors import ProjectionError
-from sessionstream.events import Event
-from sessionstream.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.projections import ProjectionUnit, Registry, Snapshot, default_registry
-from sessionstream.projections.index import IndexUnit
+from sessionstream.core.errors import ProjectionError
+from sessionstream.core.events import Event
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.projections import ProjectionUnit, Registry, Snapshot, default_registry
+from sessionstream.core.projections.index import IndexUnit
 from tests.unit.logbuilder import LogBuilder
 from tests.unit.strategies import PLUGIN_TYPE, logs, random_log
 

@@ -6,19 +6,19 @@ import json
 
 import pytest
 
-from sessionstream.admission import AdmissionState, admit
-from sessionstream.events import Writer
-from sessionstream.messages import Kind
-from sessionstream.projections import default_registry, quarantine, record_rejection
-from sessionstream.projections.business import BusinessUnit
-from sessionstream.projections.compaction import CompactionUnit
-from sessionstream.projections.index import IndexUnit
-from sessionstream.projections.rejections import RECENT, RejectionsUnit
-from sessionstream.projections.surface import SurfaceUnit
-from sessionstream.projections.tools import ToolsUnit
-from sessionstream.projections.turns import TurnsUnit
-from sessionstream.projections.vec import Vec
-from sessionstream.surface import pending_calls
+from sessionstream.core.admission import AdmissionState, admit
+from sessionstream.core.events import Writer
+from sessionstream.core.messages import Kind
+from sessionstream.core.projections import default_registry, quarantine, record_rejection
+from sessionstream.core.projections.business import BusinessUnit
+from sessionstream.core.projections.compaction import CompactionUnit
+from sessionstream.core.projections.index import IndexUnit
+from sessionstream.core.projections.rejections import RECENT, RejectionsUnit
+from sessionstream.core.projections.surface import SurfaceUnit
+from sessionstream.core.projections.tools import ToolsUnit
+from sessionstream.core.projections.turns import TurnsUnit
+from sessionstream.core.projections.vec import Vec
+from sessionstream.core.surface import pending_calls
 from tests.unit.logbuilder import LogBuilder
 
 

@@ -7,13 +7,13 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstream.admission import AdmissionState, Verdict, admit
-from sessionstream.events import Event, Writer
-from sessionstream.fork import fork, stable_tail
-from sessionstream.projections.surface import SurfaceUnit
-from sessionstream.recovery import recover
-from sessionstream.session import Session
-from sessionstream.surface import derive_from_scratch, token_estimate
+from sessionstream.core.admission import AdmissionState, Verdict, admit
+from sessionstream.core.events import Event, Writer
+from sessionstream.core.fork import fork, stable_tail
+from sessionstream.core.projections.surface import SurfaceUnit
+from sessionstream.core.recovery import recover
+from sessionstream.core.session import Session
+from sessionstream.core.surface import derive_from_scratch, token_estimate
 from tests.unit.strategies import lab_sessions, logs, random_log, sessions
 
 PROFILE = settings(max_examples=120, deadline=None,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.errors import ForkError
-from sessionstream.events import CountingClock, SequentialIds, Writer
-from sessionstream.fork import fork, stable_tail
-from sessionstream.recovery import (
+from sessionstream.core.errors import ForkError
+from sessionstream.core.events import CountingClock, SequentialIds, Writer
+from sessionstream.core.fork import fork, stable_tail
+from sessionstream.core.recovery import (
     ABANDONED_COMPACTION_REASON,
     recover,
     resume,
     seed_boundary,
 )
-from sessionstream.session import Session
+from sessionstream.core.session import Session
 from tests.unit.strategies import new_session
 
 CALL = {"call_id": "c1", "name": "search", "arguments": {}}

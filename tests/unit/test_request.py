@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sessionstream.errors import (
+from sessionstream.core.errors import (
     ConflictingCompleteSections,
     DuplicateSection,
     HiddenTool,
@@ -15,9 +15,9 @@ from sessionstream.errors import (
     RequestAssemblyError,
     UnknownTool,
 )
-from sessionstream.events import SurfaceOp
-from sessionstream.projections import default_registry
-from sessionstream.request import (
+from sessionstream.core.events import SurfaceOp
+from sessionstream.core.projections import default_registry
+from sessionstream.core.request import (
     PromptRegistry,
     RequestHeader,
     StaticTools,

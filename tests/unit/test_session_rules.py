@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.errors import (
+from sessionstream.core.errors import (
     InvalidData,
     InvariantViolation,
     SchemaViolation,
     UnknownEventType,
     UnsupportedFormat,
 )
-from sessionstream.events import FORMAT_VERSION, Draft, SurfaceOp, Writer
-from sessionstream.jsonvalue import FrozenMap
-from sessionstream.session import Session
+from sessionstream.core.events import FORMAT_VERSION, Draft, SurfaceOp, Writer
+from sessionstream.core.jsonvalue import FrozenMap
+from sessionstream.core.session import Session
 from tests.unit.strategies import assert_refused, new_session, snapshot
 
 CALL = {"call_id": "c1", "name": "search", "arguments": {"q": "x"}}

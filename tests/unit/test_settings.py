@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionstream.settings import Settings, SettingsError
+from sessionstream.core.settings import Settings, SettingsError
 
 
 def test_defaults_point_at_the_local_stack() -> None:

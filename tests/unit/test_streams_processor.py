@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sessionstream.codec import encode
-from sessionstream.events import Event, Writer, make_event
-from sessionstream.projections import Registry, default_registry, default_units
-from sessionstream.simulate import simulate_session
+from sessionstream.core.codec import encode
+from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.projections import Registry, default_registry, default_units
+from sessionstream.core.simulate import simulate_session
 from streams.ports import Core, DeadLetter, Record, SessionWrite, WriteOutcome
 from streams.processor import Processor
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pytest
 
 from producers.summarizer_http import OpenAICompatibleSummarizer
-from sessionstream.compaction import (
+from sessionstream.core.compaction import (
     OfflineSummarizer,
     build_request,
     plan_compaction,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.messages import Kind, Role
-from sessionstream.surface import Messages, derive_from_scratch, message_tokens, token_estimate
+from sessionstream.core.messages import Kind, Role
+from sessionstream.core.surface import Messages, derive_from_scratch, message_tokens, token_estimate
 from tests.unit.strategies import new_session
 
 CALL = {"call_id": "c1", "name": "search", "arguments": {"q": "x"}}

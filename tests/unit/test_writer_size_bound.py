@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from producers.writer import _size_bound
-from sessionstream.jsonvalue import canonical_dumps
+from sessionstream.core.jsonvalue import canonical_dumps
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,

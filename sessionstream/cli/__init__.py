@@ -1,0 +1,1 @@
+"""The ``sessionstream`` command: the composition root, outside the pure core."""

@@ -1,0 +1,269 @@
+"""Avro codec for the event envelope — the only module of the core importing fastavro.
+
+Wire form: Avro single-object encoding, ``C3 01`` + the 8-byte little-endian
+CRC-64-AVRO fingerprint of the writer schema + the schemaless Avro body
+(docs/adr/0002-avro-single-object-encoding.md). Every schema version in
+``schemas/`` is known by its fingerprint; a record is resolved from its writer
+schema to the newest one. Every failure leaves this module as a
+:class:`~sessionstream.core.errors.CodecError`, never as a fastavro/struct exception.
+
+Trust boundary for ``data``: the bytes are not trusted (any producer can write a
+record with our fingerprint), so ``decode`` parses the text in full and checks it is
+lossless JSON *before* returning an Event; a bad one is a ``CorruptRecord`` here, at
+decode, where readers send it to the dead-letter topic — never later, in a projection.
+What decode skips: freezing arrays (done on first access of ``Event.data``, from the
+already-checked private value) and re-rendering the text (the Event keeps the record's
+text: re-encoding a decoded event is byte-identical, even for valid JSON that is not
+canonical). Equality compares values, never texts.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from sessionstream.core.catalog import Catalog
+from sessionstream.core.errors import (
+    CodecError,
+    CorruptRecord,
+    InvalidData,
+    UnknownRequiredEvent,
+    UnsupportedFormat,
+)
+from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
+from sessionstream.core.jsonvalue import loads_checked
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = len(MAGIC) + 8  # magic + CRC-64-AVRO fingerprint
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+_FILE_RE = re.compile(r"session_event\.v(\d+)\.avsc")
+
+# What a malformed body can make fastavro (C or pure-Python reader) raise. Anything
+# else is a bug in this module and should surface as one.
+_READ_ERRORS = (
+    EOFError,
+    ValueError,  # includes UnicodeDecodeError and fastavro's SchemaResolutionError
+    IndexError,  # enum or union index out of range
+    KeyError,
+    TypeError,
+    OverflowError,
+    MemoryError,  # a garbage length prefix asking for an absurd allocation
+    AttributeError,
+)
+_WRITE_ERRORS = (ValueError, TypeError, OverflowError, KeyError, AttributeError)
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One known envelope schema: its fingerprint and the parsed form used on the wire."""
+
+    fingerprint: bytes
+    canonical: str
+    parsed: Any  # fastavro parsed schema, logical types stripped (see _strip_logical)
+
+
+def _strip_logical(schema: Any) -> Any:
+    """Drop ``logicalType`` annotations so ``time`` stays the int the Event holds.
+
+    The parsing canonical form (hence the fingerprint) excludes logical types, and
+    the bytes are identical; skipping the datetime round trip is exact and faster.
+    """
+    if isinstance(schema, dict):
+        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_strip_logical(v) for v in schema]
+    return schema
+
+
+def load_schema(schema: Mapping[str, Any]) -> SchemaVersion:
+    """Parse an envelope schema (the JSON of an ``.avsc``) and fingerprint it."""
+    raw = copy.deepcopy(dict(schema))
+    canonical = to_parsing_canonical_form(parse_schema(copy.deepcopy(raw), _write_hint=False))
+    fp = bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+    parsed = parse_schema(_strip_logical(raw))
+    return SchemaVersion(fingerprint=fp, canonical=canonical, parsed=parsed)
+
+
+def schema_files(directory: Path = SCHEMA_DIR) -> list[Path]:
+    """The ``session_event.vN.avsc`` files, oldest first."""
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _FILE_RE.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+class AvroCodec:
+    """Encodes events with one schema version and decodes any known version.
+
+    ``schemas`` are oldest first. ``read`` (default: the newest) is the schema
+    records are resolved to; ``write`` (default: the newest) the one written, so
+    that during a rolling upgrade writers keep the old schema until every reader
+    knows the new one (schemas/README.md).
+    """
+
+    def __init__(
+        self, schemas: Iterable[Mapping[str, Any]], *, read: int = -1, write: int = -1
+    ) -> None:
+        versions = [load_schema(s) for s in schemas]
+        if not versions:
+            raise CodecError("no envelope schema given")
+        self._by_fp: dict[bytes, SchemaVersion] = {v.fingerprint: v for v in versions}
+        if len(self._by_fp) != len(versions):
+            raise CodecError("two envelope schema versions have the same fingerprint")
+        self.reader = versions[read]
+        self.writer = versions[write]
+        self._header = MAGIC + self.writer.fingerprint
+
+    @property
+    def fingerprints(self) -> tuple[bytes, ...]:
+        return tuple(self._by_fp)
+
+    def encode(self, event: Event) -> bytes:
+        """The event as one single-object-encoded Avro record."""
+        w = event.writer
+        record = {
+            "format_version": event.format_version,
+            "session_id": event.session_id,
+            "seq": event.seq,
+            "event_id": event.event_id,
+            "time": event.time,
+            "type": event.type,
+            "data": event.data_json(),
+            "surface_op": event.surface_op.value,
+            "source_event_seqs": event.source_event_seqs,
+            "writer": {"id": w.id, "epoch": w.epoch},
+            "ignorable": event.ignorable,
+            "turn_id": event.turn_id,
+            "step_id": event.step_id,
+        }
+        out = io.BytesIO()
+        out.write(self._header)
+        try:
+            schemaless_writer(out, self.writer.parsed, record)
+        except _WRITE_ERRORS as exc:
+            raise CodecError(
+                f"cannot encode {event.type} seq {event.seq} of session {event.session_id!r}: "
+                f"{type(exc).__name__}: {exc} (build events with make_event/Session)"
+            ) from exc
+        return out.getvalue()
+
+    def decode(self, payload: bytes | bytearray | memoryview) -> Event:
+        """The event in ``payload``; raises CorruptRecord or UnsupportedFormat."""
+        record = self._read(payload if type(payload) is bytes else bytes(payload))
+        return _to_event(record)
+
+    def _read(self, payload: bytes) -> dict[str, Any]:
+        if len(payload) < HEADER_LEN:
+            raise CorruptRecord(
+                f"{len(payload)} bytes is shorter than the {HEADER_LEN}-byte header "
+                "(magic C3 01 + schema fingerprint)"
+            )
+        if payload[:2] != MAGIC:
+            raise CorruptRecord(
+                f"bad magic {payload[:2].hex(' ')}, expected c3 01: not an Avro single-object "
+                "record (a Confluent-framed or foreign message on this topic?)"
+            )
+        fp = payload[2:HEADER_LEN]
+        writer = self._by_fp.get(fp)
+        if writer is None:
+            raise CorruptRecord(
+                f"unknown schema fingerprint {fp.hex()}: written with an envelope schema "
+                "this build does not know (upgrade sessionstream) or not a sessionstream record"
+            )
+        reader = None if writer is self.reader else self.reader.parsed
+        body = io.BytesIO(payload)
+        body.seek(HEADER_LEN)
+        try:
+            record: Any = schemaless_reader(body, writer.parsed, reader)
+        except _READ_ERRORS as exc:
+            raise CorruptRecord(
+                f"undecodable Avro body ({type(exc).__name__}: {exc})"[:300]
+            ) from exc
+        if body.tell() != len(payload):
+            raise CorruptRecord(
+                f"{len(payload) - body.tell()} trailing bytes after the record"
+            )
+        return record
+
+
+_SURFACE_OPS = {op.value: op for op in SurfaceOp}
+# Writers are frozen values and a log holds few distinct ones: share them between
+# decoded events (less memory, no dataclass construction per record). Bounded.
+_WRITERS: dict[tuple[str, int], Writer] = {}
+_WRITERS_MAX = 4096
+
+
+def _writer(wid: str, epoch: int) -> Writer:
+    w = _WRITERS.get((wid, epoch))
+    if w is None:
+        if len(_WRITERS) >= _WRITERS_MAX:
+            _WRITERS.clear()
+        w = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
+    return w
+
+
+def _to_event(record: dict[str, Any]) -> Event:
+    version = record["format_version"]
+    session_id = record["session_id"]
+    seq = record["seq"]
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormat(session_id, seq, version, FORMAT_VERSION)
+    if version < 1:
+        raise CorruptRecord(f"session {session_id!r} seq {seq}: format_version {version} < 1")
+    text = record["data"]
+    try:
+        value, frozen = loads_checked(text)  # the trust boundary: see the module docstring
+    except (InvalidData, ValueError, RecursionError) as exc:
+        raise CorruptRecord(
+            f"session {session_id!r} seq {seq}: data is not lossless JSON text: {exc}"
+        ) from exc
+    w = record["writer"]
+    op = _SURFACE_OPS.get(record["surface_op"])
+    if op is None:  # the Avro enum only holds known symbols; kept for a newer reader schema
+        op = SurfaceOp(record["surface_op"])
+    return decoded_event(
+        session_id, seq, record["event_id"], record["time"], record["type"], text, value,
+        frozen, op, tuple(record["source_event_seqs"]), _writer(w["id"], w["epoch"]),
+        version, record["ignorable"], record["turn_id"], record["step_id"],
+    )
+
+
+@cache
+def default_codec() -> AvroCodec:
+    """The codec over the schema versions shipped in ``schemas/``."""
+    schemas = [json.loads(p.read_text(encoding="utf-8")) for p in schema_files()]
+    return AvroCodec(schemas)
+
+
+def encode(event: Event) -> bytes:
+    """The event as bytes for the events topic (single-object Avro)."""
+    return default_codec().encode(event)
+
+
+def decode(payload: bytes | bytearray | memoryview) -> Event:
+    """The event in a record of the events topic; raises CorruptRecord / UnsupportedFormat."""
+    return default_codec().decode(payload)
+
+
+def check_readable(event: Event, catalog: Catalog) -> bool:
+    """Whether this build can interpret the event (seed §4.8.3).
+
+    True: known type. False: unknown but ignorable — skip it. Raises
+    UnknownRequiredEvent for an unknown type that is not ignorable, and
+    UnsupportedFormat for a newer envelope format.
+    """
+    if event.format_version > FORMAT_VERSION:
+        raise UnsupportedFormat(event.session_id, event.seq, event.format_version, FORMAT_VERSION)
+    if event.type in catalog:
+        return True
+    if event.ignorable:
+        return False
+    raise UnknownRequiredEvent(event.session_id, event.seq, event.type)

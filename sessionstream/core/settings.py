@@ -1,0 +1,149 @@
+"""Typed, frozen runtime settings, read from the environment once and validated there.
+
+Adapters (producers, stream processors, CLI) build one ``Settings`` at start and pass it
+down; nothing else reads ``SESSIONSTREAM_*`` variables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.keys import DEFAULT_PREFIX
+
+DEFAULT_KAFKA_PORT = 19092
+DEFAULT_KAFKA_CONTROLLER_PORT = 19093
+DEFAULT_REDIS_PORT = 16379
+
+# A tenant becomes part of topic names (ACL prefixes) and of Redis hash tags, so it is
+# restricted to characters that are safe in both and cannot fake a separator.
+_TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._-]+:\d{1,5}$")
+_REDIS_URL_RE = re.compile(r"^(rediss?://[^/\s?]+(/\d*)?(\?\S*)?|unix://\S+)$")
+# A key prefix precedes the hash tag: braces would move the tag, spaces break tooling.
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class SettingsError(SessionStreamError, ValueError):
+    """An environment variable is missing its expected shape; the message says which and how."""
+
+
+def project_root() -> Path:
+    """The source checkout this package runs from (where ``pyproject.toml`` lives)."""
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the servers are and which tenant's topics to use."""
+
+    kafka_bootstrap: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
+    redis_url: str = f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0"
+    tenant: str = "default"
+    partitions: int = 12
+    replication_factor: int = 1
+    state_dir: Path = Path(".state")
+    attachment_dir: Path = Path(".state/attachments")
+    key_prefix: str = DEFAULT_PREFIX  # Redis keys of leases, indexes and projections
+    events_topic_override: str | None = None  # else sessionstream.<tenant>.events
+    dlq_topic_override: str | None = None  # else sessionstream.<tenant>.dlq
+
+    def __post_init__(self) -> None:
+        _check_bootstrap(self.kafka_bootstrap)
+        _check_redis_url(self.redis_url)
+        if not _TENANT_RE.match(self.tenant):
+            raise SettingsError(
+                f"SESSIONSTREAM_TENANT={self.tenant!r} is not a valid tenant: use 1-63 of "
+                "a-z 0-9 _ - (starting with a letter or digit)"
+            )
+        if not 1 <= self.partitions <= 10_000:
+            raise SettingsError(
+                f"SESSIONSTREAM_PARTITIONS={self.partitions} is out of range: use 1..10000"
+            )
+        if not _PREFIX_RE.match(self.key_prefix):
+            raise SettingsError(
+                f"SESSIONSTREAM_KEY_PREFIX={self.key_prefix!r} is not a key prefix: use 1-64 "
+                "of A-Z a-z 0-9 . _ : - (no braces: they would move the Redis hash tag)"
+            )
+        for name, topic in (("SESSIONSTREAM_EVENTS_TOPIC", self.events_topic_override),
+                            ("SESSIONSTREAM_DLQ_TOPIC", self.dlq_topic_override)):
+            if topic is not None and not _TOPIC_RE.match(topic):
+                raise SettingsError(f"{name}={topic!r} is not a Kafka topic name: use 1-249 "
+                                    "of A-Z a-z 0-9 . _ -")
+        if not 1 <= self.replication_factor <= 32:
+            raise SettingsError(
+                f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
+                "use 1 locally, 3 on a real cluster"
+            )
+
+    @property
+    def events_topic(self) -> str:
+        """The tenant's canonical, never-compacted events topic."""
+        return self.events_topic_override or f"sessionstream.{self.tenant}.events"
+
+    @property
+    def dlq_topic(self) -> str:
+        """The tenant's dead-letter topic for records that cannot be decoded."""
+        return self.dlq_topic_override or f"sessionstream.{self.tenant}.dlq"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``SESSIONSTREAM_*`` variables (``os.environ`` by default).
+
+        Unset variables take the local-stack defaults; if only a port variable is set
+        (``SESSIONSTREAM_KAFKA_PORT``, ``SESSIONSTREAM_REDIS_PORT``) the address follows it.
+        """
+        env = os.environ if env is None else env
+        kafka_port = _int(env, "SESSIONSTREAM_KAFKA_PORT", DEFAULT_KAFKA_PORT)
+        redis_port = _int(env, "SESSIONSTREAM_REDIS_PORT", DEFAULT_REDIS_PORT)
+        state_dir = Path(env.get("SESSIONSTREAM_STATE_DIR") or project_root() / ".state")
+        attachment_dir = Path(
+            env.get("SESSIONSTREAM_ATTACHMENT_DIR") or state_dir / "attachments"
+        )
+        return cls(
+            kafka_bootstrap=env.get("SESSIONSTREAM_KAFKA_BOOTSTRAP")
+            or f"127.0.0.1:{kafka_port}",
+            redis_url=env.get("SESSIONSTREAM_REDIS_URL") or f"redis://127.0.0.1:{redis_port}/0",
+            tenant=env.get("SESSIONSTREAM_TENANT") or "default",
+            partitions=_int(env, "SESSIONSTREAM_PARTITIONS", 12),
+            replication_factor=_int(env, "SESSIONSTREAM_REPLICATION_FACTOR", 1),
+            state_dir=state_dir,
+            attachment_dir=attachment_dir,
+            key_prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
+            events_topic_override=env.get("SESSIONSTREAM_EVENTS_TOPIC") or None,
+            dlq_topic_override=env.get("SESSIONSTREAM_DLQ_TOPIC") or None,
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an integer") from None
+
+
+def _check_bootstrap(value: str) -> None:
+    for part in value.split(","):
+        if not _HOST_PORT_RE.match(part.strip()) or not 0 < int(part.rsplit(":", 1)[1]) < 65536:
+            raise SettingsError(
+                f"SESSIONSTREAM_KAFKA_BOOTSTRAP={value!r} is not a list of host:port, "
+                "e.g. 127.0.0.1:19092 or k1:9092,k2:9092"
+            )
+
+
+def _check_redis_url(value: str) -> None:
+    # A shape check only (no urllib: the core imports no network library).
+    if not _REDIS_URL_RE.match(value):
+        raise SettingsError(
+            f"SESSIONSTREAM_REDIS_URL={value!r} is not a Redis URL, "
+            "e.g. redis://127.0.0.1:16379/0"
+        )
