@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -81,6 +81,11 @@ class Settings:
                 f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
                 "use 1 locally, 3 on a real cluster"
             )
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space: the key prefix and the tenant together."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @property
     def events_topic(self) -> str:
