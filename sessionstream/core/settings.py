@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -107,6 +107,11 @@ class Settings:
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise SettingsError(
                 f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space: the key prefix and the tenant together."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @property
     def events_topic(self) -> str:
