@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -126,6 +126,11 @@ class Settings:
                     "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space: the key prefix and the tenant together."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @property
     def events_topic(self) -> str:
