@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
-from sessionstream.core.keys import session_key, tenant_key
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
+from sessionstream.core.rows import KeySpace
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
 
 Clock = Callable[[], int]
@@ -552,7 +552,7 @@ class RedisKeyStore(KeyStore):
         super().__init__(tenant_keys, **kw)
 
     def _key(self, tenant: str, session_id: str) -> str:
-        return session_key(self._prefix, tenant, session_id, "dkeys")
+        return KeySpace(tenant, self._prefix).data_keys(session_id)
 
     def _hget(self, tenant: str, session_id: str, field: str) -> dict[str, Any] | None:
         raw = self._r.hget(self._key(tenant, session_id), field)
@@ -567,7 +567,7 @@ class RedisKeyStore(KeyStore):
     def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
                        record: dict[str, Any]) -> dict[str, Any]:
         self._r.hsetnx(self._key(tenant, session_id), cls.value, json.dumps(record))
-        self._r.sadd(tenant_key(self._prefix, tenant, "dkeys"), session_id)
+        self._r.sadd(KeySpace(tenant, self._prefix).data_key_sessions(), session_id)
         return self._get(tenant, session_id, cls) or record
 
     def _replace(self, tenant: str, session_id: str, cls: DataClass,
@@ -586,7 +586,7 @@ class RedisKeyStore(KeyStore):
         return bool(pipe.execute()[1])
 
     def _records(self, tenant: str) -> Iterator[tuple[str, DataClass, dict[str, Any]]]:
-        for raw in sorted(self._r.smembers(tenant_key(self._prefix, tenant, "dkeys"))):
+        for raw in sorted(self._r.smembers(KeySpace(tenant, self._prefix).data_key_sessions())):
             session_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             for cls in DataClass:
                 record = self._get(tenant, session_id, cls)
@@ -594,12 +594,12 @@ class RedisKeyStore(KeyStore):
                     yield session_id, cls, record
 
     def _hold_records(self, tenant: str) -> dict[str, dict[str, Any]]:
-        raw = self._r.hgetall(tenant_key(self._prefix, tenant, "holds"))
+        raw = self._r.hgetall(KeySpace(tenant, self._prefix).holds())
         return {(k.decode() if isinstance(k, bytes) else k): json.loads(v)
                 for k, v in raw.items()}
 
     def _set_hold(self, tenant: str, scope: str, record: dict[str, Any] | None) -> None:
-        key = tenant_key(self._prefix, tenant, "holds")
+        key = KeySpace(tenant, self._prefix).holds()
         if record is None:
             self._r.hdel(key, scope)
         else:
