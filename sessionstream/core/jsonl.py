@@ -20,7 +20,6 @@ from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.errors import (
     CatalogError,
     InvalidData,
-    InvariantViolation,
     LogFileError,
     SessionStreamError,
 )
@@ -128,11 +127,12 @@ def _check_rules(events: list[Event], name: str, catalog: Catalog) -> None:
 
     try:
         Session.from_events(events, catalog=catalog)
-    except InvariantViolation as exc:
-        line = exc.seq + 1 if 0 <= exc.seq < len(events) else len(events)
+    except SessionStreamError as exc:
+        # Every refusal that names a seq (a broken rule, a newer format_version in
+        # session/start's data, an unknown required type) is reported at that seq's line.
+        seq = getattr(exc, "seq", None)
+        line = seq + 1 if isinstance(seq, int) and 0 <= seq < len(events) else len(events)
         raise LogFileError(name, line, str(exc)) from exc
-    except SessionStreamError as exc:  # pragma: no cover - caught per line already
-        raise LogFileError(name, len(events), str(exc)) from exc
 
 
 def _parse_line(line: str, name: str, number: int, catalog: Catalog) -> Event:
