@@ -138,6 +138,9 @@ class SessionWriter:
             else AdmissionProof(session.session_id, None, None, None))
         self._proven = 0
         self._established = False
+        #: How many times open() wrote this lifecycle's first events (1 unless it lost
+        #: a race to an older writer and wrote them again).
+        self.start_attempts = 1
         for event in seeded:
             self._produce(event)
         if seeded:
@@ -268,6 +271,7 @@ class SessionWriter:
                     session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
                     session.next_seq - before - 1, attempt,
                 )
+                w.start_attempts = attempt
                 return w
             raise ResumeRaceLost(
                 session_id, lease.epoch,
