@@ -143,6 +143,7 @@ class AvroCodec:
             "ignorable": event.ignorable,
             "turn_id": event.turn_id,
             "step_id": event.step_id,
+            "prev_event_id": event.prev_event_id,
         }
         out = io.BytesIO()
         out.write(self._header)
@@ -233,6 +234,7 @@ def _to_event(record: dict[str, Any]) -> Event:
         session_id, seq, record["event_id"], record["time"], record["type"], text, value,
         frozen, op, tuple(record["source_event_seqs"]), _writer(w["id"], w["epoch"]),
         version, record["ignorable"], record["turn_id"], record["step_id"],
+        record.get("prev_event_id"),  # absent when read with the v1 schema as reader
     )
 
 

@@ -321,6 +321,7 @@ class Session:
             ignorable=etype.ignorable,
             turn_id=turn,
             step_id=step,
+            prev_event_id=self._events[-1].event_id if self._events else None,
         )
         mark_lossless(event)
         apply = self._check(event, etype)

@@ -53,6 +53,27 @@ def test_append_stamps_seq_ids_writer_and_freezes_data() -> None:
     assert s.events[-1] is e
 
 
+def test_append_stamps_the_id_of_the_previous_event_as_prev_event_id() -> None:
+    s = in_step()
+    s.append("user/message", {"content": "hi", "steering": False})
+    assert s.events[0].prev_event_id is None  # seq 0 continues nothing
+    for before, after in zip(s.events, s.events[1:], strict=False):
+        assert after.prev_event_id == before.event_id
+
+
+def test_a_jsonl_file_carries_prev_event_id_and_a_file_without_it_still_reads() -> None:
+    from sessionstream.core.jsonl import dumps_line, parse_jsonl
+
+    s = in_step()
+    text = "".join(dumps_line(e) + "\n" for e in s.events)
+    assert '"prev_event_id":' in text
+    assert list(parse_jsonl(text)) == list(s.events)
+    legacy = "".join(dumps_line(e.replace(prev_event_id=None)).replace(
+        ',"prev_event_id":null', "") + "\n" for e in s.events)
+    assert '"prev_event_id"' not in legacy
+    assert [e.prev_event_id for e in parse_jsonl(legacy)] == [None] * len(s.events)
+
+
 def test_append_accepts_a_draft() -> None:
     s = new_session()
     e = s.append(Draft("turn/start", turn_id="T1"))
