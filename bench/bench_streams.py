@@ -38,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio import Redis
 
 from sessionstream.core.codec import encode
+from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from streams.replay import replay
@@ -94,7 +95,7 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     w = subprocess.Popen(worker_cmd(engine), env=wenv,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(w)
-    feed = f"{prefix}:{{{s.tenant}}}:changes:g1"
+    feed = KeySpace(s.tenant, prefix).tenant_changes(1)
     p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
     for ev in simulate_session(random.Random(5), f"warmup-{engine}", turns=1):
         p2.produce(topic, key=ev.session_id.encode(), value=encode(ev))
@@ -218,7 +219,8 @@ def main() -> None:
                 w = subprocess.Popen(worker_cmd(engine), env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(w)
-                index = f"{prefix}-{engine}:{{{s.tenant}}}:sessions:g1"
+                keys = KeySpace(s.tenant, f"{prefix}-{engine}")
+                index = keys.sessions_index(1)
                 while r.zcard(index) == 0:
                     time.sleep(0.01)
                 t0 = time.perf_counter()
@@ -226,7 +228,7 @@ def main() -> None:
                 while True:
                     with r.pipeline(transaction=False) as pipe:
                         for sid in last:
-                            pipe.hget(f"{prefix}-{engine}:{{{s.tenant}/{sid}}}:g1", "as_of_seq")
+                            pipe.hget(keys.session_row(sid, 1), SessionRow.AS_OF_SEQ)
                         vals = pipe.execute()
                     if all(v is not None and int(v) == last[sid]
                            for sid, v in zip(last, vals, strict=True)):
@@ -240,8 +242,9 @@ def main() -> None:
 
             async def run_replay() -> float:
                 ar = Redis.from_url(s.redis_url, decode_responses=True)
-                rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar, tenant=s.tenant,
-                                   topic=topic, prefix=f"{prefix}-{engines[0]}")
+                rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
+                                   keys=KeySpace(s.tenant, f"{prefix}-{engines[0]}"),
+                                   topic=topic)
                 await ar.aclose()
                 assert rep.equals_live, rep.different[:5]
                 return rep.rate

@@ -27,6 +27,7 @@ from typing import Any
 from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import canonical_dumps
+from sessionstream.core.rows import SessionRow
 from streams.ports import (
     Core,
     DeadLetter,
@@ -185,15 +186,16 @@ class Processor:
             self._conv_topic, self._conv_parts = None, set()
             return 0
         self._conv_next += len(ids)
-        fields = ["meta", *("sv:" + u.key for u in self._units)]
+        fields = [SessionRow.META, *(SessionRow.state_version(u.key) for u in self._units)]
         rows = await self.sink.load_fields(gen, [s for s in ids if s not in self._cache], fields)
         stale: list[str] = []
         for sid, row in rows.items():
-            if not row.get("meta"):
+            if not row.get(SessionRow.META):
                 continue
-            if int(json.loads(row["meta"]).get("partition", -1)) not in self._conv_parts:
+            if int(SessionRow.meta(row).get("partition", -1)) not in self._conv_parts:
                 continue
-            if any(row.get("sv:" + k) != str(v) for k, v in self._versions.items()):
+            if any(row.get(SessionRow.state_version(k)) != str(v)
+                   for k, v in self._versions.items()):
                 stale.append(sid)
         self._conv_stats[0] += len(ids)
         if not stale:
@@ -388,15 +390,15 @@ class Processor:
 
     def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None) -> Cursor:
         core = self.core
-        if not stored or "as_of_offset" not in stored:
+        if not stored or SessionRow.AS_OF_OFFSET not in stored:
             return Cursor(sid, partition, core.new_admission(sid),
                           dict(core.registry.init_states()))
-        meta = json.loads(stored.get("meta", "{}"))
+        meta = SessionRow.meta(stored)
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self._units:
-            raw = stored.get("state:" + unit.key)
-            sv = stored.get("sv:" + unit.key)
+            raw = stored.get(SessionRow.state(unit.key))
+            sv = stored.get(SessionRow.state_version(unit.key))
             if raw is None or sv is None or int(sv) != unit.state_version:
                 stale.append(unit.key)
                 states[unit.key] = unit.init()
@@ -405,10 +407,10 @@ class Processor:
         return Cursor(
             session_id=sid,
             partition=int(meta.get("partition", partition)),
-            admission=core.load_admission(json.loads(stored["admission"])),
+            admission=core.load_admission(json.loads(stored[SessionRow.ADMISSION])),
             states=states,
-            as_of_seq=int(stored.get("as_of_seq", -1)),
-            as_of_offset=int(stored["as_of_offset"]),
+            as_of_seq=SessionRow.as_of_seq(stored),
+            as_of_offset=SessionRow.as_of_offset(stored),
             first_offset=meta.get("first_offset"),
             last_time=meta.get("last_time"),
             quarantine=meta.get("quarantine"),
@@ -616,11 +618,12 @@ class Processor:
         states = new.states
         for unit in self._units:
             if unit.key in changed:
-                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
-                    states[unit.key])
-                fields["sv:" + unit.key] = str(unit.state_version)
-        fields["admission"] = dumps(new.admission.to_json())
-        fields["meta"] = dumps(new.meta())
+                view, state = unit.encode(states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
+        fields[SessionRow.META] = dumps(new.meta())
         return SessionWrite(
             session_id=new.session_id,
             partition=new.partition,

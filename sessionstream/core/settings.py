@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -27,6 +27,11 @@ _REDIS_URL_RE = re.compile(r"^(rediss?://[^/\s?]+(/\d*)?(\?\S*)?|unix://\S+)$")
 # A key prefix precedes the hash tag: braces would move the tag, spaces break tooling.
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HTTP_URL_RE = re.compile(r"^https?://[^\s/?#]+(/\S*)?$")
+#: How records are framed on the events topic (schemas/README.md, "Wire formats").
+WIRES = ("single-object", "confluent")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
 class SettingsError(SessionStreamError, ValueError):
@@ -53,6 +58,10 @@ class Settings:
     key_prefix: str = DEFAULT_PREFIX  # Redis keys of leases, indexes and projections
     events_topic_override: str | None = None  # else sessionstream.<tenant>.events
     dlq_topic_override: str | None = None  # else sessionstream.<tenant>.dlq
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
+    wire: str = "single-object"  # or "confluent" (Schema Registry framing)
+    schema_registry_url: str | None = None  # needed by wire="confluent"
+    metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -81,6 +90,28 @@ class Settings:
                 f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
                 "use 1 locally, 3 on a real cluster"
             )
+
+        if self.wire not in WIRES:
+            raise SettingsError(
+                f"SESSIONSTREAM_WIRE={self.wire!r} is not a wire format: use "
+                + " or ".join(WIRES))
+        if self.schema_registry_url is not None and not _HTTP_URL_RE.match(
+                self.schema_registry_url):
+            raise SettingsError(
+                f"SESSIONSTREAM_SCHEMA_REGISTRY_URL={self.schema_registry_url!r} is not an "
+                "http(s) URL, e.g. http://127.0.0.1:18081/apis/ccompat/v7")
+        if self.wire == "confluent" and self.schema_registry_url is None:
+            raise SettingsError(
+                "SESSIONSTREAM_WIRE=confluent needs SESSIONSTREAM_SCHEMA_REGISTRY_URL (the "
+                "registry's Confluent-compatible API); or use SESSIONSTREAM_WIRE=single-object")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise SettingsError(
+                f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space: the key prefix and the tenant together."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @property
     def events_topic(self) -> str:
@@ -118,6 +149,11 @@ class Settings:
             key_prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
             events_topic_override=env.get("SESSIONSTREAM_EVENTS_TOPIC") or None,
             dlq_topic_override=env.get("SESSIONSTREAM_DLQ_TOPIC") or None,
+            redis_cluster=_bool(env, "SESSIONSTREAM_REDIS_CLUSTER"),
+            wire=env.get("SESSIONSTREAM_WIRE") or "single-object",
+            schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
+            metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
+                          if env.get("SESSIONSTREAM_METRICS_PORT") else None),
         )
 
 
@@ -129,6 +165,15 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not an integer") from None
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SettingsError(f"{name}={env.get(name)!r} is not a boolean: use true or false")
 
 
 def _check_bootstrap(value: str) -> None:

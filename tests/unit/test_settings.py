@@ -102,3 +102,33 @@ def test_a_bad_prefix_or_topic_override_names_its_variable(env: dict[str, str],
                                                            name: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env(env)
+
+
+def test_operations_settings_default_to_one_node_single_object_and_no_metrics() -> None:
+    s = Settings.from_env({})
+    assert (s.redis_cluster, s.wire, s.schema_registry_url, s.metrics_port) == (
+        False, "single-object", None, None)
+
+
+def test_operations_settings_are_read_from_the_environment() -> None:
+    s = Settings.from_env({
+        "SESSIONSTREAM_REDIS_CLUSTER": "true", "SESSIONSTREAM_WIRE": "confluent",
+        "SESSIONSTREAM_SCHEMA_REGISTRY_URL": "http://127.0.0.1:18081/apis/ccompat/v7",
+        "SESSIONSTREAM_METRICS_PORT": "9464"})
+    assert s.redis_cluster is True
+    assert s.wire == "confluent"
+    assert s.schema_registry_url == "http://127.0.0.1:18081/apis/ccompat/v7"
+    assert s.metrics_port == 9464
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"SESSIONSTREAM_WIRE": "protobuf"}, "SESSIONSTREAM_WIRE='protobuf'"),
+    ({"SESSIONSTREAM_WIRE": "confluent"}, "needs SESSIONSTREAM_SCHEMA_REGISTRY_URL"),
+    ({"SESSIONSTREAM_SCHEMA_REGISTRY_URL": "registry:8081"}, "is not an http(s) URL"),
+    ({"SESSIONSTREAM_REDIS_CLUSTER": "maybe"}, "SESSIONSTREAM_REDIS_CLUSTER='maybe'"),
+    ({"SESSIONSTREAM_METRICS_PORT": "70000"}, "SESSIONSTREAM_METRICS_PORT=70000"),
+])
+def test_bad_operations_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(SettingsError) as exc:
+        Settings.from_env(env)
+    assert needle in str(exc.value)
