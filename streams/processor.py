@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sessionstream.core.admission import REJECTIONS
 from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import canonical_dumps
@@ -44,7 +45,7 @@ log = logging.getLogger("sessionstream.streams")
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
 
-REJECTED = frozenset({"stale_epoch", "seq_gap", "seq_conflict"})
+REJECTED = frozenset(v.value for v in REJECTIONS)
 
 
 def dumps(value: Any) -> str:
