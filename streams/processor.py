@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sessionstream.core.admission import REJECTIONS
 from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import canonical_dumps
@@ -44,7 +45,7 @@ log = logging.getLogger("sessionstream.streams")
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
 
-REJECTED = frozenset({"stale_epoch", "seq_gap", "seq_conflict"})
+REJECTED = frozenset(v.value for v in REJECTIONS)
 
 
 def dumps(value: Any) -> str:
@@ -130,6 +131,8 @@ class Processor:
         # fold()/flush(): session id -> (cursor as stored, units to write, touched)
         self._deferred: dict[str, tuple[Cursor, set[str], bool]] = {}
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
+        #: Called with "folded" / "written" as a batch passes those stages (streams.trace).
+        self.on_stage: Callable[[str], None] | None = None
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -243,6 +246,8 @@ class Processor:
         if report.dead_letters and self.dead_letters is not None:
             await self.dead_letters.send(report.dead_letters)
         await self.sink.write_tenant(gen, writes, self.group, high)
+        if self.on_stage is not None:
+            self.on_stage("written")
         for tp, off in high.items():
             self._progress[tp] = max(self._progress.get(tp, -1), off)
         return report
@@ -485,6 +490,8 @@ class Processor:
                     folded.append((cur, *result))
             if not folded:
                 break
+            if self.on_stage is not None:
+                self.on_stage("folded")
             outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
             retry: dict[str, list[_Item]] = {}
             for (cur, new, write), outcome in zip(folded, outcomes, strict=True):
