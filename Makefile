@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 SS := $(VENV)/bin/sessionstream
 STAMP := $(VENV)/.installed
 
-.PHONY: help install up down status logs topics demo test unit integration lint clean
+.PHONY: help install up down status logs topics demo dashboard dashboard-stop test unit integration lint clean
 
 help:
-	@echo "make demo | test | unit | lint | up | down | status | logs | topics | clean"
+	@echo "make demo | dashboard | dashboard-stop | test | unit | lint | up | down | status | logs | topics | clean"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,9 +34,17 @@ logs: $(STAMP)
 topics: $(STAMP)
 	$(SS) topics ensure
 
+# The demo ends with the dashboard running in the background; `make dashboard-stop` stops it.
 demo: up
 	$(SS) topics ensure
 	$(SS) demo
+	$(SS) dashboard --detach
+
+dashboard: $(STAMP)
+	$(SS) dashboard --detach
+
+dashboard-stop: $(STAMP)
+	$(SS) dashboard --stop
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit

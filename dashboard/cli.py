@@ -7,6 +7,7 @@ rest of the CLI starts without them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import click
@@ -25,19 +26,27 @@ def _redacted(url: str) -> str:
               help="Address to bind; the default serves this machine only.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
-def dashboard_cmd(host: str, port: int) -> None:
+@click.option("--detach", is_flag=True,
+              help="Start in the background (pid file and log in the state directory), "
+                   "wait until it answers, print its URL and return.")
+@click.option("--stop", is_flag=True, help="Stop the dashboard started with --detach.")
+def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     """Serve the dashboard: sessions, turns, tools, surface, usage, compaction, rejections.
 
     Reads only Redis (the projections the worker writes), in the generation readers
     use; updates live from the tenant's change feed.
     """
+    from sessionstream.core.settings import Settings
+
+    settings = Settings.from_env()
+    if detach or stop:
+        _background(settings.state_dir, host, port, stop=stop)
+        return
     import redis
     from aiohttp import web
 
     from dashboard.app import DashboardConfig, create_app
-    from sessionstream.core.settings import Settings
 
-    settings = Settings.from_env()
     prefix = settings.key_prefix
     try:
         redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3).ping()
@@ -46,7 +55,7 @@ def dashboard_cmd(host: str, port: int) -> None:
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
             "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = DashboardConfig(redis_url=settings.redis_url, tenant=settings.tenant, prefix=prefix)
+    config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys)
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:
@@ -55,6 +64,22 @@ def dashboard_cmd(host: str, port: int) -> None:
         raise click.ClickException(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); is another dashboard "
             "running? pass --port") from exc
+
+
+def _background(state_dir: Path, host: str, port: int, *, stop: bool) -> None:
+    from dashboard import background
+
+    if stop:
+        pid = background.stop(state_dir)
+        click.echo(f"dashboard (pid {pid}) stopped" if pid else "no detached dashboard running")
+        return
+    try:
+        d = background.start(state_dir, host, port)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    state = "already running" if d.already_running else "running"
+    click.echo(f"dashboard {state} at {d.url}  (pid {d.pid}, log {d.log})")
+    click.echo("stop it with: make dashboard-stop   (or: sessionstream dashboard --stop)")
 
 
 def register(group: click.Group) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import SessionStreamError
 
 _TRIGGERS = ("auto", "manual", "pressure", "overflow")
@@ -52,8 +53,8 @@ def echo_report(report: dict[str, Any], as_json: bool) -> None:
 
 @click.command("compact-file")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the compacted JSONL log here (default: standard output).")
+@output_option("Write the compacted JSONL log here (default: standard output); "
+               "the folder must exist.")
 @compaction_options
 def compact_file_cmd(file: Path, output: Path | None, budget: int, trigger: str,
                      keep_recent: int, as_json: bool) -> None:

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from sessionstream import __version__
+from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import ForkError, LogFileError, SessionStreamError
 from sessionstream.core.events import Event
 
@@ -25,10 +26,9 @@ FAILED = 1
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-_OUT = click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the resulting JSONL log here (atomically) instead of standard output.",
-)
+_OUT = output_option(
+    "Write the resulting JSONL log here (atomically) instead of standard output; "
+    "the folder must exist.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,7 +7,10 @@ A unit test checks docs/events.md is in sync with ``default_catalog()``.
 
 from __future__ import annotations
 
+import textwrap
+
 from sessionstream.core.catalog import F, Obj, default_catalog
+from sessionstream.core.events import SurfaceOp
 
 
 def _field(name: str, spec: F) -> str:
@@ -28,6 +31,10 @@ def _fields(schema: Obj) -> str:
     return "<br>".join(_field(n, s) for n, s in schema.fields.items()) or "—"
 
 
+def _wrap(text: str, indent: str, width: int = 88) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent)
+
+
 def render() -> str:
     """The whole docs/events.md text."""
     out = [
@@ -37,9 +44,26 @@ def render() -> str:
         "`python -m sessionstream.core.catalog_doc`; do not edit by hand.",
         "",
         "Scope: where the event may appear (`anywhere`, inside an open `turn`, inside an",
-        "open `step`). Surface ops: how it may enter the model surface (the first is the",
-        "default; `none` = never a message). Ignorable: a reader that does not know the",
-        "type may skip it. Extra data fields are allowed and kept.",
+        "open `step`). Surface ops: how it may enter the model surface (`none` = never a",
+        "message). Ignorable: a reader that does not know the type may skip it. Extra data",
+        "fields are allowed and kept.",
+        "",
+        "## Envelope fields a hand-written log must carry",
+        "",
+        "* `surface_op`: an envelope read from a file or a record without `surface_op` reads",
+        "  as `none`, and a type whose surface ops do not include `none` is then refused:",
+        *_wrap(", ".join(f"`{t.name}`" for t in default_catalog()
+                         if SurfaceOp.NONE not in t.surface_ops) + ".", "  "),
+        "  Write it out (`\"surface_op\": \"append\"`). Only the writer API",
+        "  (`Session.append`, `SessionWriter`) fills in a default: the first op listed below.",
+        "* `turn_id` / `step_id`: every event inside an open turn carries that turn's id in",
+        "  its envelope, and every event inside an open step also the step's id — not only",
+        "  `turn/start` and `step/start`, but every event until `turn/end` / `step/end`",
+        "  (these two included). An event without them, or with another turn's id, is",
+        "  refused (`turn-mismatch`: \"turn_id should be '<id>'\", `step-mismatch`). Events",
+        "  outside any turn carry neither. The writer API stamps them for you.",
+        "",
+        "## Types",
         "",
         "| type | scope | surface ops | ignorable | data fields | what it records |",
         "|---|---|---|---|---|---|",

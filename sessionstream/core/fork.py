@@ -130,6 +130,7 @@ def fork(
                 ignorable=event.ignorable,
                 turn_id=event.turn_id,
                 step_id=event.step_id,
+                prev_event_id=child.events[-1].event_id,
             )
         )
     child.append(seed_boundary("fork", at))

@@ -20,17 +20,17 @@ from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.errors import (
     CatalogError,
     InvalidData,
-    InvariantViolation,
     LogFileError,
     SessionStreamError,
 )
 from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
 from sessionstream.core.jsonvalue import INT_MAX, INT_MIN
+from sessionstream.core.sealed import MalformedSealedPart, SealedPart
 
 REQUIRED = ("session_id", "seq", "event_id", "time", "type", "data")
 OPTIONAL = (
     "surface_op", "source_event_seqs", "writer", "format_version", "ignorable",
-    "turn_id", "step_id",
+    "turn_id", "step_id", "prev_event_id", "sealed",
 )
 _KNOWN = frozenset(REQUIRED + OPTIONAL)
 _SURFACE_OPS = tuple(op.value for op in SurfaceOp)
@@ -128,11 +128,12 @@ def _check_rules(events: list[Event], name: str, catalog: Catalog) -> None:
 
     try:
         Session.from_events(events, catalog=catalog)
-    except InvariantViolation as exc:
-        line = exc.seq + 1 if 0 <= exc.seq < len(events) else len(events)
+    except SessionStreamError as exc:
+        # Every refusal that names a seq (a broken rule, a newer format_version in
+        # session/start's data, an unknown required type) is reported at that seq's line.
+        seq = getattr(exc, "seq", None)
+        line = seq + 1 if isinstance(seq, int) and 0 <= seq < len(events) else len(events)
         raise LogFileError(name, line, str(exc)) from exc
-    except SessionStreamError as exc:  # pragma: no cover - caught per line already
-        raise LogFileError(name, len(events), str(exc)) from exc
 
 
 def _parse_line(line: str, name: str, number: int, catalog: Catalog) -> Event:
@@ -181,17 +182,25 @@ def _parse_line(line: str, name: str, number: int, catalog: Catalog) -> Event:
     ignorable = obj.get("ignorable", False)
     if not isinstance(ignorable, bool):
         _fail(name, number, f"ignorable must be true or false, got {_kind(ignorable)}")
-    for key in ("turn_id", "step_id"):
+    for key in ("turn_id", "step_id", "prev_event_id"):
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
             _fail(name, number, f"{key} must be a string or null, got {_kind(value)}")
+    sealed_items = obj.get("sealed", [])
+    if not isinstance(sealed_items, list):
+        _fail(name, number, f"sealed must be a list of sealed parts, got {_kind(sealed_items)}")
+    try:
+        sealed = tuple(SealedPart.from_json(item) for item in sealed_items)
+    except MalformedSealedPart as exc:
+        _fail(name, number, f"{exc} (sealed parts are written by sessionstream, not by hand)")
     try:
         event = make_event(
             session_id=obj["session_id"], seq=obj["seq"], event_id=obj["event_id"],
             time=obj["time"], type=obj["type"], data=obj["data"], surface_op=op,
             source_event_seqs=sources, writer=Writer(writer["id"], writer["epoch"]),
             format_version=version, ignorable=ignorable, turn_id=obj.get("turn_id"),
-            step_id=obj.get("step_id"),
+            step_id=obj.get("step_id"), prev_event_id=obj.get("prev_event_id"),
+            sealed=sealed,
         )
     except InvalidData as exc:
         _fail(name, number, f"data at {exc.path.replace('$', 'data', 1)} is not lossless "

@@ -231,3 +231,40 @@ def test_recover_writes_nothing_on_bad_input(tmp_path: Path) -> None:
     code, _, _ = run("recover", str(bad), "-o", str(out_file))
     assert code == 2 and not out_file.exists()
     assert list(tmp_path.iterdir()) == [bad]
+
+
+@pytest.mark.parametrize("cmd", [["recover"], ["fork", "--at", "5"], ["compact-file"]])
+def test_output_into_a_missing_folder_is_bad_input_and_writes_nothing(
+        tmp_path: Path, cmd: list[str]) -> None:
+    target = tmp_path / "no-such-folder" / "out.jsonl"
+    src = TRUNCATED if cmd[0] == "recover" else LAB
+    code, _out, err = run(cmd[0], str(src), *cmd[1:], "-o", str(target))
+    assert code == 2, err
+    assert "does not exist: create it first" in err and "Traceback" not in err
+    assert not target.parent.exists()
+
+
+def test_a_newer_format_version_in_session_start_data_names_line_1(tmp_path: Path) -> None:
+    rows = lines()
+    rows[0]["data"]["format_version"] = 99
+    bad = write(tmp_path, rows)
+    code, _out, err = run("log", "validate", str(bad))
+    assert code == 2
+    assert err.startswith(f"{bad}:1: ") and "format_version 99" in err, err
+
+
+def test_docs_claims_about_the_envelope_hold(tmp_path: Path) -> None:
+    """docs/events.md: a missing surface_op reads as none (refused for user/message), and an
+    event inside an open turn without the turn's id in its envelope is refused."""
+    rows = lines()
+    user = next(i for i, r in enumerate(rows) if r["type"] == "user/message")
+    no_op = [dict(r) for r in rows]
+    del no_op[user]["surface_op"]
+    code, _out, err = run("log", "validate", str(write(tmp_path, no_op, "a.jsonl")))
+    assert code == 2 and f":{user + 1}: " in err and "surface_op none" in err, err
+    inside = next(i for i, r in enumerate(rows) if r.get("turn_id") and r["type"] != "turn/start")
+    no_turn = [dict(r) for r in rows]
+    no_turn[inside].pop("turn_id")
+    no_turn[inside].pop("step_id", None)
+    code, _out, err = run("log", "validate", str(write(tmp_path, no_turn, "b.jsonl")))
+    assert code == 2 and f":{inside + 1}: " in err and "turn_id should be" in err, err

@@ -43,21 +43,24 @@ from sessionstream.core.jsonvalue import (
     canonical_dumps,
     thaw,
 )
+from sessionstream.core.sealed import DataClass, SealedPart
 
-V1 = json.loads(schema_files()[0].read_text(encoding="utf-8"))
+SHIPPED = [json.loads(p.read_text(encoding="utf-8")) for p in schema_files()]
+V1 = SHIPPED[0]  # the first released envelope (no prev_event_id)
+CURRENT = SHIPPED[-1]  # the newest shipped: what this build writes
 
 
-def _v2() -> dict[str, Any]:
+def _next() -> dict[str, Any]:
     """A plausible next version: one optional field added, one enum symbol appended."""
-    v2 = copy.deepcopy(V1)
-    v2["fields"].append({"name": "trace_id", "type": ["null", "string"], "default": None})
-    for f in v2["fields"]:
+    nxt = copy.deepcopy(CURRENT)
+    nxt["fields"].append({"name": "trace_id", "type": ["null", "string"], "default": None})
+    for f in nxt["fields"]:
         if f["name"] == "surface_op":
             f["type"]["symbols"].append("fold")
-    return v2
+    return nxt
 
 
-V2 = _v2()
+V2 = _next()  # the test's "next version" (not a shipped file)
 
 
 def event(**over: Any) -> Event:
@@ -178,7 +181,7 @@ def test_decoded_arrays_are_frozen_on_first_access_and_stay_the_same_object() ->
 
 def test_a_foreign_but_valid_data_text_is_kept_byte_for_byte() -> None:
     """A relay re-encodes what it read unchanged, even JSON our encoder would not write."""
-    payload = raw(V1, record_of(event(), data='{"b": [1, 2.0], "a": "é"}'))
+    payload = raw(CURRENT, record_of(event(), data='{"b": [1, 2.0], "a": "é"}'))
     back = decode(payload)
     assert thaw(back.data) == {"a": "é", "b": [1, 2.0]}
     assert back.data_json() == '{"b": [1, 2.0], "a": "é"}'
@@ -224,13 +227,53 @@ def test_events_are_immutable_and_pickle_by_value() -> None:
 def test_single_object_framing_magic_then_fingerprint_of_the_schema() -> None:
     payload = encode(event())
     assert payload[:2] == b"\xc3\x01"
-    assert payload[2:HEADER_LEN] == load_schema(V1).fingerprint
-    assert default_codec().fingerprints == (load_schema(V1).fingerprint,)
+    assert payload[2:HEADER_LEN] == load_schema(CURRENT).fingerprint
+    assert default_codec().fingerprints == tuple(load_schema(s).fingerprint for s in SHIPPED)
 
 
-def test_the_schema_carries_every_envelope_field() -> None:
-    names = {f["name"] for f in V1["fields"]}
-    assert names == set(event().to_json())
+def test_the_newest_schema_carries_every_envelope_field() -> None:
+    names = {f["name"] for f in CURRENT["fields"]}
+    assert names == set(event(sealed=(SEALED,)).to_json())
+
+
+# -- v1 -> v2: prev_event_id (the history an event continues) -------------------------
+
+def _v2_schema() -> dict[str, Any]:
+    return next(s for s in SHIPPED if any(f["name"] == "prev_event_id" for f in s["fields"]))
+
+
+def test_v2_is_v1_plus_an_optional_prev_event_id() -> None:
+    v2 = _v2_schema()
+    added = [f for f in v2["fields"] if f["name"] not in {g["name"] for g in V1["fields"]}]
+    assert "prev_event_id" in [f["name"] for f in added]
+    prev = next(f for f in added if f["name"] == "prev_event_id")
+    assert prev["type"] == ["null", "string"] and prev["default"] is None
+    assert all("default" in f for f in added)  # rule 1: every added field has a default
+
+
+def test_the_default_codec_writes_v2_and_round_trips_prev_event_id() -> None:
+    e = event(prev_event_id="6f1c2d4e-0000-4000-8000-000000000003")
+    payload = encode(e)
+    assert payload[2:HEADER_LEN] == load_schema(CURRENT).fingerprint
+    assert decode(payload) == e and decode(payload).prev_event_id == e.prev_event_id
+
+
+def test_a_v1_record_decodes_with_prev_event_id_none() -> None:
+    """The upgrade rule: records written before v2 carry no history link."""
+    e = event(prev_event_id="p")
+    old = AvroCodec([V1]).encode(e)  # a writer of the v1 era
+    assert old[2:HEADER_LEN] == load_schema(V1).fingerprint
+    back = decode(old)  # v2 reader over a v1 record (writer-schema resolution)
+    assert back.prev_event_id is None
+    assert back == e.replace(prev_event_id=None)
+
+
+def test_a_v1_reader_reads_a_v2_record_by_writer_schema_resolution() -> None:
+    v2 = _v2_schema()
+    v1_reader = AvroCodec([V1, v2], read=0)  # a v1 build that was shipped v2's schema
+    payload = AvroCodec([V1, v2]).encode(event(prev_event_id="p"))
+    assert payload[2:HEADER_LEN] == load_schema(v2).fingerprint
+    assert v1_reader.decode(payload) == event()  # the field is skipped, the rest exact
 
 
 # -- evolution (schemas/README.md) ----------------------------------------------------
@@ -365,3 +408,35 @@ def test_an_event_that_cannot_be_encoded_is_a_codec_error() -> None:
     bad = Event(session_id="s", seq=2**64, event_id="e", time=0, type="turn/start", data={})
     with pytest.raises(CodecError, match="cannot encode turn/start"):
         encode(bad)
+
+
+# -- v2: sealed content (issue #10, the same unreleased version as prev_event_id) ------
+
+SEALED = SealedPart(DataClass.SURFACE, "s1", "e1", ("/content",), b"\x00" * 12, b"ct" * 10)
+
+
+def test_sealed_parts_round_trip_through_the_codec() -> None:
+    e = event(sealed=(SEALED, SealedPart(DataClass.RAW, "parent", "e0", ("/a", "/b/0"),
+                                         b"\x01" * 12, b"\xff" * 17)))
+    back = decode(encode(e))
+    assert back == e and back.sealed == e.sealed
+    assert decode(encode(event())).sealed == ()
+
+
+def test_a_v1_record_decodes_with_no_sealed_content() -> None:
+    old = AvroCodec(SHIPPED, write=0).encode(event(sealed=(SEALED,)))  # v1 drops the field
+    assert decode(old).sealed == ()
+
+
+def test_a_v1_reader_reads_a_sealed_v2_record_skipping_the_parts() -> None:
+    v1_reader = AvroCodec(SHIPPED, read=0)
+    back = v1_reader.decode(encode(event(sealed=(SEALED,))))
+    assert back.sealed == () and back.data == event().data  # the placeholders, in clear
+
+
+def test_a_malformed_sealed_part_is_a_corrupt_record() -> None:
+    record = {**event().to_json(), "writer": {"id": "w", "epoch": 1}, "sealed": [
+        {**SEALED.to_record(), "data_class": "secret-class"}]}
+    record["data"] = json.dumps(record["data"])
+    with pytest.raises(CorruptRecord, match="sealed part"):
+        decode(raw(CURRENT, record))

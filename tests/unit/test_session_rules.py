@@ -53,6 +53,27 @@ def test_append_stamps_seq_ids_writer_and_freezes_data() -> None:
     assert s.events[-1] is e
 
 
+def test_append_stamps_the_id_of_the_previous_event_as_prev_event_id() -> None:
+    s = in_step()
+    s.append("user/message", {"content": "hi", "steering": False})
+    assert s.events[0].prev_event_id is None  # seq 0 continues nothing
+    for before, after in zip(s.events, s.events[1:], strict=False):
+        assert after.prev_event_id == before.event_id
+
+
+def test_a_jsonl_file_carries_prev_event_id_and_a_file_without_it_still_reads() -> None:
+    from sessionstream.core.jsonl import dumps_line, parse_jsonl
+
+    s = in_step()
+    text = "".join(dumps_line(e) + "\n" for e in s.events)
+    assert '"prev_event_id":' in text
+    assert list(parse_jsonl(text)) == list(s.events)
+    legacy = "".join(dumps_line(e.replace(prev_event_id=None)).replace(
+        ',"prev_event_id":null', "") + "\n" for e in s.events)
+    assert '"prev_event_id"' not in legacy
+    assert [e.prev_event_id for e in parse_jsonl(legacy)] == [None] * len(s.events)
+
+
 def test_append_accepts_a_draft() -> None:
     s = new_session()
     e = s.append(Draft("turn/start", turn_id="T1"))
@@ -439,7 +460,7 @@ def test_admit_applies_the_same_rules_as_append() -> None:
     e = s.append("assistant/chunk", {"text": "x"})
     r = Session.from_events(s.events[:2])  # turn open, no step
     with pytest.raises(InvariantViolation) as info:
-        r.admit(e.replace(seq=2, step_id=None))
+        r.admit(e.replace(seq=2, step_id=None, prev_event_id=s.events[1].event_id))
     assert info.value.rule == "outside-step"
 
 
@@ -460,9 +481,20 @@ def test_admit_keeps_unknown_ignorable_events_outside_the_rules() -> None:
     base = s.append("turn/start")
     r = Session.from_events(s.events)
     r.admit(base.replace(seq=2, type="future/thing", ignorable=True, turn_id=None,
-                    data=FrozenMap({"x": 1})))
+                         data=FrozenMap({"x": 1}), prev_event_id=base.event_id))
     assert r.next_seq == 3 and r.events[-1].type == "future/thing"
     assert r.open_turn == base.turn_id
+
+
+def test_admit_refuses_an_event_written_after_another_history() -> None:
+    s = in_step()
+    e = s.append("assistant/chunk", {"text": "x"})
+    r = Session.from_events(s.events[:3])
+    with pytest.raises(InvariantViolation) as info:
+        r.admit(e.replace(prev_event_id="someone-elses"))
+    assert info.value.rule == "history-mismatch" and "someone-elses" in str(info.value)
+    r.admit(e)  # the event as written continues this history
+    assert r.admit(e.replace(seq=4, event_id="legacy", prev_event_id=None)) is None
 
 
 def test_admit_refuses_unknown_required_events() -> None:

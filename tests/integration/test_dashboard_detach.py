@@ -1,0 +1,44 @@
+"""``sessionstream dashboard --detach`` / ``--stop`` (what ``make demo`` ends with)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from sessionstream.core.settings import Settings
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sessionstream.cli.main", *args],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+
+
+def test_detach_prints_a_url_that_answers_and_stop_ends_that_process(
+    tmp_path: Path, settings: Settings, redis_prefix: str,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(tmp_path),
+           "SESSIONSTREAM_KEY_PREFIX": redis_prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url}
+    started = _cli("dashboard", "--detach", "--port", str(port), env=env)
+    try:
+        assert started.returncode == 0, started.stderr
+        url = f"http://127.0.0.1:{port}/"
+        assert url in started.stdout and "dashboard --stop" in started.stdout
+        with urllib.request.urlopen(url + "healthz", timeout=5) as r:
+            assert json.load(r)["prefix"] == redis_prefix
+        pid = int((tmp_path / "dashboard" / "dashboard.pid").read_text().split()[0])
+        again = _cli("dashboard", "--detach", "--port", str(port), env=env)
+        assert "already running" in again.stdout and str(pid) in again.stdout
+    finally:
+        stopped = _cli("dashboard", "--stop", env=env)
+    assert stopped.returncode == 0 and f"pid {pid}" in stopped.stdout
+    assert not Path(f"/proc/{pid}").exists() or b"dashboard" not in Path(
+        f"/proc/{pid}/cmdline").read_bytes()
+    assert "no detached dashboard" in _cli("dashboard", "--stop", env=env).stdout
