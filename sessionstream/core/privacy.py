@@ -43,15 +43,7 @@ from typing import Any, Protocol
 from sessionstream.core.catalog import Catalog, EventType, F, default_catalog
 from sessionstream.core.errors import MovedCiphertext, SealedContentError
 from sessionstream.core.jsonvalue import FrozenList, JsonValue, canonical_dumps, freeze, thaw
-
-
-class DataClass(StrEnum):
-    """A class of content with its own key and retention."""
-
-    RAW = "raw"
-    SURFACE = "surface"
-    BUSINESS = "business"
-
+from sessionstream.core.sealed import DataClass, SealedPart
 
 ALL_CLASSES: tuple[DataClass, ...] = (DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS)
 
@@ -372,48 +364,6 @@ def placeholder_at(type_name: str, path: str, text: str,
 
 
 # ------------------------------------------------------------------ sealed parts
-
-
-@dataclass(frozen=True)
-class SealedPart:
-    """One class's content of one event, encrypted (the wire's ``sealed`` item).
-
-    ``key_session`` is the session whose data key sealed it and ``origin_event_id`` the
-    event the associated data binds: both are the event's own, except for seed events a
-    fork inherited, which keep their parent's (so deleting the parent reaches the child).
-    """
-
-    data_class: DataClass
-    key_session: str
-    origin_event_id: str
-    paths: tuple[str, ...]
-    nonce: bytes
-    ciphertext: bytes
-
-    def to_json(self) -> dict[str, Any]:
-        import base64
-
-        return {
-            "data_class": self.data_class.value, "key_session": self.key_session,
-            "origin_event_id": self.origin_event_id, "paths": list(self.paths),
-            "nonce": base64.b64encode(self.nonce).decode(),
-            "ciphertext": base64.b64encode(self.ciphertext).decode(),
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> SealedPart:
-        import base64
-        import binascii
-
-        try:
-            return cls(
-                DataClass(obj["data_class"]), str(obj["key_session"]),
-                str(obj["origin_event_id"]), tuple(str(p) for p in obj["paths"]),
-                base64.b64decode(obj["nonce"], validate=True),
-                base64.b64decode(obj["ciphertext"], validate=True),
-            )
-        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-            raise SealedContentError(f"malformed sealed part: {exc}") from None
 
 
 AD_MAGIC = b"sessionstream-aead-v1"

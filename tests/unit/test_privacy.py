@@ -264,3 +264,20 @@ def test_an_opted_out_tenant_writes_clear_content(tmp_path: Path) -> None:
     cipher = ContentCipher(FileKeyStore(tmp_path), "default", enabled=False)
     event = _canary_log()[3]
     assert cipher.seal(event) == (event, ())
+
+
+def test_sealed_events_round_trip_through_jsonl_and_the_codec(tmp_path: Path) -> None:
+    from sessionstream.core.codec import decode, encode
+    from sessionstream.core.jsonl import dumps_line, parse_jsonl
+
+    cipher = _cipher(tmp_path)
+    sealed = []
+    for event in _canary_log():
+        clear, parts = cipher.seal(event)
+        sealed.append(clear.replace(sealed=parts))
+    text = "".join(dumps_line(e) + "\n" for e in sealed)
+    assert CANARY not in text
+    assert parse_jsonl(text) == sealed
+    assert [decode(encode(e)) for e in sealed] == sealed
+    with pytest.raises(Exception, match=":4: malformed sealed part"):
+        parse_jsonl(text.replace('"data_class":"surface"', '"data_class":"secret"', 1))
