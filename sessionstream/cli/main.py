@@ -313,9 +313,10 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
 
 
 def _register_offline_extras() -> None:
-    from sessionstream.cli.compaction import compact_file_cmd
+    from sessionstream.cli.compaction import compact_file_cmd, compaction_group
 
     main.add_command(compact_file_cmd)
+    main.add_command(compaction_group)
 
 
 def _register_edges() -> None:
