@@ -64,7 +64,8 @@ from sessionstream.core.events import (
     uuid4_ids,
 )
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.core.keys import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.session import Session
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,11 @@ class WriterConfig:
     connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
     # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space (``sessionstream.core.rows``)."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> WriterConfig:

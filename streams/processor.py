@@ -20,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sessionstream.core.admission import REJECTIONS
 from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import canonical_dumps
+from sessionstream.core.rows import SessionRow
 from streams.ports import (
     Core,
     DeadLetter,
@@ -43,7 +45,7 @@ log = logging.getLogger("sessionstream.streams")
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
 
-REJECTED = frozenset({"stale_epoch", "seq_gap", "seq_conflict"})
+REJECTED = frozenset(v.value for v in REJECTIONS)
 
 
 def dumps(value: Any) -> str:
@@ -129,6 +131,8 @@ class Processor:
         # fold()/flush(): session id -> (cursor as stored, units to write, touched)
         self._deferred: dict[str, tuple[Cursor, set[str], bool]] = {}
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
+        #: Called with "folded" / "written" as a batch passes those stages (streams.trace).
+        self.on_stage: Callable[[str], None] | None = None
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -183,15 +187,16 @@ class Processor:
             self._conv_topic, self._conv_parts = None, set()
             return 0
         self._conv_next += len(ids)
-        fields = ["meta", *("sv:" + u.key for u in self._units)]
+        fields = [SessionRow.META, *(SessionRow.state_version(u.key) for u in self._units)]
         rows = await self.sink.load_fields(gen, [s for s in ids if s not in self._cache], fields)
         stale: list[str] = []
         for sid, row in rows.items():
-            if not row.get("meta"):
+            if not row.get(SessionRow.META):
                 continue
-            if int(json.loads(row["meta"]).get("partition", -1)) not in self._conv_parts:
+            if int(SessionRow.meta(row).get("partition", -1)) not in self._conv_parts:
                 continue
-            if any(row.get("sv:" + k) != str(v) for k, v in self._versions.items()):
+            if any(row.get(SessionRow.state_version(k)) != str(v)
+                   for k, v in self._versions.items()):
                 stale.append(sid)
         self._conv_stats[0] += len(ids)
         if not stale:
@@ -241,6 +246,8 @@ class Processor:
         if report.dead_letters and self.dead_letters is not None:
             await self.dead_letters.send(report.dead_letters)
         await self.sink.write_tenant(gen, writes, self.group, high)
+        if self.on_stage is not None:
+            self.on_stage("written")
         for tp, off in high.items():
             self._progress[tp] = max(self._progress.get(tp, -1), off)
         return report
@@ -384,15 +391,15 @@ class Processor:
 
     def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None) -> Cursor:
         core = self.core
-        if not stored or "as_of_offset" not in stored:
+        if not stored or SessionRow.AS_OF_OFFSET not in stored:
             return Cursor(sid, partition, core.new_admission(sid),
                           dict(core.registry.init_states()))
-        meta = json.loads(stored.get("meta", "{}"))
+        meta = SessionRow.meta(stored)
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self._units:
-            raw = stored.get("state:" + unit.key)
-            sv = stored.get("sv:" + unit.key)
+            raw = stored.get(SessionRow.state(unit.key))
+            sv = stored.get(SessionRow.state_version(unit.key))
             if raw is None or sv is None or int(sv) != unit.state_version:
                 stale.append(unit.key)
                 states[unit.key] = unit.init()
@@ -401,10 +408,10 @@ class Processor:
         return Cursor(
             session_id=sid,
             partition=int(meta.get("partition", partition)),
-            admission=core.load_admission(json.loads(stored["admission"])),
+            admission=core.load_admission(json.loads(stored[SessionRow.ADMISSION])),
             states=states,
-            as_of_seq=int(stored.get("as_of_seq", -1)),
-            as_of_offset=int(stored["as_of_offset"]),
+            as_of_seq=SessionRow.as_of_seq(stored),
+            as_of_offset=SessionRow.as_of_offset(stored),
             first_offset=meta.get("first_offset"),
             last_time=meta.get("last_time"),
             quarantine=meta.get("quarantine"),
@@ -483,6 +490,8 @@ class Processor:
                     folded.append((cur, *result))
             if not folded:
                 break
+            if self.on_stage is not None:
+                self.on_stage("folded")
             outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
             retry: dict[str, list[_Item]] = {}
             for (cur, new, write), outcome in zip(folded, outcomes, strict=True):
@@ -610,11 +619,12 @@ class Processor:
         states = new.states
         for unit in self._units:
             if unit.key in changed:
-                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
-                    states[unit.key])
-                fields["sv:" + unit.key] = str(unit.state_version)
-        fields["admission"] = dumps(new.admission.to_json())
-        fields["meta"] = dumps(new.meta())
+                view, state = unit.encode(states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
+        fields[SessionRow.META] = dumps(new.meta())
         return SessionWrite(
             session_id=new.session_id,
             partition=new.partition,

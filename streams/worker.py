@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
@@ -69,7 +70,7 @@ def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
 
 def build_sink(cfg: WorkerConfig) -> RedisSink:
     redis = Redis.from_url(cfg.settings.redis_url, decode_responses=True)
-    return RedisSink(redis, prefix=cfg.prefix, tenant=cfg.settings.tenant,
+    return RedisSink(redis, KeySpace(cfg.settings.tenant, cfg.prefix),
                      retry=Retry(attempts=None))
 
 

@@ -67,7 +67,7 @@ async def test_diagnose_reports_a_zombie_rejection_and_a_caught_up_watermark(
 
     aredis = Redis.from_url(cfg.redis_url, decode_responses=True)
     try:
-        sink = RedisSink(aredis, prefix=cfg.key_prefix, tenant=cfg.tenant)
+        sink = RedisSink(aredis, cfg.keys)
         await Processor(core=Core.default(), sink=sink, group="diag").process(
             records_of(cfg.bootstrap, cfg.topic))
     finally:

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from sessionstream.core.events import Writer, make_event
 from sessionstream.core.projections import Registry, default_units
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from streams.kafka_io import KafkaLogReader
 from streams.ports import Core
@@ -43,7 +44,7 @@ async def test_a_redelivered_batch_and_a_stale_event_change_nothing(
     produce(settings.kafka_bootstrap, topic, events)
     records = read_topic(settings.kafka_bootstrap, topic, len(events))
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    sink = RedisSink(aredis, prefix=redis_prefix, tenant=settings.tenant)
+    sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
     proc = Processor(core=Core.default(), sink=sink, group="g")
     for i in range(0, len(records), 100):
         await proc.process(records[i:i + 100])
@@ -82,7 +83,7 @@ async def test_a_state_version_bump_rebuilds_only_that_unit_from_the_log(
     records = read_topic(settings.kafka_bootstrap, topic, len(events))
     half = len(records) // 2
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    sink = RedisSink(aredis, prefix=redis_prefix, tenant=settings.tenant)
+    sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
     await Processor(core=Core.default(), sink=sink, group="g").process(records[:half])
     before = dump(redis_client, redis_prefix)
 
