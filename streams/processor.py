@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -123,6 +123,8 @@ class Processor:
         # fold()/flush(): session id -> (cursor as stored, units to write, touched)
         self._deferred: dict[str, tuple[CachedSession, set[str], bool]] = {}
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
+        #: Called with "folded" / "written" as a batch passes those stages (streams.trace).
+        self.on_stage: Callable[[str], None] | None = None
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -236,6 +238,8 @@ class Processor:
         if report.dead_letters and self.dead_letters is not None:
             await self.dead_letters.send(report.dead_letters)
         await self.sink.write_tenant(gen, writes, self.group, high)
+        if self.on_stage is not None:
+            self.on_stage("written")
         for tp, off in high.items():
             self._progress[tp] = max(self._progress.get(tp, -1), off)
         return report
@@ -441,6 +445,8 @@ class Processor:
                     folded.append((cur, *result))
             if not folded:
                 break
+            if self.on_stage is not None:
+                self.on_stage("folded")
             outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
             retry: dict[str, list[_Item]] = {}
             for (cur, new, write), outcome in zip(folded, outcomes, strict=True):

@@ -167,12 +167,19 @@ function renderDetail(snap) {
       h("div", { class: "muted" }, "Later events of this session are held; other sessions go on.")));
   }
   const rej = v.rejections;
+  // What each admission verdict means (sessionstream.core.admission.MEANING).
+  const VERDICTS = {
+    stale_epoch: "a writer whose lease epoch was superseded (zombie writer)",
+    seq_gap: "seqs are missing before it (a write went missing)",
+    seq_conflict: "its seq is taken by another admitted event",
+    history_conflict: "continues a history that was not admitted (a writer that lost a race kept writing)",
+  };
   if (rej && rej.total) {
     parts.push(h("div", { class: "banner warn" },
       h("strong", {}, `${rej.total} rejected event${rej.total > 1 ? "s" : ""}: `,
         Object.entries(rej.by_verdict || {}).map(([k, n]) => `${k} ×${n}`).join(", ")),
       table(["#seq", "verdict", "type", "writer", "reason", "#expected"],
-        (rej.recent || []).slice().reverse().map((r) => [r.seq, badge(r.verdict, "bad"), h("code", {}, r.type || "–"),
+        (rej.recent || []).slice().reverse().map((r) => [r.seq, h("span", { title: VERDICTS[r.verdict] || "" }, badge(r.verdict, "bad")), h("code", {}, r.type || "–"),
           h("code", {}, `${short(r.writer?.id, 12)} e${r.writer?.epoch}`), r.reason, r.next_seq ?? "–"]))));
   }
 

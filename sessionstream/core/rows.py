@@ -27,6 +27,9 @@ key                                 type       what
 ``<p>:{<t>}:generation``            string     the generation readers use (absent: 1)
 ``<p>:{<t>}:generation:last``       integer    the last generation replay allocated
 ``<p>:{<t>}:compaction-watch:<n>``  hash       a watcher's feed cursor (:class:`WatchCursorFields`)
+``<p>:{<t>/<s>}:dkeys``             hash       wrapped data keys + shred tombstones (governance)
+``<p>:{<t>}:dkeys``                 set        sessions with data keys (rotation, retention)
+``<p>:{<t>}:holds``                 hash       legal holds: ``tenant`` / ``session:<s>`` → JSON
 =================================== ========== =========================================
 
 A change entry (in both streams) has one field, :data:`CHANGE_FIELD`, holding
@@ -103,6 +106,16 @@ class KeySpace:
 
     def compaction_watch(self, name: str) -> str:
         return self.tenant_key(f"compaction-watch:{name}")
+
+    # -- governance (never purged by a deletion: the tombstones are its proof) ----------
+    def data_keys(self, session_id: str) -> str:
+        return self.session_key(session_id, "dkeys")
+
+    def data_key_sessions(self) -> str:
+        return self.tenant_key("dkeys")
+
+    def holds(self) -> str:
+        return self.tenant_key("holds")
 
 
 def generation_of(raw: str | bytes | None) -> int:

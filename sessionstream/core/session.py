@@ -13,6 +13,7 @@ Rule names (``InvariantViolation.rule``):
 =============================  ===================================================
 seq-contiguous                 admitted seq is not the next one
 session-mismatch               admitted event belongs to another session
+history-mismatch               admitted event's prev_event_id is not the previous event
 first-is-session-start         the first event is not session/start (or a second one)
 stale-epoch                    writer epoch below the highest already in the log
 surface-op-not-allowed         the type does not enter the surface that way
@@ -342,6 +343,12 @@ class Session:
             )
         if event.seq != seq:
             self._fail("seq-contiguous", event, f"expected seq {seq}, got {event.seq}", seq)
+        prev = event.prev_event_id
+        if prev is not None and (not self._events or prev != self._events[-1].event_id):
+            # None makes no claim (seq 0, or a record written before schema v2)
+            self._fail("history-mismatch", event, f"written after event {prev}, but the "
+                       f"event at seq {seq - 1} is "
+                       f"{self._events[-1].event_id if self._events else 'none'}", seq)
         if event.format_version > FORMAT_VERSION:
             raise UnsupportedFormat(
                 self.session_id, event.seq, event.format_version, FORMAT_VERSION

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
@@ -27,6 +27,11 @@ _REDIS_URL_RE = re.compile(r"^(rediss?://[^/\s?]+(/\d*)?(\?\S*)?|unix://\S+)$")
 # A key prefix precedes the hash tag: braces would move the tag, spaces break tooling.
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HTTP_URL_RE = re.compile(r"^https?://[^\s/?#]+(/\S*)?$")
+#: How records are framed on the events topic (schemas/README.md, "Wire formats").
+WIRES = ("single-object", "confluent")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
 class SettingsError(SessionStreamError, ValueError):
@@ -53,6 +58,17 @@ class Settings:
     key_prefix: str = DEFAULT_PREFIX  # Redis keys of leases, indexes and projections
     events_topic_override: str | None = None  # else sessionstream.<tenant>.events
     dlq_topic_override: str | None = None  # else sessionstream.<tenant>.dlq
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
+    wire: str = "single-object"  # or "confluent" (Schema Registry framing)
+    schema_registry_url: str | None = None  # needed by wire="confluent"
+    metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
+    # Governance (docs/operations.md, "Sensitive data"):
+    encryption: bool = True  # SESSIONSTREAM_ENCRYPTION=off: this tenant opts out explicitly
+    key_store: str = "file"  # "file" (under key_dir) or "redis" (a fleet of nodes)
+    key_dir: Path = Path(".state/keys")  # file key store; tenant key files (0600)
+    tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
+    retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
+    principal: str = "operator"  # who deletes/holds, recorded in audit events
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -81,6 +97,35 @@ class Settings:
                 f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
                 "use 1 locally, 3 on a real cluster"
             )
+
+        if self.wire not in WIRES:
+            raise SettingsError(
+                f"SESSIONSTREAM_WIRE={self.wire!r} is not a wire format: use "
+                + " or ".join(WIRES))
+        if self.schema_registry_url is not None and not _HTTP_URL_RE.match(
+                self.schema_registry_url):
+            raise SettingsError(
+                f"SESSIONSTREAM_SCHEMA_REGISTRY_URL={self.schema_registry_url!r} is not an "
+                "http(s) URL, e.g. http://127.0.0.1:18081/apis/ccompat/v7")
+        if self.wire == "confluent" and self.schema_registry_url is None:
+            raise SettingsError(
+                "SESSIONSTREAM_WIRE=confluent needs SESSIONSTREAM_SCHEMA_REGISTRY_URL (the "
+                "registry's Confluent-compatible API); or use SESSIONSTREAM_WIRE=single-object")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise SettingsError(
+                f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
+
+        if self.key_store not in KEY_STORES:
+            raise SettingsError(
+                f"SESSIONSTREAM_KEY_STORE={self.key_store!r} is not a key store: use "
+                + " or ".join(KEY_STORES))
+        for cls, ms in self.retention:
+            if cls not in DATA_CLASSES or ms <= 0:
+                raise SettingsError(
+                    f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
+                    "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+        if not self.principal or len(self.principal) > 200:
+            raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
 
     @property
     def keys(self) -> KeySpace:
@@ -123,6 +168,18 @@ class Settings:
             key_prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
             events_topic_override=env.get("SESSIONSTREAM_EVENTS_TOPIC") or None,
             dlq_topic_override=env.get("SESSIONSTREAM_DLQ_TOPIC") or None,
+            redis_cluster=_bool(env, "SESSIONSTREAM_REDIS_CLUSTER"),
+            wire=env.get("SESSIONSTREAM_WIRE") or "single-object",
+            schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
+            metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
+                          if env.get("SESSIONSTREAM_METRICS_PORT") else None),
+            encryption=(_bool(env, "SESSIONSTREAM_ENCRYPTION")
+                        if env.get("SESSIONSTREAM_ENCRYPTION") else True),
+            key_store=env.get("SESSIONSTREAM_KEY_STORE") or "file",
+            key_dir=Path(env.get("SESSIONSTREAM_KEY_DIR") or state_dir / "keys"),
+            tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
+            retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
+            principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
         )
 
 
@@ -134,6 +191,34 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not an integer") from None
+
+
+KEY_STORES = ("file", "redis")
+DATA_CLASSES = ("raw", "surface", "business")
+_UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
+
+
+def _retention(value: str) -> tuple[tuple[str, int], ...]:
+    """``raw=30d,surface=365d`` → (("raw", ms), ("surface", ms))."""
+    out = []
+    for item in filter(None, (p.strip() for p in value.split(","))):
+        cls, sep, amount = item.partition("=")
+        number, unit = amount[:-1], amount[-1:]
+        if not sep or unit not in _UNITS or not number.isdigit() or cls not in DATA_CLASSES:
+            raise SettingsError(
+                f"SESSIONSTREAM_RETENTION={value!r}: {item!r} is not <class>=<n>d|h|m|s "
+                "(class raw, surface or business), e.g. raw=30d,surface=365d")
+        out.append((cls, int(number) * _UNITS[unit]))
+    return tuple(out)
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SettingsError(f"{name}={env.get(name)!r} is not a boolean: use true or false")
 
 
 def _check_bootstrap(value: str) -> None:

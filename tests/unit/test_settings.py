@@ -102,3 +102,58 @@ def test_a_bad_prefix_or_topic_override_names_its_variable(env: dict[str, str],
                                                            name: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env(env)
+
+
+def test_operations_settings_default_to_one_node_single_object_and_no_metrics() -> None:
+    s = Settings.from_env({})
+    assert (s.redis_cluster, s.wire, s.schema_registry_url, s.metrics_port) == (
+        False, "single-object", None, None)
+
+
+def test_operations_settings_are_read_from_the_environment() -> None:
+    s = Settings.from_env({
+        "SESSIONSTREAM_REDIS_CLUSTER": "true", "SESSIONSTREAM_WIRE": "confluent",
+        "SESSIONSTREAM_SCHEMA_REGISTRY_URL": "http://127.0.0.1:18081/apis/ccompat/v7",
+        "SESSIONSTREAM_METRICS_PORT": "9464"})
+    assert s.redis_cluster is True
+    assert s.wire == "confluent"
+    assert s.schema_registry_url == "http://127.0.0.1:18081/apis/ccompat/v7"
+    assert s.metrics_port == 9464
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"SESSIONSTREAM_WIRE": "protobuf"}, "SESSIONSTREAM_WIRE='protobuf'"),
+    ({"SESSIONSTREAM_WIRE": "confluent"}, "needs SESSIONSTREAM_SCHEMA_REGISTRY_URL"),
+    ({"SESSIONSTREAM_SCHEMA_REGISTRY_URL": "registry:8081"}, "is not an http(s) URL"),
+    ({"SESSIONSTREAM_REDIS_CLUSTER": "maybe"}, "SESSIONSTREAM_REDIS_CLUSTER='maybe'"),
+    ({"SESSIONSTREAM_METRICS_PORT": "70000"}, "SESSIONSTREAM_METRICS_PORT=70000"),
+])
+def test_bad_operations_settings_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(SettingsError) as exc:
+        Settings.from_env(env)
+    assert needle in str(exc.value)
+
+
+def test_encryption_is_on_by_default_and_a_tenant_opts_out_explicitly() -> None:
+    assert Settings.from_env({}).encryption is True
+    assert Settings.from_env({"SESSIONSTREAM_ENCRYPTION": "off"}).encryption is False
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_ENCRYPTION"):
+        Settings.from_env({"SESSIONSTREAM_ENCRYPTION": "maybe"})
+
+
+def test_key_store_and_retention_are_validated() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_STATE_DIR": "/x", "SESSIONSTREAM_RETENTION":
+                           "raw=30d, surface=12h"})
+    assert s.key_store == "file" and s.key_dir == Path("/x/keys")
+    assert s.retention == (("raw", 30 * 86_400_000), ("surface", 12 * 3_600_000))
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_KEY_STORE"):
+        Settings.from_env({"SESSIONSTREAM_KEY_STORE": "vault"})
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_RETENTION"):
+        Settings.from_env({"SESSIONSTREAM_RETENTION": "chunks=3d"})
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_RETENTION"):
+        Settings.from_env({"SESSIONSTREAM_RETENTION": "raw=3w"})
+
+
+def test_the_tenant_key_never_appears_in_the_settings_repr() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_TENANT_KEY": "1:c2VjcmV0"})
+    assert s.tenant_key == "1:c2VjcmV0" and "c2VjcmV0" not in repr(s)

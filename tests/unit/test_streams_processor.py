@@ -271,9 +271,11 @@ async def test_an_unknown_required_event_quarantines_only_its_session() -> None:
     logs, _ = fleet(2)
     a, b = logs["s000"], logs["s001"]
     alien = make_event(session_id="s000", seq=len(a), event_id="alien", time=1,
-                       type="alien/thing", data={}, writer=a[-1].writer)
+                       type="alien/thing", data={}, writer=a[-1].writer,
+                       prev_event_id=a[-1].event_id)
     after_a = make_event(session_id="s000", seq=len(a) + 1, event_id="after", time=2,
-                         type="todo/add", data={"id": "x", "text": "y"}, writer=a[-1].writer)
+                         type="todo/add", data={"id": "x", "text": "y"}, writer=a[-1].writer,
+                         prev_event_id="alien")
     sink = MemorySink()
     proc = processor(sink)
     report = await proc.process(as_records([*a, alien, after_a, *b], partitions=1))
@@ -289,9 +291,10 @@ async def test_an_unknown_required_event_quarantines_only_its_session() -> None:
 async def test_an_unknown_ignorable_event_is_skipped() -> None:
     a = simulate_session(random.Random(3), "s1", turns=1)
     skip = make_event(session_id="s1", seq=len(a), event_id="ign", time=1, type="alien/note",
-                      data={}, writer=a[-1].writer, ignorable=True)
+                      data={}, writer=a[-1].writer, ignorable=True,
+                      prev_event_id=a[-1].event_id)
     nxt = make_event(session_id="s1", seq=len(a) + 1, event_id="n", time=2, type="todo/add",
-                     data={"id": "x", "text": "y"}, writer=a[-1].writer)
+                     data={"id": "x", "text": "y"}, writer=a[-1].writer, prev_event_id="ign")
     sink = MemorySink()
     await processor(sink).process(as_records([*a, skip, nxt], partitions=1))
     assert views_of(sink, "s1") == offline_views([*a, nxt])
