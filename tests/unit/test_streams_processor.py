@@ -15,9 +15,10 @@ import pytest
 
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_registry, default_units
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Core, DeadLetter, Record, SessionWrite, WriteOutcome
+from streams.ports import DeadLetter, SessionWrite, WriteOutcome
 from streams.processor import Processor
 
 TOPIC = "sessionstream.t.events"
@@ -142,8 +143,9 @@ def offline_views(events: list[Event], registry: Registry | None = None) -> dict
     return json.loads(json.dumps(snap.views()))
 
 
-def processor(sink: MemorySink, core: Core | None = None, **kw: Any) -> Processor:
-    return Processor(core=core or Core.default(), sink=sink, group="g", **kw)
+def processor(sink: MemorySink, pipeline: ReaderPipeline | None = None, **kw: Any
+              ) -> Processor:
+    return Processor(pipeline=pipeline or ReaderPipeline.default(), sink=sink, group="g", **kw)
 
 
 async def run_batches(proc: Processor, records: list[Record], size: int) -> None:
@@ -324,11 +326,10 @@ async def test_a_state_version_bump_rebuilds_only_that_unit() -> None:
         state_version: ClassVar[int] = todo_unit.state_version + 1
 
     bumped = Registry([TodoV2() if u.key == "todo" else u for u in units])
-    core = Core.default()
-    core = Core(**{**core.__dict__, "registry": bumped})
+    pipeline = ReaderPipeline.default(registry=bumped)
     log_reader = MemoryLog(records)
     report_rebuilt: dict[str, tuple[str, ...]] = {}
-    proc = processor(sink, core=core, log_reader=log_reader)
+    proc = processor(sink, pipeline=pipeline, log_reader=log_reader)
     for i in range(half, len(records), 40):
         report = await proc.process(records[i:i + 40])
         report_rebuilt.update(report.rebuilt)
@@ -355,8 +356,8 @@ async def test_quiet_sessions_converge_to_a_bumped_state_version_after_assignmen
         state_version: ClassVar[int] = todo_unit.state_version + 1
 
     bumped = Registry([TodoV2() if u.key == "todo" else u for u in units])
-    core = Core(**{**Core.default().__dict__, "registry": bumped})
-    proc = processor(sink, core=core, log_reader=MemoryLog(records))
+    pipeline = ReaderPipeline.default(registry=bumped)
+    proc = processor(sink, pipeline=pipeline, log_reader=MemoryLog(records))
     owned = {0, 2}
     before = {k: dict(v) for k, v in sink.hashes.items()}
     proc.schedule_converge(TOPIC, owned)
