@@ -324,10 +324,11 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
 
 
 def _register_offline_extras() -> None:
-    from sessionstream.cli.compaction import compact_file_cmd
+    from sessionstream.cli.compaction import compact_file_cmd, compaction_group
     from sessionstream.cli.harness import register as register_harness
 
     main.add_command(compact_file_cmd)
+    main.add_command(compaction_group)
     register_harness(log_group)
 
 
