@@ -300,8 +300,13 @@ class SessionWriter:
         catalog: Catalog | None = None,
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
+        start_extra: Mapping[str, Any] | None = None,
     ) -> SessionWriter:
-        """Start a new session (``session/start``); SessionExists if the id is taken."""
+        """Start a new session (``session/start``); SessionExists if the id is taken.
+
+        ``start_extra``: further ``session/start`` fields (``log publish`` keeps a
+        file's, e.g. an imported session's provenance).
+        """
         sid = session_id or str(uuid.uuid4())
         edges = _Edges(cfg)
         lease: Lease | None = None
@@ -320,6 +325,7 @@ class SessionWriter:
                 clock=clock,
                 ids=ids,
                 writer=Writer(lease.writer_id, lease.epoch),
+                start_extra=start_extra,
             )
             return cls(session, lease, edges, seeded=session.events)
         except BaseException:
