@@ -35,10 +35,10 @@ import zlib
 from fastavro import schemaless_reader
 
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Core, Record
+from streams.memory import MemorySink
 from streams.processor import Processor
-from tests.unit.test_streams_processor import MemorySink
 
 TOPIC = "bench.processor"
 
@@ -70,7 +70,7 @@ def make_records(n: int, partitions: int = 4, live: int = 100, seed: int = 1) ->
 
 
 async def run(records: list[Record], batch: int) -> float:
-    proc = Processor(core=Core.default(), sink=MemorySink(), group="bench")
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=MemorySink(), group="bench")
     t0 = time.perf_counter()
     for i in range(0, len(records), batch):
         await proc.process(records[i:i + batch])

@@ -25,8 +25,8 @@ import traceback
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sessionstream.core.pipeline import Record
 from streams.errors import TopicMissing
-from streams.ports import Record
 from streams.processor import Processor
 from streams.trace import StageTrace
 from streams.worker import (

@@ -27,10 +27,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.rows import KeySpace, SessionRow
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
-from streams.ports import Core, Record
 from streams.processor import Processor
 from streams.read import current_generation
 from streams.sink import RedisSink, Retry
@@ -73,7 +73,8 @@ Progress = Callable[[ReplayReport], None]
 async def replay(
     *, bootstrap: str, redis: Redis, keys: KeySpace, topic: str,
     from_time_ms: int | None = None, switch: bool = True, batch: int = 1000,
-    progress: Progress | None = None, progress_every: float = 1.0, core: Core | None = None,
+    progress: Progress | None = None, progress_every: float = 1.0,
+    pipeline: ReaderPipeline | None = None,
     flush_every: int = 500_000, flush_sessions: int = 50_000,
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``."""
@@ -85,8 +86,8 @@ async def replay(
     report = ReplayReport(topic, live, new,
                           "earliest" if from_time_ms is None else f"time:{from_time_ms}")
     sink = RedisSink(redis, keys, retry=Retry(attempts=20))
-    core = core or Core.default()
-    proc = Processor(core=core, sink=sink, group=f"replay-g{new}",
+    pipeline = pipeline or ReaderPipeline.default()
+    proc = Processor(pipeline=pipeline, sink=sink, group=f"replay-g{new}",
                      log_reader=KafkaLogReader(bootstrap), generation=new)
     conf = {"bootstrap.servers": bootstrap,
             "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
@@ -95,7 +96,7 @@ async def replay(
     # Offsets are asked on a consumer that fetches nothing: on the reading one each
     # watermark query waits behind its fetches (~140 ms each, measured).
     meta = Consumer(conf)
-    views = [SessionRow.view(k) for k in core.registry.unit_keys()]
+    views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     started = time.monotonic()
     try:
         parts = _partitions(meta, topic)

@@ -14,10 +14,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.kafka import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
+from sessionstream.core.pipeline import Record
 from sessionstream.core.projections import Registry, default_registry
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Record
 
 
 def fleet(n: int, seed: int = 11, turns: int = 2, prefix: str = "sess") -> dict[str, list[Event]]:

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from producers.compaction_watch import CompactionWatcher
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.compaction import Budget
-from streams.ports import Core
+from sessionstream.core.pipeline import ReaderPipeline
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.streams_helpers import read_topic
@@ -43,7 +43,7 @@ async def project(cfg: WriterConfig, aredis: Redis, n_records: int) -> None:
     """Fold the topic's first ``n_records`` into Redis with the real processor."""
     records = read_topic(cfg.bootstrap, cfg.topic, n_records)
     sink = RedisSink(aredis, cfg.keys)
-    await Processor(core=Core.default(), sink=sink, group="g").process(records)
+    await Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g").process(records)
 
 
 def types_after(cfg: WriterConfig, sid: str, seq: int) -> list[str]:

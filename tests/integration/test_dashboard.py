@@ -22,9 +22,9 @@ from redis.asyncio import Redis
 
 from dashboard.app import DashboardConfig, create_app
 from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from streams.ports import Core
 from streams.processor import Processor
 from streams.read import read_views
 from streams.sink import RedisSink
@@ -57,7 +57,7 @@ async def projected(settings: Settings, unique_topic: Callable[..., str],
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
     sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
     yield Fleet(settings, unique_topic(2), redis_prefix, fleet(4, seed=5, prefix="dash"),
-                Processor(core=Core.default(), sink=sink, group="g"))
+                Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g"))
     await aredis.aclose()
 
 
