@@ -146,7 +146,6 @@ class Harness:
         for call in message.data.get("tool_calls", ()):
             self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
         self._append(Draft("step/end"))
-        self.flush()
         return StepResult(output, built, tuple(self.session.events[start:]))
 
     def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
