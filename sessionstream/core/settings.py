@@ -67,6 +67,8 @@ class Env:
     REDIS_PORT = "SESSIONSTREAM_REDIS_PORT"
     CACHE_DIR = "SESSIONSTREAM_CACHE_DIR"
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
+    PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
+    RETENTION = "SESSIONSTREAM_RETENTION"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
