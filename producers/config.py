@@ -14,6 +14,7 @@ from producers.attachments import DEFAULT_SPILL_THRESHOLD
 from producers.lease import DEFAULT_TTL_MS
 from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
 from sessionstream.core.rows import KeySpace
+from sessionstream.governance import ContentCipher
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class WriterConfig:
     connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
     # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Seals event content and attachments with the session's data keys (None: clear).
+    cipher: ContentCipher | None = None
 
     @property
     def keys(self) -> KeySpace:

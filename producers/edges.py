@@ -8,6 +8,8 @@ Redis client connects on its first command. :meth:`WriterEdges.connect` probes K
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -20,6 +22,8 @@ from producers.index import SessionIndex
 from producers.kafka import KafkaSender
 from producers.lease import Lease, LeaseStore
 from producers.limits import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, topic_max_message_bytes
+from sessionstream.core.events import Event
+from sessionstream.governance.opener import SealedContentOpener
 
 log = logging.getLogger("producers.writer")
 
@@ -36,7 +40,11 @@ class WriterEdges:
 
         self.cfg = cfg
         self.encode = codec.encode
-        self.decode = codec.decode
+        self.decode: Callable[[Any], Event] = codec.decode
+        self.opener: SealedContentOpener | None = None
+        if cfg.cipher is not None:
+            self.opener = SealedContentOpener(cfg.cipher)
+            self.decode = self.opener.decoder(codec.decode)
         self.redis = redis.Redis.from_url(
             cfg.redis_url,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
