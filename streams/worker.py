@@ -2,8 +2,13 @@
 
 Configured by the process's ``Settings`` (built once by the entry point and passed
 in): the consumer group, key prefix, topics, batch size and wait, and how many
-sessions each convergence step checks after a ``state_version`` bump. The variables
-are listed in docs/operations.md.
+sessions each convergence step checks after a ``state_version`` bump (the variables
+are listed in the README).
+
+``worker_instance`` (a stable name of this replica, e.g. the StatefulSet pod name) turns
+on static group membership (``group.instance.id``), so a worker restarted after a crash
+takes its partitions back at once instead of waiting for the group's session timeout.
+Unique per replica; unset: dynamic membership.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class WorkerConfig:
     batch_max: int
     batch_within: float
     converge_sessions: int = 64
+    instance_id: str | None = None  # static group membership (see module docstring)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerConfig:
@@ -48,6 +54,7 @@ class WorkerConfig:
             batch_max=settings.batch_max,
             batch_within=settings.batch_within_ms / 1000,
             converge_sessions=settings.converge_sessions,
+            instance_id=settings.worker_instance,
         )
 
 

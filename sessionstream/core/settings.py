@@ -56,6 +56,7 @@ class Env:
     EVENTS_TOPIC = "SESSIONSTREAM_EVENTS_TOPIC"
     DLQ_TOPIC = "SESSIONSTREAM_DLQ_TOPIC"
     STREAMS_GROUP = "SESSIONSTREAM_STREAMS_GROUP"
+    WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
     BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
     BATCH_WITHIN_MS = "SESSIONSTREAM_BATCH_WITHIN_MS"
     CONVERGE_SESSIONS = "SESSIONSTREAM_CONVERGE_SESSIONS"
@@ -109,6 +110,7 @@ class Settings:
     principal: str = "operator"  # who deletes/holds, recorded in audit events
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
+    worker_instance: str | None = None  # static group membership (group.instance.id)
     batch_max: int = 500  # records per batch
     batch_within_ms: int = 10  # how long a batch waits to fill
     converge_sessions: int = 64  # sessions checked per step after a state_version bump
@@ -253,6 +255,7 @@ class Settings:
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
+            worker_instance=env.get(Env.WORKER_INSTANCE) or None,
             batch_max=_int(env, Env.BATCH_MAX, 500),
             batch_within_ms=_int(env, Env.BATCH_WITHIN_MS, 10),
             converge_sessions=_int(env, Env.CONVERGE_SESSIONS, 64),
