@@ -131,6 +131,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
+    from sessionstream.governance.wiring import reader_pipeline
     from streams.replay import ReplayReport, replay
 
     s = settings()
@@ -142,7 +143,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
-        from_time_ms=ms, switch=not no_switch, progress=show))
+        from_time_ms=ms, switch=not no_switch, progress=show,
+        pipeline=reader_pipeline(s)))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
