@@ -69,6 +69,7 @@ class Settings:
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
+    fold: str = "auto"  # replay's in-memory fold: auto | native (Rust extension) | python
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -124,6 +125,10 @@ class Settings:
                 raise SettingsError(
                     f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
                     "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+        if self.fold not in FOLDS:
+            raise SettingsError(
+                f"SESSIONSTREAM_FOLD={self.fold!r} is not a fold path: use "
+                + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
 
@@ -180,6 +185,7 @@ class Settings:
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
+            fold=env.get("SESSIONSTREAM_FOLD") or "auto",
         )
 
 
@@ -194,6 +200,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 KEY_STORES = ("file", "redis")
+FOLDS = ("auto", "native", "python")
 DATA_CLASSES = ("raw", "surface", "business")
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 
