@@ -37,8 +37,8 @@ from fastavro import schemaless_reader
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
+from streams.memory import MemorySink
 from streams.processor import Processor
-from tests.unit.test_streams_processor import MemorySink
 
 TOPIC = "bench.processor"
 

@@ -25,7 +25,9 @@ from aiohttp import web
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
+from dashboard import timeline
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from dashboard.timeline import TimelineSource
 from sessionstream.core.rows import KeySpace, read_change_entry
 from streams.read import current_generation, list_sessions, read_views
 
@@ -47,6 +49,7 @@ class DashboardConfig:
     list_limit: int = 200  # sessions in the list when the page does not ask for a number
     block_ms: int = 5000  # one XREAD waits at most this long: keep-alive and generation check
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
+    timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -77,6 +80,8 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.router.add_get("/api/sessions", _sessions)
     app.router.add_get("/api/sessions/{session_id}", _session)
     app.router.add_get("/api/events", _events)
+    if config.timeline is not None:
+        timeline.setup(app, config.timeline)
     app.router.add_static("/static", STATIC_DIR)
     return app
 

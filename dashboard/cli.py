@@ -46,6 +46,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     from aiohttp import web
 
     from dashboard.app import DashboardConfig, create_app
+    from dashboard.timeline import TimelineSource
 
     prefix = settings.key_prefix
     try:
@@ -55,7 +56,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
             "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys)
+    config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys,
+                             timeline=TimelineSource(settings.kafka_bootstrap,
+                                                     settings.events_topic))
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:

@@ -240,7 +240,8 @@ function renderDetail(snap) {
     table(["id", "trigger", "outcome", "shadowed seqs", "#tokens before → after", "summarizer", "#start…end"],
       (comp.attempts || []).slice().reverse().map((a) => [h("code", {}, a.compaction_id), a.trigger,
         h("span", {}, badge(a.outcome || "open", a.outcome || "open"), a.reason ? ` ${a.reason}` : ""),
-        h("code", {}, seqs(a.shadowed_seqs)),
+        a.shadowed_seqs?.length ? h("a", { href: "#", class: "evidence-link", title: "show this attempt's events and the shadowed seqs in the event timeline",
+          onclick: (e) => { e.preventDefault(); window.sessionTimeline?.showEvidence(a); } }, h("code", {}, seqs(a.shadowed_seqs))) : h("code", {}, "–"),
         a.tokens_before != null ? `${num(a.tokens_before)} → ${num(a.tokens_after)}` : "–",
         a.summarizer ? `${a.summarizer.provider}/${a.summarizer.model}` : "–",
         `${a.start_seq}…${a.end_seq ?? ""}`]), "no compactions"));
@@ -249,6 +250,7 @@ function renderDetail(snap) {
   for (const [k, val] of Object.entries(v)) {
     if (!known.has(k)) parts.push(h("h3", {}, k), h("pre", { class: "mono" }, JSON.stringify(val, null, 2)));
   }
+  parts.push(h("div", { id: "timeline-box" }));
   const raw = h("details", { class: "raw" }, h("summary", {}, "raw views (JSON)"));
   raw.addEventListener("toggle", () => {
     if (raw.open && raw.childElementCount === 1) raw.append(h("pre", {}, JSON.stringify(snap, null, 2)));
@@ -258,6 +260,7 @@ function renderDetail(snap) {
   $("#detail-empty").classList.add("hidden");
   const pane = $("#detail-pane"), top = pane.scrollTop;
   $("#detail").replaceChildren(...parts.filter(Boolean));
+  window.sessionTimeline?.load(snap.session_id);
   pane.scrollTop = top;
 }
 

@@ -54,6 +54,8 @@ SEALED_TEXT = "[encrypted content]"
 DELETED_TEXT = "[content deleted]"
 #: Placeholder text of content whose key this reader does not have.
 UNAVAILABLE_TEXT = "[content unavailable]"
+#: Placeholder text of a parent's content a fork did not inherit (its class was not asked).
+NOT_INHERITED_TEXT = "[content not inherited]"
 
 _M = None  # metadata, in the table below
 _R, _S, _B = DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS
@@ -65,6 +67,7 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
     "session/start": {
         "format_version": _M, "tenant": _M, "lineage": _M, "lineage.parent_session": _M,
         "lineage.seed_length": _M, "lineage.delegation_depth": _M,
+        "lineage.inherited_classes": _M,
     },
     "session/end-seed": {"reason": _M, "seed_length": _M},
     "turn/start": {},
@@ -280,7 +283,7 @@ class Split:
 
 def split(
     type_name: str, data: JsonValue, catalog: Catalog | None = None,
-    classes: Iterable[DataClass] = ALL_CLASSES,
+    classes: Iterable[DataClass] = ALL_CLASSES, *, text: str = SEALED_TEXT,
 ) -> Split:
     """Take the content of ``classes`` out of ``data`` (metadata and other classes stay).
 
@@ -303,14 +306,14 @@ def split(
             paths, values = found.setdefault(leaf.data_class, ([], []))
             paths.append(pointer(*where))
             values.append(value)
-            edits.append((where, placeholder(leaf.kinds)))
+            edits.append((where, placeholder(leaf.kinds, text)))
     if plan.extra_class in wanted:
         for name in data:
             if name not in plan.known_top and data[name] is not None:
                 paths, values = found.setdefault(plan.extra_class, ([], []))
                 paths.append(pointer(name))
                 values.append(data[name])
-                edits.append(((name,), placeholder(("any",))))
+                edits.append(((name,), placeholder(("any",), text)))
     if not edits:
         return Split(data, ())
     clear = thaw(data)
@@ -482,23 +485,26 @@ def seal_parts(
 def open_data(
     aead: Aead, keys: ContentKeys, *, tenant: str, session_id: str, seq: int, event_id: str,
     type_name: str, clear: JsonValue, sealed: Sequence[SealedPart],
-    ancestors: Mapping[str, int] | None = None, catalog: Catalog | None = None,
+    seed_length: int | None = None, catalog: Catalog | None = None,
 ) -> Opened:
     """``clear`` with every sealed part put back, or replaced by a reason's placeholder.
 
-    A part binds the event it was sealed for: ``key_session``/``origin_event_id`` must be
-    this event's, or (an inherited fork seed) ``key_session`` must be an ancestor in
-    ``ancestors`` (session → the seed length it handed down) with ``seq`` inside the seed.
-    Anything else, and any authentication failure, raises :class:`MovedCiphertext`:
-    content that was moved is refused, never shown. A shredded or missing key is not an
-    error: its paths read :data:`DELETED_TEXT` / :data:`UNAVAILABLE_TEXT`.
+    A part binds the event it was sealed for: ``key_session``/``origin_event_id`` are
+    this event's, or (a fork's inherited seed) an ancestor's. When the session's
+    ``seed_length`` is known (from its ``session/start`` lineage; 0 for a session that is
+    no fork) an ancestor's part is accepted only for ``seq < seed_length``; when it is
+    not known (``None``) the associated data alone binds it (ancestor session, seq and
+    event). A part that is not this event's own otherwise, and any authentication
+    failure, raises :class:`MovedCiphertext`: moved content is refused, never shown.
+    A shredded or missing key is not an error: its paths read :data:`DELETED_TEXT` /
+    :data:`UNAVAILABLE_TEXT`.
     """
     replacements: list[tuple[str, JsonValue]] = []
     unopened: list[Unopened] = []
     for part in sealed:
         own = part.key_session == session_id and part.origin_event_id == event_id
-        inherited = (ancestors is not None and part.key_session != session_id
-                     and seq < ancestors.get(part.key_session, -1))
+        inherited = part.key_session != session_id and (
+            seed_length is None or seq < seed_length)
         if not own and not inherited:
             raise MovedCiphertext(
                 f"session {session_id!r} seq {seq}: sealed {part.data_class.value} content "

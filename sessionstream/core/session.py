@@ -148,12 +148,18 @@ class Session:
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
         writer: Writer = LOCAL_WRITER,
+        start_extra: Mapping[str, Any] | None = None,
     ) -> Session:
-        """A new session whose log holds its ``session/start``."""
+        """A new session whose log holds its ``session/start``.
+
+        ``start_extra``: further ``session/start`` fields (an imported session's
+        provenance); the envelope fields above always win.
+        """
         session = cls(session_id, catalog=catalog, clock=clock, ids=ids, writer=writer)
         session.append(
             "session/start",
             {
+                **(dict(start_extra) if start_extra else {}),
                 "format_version": FORMAT_VERSION,
                 "tenant": tenant,
                 "lineage": dict(lineage) if lineage is not None else None,

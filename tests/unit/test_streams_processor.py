@@ -1,4 +1,6 @@
-"""The projection processor's batch logic, over an in-memory sink with the script's semantics.
+"""The projection processor's batch logic, over the in-memory sink (``streams.memory``).
+
+The sink contract suite checks that the memory sink behaves as the Redis script does.
 
 The integration tests run the same logic against the real Redis script and Kafka; these
 pin the rules: idempotency by offset, admission, quarantine, dead letters, rebuilds.
@@ -8,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -18,93 +19,10 @@ from sessionstream.core.events import Event, Writer, make_event
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_registry, default_units
 from sessionstream.core.simulate import simulate_session
-from streams.ports import DeadLetter, SessionWrite, WriteOutcome
+from streams.memory import MemoryDeadLetters, MemoryLog, MemorySink
 from streams.processor import Processor
 
 TOPIC = "sessionstream.t.events"
-
-
-class MemorySink:
-    """Dict-backed sink with the same compare-and-set semantics as the Redis script."""
-
-    def __init__(self) -> None:
-        self.gen = 1
-        self.hashes: dict[tuple[int, str], dict[str, str]] = {}
-        self.index: dict[tuple[int, str], float] = {}
-        self.feed: list[tuple[int, str]] = []
-        self.progress: dict[tuple[str, str], int] = {}
-        self.applied = 0
-
-    async def generation(self) -> int:
-        return self.gen
-
-    async def load(self, gen: int, session_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-        return {s: dict(self.hashes.get((gen, s), {})) for s in session_ids}
-
-    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]
-                             ) -> list[WriteOutcome]:
-        return [self._write(gen, w) for w in writes]
-
-    def _write(self, gen: int, write: SessionWrite) -> WriteOutcome:
-        h = self.hashes.setdefault((gen, write.session_id), {})
-        stored = int(h.get("as_of_offset", -1))
-        if stored > write.last_offset or (stored == write.last_offset and not write.force):
-            return WriteOutcome("stale", stored)
-        if stored != write.base_offset:
-            return WriteOutcome("conflict", stored)
-        h.update(write.fields)
-        h["as_of_offset"] = str(write.last_offset)
-        h["as_of_seq"] = str(write.as_of_seq)
-        self.applied += 1
-        return WriteOutcome("applied", stored)
-
-    async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
-                           progress: Mapping[str, int]) -> None:
-        for w in writes:
-            key = (gen, w.session_id)
-            self.index[key] = max(self.index.get(key, 0), w.activity_ms)
-            self.feed.append((gen, w.session_id))
-        for tp, off in progress.items():
-            k = (group, tp)
-            self.progress[k] = max(self.progress.get(k, -1), off)
-
-    async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]:
-        return {k: self.progress[(group, k)] for k in keys if (group, k) in self.progress}
-
-    async def writer_first_offset(self, session_id: str) -> int | None:
-        return None
-
-    async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
-        ids = sorted((score, sid) for (g, sid), score in self.index.items() if g == gen)
-        return [sid for _, sid in ids[start:start + count]]
-
-    async def load_fields(self, gen: int, session_ids: Sequence[str], fields: Sequence[str]
-                          ) -> dict[str, dict[str, str]]:
-        return {s: {f: v for f, v in self.hashes.get((gen, s), {}).items() if f in fields}
-                for s in session_ids}
-
-
-class MemoryLog:
-    """The events topic as a list of records (for state_version rebuilds)."""
-
-    def __init__(self, records: list[Record]) -> None:
-        self.records = records
-        self.reads = 0
-
-    async def read_session(self, topic: str, partition: int, from_offset: int,
-                           upto_offset: int, session_id: str) -> list[Record]:
-        self.reads += 1
-        return [r for r in self.records
-                if r.partition == partition and from_offset <= r.offset <= upto_offset
-                and r.key == session_id.encode()]
-
-
-class MemoryDLQ:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-
-    async def send(self, letters: Sequence[DeadLetter]) -> None:
-        self.letters.extend(letters)
 
 
 def as_records(events: list[Event], partitions: int = 3) -> list[Record]:
@@ -258,7 +176,7 @@ async def test_a_corrupt_record_goes_to_the_dead_letters_and_the_rest_is_process
     records = as_records(merged, partitions=1)
     poison = Record(TOPIC, 0, len(records), b"s000", b"\x00not avro")
     later = [Record(TOPIC, 0, r.offset + len(records) + 1, r.key, r.value) for r in records]
-    dlq = MemoryDLQ()
+    dlq = MemoryDeadLetters()
     sink = MemorySink()
     # the second copy is all duplicates by event_id: processed, nothing changes
     await processor(sink, dead_letters=dlq).process([*records, poison, *later])

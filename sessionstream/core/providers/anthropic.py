@@ -18,6 +18,7 @@ from typing import Any
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.messages import Message
 from sessionstream.core.providers.common import (
+    MOVED,
     Built,
     Collector,
     content_parts,
@@ -98,6 +99,8 @@ def build(request: Request, *, stream: bool = False) -> Built:
             messages.append({"role": "assistant", "content": content})
             c.origin(path, **message_source(m))
             continue
+        if item.moved:
+            c.note(path, MOVED, m.seqs)
         content = _text_blocks(m, c, path)
         if not content:
             c.note(path, "empty user message omitted", m.seqs)

@@ -208,6 +208,7 @@ class Item:
 
     kind: str  # "user" | "assistant" | "results"
     messages: tuple[Message, ...]
+    moved: bool = False  # a user message that arrived during a call round, moved after it
 
 
 def group(messages: Sequence[Message]) -> list[Item]:
@@ -229,7 +230,7 @@ def group(messages: Sequence[Message]) -> list[Item]:
         nonlocal round_msg
         if round_msg is not None:
             items.append(Item("results", tuple(results)))
-            items.extend(Item("user", (d,)) for d in deferred)
+            items.extend(Item("user", (d,), moved=True) for d in deferred)
             results.clear()
             deferred.clear()
             round_msg = None
@@ -267,3 +268,6 @@ def group(messages: Sequence[Message]) -> list[Item]:
             f"tool calls without a result on the surface: {sorted(pending)}; "
             "a provider rejects them (record the results, or end the turn first)")
     return items
+
+
+MOVED = "user message sent after the call round's results (it arrived during the round)"

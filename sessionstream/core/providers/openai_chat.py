@@ -16,6 +16,7 @@ from typing import Any
 from sessionstream.core.messages import Message
 from sessionstream.core.providers.common import (
     ERROR_PREFIX,
+    MOVED,
     Built,
     Collector,
     arguments_json,
@@ -73,7 +74,11 @@ def build(request: Request, *, stream: bool = False) -> Built:
                 continue
             if serialised:
                 c.note(path, "non-text assistant content serialised as JSON text", m.seqs)
-            msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+            content: Any = text or None
+            if isinstance(m.content, list | tuple) and text:
+                content = [{"type": "text", "text": p.text} for p in content_parts(m.content)
+                           if p.text]
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
             if m.tool_calls:
                 msg["tool_calls"] = [
                     {"id": tc.call_id, "type": "function",
@@ -86,6 +91,8 @@ def build(request: Request, *, stream: bool = False) -> Built:
             messages.append(msg)
             c.origin(path, **message_source(m))
             continue
+        if item.moved:
+            c.note(path, MOVED, m.seqs)
         content, serialised = _user_content(m)
         if serialised:
             c.note(path, "non-text content part serialised as JSON text", m.seqs)

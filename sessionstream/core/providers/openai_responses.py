@@ -18,6 +18,7 @@ from typing import Any
 from sessionstream.core.messages import Message
 from sessionstream.core.providers.common import (
     ERROR_PREFIX,
+    MOVED,
     Built,
     Collector,
     arguments_json,
@@ -98,6 +99,8 @@ def build(request: Request, *, stream: bool = False) -> Built:
                 c.origin(path, part="tool_call", call_id=tc.call_id, seqs=list(m.seqs))
             continue
         path = f"/input/{len(items)}"
+        if item.moved:
+            c.note(path, MOVED, m.seqs)
         content, serialised = _user_content(m)
         if serialised:
             c.note(path, "non-text content part serialised as JSON text", m.seqs)
