@@ -185,12 +185,13 @@ class NativeFold:
     def _export(self, sid: str) -> None:
         """Move a natively folded session to the Python processor's cache."""
         proc = self.proc
-        fields = self.folder.export(sid)
+        got = self.folder.export(sid)
         self._dirty.pop(sid, None)
-        if fields is None:
+        if got is None:
             return
+        fields, native_changed = got
         py = self._py_states.pop(sid, None) or self._py_registry.init_states()
-        self._py_changed.pop(sid, None)
+        changed = set(native_changed) | self._py_changed.pop(sid, set())
         for unit in self._py_units:
             view, state = unit.encode(py[unit.key])
             fields[SessionRow.view(unit.key)] = view
@@ -202,7 +203,7 @@ class NativeFold:
         base = CachedSession(sid, cur.partition, cur.admission, cur.states,
                              as_of_offset=-1 if written is None else written,
                              stored=written is not None)
-        proc.adopt(cur, base, set(self._all_keys))
+        proc.adopt(cur, base, set(self._all_keys) if written is None else changed)
 
     async def _hand_over(self, gen: int, records: Sequence[Record],
                          handed: list[tuple[str, list[int]]], report: BatchReport) -> None:

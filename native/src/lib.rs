@@ -392,10 +392,12 @@ impl Folder {
             .map(|s| (s.as_of_seq, s.as_of_offset, s.last_time, s.partition))
     }
 
-    /// Hand a session to the caller: its fields (all units), and it is forgotten here.
+    /// Hand a session to the caller: its fields (all units) and the native units changed
+    /// since its last write; it is forgotten here.
+    #[allow(clippy::type_complexity)]
     fn export<'py>(&mut self, py: Python<'py>, session_id: &str)
-                   -> PyResult<Option<Bound<'py, PyDict>>> {
-        let out = self.fields(py, session_id, false)?.map(|(d, _)| d);
+                   -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
+        let out = self.fields(py, session_id, false)?;
         self.sessions.remove(session_id);
         Ok(out)
     }

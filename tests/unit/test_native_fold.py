@@ -30,9 +30,11 @@ from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.simulate import simulate_session
 from streams import native_fold
+from streams.memory import MemoryDeadLetters as MemoryDLQ
+from streams.memory import MemorySink
 from streams.native_fold import NativeFold, NativeUnavailable, fold_driver
 from tests.unit.strategies import new_session, walk_with_plugins
-from tests.unit.test_streams_processor import TOPIC, MemoryDLQ, MemorySink, processor
+from tests.unit.test_streams_processor import TOPIC, processor
 
 if not native_fold.available():
     if os.environ.get("CI"):
@@ -156,7 +158,9 @@ def _assert_same(py_sink: MemorySink, na_sink: MemorySink, py_dlq: MemoryDLQ,
                  na_dlq: MemoryDLQ) -> None:
     assert na_sink.hashes == py_sink.hashes
     assert na_sink.index == py_sink.index
-    assert sorted(na_sink.feed) == sorted(py_sink.feed)
+    assert {g: sorted(f) for g, f in na_sink.feed.items()} == \
+        {g: sorted(f) for g, f in py_sink.feed.items()}
+    assert na_sink.changes == py_sink.changes
     assert na_sink.progress == py_sink.progress
     assert [(d.reason, d.detail) for d in na_dlq.letters] == \
         [(d.reason, d.detail) for d in py_dlq.letters]
