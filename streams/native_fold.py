@@ -145,9 +145,9 @@ class NativeFold:
             self._dirty[sid] = None
         if handed:
             await self._hand_over(gen, records, handed, report)
-        if report.dead_letters and proc.dead_letters is not None:
-            await proc.dead_letters.send(report.dead_letters)
-        proc.note_unflushed({f"{topic}:{p}": off for p, off in high.items()})
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        await proc.send_dead_letters(report, high_tp)
+        proc.note_unflushed(high_tp)
         return report
 
     def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int]) -> bool:
