@@ -12,11 +12,12 @@ The Python processor stays the reference and takes over whatever the extension d
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises):
+cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises,
+sealed content: decryption is not in the extension yet, the pipeline's opener does it):
 their state moves to the Python processor through the same fields the sink stores.
 
 ``SESSIONSTREAM_FOLD`` (``Settings.fold``): ``auto`` (native when the extension is
-installed and the pipeline has no content opener, else Python), ``native`` (required:
+installed and the pipeline uses the built-in units and codec, else Python), ``native`` (required:
 an error names the install command when it is missing) or ``python``.
 """
 
@@ -68,8 +69,6 @@ def why_not(pipeline: ReaderPipeline) -> str | None:
     """Why the native fold cannot serve ``pipeline`` (None: it can)."""
     if _native is None:
         return "the sessionstream_native extension is not installed"
-    if pipeline.opener is not None:
-        return "the pipeline opens sealed content (not in the native fold yet)"
     if pipeline._decode is not codec.decode:
         return "the pipeline uses another codec (e.g. the confluent wire)"
     units = {u.key: u for u in pipeline.registry.units}
@@ -106,6 +105,11 @@ class NativeFold:
         catalog = [t.name for t in processor.pipeline.catalog]
         for u in self._py_units:
             py_types |= set(catalog) if u.types is None else set(u.types)
+        self._opener = processor.pipeline.opener
+        if self._opener is not None:
+            # The opener learns each session's lineage from its session/start (metadata):
+            # it must see them, so a sealed event handed over later opens as in Python.
+            py_types.add("session/start")
         self._all_keys = frozenset(u.key for u in reg.units)
         versions = {k: v for k, v in reg.versions().items() if k in NATIVE_UNITS}
         self.folder = _native.Folder(schema_fingerprints(), FORMAT_VERSION, catalog,
@@ -159,6 +163,8 @@ class NativeFold:
             for i in idxs:
                 ev = proc.pipeline.decode(records[i])
                 assert isinstance(ev, Event)
+                if self._opener is not None:
+                    ev = self._opener.open(ev)  # clear content: learns, returns it as is
                 states, ch = self._py_registry.apply(states, ev)
                 new_changed.update(ch)
         except Exception:  # ProjectionError or a bad record: the Python reference decides

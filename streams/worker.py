@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
+from sessionstream.governance.wiring import reader_pipeline
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
 from streams.processor import Processor
@@ -82,7 +82,7 @@ def build_sink(cfg: WorkerConfig) -> RedisSink:
 
 def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
     return Processor(
-        pipeline=ReaderPipeline.default(), sink=sink or build_sink(cfg), group=cfg.group,
+        pipeline=reader_pipeline(cfg.settings), sink=sink or build_sink(cfg), group=cfg.group,
         log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
     )
