@@ -245,3 +245,23 @@ def test_the_fold_setting_selects_python_or_native(monkeypatch: pytest.MonkeyPat
     assert fold_driver(proc, "auto") is proc  # the pure-Python fallback
     with pytest.raises(NativeUnavailable, match=r"not installed.*make install"):
         fold_driver(proc, "native")
+
+
+def test_sealed_content_folds_as_in_python_through_the_opener(tmp_path: Any) -> None:
+    import random
+
+    from sessionstream.governance import ContentCipher
+    from sessionstream.governance.keys import FileKeyStore
+    from sessionstream.governance.opener import SealedContentOpener
+
+    cipher = ContentCipher(FileKeyStore(tmp_path / "keys"), "default")
+    clear_log = simulate_session(random.Random(8), "e1", turns=3)
+    sealed_log = []
+    for ev in simulate_session(random.Random(9), "e2", turns=3):
+        clear, parts = cipher.seal(ev)
+        sealed_log.append(clear.replace(sealed=parts) if parts else clear)
+    merged = [(e, "e1") for e in clear_log] + [(e, "e2") for e in sealed_log]
+    pipeline = ReaderPipeline.default(opener=SealedContentOpener(cipher))
+    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 2), [11], {3}, pipeline)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert any(e.sealed for e in sealed_log)
