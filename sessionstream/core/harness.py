@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sessionstream.core.events import Draft, Event
-from sessionstream.core.jsonvalue import JsonValue, thaw
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
 from sessionstream.core.providers import build, check_api
 from sessionstream.core.providers.common import Built
 from sessionstream.core.providers.output import ModelOutput
@@ -146,7 +146,6 @@ class Harness:
         for call in message.data.get("tool_calls", ()):
             self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
         self._append(Draft("step/end"))
-        self.flush()
         return StepResult(output, built, tuple(self.session.events[start:]))
 
     def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
@@ -164,8 +163,11 @@ class Harness:
                 result = ToolOutcome(f"{name} failed: {type(exc).__name__}: {exc}",
                                      status="error")
             outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
+        content = outcome.content
+        if content is not None and not isinstance(content, str | list | tuple | Mapping):
+            content = canonical_dumps(content)  # a number or a boolean: its JSON text
         data: dict[str, Any] = {"call_id": call_id, "status": outcome.status,
-                                "content": outcome.content,
+                                "content": content,
                                 "operation_id": outcome.operation_id or key}
         if outcome.version is not None:
             data["version"] = outcome.version
