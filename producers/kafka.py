@@ -130,9 +130,16 @@ def librdkafka_logger() -> logging.Logger:
     return logger
 
 
-def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` whose librdkafka logs go to Python logging, not stderr."""
+def client_config(config: Mapping[str, Any],
+                  security: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A copy of ``config`` whose librdkafka logs go to Python logging, not stderr.
+
+    ``security`` (``Settings.kafka_security()``: security.protocol, sasl.*) authenticates
+    the process's principal; every producer, consumer and admin client of the package is
+    built through here, so one setting covers them all.
+    """
     cfg = dict(config)
+    cfg.update(security or {})
     cfg.setdefault("logger", librdkafka_logger())
     return cfg
 
@@ -375,6 +382,11 @@ class KafkaSender:
                     entry.up()
                     return
                 entry.down_since = None  # a broker answered: only the topic is missing
+                if t is not None and t.error is not None and t.error.code() in (
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                    # The authorizer hides the topic from this principal: say so, now.
+                    raise map_kafka_error(t.error, what=f"describing {self.topic}")
                 left = deadline - time.monotonic()
                 if time.monotonic() - t0 >= UNKNOWN_TOPIC_GRACE_S or left <= 0.06:
                     raise TopicNotFound(

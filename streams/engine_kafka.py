@@ -74,7 +74,7 @@ class KafkaEngine:
             # Static membership: a restarted worker with the same name gets its own
             # partitions back at once (no rebalance, no waiting for the session timeout).
             conf["group.instance.id"] = cfg.instance_id
-        self.consumer = Consumer(conf)
+        self.consumer = Consumer({**conf, **cfg.settings.kafka_security()})
 
     def stop(self) -> None:
         self._stop.set()
