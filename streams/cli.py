@@ -73,11 +73,14 @@ def worker_cmd(loglevel: str, engine: str) -> None:
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
     from sessionstream.core.settings import Settings
+    from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
-    keys = Settings.from_env().keys
+    settings = Settings.from_env()
+    keys = settings.keys
     tenant = keys.tenant
-    snap = _with_redis(lambda r: read_views(r, keys, session_id))
+    rows = row_cipher(settings)
+    snap = _with_redis(lambda r: read_views(r, keys, session_id, rows=rows))
     if snap is None:
         raise click.ClickException(
             f"no projections for session {session_id!r} of tenant {tenant!r}: is the worker "
@@ -133,7 +136,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     Never executes a tool: replay only folds the logged events into projections.
     """
     from sessionstream.core.settings import Settings
-    from sessionstream.governance.wiring import reader_pipeline
+    from sessionstream.governance.wiring import reader_pipeline, row_cipher
     from streams.replay import ReplayReport, replay
 
     settings = Settings.from_env()
@@ -146,7 +149,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=settings.kafka_bootstrap, redis=redis, keys=settings.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(settings)))
+        pipeline=reader_pipeline(settings), rows=row_cipher(settings)))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

@@ -169,13 +169,15 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
     """Poll the views until every session's as_of_seq reached its last admitted seq."""
     from redis.asyncio import Redis
 
+    from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
+    rows = row_cipher(settings)
     redis = Redis.from_url(settings.redis_url, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            snaps = {sid: await read_views(redis, settings.keys, sid)
+            snaps = {sid: await read_views(redis, settings.keys, sid, rows=rows)
                      for sid in last_seqs}
             behind = [sid for sid, seq in last_seqs.items()
                       if snaps[sid] is None or snaps[sid].as_of_seq < seq]  # type: ignore[union-attr]
