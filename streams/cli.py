@@ -144,13 +144,13 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s)))
+        pipeline=reader_pipeline(s), fold=s.fold))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
     click.echo(f"generation {report.generation} built from {report.start}: {report.events} "
                f"events in {report.seconds:.1f}s ({report.rate:,.0f}/s), "
-               f"{report.sessions} sessions")
+               f"{report.sessions} sessions ({report.fold} fold)")
     click.echo(f"compared with live generation {report.live_generation}: {report.equal} equal, "
                f"{len(report.different)} different, {len(report.not_comparable)} at another seq")
     click.echo("readers switched to the new generation" if report.switched

@@ -70,6 +70,7 @@ class Env:
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
     RETENTION = "SESSIONSTREAM_RETENTION"
+    FOLD = "SESSIONSTREAM_FOLD"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
@@ -108,6 +109,7 @@ class Settings:
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
+    fold: str = "auto"  # replay's in-memory fold: auto | native (Rust extension) | python
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     worker_instance: str | None = None  # static group membership (group.instance.id)
@@ -177,6 +179,10 @@ class Settings:
                 raise SettingsError(
                     f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
                     "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+        if self.fold not in FOLDS:
+            raise SettingsError(
+                f"SESSIONSTREAM_FOLD={self.fold!r} is not a fold path: use "
+                + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
         self._check_worker_and_stack()
@@ -254,6 +260,7 @@ class Settings:
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
+            fold=env.get("SESSIONSTREAM_FOLD") or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or None,
             batch_max=_int(env, Env.BATCH_MAX, 500),
@@ -294,6 +301,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 KEY_STORES = ("file", "redis")
+FOLDS = ("auto", "native", "python")
 DATA_CLASSES = ("raw", "surface", "business")
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 
