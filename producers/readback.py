@@ -45,6 +45,7 @@ class Rejection:
     writer_id: str
     verdict: Verdict
     reason: str
+    type: str | None = None  # the refused event's type (the dashboard's timeline shows it)
 
 
 @dataclass
@@ -285,7 +286,7 @@ def read_session(
             rb.rejections.append(
                 Rejection(
                     record.offset, event.event_id, event.seq, event.writer.epoch,
-                    event.writer.id, decision.verdict, decision.reason,
+                    event.writer.id, decision.verdict, decision.reason, event.type,
                 )
             )
     rb.state = state
