@@ -11,7 +11,6 @@ from the key hash).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
-from producers.kafka import _DOWN_CODES, FAIL_FAST_S, client_config
+from producers.kafka import _DOWN_CODES, FAIL_FAST_S
+from producers.kafka_clients import consumer_config, private_group
 from producers.partition import partition_for
 from sessionstream.core.admission import AdmissionState, Verdict, admit
 from sessionstream.core.events import Event
@@ -103,20 +103,16 @@ class _Down:
 
 def _consumer(bootstrap: str, config: dict[str, Any] | None = None,
               down: _Down | None = None) -> Consumer:
-    cfg: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        # assign() only, never subscribe: no group membership, no commits.
-        "group.id": f"sessionstream-readback-{uuid.uuid4()}",
-        "enable.auto.commit": False,
+    extra: dict[str, Any] = {
         "enable.partition.eof": True,
         "fetch.max.bytes": 52_428_800,
         "max.partition.fetch.bytes": 10_485_760,
-        "log_level": 3,
     }
     if down is not None:
-        cfg["error_cb"] = down
-    cfg.update(config or {})
-    return Consumer(client_config(cfg))  # librdkafka logs via Python logging
+        extra["error_cb"] = down
+    extra.update(config or {})
+    # assign() only, never subscribe: no group membership, no commits.
+    return Consumer(consumer_config(bootstrap, private_group("readback"), extra))
 
 
 def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0,
