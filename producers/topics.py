@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from producers.kafka import client_config
+from producers.kafka_clients import admin_config
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
 
@@ -57,7 +57,7 @@ def tenant_topics(settings: Settings, partitions: int | None = None,
 
 def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
     """An admin client; ``security``: the principal's keys (``Settings.kafka_security()``)."""
-    return AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}, security))
+    return AdminClient(admin_config(bootstrap, security=security))
 
 
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec],

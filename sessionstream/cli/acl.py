@@ -140,7 +140,7 @@ def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
         env[Env.REDIS_URL] = redis_url_for(s.redis_url, principal(tenant, role),
                                            secrets.passwords[role])
     if role == "reader":
-        env[Env.DASHBOARD_TOKENS] = f"{tenant}:{secrets.dashboard_token}"
+        env[Env.DASHBOARD_TOKEN] = f"{tenant}:{secrets.dashboard_token}"
     for name, value in env.items():
         click.echo(f"export {name}='{value}'")
 

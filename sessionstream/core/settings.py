@@ -82,7 +82,8 @@ class Env:
     KAFKA_SASL_PASSWORD = "SESSIONSTREAM_KAFKA_SASL_PASSWORD"
     SECURE_KAFKA_PORT = "SESSIONSTREAM_SECURE_KAFKA_PORT"
     SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
-    DASHBOARD_TOKENS = "SESSIONSTREAM_DASHBOARD_TOKENS"
+    DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
+    FOLD = "SESSIONSTREAM_FOLD"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
@@ -252,9 +253,9 @@ class Settings:
         for token, tenant in self.dashboard_tokens:
             if len(token) < 16 or not _TENANT_RE.match(tenant):
                 raise SettingsError(
-                    f"{Env.DASHBOARD_TOKENS}: each entry is <tenant>:<token> with a valid "
+                    f"{Env.DASHBOARD_TOKEN}: each entry is <tenant>:<token> with a valid "
                     "tenant and a token of at least 16 characters (e.g. from "
-                    "`sessionstream acl token --tenant T`)")
+                    "`sessionstream acl env --role reader`)")
 
     def kafka_security(self) -> dict[str, str]:
         """The librdkafka keys that authenticate this process's principal (none: plaintext).
@@ -338,7 +339,8 @@ class Settings:
             kafka_sasl_mechanism=(env.get(Env.KAFKA_SASL_MECHANISM) or "SCRAM-SHA-512").upper(),
             kafka_sasl_username=env.get(Env.KAFKA_SASL_USERNAME) or None,
             kafka_sasl_password=env.get(Env.KAFKA_SASL_PASSWORD) or None,
-            dashboard_tokens=_tokens(env.get(Env.DASHBOARD_TOKENS) or ""),
+            dashboard_tokens=_tokens(env.get(Env.DASHBOARD_TOKEN) or "",
+                                     env.get("SESSIONSTREAM_TENANT") or "default"),
             secure_kafka_port=_port(env, Env.SECURE_KAFKA_PORT, DEFAULT_SECURE_KAFKA_PORT),
             secure_kafka_controller_port=_port(env, Env.SECURE_KAFKA_CONTROLLER_PORT,
                                                DEFAULT_SECURE_KAFKA_CONTROLLER_PORT),
@@ -393,16 +395,20 @@ def _retention(value: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _tokens(value: str) -> tuple[tuple[str, str], ...]:
-    """``acme:tok1,globex:tok2`` → (("tok1", "acme"), ("tok2", "globex"))."""
+def _tokens(value: str, tenant: str) -> tuple[tuple[str, str], ...]:
+    """``tok`` (for the process's tenant) or ``acme:tok1,globex:tok2`` →
+    (token, tenant) pairs."""
+    items = [p.strip() for p in value.split(",") if p.strip()]
+    if len(items) == 1 and ":" not in items[0]:
+        return ((items[0], tenant),)
     out = []
-    for item in filter(None, (p.strip() for p in value.split(","))):
-        tenant, sep, token = item.partition(":")
+    for item in items:
+        scope, sep, token = item.partition(":")
         if not sep or not token:
             raise SettingsError(
-                f"{Env.DASHBOARD_TOKENS}: an entry is not <tenant>:<token> (entries are "
-                "comma-separated)")
-        out.append((token, tenant))
+                f"{Env.DASHBOARD_TOKEN}: an entry is not <tenant>:<token> (entries are "
+                "comma-separated; a single token alone is scoped to SESSIONSTREAM_TENANT)")
+        out.append((token, scope))
     return tuple(out)
 
 

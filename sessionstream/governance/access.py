@@ -29,6 +29,7 @@ from sessionstream.core.access import (
 )
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.rows import KeySpace
+from sessionstream.core.settings import Env
 
 SCRAM_ITERATIONS = 8192
 
@@ -127,8 +128,8 @@ def apply_kafka(admin: Any, tenant: str, passwords: dict[str, str], *,
         err = exc.args[0]
         raise AccessError(
             f"Kafka refused the access scopes of tenant {tenant!r}: {err.name()}: {err.str()}"
-            " — run as the cluster's admin (a super user: set SESSIONSTREAM_KAFKA_SASL_"
-            "USERNAME/PASSWORD, or use --local-secure for `sessionstream up --secure`)"
+            f" — run as the cluster's admin (a super user: set {Env.KAFKA_SASL_USERNAME} and "
+            f"{Env.KAFKA_SASL_PASSWORD}, or use --local-secure for `sessionstream up --secure`)"
         ) from exc
     return {"users": users, "acls": [a.describe() for a in acls]}
 

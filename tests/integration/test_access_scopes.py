@@ -19,7 +19,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from producers.errors import NotAuthorized
-from producers.kafka import client_config
+from producers.kafka_clients import consumer_config, producer_config
 from producers.readback import scan_session
 from producers.topics import admin_client, ensure_topics, tenant_topics
 from producers.writer import SessionWriter, WriterConfig, read_log
@@ -93,9 +93,9 @@ def _produce(bootstrap: str, topic: str, security: dict[str, str],
     from producers.errors import map_kafka_error
 
     errors: list[KafkaError | None] = []
-    p = Producer(client_config({
-        "bootstrap.servers": bootstrap, "enable.idempotence": idempotent,
-        "message.timeout.ms": 15_000, "partitioner": "murmur2_random"}, security))
+    p = Producer(producer_config(bootstrap, {
+        "enable.idempotence": idempotent, "message.timeout.ms": 15_000,
+        "partitioner": "murmur2_random"}, defaults={}, security=security))
     p.produce(topic, b"v", key=b"k", on_delivery=lambda err, _msg: errors.append(err))
     p.flush(20)
     assert errors, "no delivery report within 20 s"
@@ -169,9 +169,9 @@ def test_the_worker_consumes_in_its_tenants_groups_only(tenants: dict[str, Tenan
     _produce(a.settings.kafka_bootstrap, topic, a.kafka("writer"))
 
     def first_poll(group: str) -> Message:
-        c = Consumer(client_config({"bootstrap.servers": a.settings.kafka_bootstrap,
-                                    "group.id": group, "auto.offset.reset": "earliest",
-                                    "enable.auto.commit": False}, a.kafka("worker")))
+        c = Consumer(consumer_config(a.settings.kafka_bootstrap, group,
+                                     {"auto.offset.reset": "earliest"},
+                                     security=a.kafka("worker")))
         try:
             c.subscribe([topic])
             deadline = time.monotonic() + 30

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.kafka import client_config
+from producers.kafka_clients import KafkaClients
 from sessionstream import devstack
 from sessionstream.core.access import (
     kafka_acls,
@@ -70,8 +70,10 @@ def test_sasl_settings_come_from_the_environment_and_reach_every_client_config()
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "sessionstream.a.writer", "sasl.password": "pw"}
     assert "pw" not in repr(s)
-    cfg = client_config({"bootstrap.servers": "x:1"}, s.kafka_security())
-    assert cfg["sasl.username"] == "sessionstream.a.writer"
+    clients = KafkaClients.from_settings(s)
+    for cfg in (clients.admin(), clients.producer(), clients.consumer("g")):
+        assert cfg["sasl.username"] == "sessionstream.a.writer"
+        assert cfg["security.protocol"] == "SASL_PLAINTEXT"
     assert Settings.from_env({}).kafka_security() == {}
 
 
@@ -80,8 +82,9 @@ def test_sasl_settings_come_from_the_environment_and_reach_every_client_config()
     ({"SESSIONSTREAM_KAFKA_SECURITY_PROTOCOL": "tls"}, "is not a security protocol"),
     ({"SESSIONSTREAM_KAFKA_SASL_USERNAME": "u", "SESSIONSTREAM_KAFKA_SASL_PASSWORD": "p",
       "SESSIONSTREAM_KAFKA_SASL_MECHANISM": "GSSAPI"}, "is not a SASL mechanism"),
-    ({"SESSIONSTREAM_DASHBOARD_TOKENS": "acme"}, "is not <tenant>:<token>"),
-    ({"SESSIONSTREAM_DASHBOARD_TOKENS": "acme:short"}, "at least 16 characters"),
+    ({"SESSIONSTREAM_DASHBOARD_TOKEN": "acme:x" * 4 + ",acme"}, "is not <tenant>:<token>"),
+    ({"SESSIONSTREAM_DASHBOARD_TOKEN": "acme:short"}, "at least 16 characters"),
+    ({"SESSIONSTREAM_DASHBOARD_TOKEN": "BAD TENANT:" + "x" * 20}, "valid tenant"),
 ])
 def test_bad_security_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
