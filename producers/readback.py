@@ -45,6 +45,7 @@ class Rejection:
     writer_id: str
     verdict: Verdict
     reason: str
+    type: str | None = None  # the refused event's type (the dashboard's timeline shows it)
 
 
 @dataclass
@@ -93,6 +94,10 @@ class _Down:
             self.last = err
             if self.since is None:
                 self.since = time.monotonic()
+
+    def answered(self) -> None:
+        """A broker answered: an earlier all-down report was a blip, not an outage."""
+        self.since = None
 
     def check(self, bootstrap: str, t0: float) -> None:
         """BrokerUnavailable once every broker was down for FAIL_FAST_S (as create's probe)."""
@@ -169,6 +174,7 @@ def scan_session(
         if partition is None:
             partition = partition_for(
                 key, partition_count(consumer, topic, timeout, down, bootstrap))
+            down.answered()
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -183,8 +189,11 @@ def scan_session(
                 err = exc.args[0]
                 # _TIMED_OUT: one short slice expired (a busy broker); the deadline and
                 # the all-brokers-down check decide when to give up.
+                # _ALL_BROKERS_DOWN and friends: connections dropped for a moment on a
+                # loaded machine; down.check raises once they stay down FAIL_FAST_S.
                 transient = (err.retriable() or err.code() in _LEADER_CODES
-                             or err.code() == KafkaError._TIMED_OUT)
+                             or err.code() == KafkaError._TIMED_OUT
+                             or err.code() in _DOWN_CODES)
                 if not transient or time.monotonic() > deadline:
                     raise BrokerUnavailable(
                         f"watermarks of {topic}[{partition}] from {bootstrap}: {exc}",
@@ -280,7 +289,7 @@ def read_session(
             rb.rejections.append(
                 Rejection(
                     record.offset, event.event_id, event.seq, event.writer.epoch,
-                    event.writer.id, decision.verdict, decision.reason,
+                    event.writer.id, decision.verdict, decision.reason, event.type,
                 )
             )
     rb.state = state
