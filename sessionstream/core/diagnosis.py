@@ -458,7 +458,7 @@ def _request(facts: DiagnosisFacts, s: Session) -> list[Finding]:
     return out
 
 
-def _reconstructable(facts: Facts, s: Session) -> Finding:
+def _reconstructable(facts: DiagnosisFacts, s: Session) -> Finding:
     """Seed §4.6.1: say which requests can no longer be rebuilt, and from what."""
     from sessionstream.core.privacy import reconstructability
 
