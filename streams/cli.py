@@ -20,6 +20,7 @@ import click
 from sessionstream.cli.context import command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import ENGINES, Env
+from streams.compaction_watch_cli import compactor_cmd
 
 T = TypeVar("T")
 
@@ -73,11 +74,14 @@ def worker_cmd(loglevel: str, engine: str | None) -> None:
 @click.option("--view", "only", multiple=True, help="Only these views (repeatable).")
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
+    from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
-    keys = settings().keys
+    s = settings()
+    keys = s.keys
     tenant = keys.tenant
-    snap = _with_redis(lambda r: read_views(r, keys, session_id))
+    rows = row_cipher(s)
+    snap = _with_redis(lambda r: read_views(r, keys, session_id, rows=rows))
     if snap is None:
         raise click.ClickException(
             f"no projections for session {session_id!r} of tenant {tenant!r}: is the worker "
@@ -131,7 +135,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
-    from sessionstream.governance.wiring import reader_pipeline
+    from sessionstream.governance.wiring import reader_pipeline, row_cipher
     from streams.replay import ReplayReport, replay
 
     s = settings()
@@ -144,7 +148,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s), fold=s.fold))
+        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
@@ -171,5 +175,5 @@ def _parse_time(text: str) -> int:
 
 
 def register(group: click.Group) -> None:
-    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd):
+    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd, compactor_cmd):
         group.add_command(cmd)

@@ -1,6 +1,6 @@
 """Diagnose one session from facts already read: a list of findings, in the seed's order.
 
-Pure: :func:`diagnose` takes :class:`Facts` (the admitted events, the rejections, the
+Pure: :func:`diagnose` takes :class:`DiagnosisFacts` (the admitted events, the rejections, the
 stored projection row, the code's state versions) and returns :class:`Finding` s,
 walking seed §4.14's recommended order — durable raw events → surface → request
 header / prompt assembly → projection watermark (client rendering is out of reach).
@@ -123,7 +123,7 @@ class StoredProjection:
 
 
 @dataclass(frozen=True)
-class Facts:
+class DiagnosisFacts:
     """Everything the diagnosis looks at, read beforehand by an edge (or from a file).
 
     ``projections_checked`` False (offline): the projection layer is not checked.
@@ -147,7 +147,7 @@ class Facts:
         return self.source if self.source is not None else self.session_id
 
 
-def _cmd(facts: Facts, offline: str, view: str) -> str:
+def _cmd(facts: DiagnosisFacts, offline: str, view: str) -> str:
     """The next command: the offline one over the file, or the live view of the session."""
     if facts.source is not None:
         return f"sessionstream {offline} {facts.source}"
@@ -165,7 +165,7 @@ def implicated(findings: Sequence[Finding]) -> list[str]:
     return [k for k in MATRIX if k in hit]
 
 
-def diagnose(facts: Facts, catalog: Catalog | None = None) -> list[Finding]:
+def diagnose(facts: DiagnosisFacts, catalog: Catalog | None = None) -> list[Finding]:
     """Every check, in the seed's order; later layers are skipped if the log is unusable."""
     cat = catalog or default_catalog()
     out = _raw(facts, cat)
@@ -180,7 +180,7 @@ def diagnose(facts: Facts, catalog: Catalog | None = None) -> list[Finding]:
 
 # -- raw events ---------------------------------------------------------------------------
 
-def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
+def _raw(facts: DiagnosisFacts, cat: Catalog) -> list[Finding]:
     ev, out = facts.events, []
     seqs = [e.seq for e in ev]
     writers = sorted({(e.writer.id, e.writer.epoch) for e in ev}, key=lambda w: (w[1], w[0]))
@@ -209,7 +209,7 @@ def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
     return out
 
 
-def _rejections(facts: Facts) -> Finding:
+def _rejections(facts: DiagnosisFacts) -> Finding:
     rej = [r for r in facts.rejections if r.verdict != "duplicate"]
     dup = len(facts.rejections) - len(rej)
     if not rej:
@@ -236,7 +236,7 @@ def _rejections(facts: Facts) -> Finding:
                    ("lost-after-restart",))
 
 
-def _formats(facts: Facts, cat: Catalog) -> Finding:
+def _formats(facts: DiagnosisFacts, cat: Catalog) -> Finding:
     ev = facts.events
     versions = Counter(e.format_version for e in ev)
     unknown = Counter(e.type for e in ev if e.type not in cat)
@@ -261,7 +261,7 @@ def _formats(facts: Facts, cat: Catalog) -> Finding:
                    evidence)
 
 
-def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
+def _session(facts: DiagnosisFacts, cat: Catalog, out: list[Finding]) -> Session | None:
     """Rebuild the session (every write-time rule); the open tail; recovery markers."""
     if not facts.events:
         return None
@@ -283,7 +283,7 @@ def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
     return session
 
 
-def _open_tail(facts: Facts, s: Session) -> Finding:
+def _open_tail(facts: DiagnosisFacts, s: Session) -> Finding:
     comp = s.open_compaction
     evidence: dict[str, Any] = {"open_turn": s.open_turn, "open_turn_seq": s.open_turn_seq,
                 "open_step": s.open_step,
@@ -327,7 +327,7 @@ def _lifecycles(ev: Sequence[Event]) -> Finding:
 
 # -- surface ------------------------------------------------------------------------------
 
-def _surface(facts: Facts, s: Session) -> list[Finding]:
+def _surface(facts: DiagnosisFacts, s: Session) -> list[Finding]:
     messages = s.derive_messages()
     kinds = Counter(m.kind.value for m in messages)
     declared: dict[str, int] = {}
@@ -363,7 +363,7 @@ def _surface(facts: Facts, s: Session) -> list[Finding]:
     return out
 
 
-def _compaction(facts: Facts, s: Session) -> Finding:
+def _compaction(facts: DiagnosisFacts, s: Session) -> Finding:
     from sessionstream.core.compaction import gather_facts  # imports the summarizer machinery
 
     ev = s.events
@@ -421,7 +421,7 @@ def _compaction(facts: Facts, s: Session) -> Finding:
 
 # -- request ------------------------------------------------------------------------------
 
-def _request(facts: Facts, s: Session) -> list[Finding]:
+def _request(facts: DiagnosisFacts, s: Session) -> list[Finding]:
     ev = s.events
     headers = [e for e in ev if e.type == "request/header"]
     snaps = [e for e in ev if e.type == "context/snapshot"]
@@ -457,7 +457,7 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
 
 # -- projections --------------------------------------------------------------------------
 
-def _projections(facts: Facts) -> list[Finding]:
+def _projections(facts: DiagnosisFacts) -> list[Finding]:
     sid, st = facts.session_id, facts.stored
     last = facts.events[-1].seq if facts.events else -1
     if st is None:
@@ -518,5 +518,5 @@ def _projections(facts: Facts) -> list[Finding]:
     return out
 
 
-__all__ = ["MATRIX", "Facts", "Finding", "Layer", "RejectedEvent", "Status", "StoredProjection",
-           "diagnose", "exit_code", "implicated"]
+__all__ = ["MATRIX", "DiagnosisFacts", "Finding", "Layer", "RejectedEvent", "Status",
+           "StoredProjection", "diagnose", "exit_code", "implicated"]
