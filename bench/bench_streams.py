@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--replay-only", action="store_true",
                     help="only the raw consume and replay figures (e.g. --events 1000000)")
     ap.add_argument("--folds", default="python,native",
-                    help="replay's fold paths to measure (SESSIONSTREAM_FOLD values)")
+                    help="replay fold paths to measure: auto, native, python (Settings.fold)")
     args = ap.parse_args()
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
