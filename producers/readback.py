@@ -73,6 +73,9 @@ class ReadBack:
     records_scanned: int = 0
     #: The admission state after ``end`` (continue a later read from ``end`` with it).
     state: AdmissionState | None = None
+    #: Sealed parts the reader could not open (shredded or missing keys), with their seq
+    #: and class: what is no longer reconstructable (``sessionstream.core.privacy``).
+    unopened: list[Any] = field(default_factory=list)
 
     @property
     def next_seq(self) -> int:

@@ -85,7 +85,7 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
                                   x.offset) for x in rb.rejections],
         corrupt_offsets=[off for off, _ in rb.corrupt],
         projections_checked=True, stored=stored, code_versions=default_registry().versions(),
-        log_index=log_index, lease_held=lease_held,
+        log_index=log_index, lease_held=lease_held, unopened=rb.unopened,
     )
 
 
