@@ -195,6 +195,73 @@ def keys_rotate(as_json: bool) -> None:
         click.echo(f"tenant {gov.tenant}: key version {version}, {count} data keys rewrapped")
 
 
+@click.group("access")
+def access_group() -> None:
+    """Access scopes per tenant and role: Redis ACL users, Kafka ACL bindings."""
+
+
+_ROLE = click.argument("role", type=click.Choice(["writer", "reader", "auditor", "admin"]))
+
+
+@access_group.command("redis-user")
+@click.argument("tenant")
+@_ROLE
+@click.option("--password-env", required=True, metavar="VAR",
+              help="The environment variable holding the user's password (never an argument).")
+@click.option("--apply", "do_apply", is_flag=True,
+              help="Create/reset the user on SESSIONSTREAM_REDIS_URL (else print the rules).")
+def access_redis_user(tenant: str, role: str, password_env: str, do_apply: bool) -> None:
+    """A Redis ACL user for TENANT's ROLE, restricted to the tenant's key prefix."""
+    import os
+
+    from sessionstream.core.settings import Settings
+    from sessionstream.governance.access import (
+        AccessError,
+        apply_redis_user,
+        redis_acl_rules,
+        redis_username,
+    )
+
+    settings = Settings.from_env()
+    try:
+        rules = redis_acl_rules(tenant, role, prefix=settings.key_prefix)
+    except AccessError as exc:
+        _die(f"error: {exc}", 2)
+    if not do_apply:
+        click.echo(f"ACL SETUSER {redis_username(tenant, role)} reset {' '.join(rules)} "
+                   f">${password_env}")
+        return
+    password = os.environ.get(password_env)
+    if not password:
+        _die(f"error: {password_env} is not set: put the user's password there", 2)
+    import redis
+
+    with _errors():
+        client = redis.Redis.from_url(settings.redis_url)
+        name = apply_redis_user(client, tenant, role, password, prefix=settings.key_prefix)
+    click.echo(f"Redis user {name} set (keys of tenant {tenant} only)")
+
+
+@access_group.command("kafka-acls")
+@click.argument("tenant")
+@_ROLE
+@_JSON
+def access_kafka_acls(tenant: str, role: str, as_json: bool) -> None:
+    """The prefixed Kafka ACLs TENANT's ROLE needs (for a SASL/SCRAM principal)."""
+    from sessionstream.governance.access import AccessError, kafka_acls
+
+    try:
+        acls = kafka_acls(tenant, role)
+    except AccessError as exc:
+        _die(f"error: {exc}", 2)
+    if as_json:
+        _print([a.__dict__ for a in acls])
+        return
+    for a in acls:
+        click.echo(f"{a.permission} {a.principal} {a.operation} {a.resource_type} "
+                   f"{a.pattern_type} {a.name}")
+
+
 def register(group: click.Group) -> None:
-    for command in (delete_cmd, hold_group, retention_group, keys_group):
+    for command in (delete_cmd, hold_group, retention_group, keys_group, access_group):
         group.add_command(command)
