@@ -53,7 +53,7 @@ class DashboardConfig:
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
     timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
     rows: Any = None  # opens views sealed with the sessions' keys (governance.rows.RowCipher)
-    #: "<tenant>.<secret>" (Settings.dashboard_token): every page and API call needs it
+    #: "<tenant>.<secret>" (SESSIONSTREAM_DASHBOARD_TOKEN): every page and API call needs it
     #: (Bearer header, ?token= once — kept in an HttpOnly cookie — or that cookie).
     token: str | None = field(default=None, repr=False)
 

@@ -209,7 +209,7 @@ _ROLE = click.argument("role", type=click.Choice(["writer", "reader", "auditor",
 @click.option("--password-env", required=True, metavar="VAR",
               help="The environment variable holding the user's password (never an argument).")
 @click.option("--apply", "do_apply", is_flag=True,
-              help="Create/reset the user on the settings' Redis (else print the rules).")
+              help="Create/reset the user on SESSIONSTREAM_REDIS_URL (else print the rules).")
 def access_redis_user(tenant: str, role: str, password_env: str, do_apply: bool) -> None:
     """A Redis ACL user for TENANT's ROLE, restricted to the tenant's key prefix."""
     import os
