@@ -15,7 +15,6 @@ Nothing here logs session content: only ids, counts and generations.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,9 +52,6 @@ class DashboardConfig:
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
     timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
     rows: Any = None  # opens views sealed with the sessions' keys (governance.rows.RowCipher)
-    #: "<tenant>.<secret>" (SESSIONSTREAM_DASHBOARD_TOKEN): every page and API call needs it
-    #: (Bearer header, ?token= once — kept in an HttpOnly cookie — or that cookie).
-    token: str | None = field(default=None, repr=False)
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -65,7 +61,7 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 
 def create_app(config: DashboardConfig) -> web.Application:
     """The web application; it opens its Redis client here and closes it on cleanup."""
-    app = web.Application(middlewares=[_json_errors, _require_token])
+    app = web.Application(middlewares=[_json_errors])
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.
@@ -112,39 +108,6 @@ async def _json_errors(request: web.Request,
             raise
         return web.json_response({"error": exc.reason, "path": request.path},
                                  status=exc.status)
-
-
-TOKEN_COOKIE = "ss_dashboard_token"
-
-
-@web.middleware
-async def _require_token(request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
-    """A token scoped to this dashboard's tenant, when one is configured (seed §4.13)."""
-    config = request.app[CONFIG]
-    expected = config.token
-    if expected is None or request.path == "/healthz":
-        return await handler(request)
-    header = request.headers.get("Authorization", "")
-    given = (header[7:] if header.startswith("Bearer ") else None) or \
-        request.query.get("token") or request.cookies.get(TOKEN_COOKIE)
-    if not given:
-        return web.json_response({"error": "this dashboard needs a token: open it with "
-                                  "?token=<tenant>.<secret> or send Authorization: Bearer"},
-                                 status=401)
-    tenant = given.split(".", 1)[0]
-    if tenant != config.keys.tenant:
-        return web.json_response({"error": f"the token is for tenant {tenant!r}; this "
-                                  f"dashboard serves tenant {config.keys.tenant!r}"},
-                                 status=403)
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        return web.json_response({"error": "wrong token for this tenant"}, status=401)
-    response = await handler(request)
-    if request.query.get("token") and isinstance(response, web.StreamResponse) \
-            and not response.prepared:
-        response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="Strict")
-    return response
 
 
 async def _index(request: web.Request) -> web.StreamResponse:

@@ -63,7 +63,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
                                                      settings.events_topic),
-                             rows=row_cipher(settings), token=settings.dashboard_token)
+                             rows=row_cipher(settings))
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:

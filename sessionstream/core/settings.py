@@ -69,7 +69,6 @@ class Env:
     CACHE_DIR = "SESSIONSTREAM_CACHE_DIR"
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
-    DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     RETENTION = "SESSIONSTREAM_RETENTION"
     FOLD = "SESSIONSTREAM_FOLD"
 
@@ -110,7 +109,6 @@ class Settings:
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
-    dashboard_token: str | None = field(default=None, repr=False)  # "<tenant>.<secret>"
     fold: str = "auto"  # replay's in-memory fold: auto | native (Rust extension) | python
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
@@ -187,12 +185,6 @@ class Settings:
                 + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
-        if self.dashboard_token is not None and (
-                not self.dashboard_token.startswith(self.tenant + ".")
-                or len(self.dashboard_token) < len(self.tenant) + 17):
-            raise SettingsError(
-                "SESSIONSTREAM_DASHBOARD_TOKEN must be '<tenant>.<secret>' for this tenant "
-                f"({self.tenant!r}) with a secret of at least 16 characters")
         self._check_worker_and_stack()
 
     def _check_worker_and_stack(self) -> None:
@@ -268,7 +260,6 @@ class Settings:
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
-            dashboard_token=env.get("SESSIONSTREAM_DASHBOARD_TOKEN") or None,
             fold=env.get("SESSIONSTREAM_FOLD") or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or None,
