@@ -338,9 +338,9 @@ class KeyStore(ABC):
         ring = self.tenant_keys.ring(tenant, create=True)
         if ring is None:
             raise KeyConfigError(
-                f"no tenant key for tenant {tenant!r} on this node: set "
-                f"{Env.TENANT_KEY}_{tenant.upper().replace('-', '_')} or provide "
-                "its key file (see docs/operations.md, 'Key hierarchy')"
+                f"no tenant key for tenant {tenant!r} on this node: give every node the same "
+                "key ring (the tenant key setting, or the tenant's key file under the key "
+                "directory; see docs/operations.md, 'Key hierarchy')"
             )
         if self._tombstone(tenant, session_id, data_class) is not None:
             raise ContentKeyShredded(tenant, session_id, data_class.value)
