@@ -42,7 +42,6 @@ from typing import Any
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
 from sessionstream.core.rows import KeySpace
-from sessionstream.core.settings import Env
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
 
 Clock = Callable[[], int]
