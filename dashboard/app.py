@@ -27,6 +27,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from sessionstream import redisconn
 from sessionstream.core.keys import DEFAULT_PREFIX
 from streams.read import current_generation, list_sessions, read_views
 from streams.sink import tenant_changes
@@ -45,6 +46,7 @@ class DashboardConfig:
     """What the dashboard reads and how often the live feed wakes up."""
 
     redis_url: str
+    redis_cluster: bool = False
     tenant: str = "default"
     prefix: str = DEFAULT_PREFIX
     list_limit: int = 200  # sessions in the list when the page does not ask for a number
@@ -63,9 +65,10 @@ def create_app(config: DashboardConfig) -> web.Application:
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.
-    app[REDIS] = Redis.from_url(config.redis_url, decode_responses=True,
-                                socket_timeout=config.block_ms / 1000 + 10,
-                                health_check_interval=30)
+    app[REDIS] = redisconn.async_redis(config.redis_url, cluster=config.redis_cluster,
+                                       decode_responses=True,
+                                       socket_timeout=config.block_ms / 1000 + 10,
+                                       health_check_interval=30)
 
     async def stop_feeds(app: web.Application) -> None:
         app[STOPPING].set()

@@ -46,16 +46,18 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     from aiohttp import web
 
     from dashboard.app import DashboardConfig, create_app
+    from sessionstream import redisconn
 
     prefix = settings.key_prefix
     try:
-        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3).ping()
+        redisconn.from_settings(settings, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
         raise click.ClickException(
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
             "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = DashboardConfig(redis_url=settings.redis_url, tenant=settings.tenant, prefix=prefix)
+    config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
+                             tenant=settings.tenant, prefix=prefix)
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from sessionstream import redisconn
 from sessionstream.core.errors import SessionStreamError
 
 
@@ -57,7 +58,6 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
 
 async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
     from redis import exceptions as rexc
-    from redis.asyncio import Redis
 
     from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
@@ -67,7 +67,7 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
     # the worker writes and takes leases under the same prefix.
     cfg = WriterConfig.from_settings(settings)
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     watcher = CompactionWatcher(cfg, budget=budget, prefix=cfg.key_prefix, redis=redis,
                                 ledger=AttemptLedger(cooldown_s=cooldown))
     try:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -52,6 +51,7 @@ from producers.index import SessionIndex
 from producers.kafka import Delivery, DeliveryState, KafkaSender, client_config
 from producers.lease import DEFAULT_TTL_MS, Lease, LeaseStore
 from producers.readback import ReadBack, Rejection, read_session
+from sessionstream import redisconn
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.events import (
     Clock,
@@ -94,6 +94,7 @@ class WriterConfig:
     topic: str
     redis_url: str
     tenant: str = "default"
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     key_prefix: str = DEFAULT_KEY_PREFIX
     lease_ttl_ms: int = DEFAULT_TTL_MS
     attachment_dir: Path | None = None
@@ -111,6 +112,7 @@ class WriterConfig:
             "bootstrap": settings.kafka_bootstrap,
             "topic": settings.events_topic,
             "redis_url": settings.redis_url,
+            "redis_cluster": getattr(settings, "redis_cluster", False),
             "tenant": settings.tenant,
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
@@ -177,8 +179,9 @@ class _Edges:
         self.cfg = cfg
         self.encode = codec.encode
         self.decode = codec.decode
-        self.redis = redis.Redis.from_url(
+        self.redis = redisconn.sync_redis(
             cfg.redis_url,
+            cluster=cfg.redis_cluster,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),

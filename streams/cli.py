@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from sessionstream import redisconn
 from sessionstream.core.errors import SessionStreamError
 
 T = TypeVar("T")
@@ -28,7 +29,6 @@ def _prefix() -> str:
 
 
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
-    from redis.asyncio import Redis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from sessionstream.core.settings import Settings
@@ -36,7 +36,7 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     settings = Settings.from_env()
 
     async def run() -> T:
-        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
         try:
             return await fn(redis)
         finally:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sessionstream import redisconn
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
 
@@ -108,12 +109,11 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
                           echo: Echo, worker: subprocess.Popen[bytes],
                           log_path: Path) -> list[dict[str, Any]]:
     """Poll the views until every session's as_of_seq reached its last admitted seq."""
-    from redis.asyncio import Redis
 
     from streams.read import read_views
 
     prefix = settings.key_prefix
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

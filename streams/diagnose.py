@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from sessionstream import redisconn
 from sessionstream.core.diagnosis import (
     MATRIX,
     Facts,
@@ -60,11 +61,11 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
     rb = read_log(cfg, session_id, timeout=timeout)
     if not rb.admitted and not rb.rejections and not rb.corrupt:
         return None
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = redisconn.from_settings(settings, decode_responses=True)
     try:
         tenant = settings.tenant
         gen = int(r.get(generation_key(prefix, tenant)) or 1)
-        row: dict[str, str] = r.hgetall(session_hash(prefix, tenant, session_id, gen))  # type: ignore[assignment]
+        row: dict[str, str] = r.hgetall(session_hash(prefix, tenant, session_id, gen))
         stored = None
         if row:
             meta = json.loads(row.get("meta", "{}"))

@@ -15,8 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
+from sessionstream import redisconn
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
@@ -68,7 +67,7 @@ def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
 
 
 def build_sink(cfg: WorkerConfig) -> RedisSink:
-    redis = Redis.from_url(cfg.settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(cfg.settings, asyncio=True, decode_responses=True)
     return RedisSink(redis, prefix=cfg.prefix, tenant=cfg.settings.tenant,
                      retry=Retry(attempts=None))
 
