@@ -1,12 +1,18 @@
 """In-process throughput of the projection processor over an in-memory sink (run by hand).
 
     PYTHONPATH=. python bench/bench_processor.py [--events 40000] [--batch 500] [--profile]
+        [--icount N]
 
 Records are encoded events of ``simulate_session`` sessions (as bench_streams produces
 them), interleaved over 4 partitions like a topic; the processor folds them in batches
 of ``--batch`` into the dict-backed sink of the unit tests, so the number is pure
-Python CPU per event (decode, admission, units, JSON) with no network. ``--profile``
-prints the top of a cProfile of one run.
+Python CPU per event (decode, admission, units, JSON) with no network. The baseline of
+the same run is a bare fastavro decode of the same records (the least any reader does),
+and the ratio is printed. ``--profile`` prints the top of a cProfile of one run.
+``--icount N`` adds an instruction count per event, stable on a noisy machine: the bench
+runs itself twice under ``valgrind --tool=callgrind`` (making the records, then making
+them and folding the first N) and divides the difference by N; skipped when valgrind is
+not installed (``apt-get install valgrind``).
 """
 
 from __future__ import annotations
@@ -14,16 +20,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import io
+import os
 import pstats
 import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import zlib
 
-from sessionstream.core.codec import encode
+from fastavro import schemaless_reader
+
+from sessionstream.core.codec import HEADER_LEN, default_codec, encode
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Core, Record
+from streams.memory import MemorySink
 from streams.processor import Processor
-from tests.unit.test_streams_processor import MemorySink
 
 TOPIC = "bench.processor"
 
@@ -55,11 +70,48 @@ def make_records(n: int, partitions: int = 4, live: int = 100, seed: int = 1) ->
 
 
 async def run(records: list[Record], batch: int) -> float:
-    proc = Processor(core=Core.default(), sink=MemorySink(), group="bench")
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=MemorySink(), group="bench")
     t0 = time.perf_counter()
     for i in range(0, len(records), batch):
         await proc.process(records[i:i + batch])
     return len(records) / (time.perf_counter() - t0)
+
+
+def raw_decode(records: list[Record]) -> float:
+    """The baseline: events/s of a bare fastavro decode of the same records."""
+    schema = default_codec().reader.parsed
+    t0 = time.perf_counter()
+    for r in records:
+        assert r.value is not None
+        body = io.BytesIO(r.value)
+        body.seek(HEADER_LEN)
+        schemaless_reader(body, schema, None)
+    return len(records) / (time.perf_counter() - t0)
+
+
+def instructions(args: argparse.Namespace, fold: int) -> int | None:
+    """Instructions callgrind counts for a run of this script folding ``fold`` records."""
+    out = tempfile.mktemp(prefix="callgrind-")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+           __file__, "--events", str(args.events), "--live", str(args.live),
+           "--batch", str(args.batch), "--fold-only", str(fold)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    if os.path.exists(out):
+        os.unlink(out)
+    m = re.search(r"Collected : (\d+)", res.stderr)
+    return int(m.group(1)) if m else None
+
+
+def icount(args: argparse.Namespace) -> None:
+    if shutil.which("valgrind") is None:
+        print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
+        return
+    base, full = instructions(args, 0), instructions(args, args.icount)
+    if base is None or full is None:
+        print("instruction count: skipped (callgrind printed no total)")
+        return
+    per = (full - base) / args.icount
+    print(f"instructions per event (callgrind, {args.icount} records folded): {per:,.0f}")
 
 
 def main() -> None:
@@ -69,8 +121,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--live", type=int, default=100, help="sessions appending at once")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--icount", type=int, default=0, metavar="N",
+                    help="also count instructions per event over N records (callgrind)")
+    ap.add_argument("--fold-only", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     records = make_records(args.events, live=args.live)
+    if args.fold_only is not None:  # one run under callgrind (see icount)
+        if args.fold_only:
+            asyncio.run(run(records[:args.fold_only], args.batch))
+        return
     sessions = len({r.key for r in records})
     print(f"{len(records)} records, {sessions} sessions ({args.live} live at once), "
           f"batches of {args.batch}")
@@ -83,8 +142,14 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return
     rates = sorted(asyncio.run(run(records, args.batch)) for _ in range(args.runs))
-    print(f"processor in-process: {rates[len(rates) // 2]:,.0f} events/s median of "
-          f"{args.runs} (min {rates[0]:,.0f}, max {rates[-1]:,.0f})")
+    raws = sorted(raw_decode(records) for _ in range(args.runs))
+    med, raw = rates[len(rates) // 2], raws[len(raws) // 2]
+    print(f"bare fastavro decode (baseline): {raw:,.0f} events/s median of {args.runs}")
+    print(f"processor in-process: {med:,.0f} events/s median of "
+          f"{args.runs} (min {rates[0]:,.0f}, max {rates[-1]:,.0f}); ratio to the bare "
+          f"decode {med / raw:.2f}x")
+    if args.icount:
+        icount(args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline;
 2. worker fold throughput per engine (events/s, from its first write to caught up), ratio;
 3. in-process replay rate (confluent consumer + processor, events/s) and the ratio;
-4. append -> visible in Redis latency p50/p99 at a fixed produce rate, per engine.
+4. append -> visible in Redis latency p50/p99 at a fixed produce rate, per engine, with
+   the producer in its own process (bench/lat_producer.py, the writers' producer config)
+   and a per-stage breakdown (produce -> broker ack -> consumed -> folded -> Redis
+   written -> feed read; the kafka engine writes its stage times when
+   SESSIONSTREAM_TRACE_STAGES names a file); ratio to the log's own produce->consumed.
 Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards.
 """
 
@@ -15,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -31,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from redis.asyncio import Redis
 
 from sessionstream.core.codec import encode
+from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from streams.replay import replay
@@ -66,6 +74,108 @@ def worker_cmd(engine: str) -> list[str]:
             "-l", "warn"]
 
 
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, prefix: str,
+            group: str, args: argparse.Namespace, *, seed: int, env: dict[str, str],
+            procs: list[subprocess.Popen]) -> None:  # type: ignore[type-arg]
+    """Append -> visible at a fixed rate on a fresh topic with a live worker, and where
+    the time goes. The producer runs in its own process (bench/lat_producer.py), the
+    feed reader in this one, the worker in a third; stage times are wall clock."""
+    tmp = tempfile.mkdtemp(prefix="ssbench-")
+    trace_path, sent_path = os.path.join(tmp, "trace.jsonl"), os.path.join(tmp, "sent.json")
+    wenv = {**env, "SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_DLQ_TOPIC": dlq,
+            "SESSIONSTREAM_STREAMS_GROUP": group, "SESSIONSTREAM_KEY_PREFIX": prefix,
+            "SESSIONSTREAM_TRACE_STAGES": trace_path}
+    w = subprocess.Popen(worker_cmd(engine), env=wenv,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(w)
+    feed = KeySpace(s.tenant, prefix).tenant_changes(1)
+    p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
+    for ev in simulate_session(random.Random(5), f"warmup-{engine}", turns=1):
+        p2.produce(topic, key=ev.session_id.encode(), value=encode(ev))
+    p2.flush(10)
+    while r.xlen(feed) == 0:  # the worker joined and writes
+        time.sleep(0.05)
+    time.sleep(1)
+    seen: list[tuple[float, dict]] = []  # type: ignore[type-arg]
+    stop = threading.Event()
+
+    def reader() -> None:
+        rr = redis.Redis.from_url(s.redis_url, decode_responses=True)
+        last_id = "$"
+        while not stop.is_set():
+            for _, entries in rr.xread({feed: last_id}, block=200, count=1000) or []:
+                now = time.time()
+                for eid, fields in entries:
+                    last_id = eid
+                    seen.append((now, json.loads(fields["change"])))
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    prod = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "lat_producer.py"),
+         s.kafka_bootstrap, topic, str(args.rate), str(args.seconds), str(seed), sent_path],
+        env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True)
+    del prod
+    time.sleep(2)
+    stop.set()
+    th.join(5)
+    w.terminate()
+    w.wait(30)
+    with open(sent_path, encoding="utf-8") as f:
+        sent = json.load(f)
+    batches: dict[int, list[tuple[int, int, dict]]] = {}  # type: ignore[type-arg]
+    if os.path.exists(trace_path):
+        with open(trace_path, encoding="utf-8") as f:
+            for line in f:
+                b = json.loads(line)
+                for part, (lo, hi) in b["ranges"].items():
+                    batches.setdefault(int(part), []).append((lo, hi, b))
+    for rows in batches.values():
+        rows.sort(key=lambda x: x[0])
+    los = {part: [lo for lo, _, _ in rows] for part, rows in batches.items()}
+    visible: dict[str, list[tuple[int, float]]] = {}
+    for t, ch in seen:
+        visible.setdefault(ch["session"], []).append((ch["as_of_seq"], t))
+    stages: dict[str, list[float]] = {k: [] for k in (
+        "produce->ack", "produce->consumed", "consumed->folded", "folded->written",
+        "written->feed read", "append->visible")}
+    for sid, seq, t_sent, t_ack, part, off in sent:
+        t_vis = next((t for as_of, t in visible.get(sid, []) if as_of >= seq), None)
+        if t_vis is None:
+            continue
+        stages["append->visible"].append((t_vis - t_sent) * 1000)
+        stages["produce->ack"].append((t_ack - t_sent) * 1000)
+        rows = batches.get(part, [])
+        i = bisect.bisect_right(los.get(part, []), off) - 1
+        if i >= 0 and rows[i][0] <= off <= rows[i][1]:
+            b = rows[i][2]
+            if "folded" in b and "written" in b:
+                stages["produce->consumed"].append((b["consumed"] - t_sent) * 1000)
+                stages["consumed->folded"].append((b["folded"] - b["consumed"]) * 1000)
+                stages["folded->written"].append((b["written"] - b["folded"]) * 1000)
+                stages["written->feed read"].append((t_vis - b["written"]) * 1000)
+    vis = stages["append->visible"]
+    base = stages["produce->consumed"]
+    print(f"{engine}: append -> visible at {args.rate}/s over {args.seconds}s: p50 "
+          f"{pct(vis, 0.5):.1f} ms, p99 {pct(vis, 0.99):.1f} ms ({len(vis)}/{len(sent)} "
+          f"events seen; target p99 <= 50 ms); ratio p99 to the log's own produce->consumed "
+          f"p99 {pct(vis, 0.99) / pct(base, 0.99) if base else float('nan'):.1f}x")
+    for name, vals in stages.items():
+        if vals and name != "append->visible":
+            print(f"  {name:>20}: p50 {pct(vals, 0.5):7.1f} ms  p99 {pct(vals, 0.99):7.1f} ms")
+    nb = sum(len(v) for v in batches.values())
+    if nb:
+        print(f"  ({len({id(b) for v in batches.values() for _, _, b in v})} worker batches)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=60_000)
@@ -73,6 +183,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--engines", default="faust,kafka")
+    ap.add_argument("--latency-only", action="store_true", help="skip throughput and replay")
     args = ap.parse_args()
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
@@ -87,123 +198,63 @@ def main() -> None:
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
     try:
-        events = make_events(args.events)
-        p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20, "log_level": 3})
-        for ev in events:
-            p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
-            p.poll(0)
-        p.flush(60)
-        sessions = {ev.session_id: ev.seq for ev in events}
-        print(f"{len(events)} events, {len(sessions)} sessions, {args.partitions} partitions")
+        env = {**os.environ, "SESSIONSTREAM_LOGLEVEL": "warning"}
+        if not args.latency_only:
+            events = make_events(args.events)
+            p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20, "log_level": 3})
+            for ev in events:
+                p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
+                p.poll(0)
+            p.flush(60)
+            sessions = {ev.session_id: ev.seq for ev in events}
+            print(f"{len(events)} events, {len(sessions)} sessions, {args.partitions} partitions")
 
-        raw = raw_consume(s.kafka_bootstrap, topic, len(events))
-        print(f"raw confluent consume loop: {raw:,.0f} events/s")
+            raw = raw_consume(s.kafka_bootstrap, topic, len(events))
+            print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
-        env = {**os.environ, "SESSIONSTREAM_EVENTS_TOPIC": topic,
-               "SESSIONSTREAM_DLQ_TOPIC": lat_topic, "SESSIONSTREAM_LOGLEVEL": "warning"}
-        for engine in engines:
-            env.update(SESSIONSTREAM_STREAMS_GROUP=f"bench-{engine}-{tag}",
-                       SESSIONSTREAM_KEY_PREFIX=f"{prefix}-{engine}")
-            w = subprocess.Popen(worker_cmd(engine), env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            procs.append(w)
-            index = f"{prefix}-{engine}:{{{s.tenant}}}:sessions:g1"
-            while r.zcard(index) == 0:
-                time.sleep(0.01)
-            t0 = time.perf_counter()
-            last = {sid: seq for sid, seq in sessions.items()}
-            while True:
-                with r.pipeline(transaction=False) as pipe:
-                    for sid in last:
-                        pipe.hget(f"{prefix}-{engine}:{{{s.tenant}/{sid}}}:g1", "as_of_seq")
-                    vals = pipe.execute()
-                if all(v is not None and int(v) == last[sid]
-                       for sid, v in zip(last, vals, strict=True)):
-                    break
-                time.sleep(0.05)
-            fold = len(events) / (time.perf_counter() - t0)
-            print(f"{engine} worker fold: {fold:,.0f} events/s  (ratio to raw {fold / raw:.2f}, "
-                  "target >= 0.5)")
-            w.terminate()
-            w.wait(30)
+            env.update(SESSIONSTREAM_EVENTS_TOPIC=topic, SESSIONSTREAM_DLQ_TOPIC=lat_topic)
+            for engine in engines:
+                env.update(SESSIONSTREAM_STREAMS_GROUP=f"bench-{engine}-{tag}",
+                           SESSIONSTREAM_KEY_PREFIX=f"{prefix}-{engine}")
+                w = subprocess.Popen(worker_cmd(engine), env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                procs.append(w)
+                keys = KeySpace(s.tenant, f"{prefix}-{engine}")
+                index = keys.sessions_index(1)
+                while r.zcard(index) == 0:
+                    time.sleep(0.01)
+                t0 = time.perf_counter()
+                last = {sid: seq for sid, seq in sessions.items()}
+                while True:
+                    with r.pipeline(transaction=False) as pipe:
+                        for sid in last:
+                            pipe.hget(keys.session_row(sid, 1), SessionRow.AS_OF_SEQ)
+                        vals = pipe.execute()
+                    if all(v is not None and int(v) == last[sid]
+                           for sid, v in zip(last, vals, strict=True)):
+                        break
+                    time.sleep(0.05)
+                fold = len(events) / (time.perf_counter() - t0)
+                print(f"{engine} worker fold: {fold:,.0f} events/s  (ratio to raw "
+                      f"{fold / raw:.2f}, target >= 0.5)")
+                w.terminate()
+                w.wait(30)
 
-        async def run_replay() -> float:
-            ar = Redis.from_url(s.redis_url, decode_responses=True)
-            rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar, tenant=s.tenant,
-                               topic=topic, prefix=f"{prefix}-{engines[0]}")
-            await ar.aclose()
-            assert rep.equals_live, rep.different[:5]
-            return rep.rate
-        rrate = asyncio.run(run_replay())
-        print(f"replay (confluent + processor, one process): {rrate:,.0f} events/s  "
-              f"(ratio to raw {rrate / raw:.2f}; over {len(events)} events, not 1M)")
+            async def run_replay() -> float:
+                ar = Redis.from_url(s.redis_url, decode_responses=True)
+                rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
+                                   keys=KeySpace(s.tenant, f"{prefix}-{engines[0]}"),
+                                   topic=topic)
+                await ar.aclose()
+                assert rep.equals_live, rep.different[:5]
+                return rep.rate
+            rrate = asyncio.run(run_replay())
+            print(f"replay (confluent + processor, one process): {rrate:,.0f} events/s  "
+                  f"(ratio to raw {rrate / raw:.2f}; over {len(events)} events, not 1M)")
 
         for ei, engine in enumerate(engines):
-            # latency at a fixed rate, on a fresh topic with a live worker
-            env["SESSIONSTREAM_EVENTS_TOPIC"] = lat_topics[engine]
-            env["SESSIONSTREAM_DLQ_TOPIC"] = topic
-            env["SESSIONSTREAM_STREAMS_GROUP"] = f"bench-lat-{engine}-{tag}"
-            env["SESSIONSTREAM_KEY_PREFIX"] = f"{prefix}-lat-{engine}"
-            w = subprocess.Popen(worker_cmd(engine), env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            procs.append(w)
-            lat_events = make_events(args.rate * args.seconds, seed=2 + ei)
-            warm = simulate_session(random.Random(5), f"warmup-{engine}", turns=1)
-            feed = f"{prefix}-lat-{engine}:{{{s.tenant}}}:changes:g1"
-            p2 = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 0, "log_level": 3})
-            for ev in warm:  # wait until the worker joined and writes
-                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
-            p2.flush(10)
-            while r.xlen(feed) == 0:
-                time.sleep(0.05)
-            time.sleep(1)
-            sent: dict[tuple[str, int], float] = {}
-            seen: list[tuple[float, dict]] = []  # type: ignore[type-arg]
-            stop = threading.Event()
-
-            def reader(stop: threading.Event = stop, feed: str = feed,
-                       seen: list = seen) -> None:  # type: ignore[type-arg]
-                rr = redis.Redis.from_url(s.redis_url, decode_responses=True)
-                last_id = "$"
-                while not stop.is_set():
-                    for _, entries in rr.xread({feed: last_id}, block=200, count=1000) or []:
-                        now = time.perf_counter()
-                        for eid, fields in entries:
-                            last_id = eid
-                            seen.append((now, json.loads(fields["change"])))
-            th = threading.Thread(target=reader, daemon=True)
-            th.start()
-            time.sleep(0.3)
-            interval = 1.0 / args.rate
-            t_start = time.perf_counter()
-            for i, ev in enumerate(lat_events):
-                target = t_start + i * interval
-                while time.perf_counter() < target:
-                    pass
-                p2.produce(lat_topics[engine], key=ev.session_id.encode(), value=encode(ev))
-                sent[(ev.session_id, ev.seq)] = time.perf_counter()
-                p2.poll(0)
-            p2.flush(10)
-            time.sleep(2)
-            stop.set()
-            th.join(5)
-            visible: dict[str, list[tuple[int, float]]] = {}
-            for t, ch in seen:
-                visible.setdefault(ch["session"], []).append((ch["as_of_seq"], t))
-            lats = []
-            for (sid, seq), t_sent in sent.items():
-                for as_of, t in visible.get(sid, []):
-                    if as_of >= seq:
-                        lats.append((t - t_sent) * 1000)
-                        break
-            lats.sort()
-            if lats:
-                p50, p99 = lats[len(lats) // 2], lats[int(len(lats) * 0.99)]
-                print(f"{engine}: append -> visible at {args.rate}/s over {args.seconds}s: "
-                      f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(lats)}/{len(sent)} events "
-                      "seen; target p99 <= 50 ms)")
-            w.terminate()
-            w.wait(30)
+            latency(s, r, engine, lat_topics[engine], topic, f"{prefix}-lat-{engine}",
+                    f"bench-lat-{engine}-{tag}", args, seed=2 + ei, env=env, procs=procs)
     finally:
         for w in procs:
             w.terminate()

@@ -15,10 +15,9 @@ Nothing here logs session content: only ids, counts and generations.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +25,12 @@ from aiohttp import web
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
+from dashboard import timeline
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from dashboard.timeline import TimelineSource
 from sessionstream import redisconn
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import KeySpace, read_change_entry
 from streams.read import current_generation, list_sessions, read_views
-from streams.sink import tenant_changes
 
 log = logging.getLogger("sessionstream.dashboard")
 
@@ -46,12 +46,12 @@ class DashboardConfig:
     """What the dashboard reads and how often the live feed wakes up."""
 
     redis_url: str
-    redis_cluster: bool = False
-    tenant: str = "default"
-    prefix: str = DEFAULT_PREFIX
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
+    keys: KeySpace = field(default_factory=lambda: KeySpace("default"))
     list_limit: int = 200  # sessions in the list when the page does not ask for a number
     block_ms: int = 5000  # one XREAD waits at most this long: keep-alive and generation check
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
+    timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -83,6 +83,8 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.router.add_get("/api/sessions", _sessions)
     app.router.add_get("/api/sessions/{session_id}", _session)
     app.router.add_get("/api/events", _events)
+    if config.timeline is not None:
+        timeline.setup(app, config.timeline)
     app.router.add_static("/static", STATIC_DIR)
     return app
 
@@ -117,11 +119,11 @@ async def _healthz(request: web.Request) -> web.Response:
     config, redis = request.app[CONFIG], request.app[REDIS]
     try:
         await redis.ping()
-        gen = await current_generation(redis, config.tenant, config.prefix)
+        gen = await current_generation(redis, config.keys)
     except _REDIS_DOWN as exc:
         return web.json_response({"ok": False, "error": _redis_down(config, exc)}, status=503)
-    return web.json_response({"ok": True, "tenant": config.tenant, "prefix": config.prefix,
-                              "generation": gen})
+    return web.json_response({"ok": True, "tenant": config.keys.tenant,
+                              "prefix": config.keys.prefix, "generation": gen})
 
 
 async def _sessions(request: web.Request) -> web.Response:
@@ -130,23 +132,23 @@ async def _sessions(request: web.Request) -> web.Response:
     if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
         return web.json_response(
             {"error": f"limit={raw!r} is not a number of sessions from 1 to 10000"}, status=400)
-    gen = await current_generation(redis, config.tenant, config.prefix)
-    rows = await list_sessions(redis, config.tenant, prefix=config.prefix, limit=int(raw),
+    gen = await current_generation(redis, config.keys)
+    rows = await list_sessions(redis, config.keys, limit=int(raw),
                                generation=gen)
-    return web.json_response({"tenant": config.tenant, "generation": gen, "sessions": rows})
+    return web.json_response({"tenant": config.keys.tenant, "generation": gen, "sessions": rows})
 
 
 async def _session(request: web.Request) -> web.Response:
     config, redis = request.app[CONFIG], request.app[REDIS]
     sid = request.match_info["session_id"]
-    snap = await read_views(redis, config.tenant, sid, prefix=config.prefix)
+    snap = await read_views(redis, config.keys, sid)
     if snap is None:
-        gen = await current_generation(redis, config.tenant, config.prefix)
+        gen = await current_generation(redis, config.keys)
         return web.json_response({
-            "error": f"no projections for session {sid!r} of tenant {config.tenant!r} "
+            "error": f"no projections for session {sid!r} of tenant {config.keys.tenant!r} "
                      f"in generation {gen}: check the id in /api/sessions, and that the "
                      "worker (`sessionstream worker`) has reached it",
-            "session_id": sid, "tenant": config.tenant, "generation": gen,
+            "session_id": sid, "tenant": config.keys.tenant, "generation": gen,
         }, status=404)
     return web.json_response({**snap.to_json(), "meta": snap.meta})
 
@@ -161,14 +163,14 @@ async def _events(request: web.Request) -> web.StreamResponse:
     await resp.write(f"retry: {config.retry_ms}\n\n".encode())
     sent = 0
     try:
-        gen = await current_generation(redis, config.tenant, config.prefix)
+        gen = await current_generation(redis, config.keys)
         last = parse_event_id(request.headers.get("Last-Event-ID"))
         cursor, reset = await _start(redis, config, gen, last)
         kind = "reset" if reset else "hello"
-        await resp.write(frame(kind, {"generation": gen, "tenant": config.tenant,
+        await resp.write(frame(kind, {"generation": gen, "tenant": config.keys.tenant,
                                       "reason": reset}, cursor.event_id()))
         while not stopping.is_set():
-            feed = tenant_changes(config.prefix, config.tenant, gen)
+            feed = config.keys.tenant_changes(gen)
             rows = _entries(await redis.xread({feed: cursor.entry_id}, count=500,
                                               block=config.block_ms))
             for entry_id, fields in rows:
@@ -178,12 +180,12 @@ async def _events(request: web.Request) -> web.StreamResponse:
                 sent += 1
             if not rows:
                 await resp.write(comment("keep-alive"))
-            now = await current_generation(redis, config.tenant, config.prefix)
+            now = await current_generation(redis, config.keys)
             if now != gen:
                 gen = now
                 cursor = Cursor(gen, await _last_entry_id(redis, config, gen))
                 await resp.write(frame("reset", {
-                    "generation": gen, "tenant": config.tenant,
+                    "generation": gen, "tenant": config.keys.tenant,
                     "reason": f"readers switched to generation {gen} (replay)"},
                     cursor.event_id()))
     except ConnectionResetError:
@@ -202,7 +204,7 @@ async def _start(redis: Redis, config: DashboardConfig, gen: int, last: Cursor |
     if last.generation != gen:
         return (Cursor(gen, await _last_entry_id(redis, config, gen)),
                 f"readers switched from generation {last.generation} to {gen}")
-    info = await _stream_info(redis, tenant_changes(config.prefix, config.tenant, gen))
+    info = await _stream_info(redis, config.keys.tenant_changes(gen))
     if info is None:
         return last, None
     # Trimming (MAXLEN) does not move max-deleted-entry-id in Redis 7.0, so also compare the
@@ -221,7 +223,7 @@ async def _start(redis: Redis, config: DashboardConfig, gen: int, last: Cursor |
 
 async def _last_entry_id(redis: Redis, config: DashboardConfig, gen: int) -> str:
     """The feed's newest id (not ``$``: a later XREAD from it misses nothing in between)."""
-    info = await _stream_info(redis, tenant_changes(config.prefix, config.tenant, gen))
+    info = await _stream_info(redis, config.keys.tenant_changes(gen))
     return str(info.get("last-generated-id", "0-0")) if info else "0-0"
 
 
@@ -242,8 +244,5 @@ def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
 
 
 def _change(fields: dict[str, str]) -> dict[str, Any]:
-    try:
-        value = json.loads(fields.get("change", "{}"))
-    except ValueError:
-        return {"malformed": True}
-    return value if isinstance(value, dict) else {"malformed": True}
+    value = read_change_entry(fields)
+    return value if value is not None else {"malformed": True}

@@ -46,6 +46,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     from aiohttp import web
 
     from dashboard.app import DashboardConfig, create_app
+    from dashboard.timeline import TimelineSource
     from sessionstream import redisconn
 
     prefix = settings.key_prefix
@@ -57,7 +58,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
             "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
-                             tenant=settings.tenant, prefix=prefix)
+                             keys=settings.keys,
+                             timeline=TimelineSource(settings.kafka_bootstrap,
+                                                     settings.events_topic))
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:

@@ -49,23 +49,7 @@ class LocalAttachmentStore:
         target = self.path(digest)
         if target.exists():
             return digest
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, target)  # atomic: readers see all of it or nothing
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError as exc:
-            raise AttachmentError(
-                f"cannot write attachment {digest} under the attachment directory: {exc}; "
-                "check SESSIONSTREAM_ATTACHMENT_DIR exists and is writable"
-            ) from exc
+        write_atomically(target, data)
         return digest
 
     def get(self, sha256: str) -> bytes:
@@ -79,6 +63,27 @@ class LocalAttachmentStore:
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).exists()
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so readers see all of it or nothing."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise AttachmentError(
+            f"cannot write attachment {target.name} under the attachment directory: {exc}; "
+            "check SESSIONSTREAM_ATTACHMENT_DIR exists and is writable"
+        ) from exc
 
 
 def content_bytes(content: Any) -> tuple[bytes, str, str]:

@@ -1,13 +1,14 @@
 """The automatic compaction trigger: follow the tenant's change feed, compact under pressure.
 
-:class:`CompactionWatcher` reads the tenant's change feed (``streams.sink.tenant_changes``)
+:class:`CompactionWatcher` reads the tenant's change feed (``KeySpace.tenant_changes``)
 with XREAD from the last entry it processed, reads each named session's ``surface`` view
 (``streams.read.read_views``), asks the policy
 (:func:`~sessionstream.core.compaction.should_compact`)
 and, on ``pressure`` or ``overflow``, runs one :meth:`Compactor.compact` attempt.
 
 - **Resumes**: the feed cursor lives in Redis under ``<p>:{<t>}:compaction-watch:<name>``
-  (hash: ``generation``, ``entry_id``), written after every attempt and every step.
+  (hash: ``generation``, ``entry_id``; see ``sessionstream.core.rows``), written after
+  every attempt and every step.
   A new generation (``sessionstream replay``) starts from the head of its feed.
 - **At most one attempt per session per as_of_seq** and a per-session cooldown
   (:class:`AttemptLedger`, pure, clock injected); the compactor's own events never
@@ -21,7 +22,6 @@ and, on ``pressure`` or ``overflow``, runs one :meth:`Compactor.compact` attempt
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -33,17 +33,11 @@ from redis.asyncio import Redis
 from producers.compactor import CompactionReport, Compactor
 from producers.writer import WriterConfig
 from sessionstream.core.compaction import Budget, Decision, should_compact
-from sessionstream.core.keys import tenant_key
 from sessionstream.core.messages import Message
+from sessionstream.core.rows import KeySpace, WatchCursorFields, read_change_entry
 from streams.read import LiveSnapshot, current_generation, read_views
-from streams.sink import tenant_changes
 
 log = logging.getLogger("sessionstream.producers.compaction_watch")
-
-
-def cursor_key(prefix: str, tenant: str, name: str) -> str:
-    """The watcher's own resume point: a hash with ``generation`` and ``entry_id``."""
-    return tenant_key(prefix, tenant, f"compaction-watch:{name}")
 
 
 # -- de-duplication and cooldown (pure) ------------------------------------------------------
@@ -125,7 +119,7 @@ class CompactionWatcher:
         cfg: WriterConfig,
         *,
         budget: Budget,
-        prefix: str,
+        keys: KeySpace,
         redis: Redis,
         name: str = "default",
         compactor: Compactor | None = None,
@@ -139,8 +133,7 @@ class CompactionWatcher:
             raise ValueError("batch and max_attempts must be at least 1")
         self.cfg = cfg
         self.budget = budget
-        self.prefix = prefix
-        self.tenant = cfg.tenant
+        self.keys = keys
         self.redis = redis
         self.compactor = compactor or Compactor(cfg, budget=budget)
         self.ledger = ledger or AttemptLedger(clock=clock)
@@ -148,17 +141,18 @@ class CompactionWatcher:
         self.max_attempts = max_attempts
         self.block_ms = block_ms
         self.clock = clock
-        self._key = cursor_key(prefix, cfg.tenant, name)
+        self._key = keys.compaction_watch(name)
         self._cursor: tuple[int, str] | None = None  # (generation, entry id)
         self._due: dict[str, int] = {}  # in cooldown with a newer seq: re-checked when due
 
     async def _load_cursor(self) -> tuple[int, str]:
-        gen = await current_generation(self.redis, self.tenant, self.prefix)
+        gen = await current_generation(self.redis, self.keys)
         if self._cursor is None:
             row = await self.redis.hgetall(self._key)
             stored = {_s(k): _s(v) for k, v in row.items()}
-            if stored.get("generation") == str(gen) and stored.get("entry_id"):
-                self._cursor = (gen, stored["entry_id"])
+            entry_id = stored.get(WatchCursorFields.ENTRY_ID)
+            if stored.get(WatchCursorFields.GENERATION) == str(gen) and entry_id:
+                self._cursor = (gen, entry_id)
         if self._cursor is None or self._cursor[0] != gen:
             # first start, or a replay switched readers: read that generation's whole feed
             self._cursor = (gen, "0-0")
@@ -166,13 +160,14 @@ class CompactionWatcher:
 
     async def _save_cursor(self, gen: int, entry_id: str) -> None:
         self._cursor = (gen, entry_id)
-        await self.redis.hset(self._key, mapping={"generation": gen, "entry_id": entry_id})
+        await self.redis.hset(self._key, mapping={WatchCursorFields.GENERATION: gen,
+                                                  WatchCursorFields.ENTRY_ID: entry_id})
 
     async def step(self, block_ms: int | None = None) -> WatchSummary:
         """Process at most ``batch`` feed entries (waiting up to ``block_ms`` for one)."""
         gen, cursor = await self._load_cursor()
         out = WatchSummary()
-        reply = await self.redis.xread({tenant_changes(self.prefix, self.tenant, gen): cursor},
+        reply = await self.redis.xread({self.keys.tenant_changes(gen): cursor},
                                        count=self.batch, block=block_ms)
         entries = _entries(reply)
         handled: set[str] = set()
@@ -202,8 +197,7 @@ class CompactionWatcher:
     async def _consider(self, gen: int, sid: str, out: WatchSummary) -> None:
         """Read the session's surface view, decide, and run at most one attempt."""
         try:
-            snap = await read_views(self.redis, self.tenant, sid, prefix=self.prefix,
-                                    generation=gen)
+            snap = await read_views(self.redis, self.keys, sid, generation=gen)
             decision = _decide(snap, self.budget)
         except Exception as exc:  # a malformed view must not stop the watcher
             log.warning("compaction watch: session %s view unreadable (%s)", sid,
@@ -289,11 +283,8 @@ def _decide(snap: LiveSnapshot | None, budget: Budget) -> Decision | None:
 
 
 def _session_of(fields: dict[str, str]) -> str | None:
-    try:
-        change = json.loads(fields.get("change", "{}"))
-    except ValueError:
-        return None
-    sid = change.get("session") if isinstance(change, dict) else None
+    change = read_change_entry(fields)
+    sid = change.get("session") if change is not None else None
     return sid if isinstance(sid, str) and sid else None
 
 

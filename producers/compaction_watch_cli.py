@@ -68,7 +68,7 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
     # the worker writes and takes leases under the same prefix.
     cfg = WriterConfig.from_settings(settings)
     redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
-    watcher = CompactionWatcher(cfg, budget=budget, prefix=cfg.key_prefix, redis=redis,
+    watcher = CompactionWatcher(cfg, budget=budget, keys=cfg.keys, redis=redis,
                                 ledger=AttemptLedger(cooldown_s=cooldown))
     try:
         if once:

@@ -17,26 +17,26 @@ from dataclasses import dataclass
 import redis
 
 from producers.errors import Fenced, RedisUnavailable
-from sessionstream.core.keys import session_key
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, LogIndexFields, lua
 
 # KEYS: log. ARGV: partition, min_offset, max_offset.
-_RECORD = """
-redis.call('HSET', KEYS[1], 'partition', ARGV[1])
-redis.call('HSETNX', KEYS[1], 'first_offset', ARGV[2])
-local first = tonumber(redis.call('HGET', KEYS[1], 'first_offset'))
-if tonumber(ARGV[2]) < first then redis.call('HSET', KEYS[1], 'first_offset', ARGV[2]) end
-local last = tonumber(redis.call('HGET', KEYS[1], 'last_offset') or '-1')
-if tonumber(ARGV[3]) > last then redis.call('HSET', KEYS[1], 'last_offset', ARGV[3]) end
+_RECORD = lua("""
+redis.call('HSET', KEYS[1], $PARTITION, ARGV[1])
+redis.call('HSETNX', KEYS[1], $FIRST_OFFSET, ARGV[2])
+local first = tonumber(redis.call('HGET', KEYS[1], $FIRST_OFFSET))
+if tonumber(ARGV[2]) < first then redis.call('HSET', KEYS[1], $FIRST_OFFSET, ARGV[2]) end
+local last = tonumber(redis.call('HGET', KEYS[1], $LAST_OFFSET) or '-1')
+if tonumber(ARGV[3]) > last then redis.call('HSET', KEYS[1], $LAST_OFFSET, ARGV[3]) end
 return 1
-"""
+""")
 
 # KEYS: log, lease. ARGV: owner, epoch. Marks clean only if the lease is still ours.
-_MARK_CLEAN = """
-local v = redis.call('HMGET', KEYS[2], 'owner', 'epoch')
+_MARK_CLEAN = lua("""
+local v = redis.call('HMGET', KEYS[2], $OWNER, $EPOCH)
 if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'clean', '1', 'epoch', ARGV[2])
+redis.call('HSET', KEYS[1], $CLEAN, '1', $EPOCH, ARGV[2])
 return 1
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class LogIndex:
 
 
 class SessionIndex:
-    def __init__(self, client: redis.Redis, prefix: str = "ss", url: str | None = None) -> None:
+    def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX,
+                 url: str | None = None) -> None:
         self._r = client
         self.prefix = prefix
         self.url = url  # for error messages (shown without its password)
@@ -56,7 +57,9 @@ class SessionIndex:
         self._mark = client.register_script(_MARK_CLEAN)
 
     def key(self, tenant: str, session_id: str, what: str = "log") -> str:
-        return session_key(self.prefix, tenant, session_id, what)
+        """The offset index (``what="log"``) or the lease key of a session (row layout)."""
+        space = KeySpace(tenant, self.prefix)
+        return space.log_index(session_id) if what == "log" else space.lease(session_id)
 
     def record(self, tenant: str, session_id: str, partition: int, lo: int, hi: int) -> None:
         """Fold the offsets [lo, hi] of delivered records into the index (idempotent)."""
@@ -84,13 +87,14 @@ class SessionIndex:
         if not raw:
             return None
         v = {_text(k): _text(x) for k, x in raw.items()}
-        if "partition" not in v or "first_offset" not in v:
+        f = LogIndexFields
+        if f.PARTITION not in v or f.FIRST_OFFSET not in v:
             return None
         return LogIndex(
-            int(v["partition"]),
-            int(v["first_offset"]),
-            int(v.get("last_offset", v["first_offset"])),
-            v.get("clean") == "1",
+            int(v[f.PARTITION]),
+            int(v[f.FIRST_OFFSET]),
+            int(v.get(f.LAST_OFFSET, v[f.FIRST_OFFSET])),
+            v.get(f.CLEAN) == "1",
         )
 
     def delete(self, tenant: str, session_id: str) -> None:

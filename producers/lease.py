@@ -1,6 +1,7 @@
 """Session leases in Redis: one writer per session at a time, fenced by an epoch.
 
-Keys (all in the session's hash tag, so each script stays in one Redis Cluster slot):
+Keys (``sessionstream.core.rows``; all in the session's hash tag, so each script stays in
+one Redis Cluster slot):
 
 - ``<prefix>:{<tenant>/<sid>}:epoch`` — integer, INCR on every acquire, never expires:
   the fencing token is monotonically increasing per session;
@@ -21,58 +22,58 @@ from dataclasses import dataclass
 import redis
 
 from producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
-from sessionstream.core.keys import session_key
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, lua
 
 DEFAULT_TTL_MS = 30_000
 
 # KEYS: lease, epoch, log. ARGV: owner, ttl_ms, steal(0/1).
 # Returns {1, epoch, next_seq_hint|-1, was_clean} or {0, owner, remaining_ms}.
-_ACQUIRE = """
+_ACQUIRE = lua("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local owner = redis.call('HGET', KEYS[1], 'owner')
-local exp = tonumber(redis.call('HGET', KEYS[1], 'expires_at') or '0')
+local owner = redis.call('HGET', KEYS[1], $OWNER)
+local exp = tonumber(redis.call('HGET', KEYS[1], $EXPIRES_AT) or '0')
 if owner and owner ~= '' and owner ~= ARGV[1] and exp > now and ARGV[3] ~= '1' then
   return {0, owner, exp - now}
 end
 local epoch = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', epoch,
-           'expires_at', now + tonumber(ARGV[2]))
-local hint = redis.call('HGET', KEYS[1], 'next_seq') or '-1'
-local clean = redis.call('HGET', KEYS[3], 'clean') or '0'
-if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('HSET', KEYS[3], 'clean', '0') end
+redis.call('HSET', KEYS[1], $OWNER, ARGV[1], $EPOCH, epoch,
+           $EXPIRES_AT, now + tonumber(ARGV[2]))
+local hint = redis.call('HGET', KEYS[1], $NEXT_SEQ) or '-1'
+local clean = redis.call('HGET', KEYS[3], $CLEAN) or '0'
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('HSET', KEYS[3], $CLEAN, '0') end
 return {1, epoch, tonumber(hint), tonumber(clean)}
-"""
+""")
 
 # KEYS: lease. ARGV: owner, epoch, ttl_ms. Returns 1 if renewed, 0 if not ours any more.
-_RENEW = """
+_RENEW = lua("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires_at')
+local v = redis.call('HMGET', KEYS[1], $OWNER, $EPOCH, $EXPIRES_AT)
 if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'expires_at', now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], $EXPIRES_AT, now + tonumber(ARGV[3]))
 return 1
-"""
+""")
 
 # KEYS: lease. ARGV: owner, epoch. Returns remaining ms (>0) if ours and live, else 0.
-_CHECK = """
+_CHECK = lua("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'expires_at')
+local v = redis.call('HMGET', KEYS[1], $OWNER, $EPOCH, $EXPIRES_AT)
 if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
 local left = tonumber(v[3]) - now
 if left <= 0 then return 0 end
 return left
-"""
+""")
 
 # KEYS: lease. ARGV: owner, epoch, next_seq, release(0/1). Returns 1 if ours.
-_HANDOFF = """
-local v = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+_HANDOFF = lua("""
+local v = redis.call('HMGET', KEYS[1], $OWNER, $EPOCH)
 if v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'next_seq', ARGV[3])
-if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'owner', '', 'expires_at', 0) end
+redis.call('HSET', KEYS[1], $NEXT_SEQ, ARGV[3])
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], $OWNER, '', $EXPIRES_AT, 0) end
 return 1
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ class Lease:
 class LeaseStore:
     """Acquire, renew, check and release session leases (sync redis client)."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "ss", url: str | None = None) -> None:
+    def __init__(self, client: redis.Redis, prefix: str = DEFAULT_PREFIX,
+                 url: str | None = None) -> None:
         self._r = client
         self.prefix = prefix
         self.url = url  # for error messages (shown without its password)
@@ -101,7 +103,10 @@ class LeaseStore:
         self._handoff = client.register_script(_HANDOFF)
 
     def _keys(self, tenant: str, session_id: str, *what: str) -> list[str]:
-        return [session_key(self.prefix, tenant, session_id, w) for w in what]
+        """Keys of ``session_id`` by role: ``lease``, ``epoch`` or ``log`` (the row layout's)."""
+        space = KeySpace(tenant, self.prefix)
+        shapes = {"lease": space.lease, "epoch": space.epoch, "log": space.log_index}
+        return [shapes[w](session_id) for w in what]
 
     def acquire(
         self,

@@ -1,8 +1,11 @@
 """Read one session's records back from its partition and apply the admission rule.
 
-Used by resume (``SessionWriter.open``) and ``confirm()``. Records of other sessions are
-skipped by key before decoding. The offset range comes from the per-session index;
-without it the whole partition is scanned (the partition follows from the key hash).
+:func:`scan_session` is the one reader of a session's records from Kafka: resume
+(``SessionWriter.open``), ``confirm()``, ``diagnose`` and the stream processor's
+state_version rebuilds (``streams.kafka_io.KafkaLogReader``) all use it. Records of
+other sessions are skipped by key before decoding. The offset range comes from the
+per-session index; without it the whole partition is scanned (the partition follows
+from the key hash).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
 from producers.kafka import client_config
 from producers.partition import partition_for
 from sessionstream.core.admission import AdmissionState, Verdict, admit
-from sessionstream.core.errors import CodecError
 from sessionstream.core.events import Event
+from sessionstream.core.pipeline import Record, Undecodable, decode_record
 
 #: Watermark errors of a partition whose leader is not (yet) known: retried.
 _LEADER_CODES = frozenset(
@@ -42,6 +45,18 @@ class Rejection:
     writer_id: str
     verdict: Verdict
     reason: str
+
+
+@dataclass
+class Scan:
+    """The records of one session found in ``[start, end)`` of its partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive: the first offset not read
+    records: list[Record] = field(default_factory=list)
+    scanned: int = 0  # records of every session read on the way
 
 
 @dataclass
@@ -86,22 +101,25 @@ def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0) -> in
     return len(meta.partitions)
 
 
-def read_session(
+def scan_session(
     bootstrap: str,
     topic: str,
     session_id: str,
     *,
-    decode: Callable[[bytes], Event],
     partition: int | None = None,
     start: int | None = None,
     end: int | None = None,
     timeout: float = 30.0,
     consumer_config: dict[str, Any] | None = None,
-) -> ReadBack:
-    """Read ``session_id``'s records in ``[start, end)`` of its partition, in order.
+) -> Scan:
+    """The records keyed ``session_id`` in ``[start, end)`` of its partition, in order.
 
-    ``partition`` None: computed from the key (murmur2). ``start`` None: the beginning.
-    ``end`` None: the partition's high watermark now. Applies the admission rule.
+    The one reader of a session's records from Kafka (resume, confirm, diagnose and the
+    stream processor's state_version rebuilds). ``partition`` None: computed from the
+    key (murmur2). ``start`` None: the beginning. ``end`` None: the partition's high
+    watermark now. Timeout policy: metadata and watermark queries wait at most
+    ``timeout``; the read fails with :class:`ReadBackError` once it has made no
+    progress for ``timeout`` seconds (a long read that keeps moving is not cut off).
     """
     key = session_id.encode()
     consumer = _consumer(bootstrap, consumer_config)
@@ -128,12 +146,11 @@ def read_session(
                 time.sleep(0.1)
         first = low if start is None else max(start, low)
         stop = high if end is None else min(end, high)
-        rb = ReadBack(session_id, partition, first, stop)
+        scan = Scan(topic, partition, first, stop)
         if first >= stop:
-            return rb
+            return scan
         begin = first if first > 0 else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, partition, begin)])
-        state = AdmissionState(session_id)
         position = first
         # consume(n, t) waits until n records or t elapse: keep t short so the tail of a
         # small read does not wait; stall detection runs on the wall clock instead.
@@ -162,30 +179,54 @@ def read_session(
                     position = stop
                     break
                 position = off + 1
-                rb.records_scanned += 1
+                scan.scanned += 1
                 if msg.key() != key:
                     continue
-                value = msg.value()
-                if value is None:
-                    continue
-                try:
-                    event = decode(value)
-                except CodecError as exc:
-                    # Recorded, not fatal: the stream processor dead-letters it too.
-                    rb.corrupt.append((off, f"{type(exc).__name__}: {exc}"))
-                    continue
-                decision = admit(state, event)
-                if decision.admitted:
-                    state = decision.state
-                    rb.admitted.append(event)
-                    rb.offsets[event.event_id] = off
-                else:
-                    rb.rejections.append(
-                        Rejection(
-                            off, event.event_id, event.seq, event.writer.epoch,
-                            event.writer.id, decision.verdict, decision.reason,
-                        )
-                    )
-        return rb
+                scan.records.append(Record(topic, partition, off, msg.key(), msg.value(),
+                                           msg.timestamp()[1]))
+        return scan
     finally:
         consumer.close()
+
+
+def read_session(
+    bootstrap: str,
+    topic: str,
+    session_id: str,
+    *,
+    decode: Callable[[bytes], Event],
+    partition: int | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    timeout: float = 30.0,
+    consumer_config: dict[str, Any] | None = None,
+) -> ReadBack:
+    """Read ``session_id``'s records in ``[start, end)`` (:func:`scan_session`) and apply
+    the reader pipeline's first two stages: decode, then the admission rule."""
+    scan = scan_session(bootstrap, topic, session_id, partition=partition, start=start,
+                        end=end, timeout=timeout, consumer_config=consumer_config)
+    rb = ReadBack(session_id, scan.partition, scan.start, scan.end,
+                  records_scanned=scan.scanned)
+    state = AdmissionState(session_id)
+    for record in scan.records:
+        if record.value is None:
+            continue
+        event = decode_record(decode, record.key, record.value)
+        if not isinstance(event, Event):
+            # Recorded, not fatal: the stream processor dead-letters or quarantines it too.
+            detail = event.detail if isinstance(event, Undecodable) else str(event)
+            rb.corrupt.append((record.offset, detail))
+            continue
+        decision = admit(state, event)
+        if decision.admitted:
+            state = decision.state
+            rb.admitted.append(event)
+            rb.offsets[event.event_id] = record.offset
+        else:
+            rb.rejections.append(
+                Rejection(
+                    record.offset, event.event_id, event.seq, event.writer.epoch,
+                    event.writer.id, decision.verdict, decision.reason,
+                )
+            )
+    return rb

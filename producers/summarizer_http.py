@@ -27,9 +27,11 @@ Transport = Callable[[str, Mapping[str, str], bytes, float], tuple[int, bytes]]
 
 INSTRUCTIONS = (
     "Summarize the earlier part of an agent session so the agent can continue from the "
-    "summary alone. Keep: the goal and user requests; every user correction WORD FOR WORD; "
-    "every tool call with its status and operation id; every open task id; the last "
-    "conclusion. Add nothing that is not in the history. Answer with the summary only."
+    "summary alone. Keep: the goal; every user message WORD FOR WORD (corrections and "
+    "constraints stay in force); one line per tool call with its call id, tool name, status, "
+    "operation id and idempotency key; every open task id with its text; every next step "
+    "the assistant stated, WORD FOR WORD. Add nothing that is not in the history: no id, "
+    "number or quoted name it does not contain. Answer with the summary only."
 )
 
 
@@ -49,9 +51,12 @@ def render_prompt(request: SummaryRequest) -> str:
     """The user prompt: the facts to keep, then the pruned messages as JSON lines."""
     f = request.facts
     keep = {
-        "operation_ids": list(f.operation_ids),
-        "user_corrections": [t for _, t in f.corrections],
+        "tool_calls": [{"call_id": t.call_id, "tool": t.name, "status": t.status,
+                        "operation_id": t.operation_id, "idempotency_key": t.idempotency_key}
+                       for t in f.tools],
+        "user_messages_verbatim": [t for _, t in f.user_messages],
         "open_tasks": [{"id": t.id, "text": t.text, "status": t.status} for t in f.open_tasks],
+        "next_steps_verbatim": [t for _, t in f.next_steps],
         "goal": f.goal,
     }
     lines = [json.dumps(m.to_json(), ensure_ascii=False) for m in request.messages]

@@ -21,7 +21,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,12 @@ from sessionstream.core.events import (
     uuid4_ids,
 )
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.core.keys import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.rows import KeySpace
+from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.opener import SealedAttachmentStore, SealedContentOpener
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +108,13 @@ class WriterConfig:
     connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
     # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Seals event content and attachments with the session's data keys (None: clear).
+    cipher: ContentCipher | None = None
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space (``sessionstream.core.rows``)."""
+        return KeySpace(self.tenant, self.key_prefix)
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> WriterConfig:
@@ -178,7 +189,11 @@ class _Edges:
 
         self.cfg = cfg
         self.encode = codec.encode
-        self.decode = codec.decode
+        self.decode: Callable[[Any], Event] = codec.decode
+        self.opener: SealedContentOpener | None = None
+        if cfg.cipher is not None:
+            self.opener = SealedContentOpener(cfg.cipher)
+            self.decode = self.opener.decoder(codec.decode)
         self.redis = redisconn.sync_redis(
             cfg.redis_url,
             cluster=cfg.redis_cluster,
@@ -237,11 +252,22 @@ class SessionWriter:
         *,
         seeded: Sequence[Event] = (),
         readback: ReadBack | None = None,
+        origins: Mapping[int, tuple[str, str]] | None = None,
     ) -> None:
         """Use :meth:`create`, :meth:`open` or :meth:`fork`; this only wires parts."""
         self.session = session
         self.lease = lease
         self._e = edges
+        #: seq → (key session, origin event id) of the seed content a fork inherited.
+        self._origins: dict[int, tuple[str, str]] = dict(origins or {})
+        if edges.opener is not None and readback is not None:
+            sid = session.session_id
+            self._origins.update({seq: o for (s, seq), o in edges.opener.origins.items()
+                                  if s == sid})
+        self._store: AttachmentStore | None = edges.store
+        if edges.cfg.cipher is not None and edges.cfg.attachment_dir is not None:
+            self._store = SealedAttachmentStore(edges.cfg.attachment_dir, edges.cfg.cipher,
+                                                session.session_id)
         self._limit = edges.limit()
         self._sender = edges.sender
         self._sender.on_delivery = self._delivered
@@ -277,8 +303,13 @@ class SessionWriter:
         catalog: Catalog | None = None,
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
+        start_extra: Mapping[str, Any] | None = None,
     ) -> SessionWriter:
-        """Start a new session (``session/start``); SessionExists if the id is taken."""
+        """Start a new session (``session/start``); SessionExists if the id is taken.
+
+        ``start_extra``: further ``session/start`` fields (``log publish`` keeps a
+        file's, e.g. an imported session's provenance).
+        """
         sid = session_id or str(uuid.uuid4())
         edges = _Edges(cfg)
         lease: Lease | None = None
@@ -297,6 +328,7 @@ class SessionWriter:
                 clock=clock,
                 ids=ids,
                 writer=Writer(lease.writer_id, lease.epoch),
+                start_extra=start_extra,
             )
             return cls(session, lease, edges, seeded=session.events)
         except BaseException:
@@ -362,8 +394,15 @@ class SessionWriter:
         at: int | None = None,
         *,
         writer_id: str | None = None,
+        inherit_raw: bool = False,
     ) -> SessionWriter:
-        """A new session seeded from a stable prefix of this one, with its lineage."""
+        """A new session seeded from a stable prefix of this one, with its lineage.
+
+        The child inherits the parent's ``surface`` and ``business`` content, and its
+        ``raw`` content only with ``inherit_raw`` (seed §4.13); the lineage records
+        ``inherited_classes``. With encryption the inherited content stays sealed with
+        the parent's data keys: deleting the parent makes the child's seed unreadable.
+        """
         from sessionstream.core.fork import fork as core_fork
 
         cfg = self._e.cfg
@@ -386,8 +425,14 @@ class SessionWriter:
                 ids=self.session.ids,
                 writer=Writer(lease.writer_id, lease.epoch),
                 tenant=cfg.tenant,
+                inherit=(DataClass.SURFACE, DataClass.BUSINESS)
+                + ((DataClass.RAW,) if inherit_raw else ()),
             )
-            return SessionWriter(child, lease, edges, seeded=child.events)
+            seed = child.events[1:-1]  # the parent's events, re-stamped (fork.py)
+            origins = {e.seq: self._origins.get(e.seq, (self.session_id,
+                                                         self.session.events[e.seq].event_id))
+                       for e in seed}
+            return SessionWriter(child, lease, edges, seeded=child.events, origins=origins)
         except BaseException:
             edges.abort(lease, 0)
             raise
@@ -445,7 +490,7 @@ class SessionWriter:
         return event
 
     def _spill(self, draft: Draft) -> Draft:
-        store = self._e.store
+        store = self._store
         if draft.type != "tool/result" or store is None or not isinstance(draft.data, Mapping):
             return draft
         spilled = spill_tool_result(draft.data, store, self._e.cfg.spill_threshold)
@@ -473,7 +518,10 @@ class SessionWriter:
             )
 
     def _produce(self, event: Event) -> None:
-        value = self._e.encode(event)
+        cipher = self._e.cfg.cipher
+        wire = event if cipher is None else cipher.seal_event(
+            event, origin=self._origins.get(event.seq))
+        value = self._e.encode(wire)
         if len(value) + len(self._key) > self._limit:
             # The session already holds the event: this writer cannot continue safely.
             self._closed = f"event seq {event.seq} encoded to {len(value)} bytes (over the limit)"

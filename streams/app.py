@@ -23,8 +23,8 @@ from typing import Any
 
 import faust
 
+from sessionstream.core.pipeline import Record
 from streams.errors import TopicMissing
-from streams.ports import Record
 from streams.processor import Processor
 from streams.worker import EXIT_BUG, EXIT_CONFIG, WorkerConfig, build_processor, check_topics
 

@@ -22,12 +22,6 @@ from sessionstream.core.errors import SessionStreamError
 T = TypeVar("T")
 
 
-def _prefix() -> str:
-    from sessionstream.core.settings import Settings
-
-    return Settings.from_env().key_prefix
-
-
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -81,8 +75,9 @@ def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     from sessionstream.core.settings import Settings
     from streams.read import read_views
 
-    tenant = Settings.from_env().tenant
-    snap = _with_redis(lambda r: read_views(r, tenant, session_id, prefix=_prefix()))
+    keys = Settings.from_env().keys
+    tenant = keys.tenant
+    snap = _with_redis(lambda r: read_views(r, keys, session_id))
     if snap is None:
         raise click.ClickException(
             f"no projections for session {session_id!r} of tenant {tenant!r}: is the worker "
@@ -109,8 +104,8 @@ def sessions_cmd(as_json: bool, limit: int) -> None:
     from sessionstream.core.settings import Settings
     from streams.read import list_sessions
 
-    tenant = Settings.from_env().tenant
-    rows = _with_redis(lambda r: list_sessions(r, tenant, prefix=_prefix(), limit=limit))
+    keys = Settings.from_env().keys
+    rows = _with_redis(lambda r: list_sessions(r, keys, limit=limit))
     if as_json:
         click.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
@@ -148,8 +143,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
         click.echo(f"replay g{r.generation}: {r.events} events, {r.rate:,.0f} events/s", err=True)
 
     report = _with_redis(lambda redis: replay(
-        bootstrap=settings.kafka_bootstrap, redis=redis, tenant=settings.tenant, topic=topic,
-        prefix=_prefix(), from_time_ms=ms, switch=not no_switch, progress=show))
+        bootstrap=settings.kafka_bootstrap, redis=redis, keys=settings.keys, topic=topic,
+        from_time_ms=ms, switch=not no_switch, progress=show))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

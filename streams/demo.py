@@ -112,12 +112,11 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
 
     from streams.read import read_views
 
-    prefix = settings.key_prefix
     redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            snaps = {sid: await read_views(redis, settings.tenant, sid, prefix=prefix)
+            snaps = {sid: await read_views(redis, settings.keys, sid)
                      for sid in last_seqs}
             behind = [sid for sid, seq in last_seqs.items()
                       if snaps[sid] is None or snaps[sid].as_of_seq < seq]  # type: ignore[union-attr]

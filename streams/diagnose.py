@@ -30,7 +30,7 @@ from sessionstream.core.diagnosis import (
     implicated,
 )
 from sessionstream.core.errors import LogFileError, SessionStreamError
-from sessionstream.core.keys import session_key
+from sessionstream.core.rows import KeySpace, SessionRow, generation_of
 
 BAD_INPUT = 2
 _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
@@ -52,10 +52,10 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
     from producers.writer import WriterConfig, read_log
     from sessionstream.core.projections import default_registry
     from sessionstream.core.settings import Settings
-    from streams.sink import generation_key, session_hash, sessions_index
 
     settings = Settings.from_env()
     prefix = prefix or settings.key_prefix
+    keys = KeySpace(settings.tenant, prefix)
     cfg = WriterConfig.from_settings(settings, key_prefix=prefix,
                                      topic=topic or settings.events_topic)
     rb = read_log(cfg, session_id, timeout=timeout)
@@ -63,21 +63,19 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
         return None
     r = redisconn.from_settings(settings, decode_responses=True)
     try:
-        tenant = settings.tenant
-        gen = int(r.get(generation_key(prefix, tenant)) or 1)
-        row: dict[str, str] = r.hgetall(session_hash(prefix, tenant, session_id, gen))
+        gen = generation_of(r.get(keys.generation()))
+        row: dict[str, str] = r.hgetall(keys.session_row(session_id, gen))
         stored = None
         if row:
-            meta = json.loads(row.get("meta", "{}"))
+            meta = SessionRow.meta(row)
             stored = StoredProjection(
-                generation=gen, as_of_seq=int(row.get("as_of_seq", -1)),
-                state_versions={k[3:]: int(v) for k, v in row.items() if k.startswith("sv:")},
+                generation=gen, as_of_seq=SessionRow.as_of_seq(row),
+                state_versions=SessionRow.state_versions(row),
                 quarantine=meta.get("quarantine"),
-                in_session_index=r.zscore(sessions_index(prefix, tenant, gen),
-                                          session_id) is not None,
+                in_session_index=r.zscore(keys.sessions_index(gen), session_id) is not None,
             )
-        log_index = bool(r.exists(session_key(prefix, tenant, session_id, "log")))
-        lease_held = bool(r.exists(session_key(prefix, tenant, session_id, "lease")))
+        log_index = bool(r.exists(keys.log_index(session_id)))
+        lease_held = bool(r.exists(keys.lease(session_id)))
     except redis.RedisError as exc:
         raise click.ClickException(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
     finally:

@@ -25,9 +25,10 @@ import traceback
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sessionstream.core.pipeline import Record
 from streams.errors import TopicMissing
-from streams.ports import Record
 from streams.processor import Processor
+from streams.trace import StageTrace
 from streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
@@ -47,6 +48,9 @@ class KafkaEngine:
         self.processor = processor
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.trace = StageTrace.from_env()
+        if self.trace is not None:
+            processor.on_stage = self.trace.mark
         self.consumer = Consumer({
             "bootstrap.servers": cfg.settings.kafka_bootstrap,
             "group.id": cfg.group,
@@ -95,7 +99,11 @@ class KafkaEngine:
                                                cfg.batch_within)
                 records = self._records(msgs)
                 if records:
+                    if self.trace is not None:
+                        self.trace.consumed(records)
                     await self._process(records)
+                    if self.trace is not None:
+                        self.trace.done()
                 if self.processor.converging:
                     await self.processor.converge_step(cfg.converge_sessions)
         finally:

@@ -6,9 +6,12 @@
     └── StreamsError
         ├── SinkError           Redis refused or lost a write after the retry budget (replay,
         │                       CLI reads; the worker itself retries without a budget)
-        ├── LogReadError        the events topic could not be read back for a rebuild
         ├── GenerationError     a replay generation could not be built or switched to
         └── TopicMissing        the worker's events or dead-letter topic does not exist
+
+Reading a session back for a rebuild raises ``producers.errors.ReadBackError`` (or
+``BrokerUnavailable``): there is one reader of a session's records,
+``producers.readback.scan_session``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,6 @@ class StreamsError(SessionStreamError):
 
 
 class SinkError(StreamsError):
-    pass
-
-
-class LogReadError(StreamsError):
     pass
 
 

@@ -6,15 +6,15 @@ Both use confluent-kafka in a worker thread so the event loop keeps running.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from streams.errors import LogReadError
-from streams.ports import DeadLetter, Record
+from producers.readback import scan_session
+from sessionstream.core.pipeline import Record
+from streams.ports import DeadLetter
 
 
 def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> list[str]:
@@ -25,7 +25,11 @@ def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0)
 
 
 class KafkaLogReader:
-    """Reads one session's records back from its partition (state_version rebuilds)."""
+    """Reads one session's records back from its partition (state_version rebuilds).
+
+    The reading itself is ``producers.readback.scan_session``, shared with the writer's
+    resume and confirm: one reader, one error (``ReadBackError``), one timeout policy.
+    """
 
     def __init__(self, bootstrap: str, *, timeout: float = 60.0) -> None:
         self.bootstrap = bootstrap
@@ -33,42 +37,12 @@ class KafkaLogReader:
 
     async def read_session(self, topic: str, partition: int, from_offset: int,
                            upto_offset: int, session_id: str) -> list[Record]:
-        return await asyncio.to_thread(
-            self._read, topic, partition, from_offset, upto_offset, session_id)
-
-    def _read(self, topic: str, partition: int, from_offset: int, upto_offset: int,
-              session_id: str) -> list[Record]:
         if upto_offset < from_offset:
             return []
-        key = session_id.encode()
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": "sessionstream-readback",
-            "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-        })
-        out: list[Record] = []
-        try:
-            consumer.assign([TopicPartition(topic, partition, from_offset or OFFSET_BEGINNING)])
-            deadline = time.monotonic() + self.timeout
-            while time.monotonic() < deadline:
-                for msg in consumer.consume(1000, timeout=0.5):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return out
-                        raise LogReadError(f"reading {topic}[{partition}] back failed: {err}")
-                    off: int = msg.offset() or 0
-                    if off > upto_offset:
-                        return out
-                    if msg.key() == key:
-                        out.append(Record(topic, partition, off, msg.key(), msg.value(),
-                                          msg.timestamp()[1]))
-                    if off == upto_offset:
-                        return out
-            raise LogReadError(
-                f"reading {topic}[{partition}] offsets {from_offset}..{upto_offset} back took "
-                f"over {self.timeout:.0f}s; is Kafka reachable?")
-        finally:
-            consumer.close()
+        scan = await asyncio.to_thread(
+            scan_session, self.bootstrap, topic, session_id, partition=partition,
+            start=from_offset, end=upto_offset + 1, timeout=self.timeout)
+        return scan.records
 
 
 class KafkaDeadLetters:

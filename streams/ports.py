@@ -1,29 +1,18 @@
-"""What the processor is made of: records in, the core's pure functions, and its edges.
+"""The processor's edges: where projections are stored, logs read back, dead letters sent.
 
-The processor (``streams.processor``) depends only on these names, so unit tests pass
-an in-memory sink and log reader while the worker and replay pass Redis and Kafka ones.
+The processor (``streams.processor``) drives the core's reader pipeline
+(``sessionstream.core.pipeline``) and depends only on these names for everything else,
+so unit tests pass an in-memory sink and log reader while the worker and replay pass
+Redis and Kafka ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from sessionstream.core.catalog import Catalog
-from sessionstream.core.events import Event
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record of the events topic, as consumed (value still encoded)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int | None = None
+from sessionstream.core.pipeline import DeadLetterReason, Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +20,7 @@ class DeadLetter:
     """A record that cannot be decoded: it goes to the dead-letter topic with a reason."""
 
     record: Record
-    reason: str  # short code: corrupt | empty | key_mismatch
+    reason: DeadLetterReason
     detail: str  # what is wrong, for an operator (never the record's content)
 
 
@@ -111,38 +100,3 @@ class DeadLetters(Protocol):
     async def send(self, letters: Sequence[DeadLetter]) -> None:
         """Deliver to the dead-letter topic; returns only once they are written."""
         ...
-
-
-@dataclass(frozen=True)
-class Core:
-    """The core's pure functions the processor drives (injected, so tests can swap them)."""
-
-    registry: Any  # sessionstream.core.projections.Registry
-    catalog: Catalog
-    decode: Callable[[bytes], Event]
-    check_readable: Callable[[Event, Catalog], bool]
-    admit: Callable[[Any, Event], Any]  # (AdmissionState, Event) -> Decision
-    new_admission: Callable[[str], Any]  # session_id -> AdmissionState
-    load_admission: Callable[[Any], Any]  # JSON -> AdmissionState
-    record_rejection: Callable[[Any, Any], Any]
-    quarantine: Callable[[Any, str, int], Any]  # (index state, reason, seq) -> index state
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def default(cls) -> Core:
-        from sessionstream.core import codec
-        from sessionstream.core.admission import AdmissionState, admit
-        from sessionstream.core.catalog import default_catalog
-        from sessionstream.core.projections import default_registry, quarantine, record_rejection
-
-        return cls(
-            registry=default_registry(),
-            catalog=default_catalog(),
-            decode=codec.decode,
-            check_readable=codec.check_readable,
-            admit=admit,
-            new_admission=AdmissionState,
-            load_admission=AdmissionState.from_json,
-            record_rejection=record_rejection,
-            quarantine=quarantine,
-        )

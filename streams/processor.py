@@ -11,8 +11,9 @@ a write whose last offset is not past it, and compare-and-sets on the offset the
 started from, so a worker with a stale cache (after a rebalance it missed) reloads
 instead of overwriting. Partition progress kept in Redis skips whole re-read batches.
 
-Domain rules stay in the core: this module only calls ``decode``, ``admit``, the
-registry's units, ``record_rejection`` and ``quarantine``.
+Domain rules stay in the core: every record goes through the core's reader pipeline
+(``sessionstream.core.pipeline``: decode, admission, readability, open, fold,
+quarantine decision); this module batches, caches and writes.
 """
 
 from __future__ import annotations
@@ -20,22 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sessionstream.core.errors import CorruptRecord, UnknownRequiredEvent, UnsupportedFormat
+from sessionstream.core.admission import AdmissionState
+from sessionstream.core.errors import UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import canonical_dumps
-from streams.ports import (
-    Core,
-    DeadLetter,
-    DeadLetters,
-    LogReader,
-    Record,
-    SessionWrite,
-    Sink,
-)
+from sessionstream.core.pipeline import Outcome, Quarantine, ReaderPipeline, Record, Undecodable
+from sessionstream.core.projections import quarantine
+from sessionstream.core.rows import SessionRow
+from streams.ports import DeadLetter, DeadLetters, LogReader, SessionWrite, Sink
 
 log = logging.getLogger("sessionstream.streams")
 
@@ -43,26 +40,23 @@ log = logging.getLogger("sessionstream.streams")
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
 
-REJECTED = frozenset({"stale_epoch", "seq_gap", "seq_conflict"})
-
-
 def dumps(value: Any) -> str:
     return canonical_dumps(value)
 
 
 @dataclass
-class Cursor:
+class CachedSession:
     """What the processor knows of one session between batches (cached per worker)."""
 
     session_id: str
     partition: int
-    admission: Any
+    admission: AdmissionState
     states: dict[str, Any]
     as_of_seq: int = -1
     as_of_offset: int = -1
     first_offset: int | None = None
     last_time: int | None = None
-    quarantine: dict[str, Any] | None = None
+    quarantine: Quarantine | None = None
     counts: dict[str, int] = field(default_factory=dict)
     stale: tuple[str, ...] = ()  # units whose stored state_version differs: rebuild first
     pending: frozenset[str] = frozenset()  # units to write even if no record changes them
@@ -76,7 +70,7 @@ class Cursor:
             "as_of_offset": self.as_of_offset,
             "first_offset": self.first_offset,
             "last_time": self.last_time,
-            "quarantine": self.quarantine,
+            "quarantine": self.quarantine.to_json() if self.quarantine else None,
             "counts": dict(sorted(self.counts.items())),
         }
 
@@ -102,24 +96,24 @@ class Processor:
     def __init__(
         self,
         *,
-        core: Core,
+        pipeline: ReaderPipeline,
         sink: Sink,
         group: str,
         log_reader: LogReader | None = None,
         dead_letters: DeadLetters | None = None,
         generation: int | None = None,
     ) -> None:
-        self.core = core
+        self.pipeline = pipeline
         self.sink = sink
         self.group = group
         self.log_reader = log_reader
         self.dead_letters = dead_letters
         self._pinned_gen = generation
         self._gen: int | None = None
-        self._cache: dict[str, Cursor] = {}
+        self._cache: dict[str, CachedSession] = {}
         self._progress: dict[str, int] = {}
-        self._units = tuple(core.registry.units)
-        self._versions: dict[str, int] = dict(core.registry.versions())
+        self._units = tuple(pipeline.registry.units)
+        self._versions: dict[str, int] = dict(pipeline.registry.versions())
         # process() and converge_step() share the cache: never interleave them.
         self._lock = asyncio.Lock()
         self._conv_topic: str | None = None
@@ -127,8 +121,10 @@ class Processor:
         self._conv_next = 0  # rank in the sessions index where the scan goes on
         self._conv_stats = [0, 0]  # sessions checked, rebuilt (since the last schedule)
         # fold()/flush(): session id -> (cursor as stored, units to write, touched)
-        self._deferred: dict[str, tuple[Cursor, set[str], bool]] = {}
+        self._deferred: dict[str, tuple[CachedSession, set[str], bool]] = {}
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
+        #: Called with "folded" / "written" as a batch passes those stages (streams.trace).
+        self.on_stage: Callable[[str], None] | None = None
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -183,15 +179,16 @@ class Processor:
             self._conv_topic, self._conv_parts = None, set()
             return 0
         self._conv_next += len(ids)
-        fields = ["meta", *("sv:" + u.key for u in self._units)]
+        fields = [SessionRow.META, *(SessionRow.state_version(u.key) for u in self._units)]
         rows = await self.sink.load_fields(gen, [s for s in ids if s not in self._cache], fields)
         stale: list[str] = []
         for sid, row in rows.items():
-            if not row.get("meta"):
+            if not row.get(SessionRow.META):
                 continue
-            if int(json.loads(row["meta"]).get("partition", -1)) not in self._conv_parts:
+            if int(SessionRow.meta(row).get("partition", -1)) not in self._conv_parts:
                 continue
-            if any(row.get("sv:" + k) != str(v) for k, v in self._versions.items()):
+            if any(row.get(SessionRow.state_version(k)) != str(v)
+                   for k, v in self._versions.items()):
                 stale.append(sid)
         self._conv_stats[0] += len(ids)
         if not stale:
@@ -199,7 +196,7 @@ class Processor:
         loaded = await self.sink.load(gen, stale)
         sem = asyncio.Semaphore(concurrency)
 
-        async def rebuild(sid: str) -> Cursor | None:
+        async def rebuild(sid: str) -> CachedSession | None:
             cur = self._cursor(sid, -1, loaded.get(sid))
             if not cur.stale or cur.quarantine is not None:
                 return None
@@ -241,6 +238,8 @@ class Processor:
         if report.dead_letters and self.dead_letters is not None:
             await self.dead_letters.send(report.dead_letters)
         await self.sink.write_tenant(gen, writes, self.group, high)
+        if self.on_stage is not None:
+            self.on_stage("written")
         for tp, off in high.items():
             self._progress[tp] = max(self._progress.get(tp, -1), off)
         return report
@@ -344,30 +343,11 @@ class Processor:
     def _decode(
         self, r: Record, report: BatchReport
     ) -> tuple[str, Event | UnsupportedFormat] | None:
-        if r.value is None:
-            report.dead_letters.append(DeadLetter(r, "empty", "record has no value"))
+        decoded = self.pipeline.decode(r)
+        if isinstance(decoded, Undecodable):
+            report.dead_letters.append(DeadLetter(r, decoded.reason, decoded.detail))
             return None
-        key = r.key.decode("utf-8", "replace") if r.key is not None else None
-        try:
-            event = self.core.decode(r.value)
-        except UnsupportedFormat as exc:
-            return exc.session_id, exc  # readable envelope, newer format: quarantine it
-        except CorruptRecord as exc:
-            report.dead_letters.append(DeadLetter(r, "corrupt", str(exc)[:500]))
-            return None
-        except Exception as exc:  # a codec bug must not stop the partition
-            report.dead_letters.append(
-                DeadLetter(r, "corrupt", f"decoder failed: {type(exc).__name__}: {exc}"[:500])
-            )
-            return None
-        if key is not None and key != event.session_id:
-            report.dead_letters.append(
-                DeadLetter(r, "key_mismatch",
-                           f"record key {key!r} is not the event's session id "
-                           f"{event.session_id!r}; a writer bug (key by session id)")
-            )
-            return None
-        return event.session_id, event
+        return decoded.session_id, decoded
 
     # -- loading cursors ------------------------------------------------------------
     async def _ensure_cursors(self, gen: int, by_session: Mapping[str, list[_Item]]) -> None:
@@ -382,38 +362,39 @@ class Processor:
             if cur.stale:
                 self._cache[sid] = await self._rebuild(cur, by_session[sid][0][0].topic)
 
-    def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None) -> Cursor:
-        core = self.core
-        if not stored or "as_of_offset" not in stored:
-            return Cursor(sid, partition, core.new_admission(sid),
-                          dict(core.registry.init_states()))
-        meta = json.loads(stored.get("meta", "{}"))
+    def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None
+                ) -> CachedSession:
+        if not stored or SessionRow.AS_OF_OFFSET not in stored:
+            return CachedSession(sid, partition, AdmissionState(sid),
+                                 dict(self.pipeline.registry.init_states()))
+        meta = SessionRow.meta(stored)
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self._units:
-            raw = stored.get("state:" + unit.key)
-            sv = stored.get("sv:" + unit.key)
+            raw = stored.get(SessionRow.state(unit.key))
+            sv = stored.get(SessionRow.state_version(unit.key))
             if raw is None or sv is None or int(sv) != unit.state_version:
                 stale.append(unit.key)
                 states[unit.key] = unit.init()
             else:
                 states[unit.key] = unit.load(json.loads(raw))
-        return Cursor(
+        return CachedSession(
             session_id=sid,
             partition=int(meta.get("partition", partition)),
-            admission=core.load_admission(json.loads(stored["admission"])),
+            admission=AdmissionState.from_json(json.loads(stored[SessionRow.ADMISSION])),
             states=states,
-            as_of_seq=int(stored.get("as_of_seq", -1)),
-            as_of_offset=int(stored["as_of_offset"]),
+            as_of_seq=SessionRow.as_of_seq(stored),
+            as_of_offset=SessionRow.as_of_offset(stored),
             first_offset=meta.get("first_offset"),
             last_time=meta.get("last_time"),
-            quarantine=meta.get("quarantine"),
+            quarantine=Quarantine.from_json(meta["quarantine"]) if meta.get("quarantine")
+            else None,
             counts=dict(meta.get("counts", {})),
             stale=tuple(stale),
             stored=True,
         )
 
-    async def _rebuild(self, cur: Cursor, topic: str) -> Cursor:
+    async def _rebuild(self, cur: CachedSession, topic: str) -> CachedSession:
         """Refold the stale units of ``cur`` from the log, up to its ``as_of_offset``.
 
         The other units keep their stored states; the rebuilt ones are written together
@@ -428,38 +409,19 @@ class Processor:
             topic, cur.partition, start if start is not None else 0, cur.as_of_offset,
             cur.session_id,
         )
-        units = [u for u in self._units if u.key in cur.stale]
-        states = {u.key: u.init() for u in units}
-        admission = self.core.new_admission(cur.session_id)
+        reading = self.pipeline.restricted(cur.stale).start(cur.session_id)
         for r in records:
-            if r.value is None:
+            decoded = self.pipeline.decode(r)
+            if isinstance(decoded, Undecodable):
+                continue  # the live fold dead-lettered it the same way
+            if isinstance(decoded, Event) and decoded.session_id != cur.session_id:
                 continue
-            try:
-                event = self.core.decode(r.value)
-            except (CorruptRecord, UnsupportedFormat):
-                continue  # the live fold dead-lettered or quarantined it the same way
-            if event.session_id != cur.session_id:
-                continue
-            decision = self.core.admit(admission, event)
-            verdict = str(decision.verdict)
-            if verdict in REJECTED:
-                if "rejections" in states:
-                    states["rejections"] = self.core.record_rejection(
-                        states["rejections"], _rejection_json(event, decision, r.offset))
-                continue
-            if verdict != "admitted":
-                continue
-            admission = decision.state
-            try:
-                readable = self.core.check_readable(event, self.core.catalog)
-            except (UnknownRequiredEvent, UnsupportedFormat):
-                break
-            if readable:
-                for u in units:
-                    states[u.key] = u.apply(states[u.key], event)
+            if reading.read(decoded, r.offset).outcome is Outcome.HELD:
+                break  # quarantined here as in the live fold: nothing after it was read
+        states = dict(reading.states)
         if "index" in states and cur.quarantine is not None:
-            states["index"] = self.core.quarantine(
-                states["index"], cur.quarantine["reason"], cur.quarantine["seq"])
+            states["index"] = quarantine(
+                states["index"], cur.quarantine.reason, cur.quarantine.seq)
         log.info("rebuilt units %s of a session from %d records", sorted(states), len(records))
         new_states = dict(cur.states)
         new_states.update(states)
@@ -475,7 +437,7 @@ class Processor:
         out: list[SessionWrite] = []
         todo = dict(by_session)
         for attempt in range(MAX_CONFLICT_RETRIES):
-            folded: list[tuple[Cursor, Cursor, SessionWrite]] = []
+            folded: list[tuple[CachedSession, CachedSession, SessionWrite]] = []
             for sid, items in todo.items():
                 cur = self._cache[sid]
                 result = self._fold(cur, items, report)
@@ -483,6 +445,8 @@ class Processor:
                     folded.append((cur, *result))
             if not folded:
                 break
+            if self.on_stage is not None:
+                self.on_stage("folded")
             outcomes = await self.sink.write_sessions(gen, [w for _, _, w in folded])
             retry: dict[str, list[_Item]] = {}
             for (cur, new, write), outcome in zip(folded, outcomes, strict=True):
@@ -517,8 +481,8 @@ class Processor:
         return out
 
     def _fold(
-        self, cur: Cursor, items: list[_Item], report: BatchReport
-    ) -> tuple[Cursor, SessionWrite] | None:
+        self, cur: CachedSession, items: list[_Item], report: BatchReport
+    ) -> tuple[CachedSession, SessionWrite] | None:
         folded = self._advance(cur, items, report)
         if folded is None:
             return None
@@ -526,82 +490,56 @@ class Processor:
         return new, self._session_write(cur, new, changed, touched)
 
     def _advance(
-        self, cur: Cursor, items: list[_Item], report: BatchReport
-    ) -> tuple[Cursor, set[str], bool] | None:
+        self, cur: CachedSession, items: list[_Item], report: BatchReport
+    ) -> tuple[CachedSession, set[str], bool] | None:
         """Fold ``items`` onto ``cur``: (new cursor, unit keys to write, whether a record
         was folded), or None when there is nothing to write. Encodes nothing."""
-        core = self.core
-        registry = core.registry
-        states = cur.states
-        admission = cur.admission
+        reading = self.pipeline.resume(cur.admission, cur.states, cur.quarantine)
         counts = dict(cur.counts)
         changed: set[str] = set(cur.pending)
         as_of_seq, as_of_offset = cur.as_of_seq, cur.as_of_offset
-        first_offset, last_time, quarantine = cur.first_offset, cur.last_time, cur.quarantine
+        first_offset, last_time = cur.first_offset, cur.last_time
         touched = False
         for r, ev in items:
             if r.offset <= as_of_offset:
                 report.skipped += 1
                 continue
-            if quarantine is not None:
+            step = reading.read(ev, r.offset)
+            outcome = step.outcome
+            if outcome is Outcome.HELD:
                 counts["held"] = counts.get("held", 0) + 1
                 report.skipped += 1
                 continue  # not written: a quarantined session's hash stays as it stopped
             touched = True
             as_of_offset = r.offset
-            if isinstance(ev, UnsupportedFormat):
-                quarantine = _quarantine("newer_format", str(ev), ev.seq, r.offset)
-                states = _with(states, "index", core.quarantine(states["index"], str(ev), ev.seq))
-                changed.add("index")
-                continue
-            decision = core.admit(admission, ev)
-            verdict = str(decision.verdict)
+            changed.update(step.changed)
+            decision = step.decision
+            if decision is None:
+                continue  # a newer envelope format: quarantined before admission
+            verdict = decision.verdict.value
             counts[verdict] = counts.get(verdict, 0) + 1
-            if verdict in REJECTED:
-                states = _with(states, "rejections", core.record_rejection(
-                    states["rejections"], _rejection_json(ev, decision, r.offset)))
-                changed.add("rejections")
-                continue
-            if verdict != "admitted":
-                continue  # duplicate event_id: dropped, counted
-            admission = decision.state
+            if not decision.admitted:
+                continue  # refused (recorded in ``rejections``) or a duplicate (dropped)
+            assert isinstance(ev, Event)
             if ev.seq == 0 and first_offset is None:
                 first_offset = r.offset
             last_time = ev.time
-            try:
-                readable = core.check_readable(ev, core.catalog)
-            except (UnknownRequiredEvent, UnsupportedFormat) as exc:
-                quarantine = _quarantine(
-                    "unknown_event" if isinstance(exc, UnknownRequiredEvent) else "newer_format",
-                    str(exc), ev.seq, r.offset)
-                states = _with(states, "index", core.quarantine(states["index"], str(exc), ev.seq))
-                changed.add("index")
-                continue
-            if not readable:
+            if outcome is Outcome.IGNORED:
                 counts["ignored"] = counts.get("ignored", 0) + 1
                 as_of_seq = ev.seq
-                continue
-            try:
-                states, ch = registry.apply(states, ev)
-            except Exception as exc:  # ProjectionError: a unit bug stops only this session
-                reason = f"projection failed: {exc}"[:500]
-                quarantine = _quarantine("projection_error", reason, ev.seq, r.offset)
-                states = _with(states, "index", core.quarantine(states["index"], reason, ev.seq))
-                changed.add("index")
-                continue
-            changed.update(ch)
-            as_of_seq = ev.seq
+            elif outcome is Outcome.FOLDED:
+                as_of_seq = ev.seq
         if not touched and not cur.pending:
             return None
         new = replace(
-            cur, states=dict(states), admission=admission, as_of_seq=as_of_seq,
+            cur, states=dict(reading.states), admission=reading.admission, as_of_seq=as_of_seq,
             as_of_offset=as_of_offset, first_offset=first_offset, last_time=last_time,
-            quarantine=quarantine, counts=counts, pending=frozenset(), stored=True,
+            quarantine=reading.quarantine, counts=counts, pending=frozenset(), stored=True,
         )
         return new, changed, touched
 
     def _session_write(
-        self, base: Cursor, new: Cursor, changed: set[str], touched: bool
+        self, base: CachedSession, new: CachedSession, changed: set[str], touched: bool
     ) -> SessionWrite:
         """The script call taking the session from ``base`` (as stored) to ``new``."""
         if not base.stored:
@@ -610,11 +548,12 @@ class Processor:
         states = new.states
         for unit in self._units:
             if unit.key in changed:
-                fields["view:" + unit.key], fields["state:" + unit.key] = unit.encode(
-                    states[unit.key])
-                fields["sv:" + unit.key] = str(unit.state_version)
-        fields["admission"] = dumps(new.admission.to_json())
-        fields["meta"] = dumps(new.meta())
+                view, state = unit.encode(states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
+        fields[SessionRow.META] = dumps(new.meta())
         return SessionWrite(
             session_id=new.session_id,
             partition=new.partition,
@@ -626,21 +565,6 @@ class Processor:
             activity_ms=new.last_time or 0,
             force=not touched,
         )
-
-
-def _with(states: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-    new = dict(states)
-    new[key] = value
-    return new
-
-
-def _quarantine(kind: str, reason: str, seq: int, offset: int) -> dict[str, Any]:
-    return {"kind": kind, "reason": reason, "seq": seq, "offset": offset}
-
-
-def _rejection_json(event: Event, decision: Any, offset: int) -> dict[str, Any]:
-    """``Decision.to_json`` plus where the refused record sits in the topic."""
-    return {**decision.to_json(event), "offset": offset}
 
 
 def _tp(topic: str, partition: int) -> str:

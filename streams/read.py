@@ -1,7 +1,8 @@
 """Consistent reads of the projections in Redis (the Python API behind ``sessionstream views``).
 
-Every view of a session lives in one hash of the current generation, written by one
-script call, so one HGETALL returns all views at one ``as_of_seq``.
+Every view of a session lives in one row of the current generation, written by one
+script call, so one HGETALL returns all views at one ``as_of_seq``. Keys and fields
+are those of the row layout (``sessionstream.core.rows``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from sessionstream.core.keys import DEFAULT_PREFIX
-from streams.sink import generation_key, session_hash, sessions_index
+from sessionstream.core.rows import KeySpace, SessionRow, generation_of
 
 
 @dataclass(frozen=True)
@@ -38,38 +38,41 @@ class LiveSnapshot:
                 "quarantine": self.quarantine, "views": self.views}
 
 
-async def current_generation(redis: Redis, tenant: str, prefix: str = DEFAULT_PREFIX) -> int:
-    raw = await redis.get(generation_key(prefix, tenant))
-    return int(raw) if raw else 1
+async def current_generation(redis: Redis, keys: KeySpace) -> int:
+    """The generation readers use now (the tenant's pointer; absent: the first)."""
+    return generation_of(await redis.get(keys.generation()))
 
 
-async def read_views(redis: Redis, tenant: str, session_id: str, *,
-                     prefix: str = DEFAULT_PREFIX, generation: int | None = None
-                     ) -> LiveSnapshot | None:
+async def read_views(redis: Redis, keys: KeySpace, session_id: str, *,
+                     generation: int | None = None) -> LiveSnapshot | None:
     """Every view of ``session_id`` at one ``as_of_seq``; None if the session is unknown."""
-    gen = generation if generation is not None else await current_generation(redis, tenant, prefix)
-    row = await redis.hgetall(session_hash(prefix, tenant, session_id, gen))
+    gen = generation if generation is not None else await current_generation(redis, keys)
+    row = await redis.hgetall(keys.session_row(session_id, gen))
     if not row:
         return None
     fields: dict[str, str] = {_s(k): _s(v) for k, v in row.items()}
     return LiveSnapshot(
         session_id=session_id, generation=gen,
-        as_of_seq=int(fields.get("as_of_seq", -1)),
-        as_of_offset=int(fields.get("as_of_offset", -1)),
-        views={k[5:]: json.loads(v) for k, v in sorted(fields.items()) if k.startswith("view:")},
-        meta=json.loads(fields.get("meta", "{}")),
+        as_of_seq=SessionRow.as_of_seq(fields),
+        as_of_offset=SessionRow.as_of_offset(fields),
+        views=SessionRow.views(fields),
+        meta=SessionRow.meta(fields),
     )
 
 
-async def list_sessions(redis: Redis, tenant: str, *, prefix: str = DEFAULT_PREFIX,
-                        limit: int = 100, generation: int | None = None) -> list[dict[str, Any]]:
+#: The row fields the session list reads (not the states or the other views).
+_LIST_FIELDS = (SessionRow.META, SessionRow.view("index"), SessionRow.AS_OF_SEQ,
+                SessionRow.view("rejections"))
+
+
+async def list_sessions(redis: Redis, keys: KeySpace, *, limit: int = 100,
+                        generation: int | None = None) -> list[dict[str, Any]]:
     """Sessions by last activity, newest first, from the index (never reads a log)."""
-    gen = generation if generation is not None else await current_generation(redis, tenant, prefix)
-    ids = [_s(s) for s in await redis.zrevrange(sessions_index(prefix, tenant, gen), 0, limit - 1)]
+    gen = generation if generation is not None else await current_generation(redis, keys)
+    ids = [_s(s) for s in await redis.zrevrange(keys.sessions_index(gen), 0, limit - 1)]
     async with redis.pipeline(transaction=False) as pipe:
         for sid in ids:
-            pipe.hmget(session_hash(prefix, tenant, sid, gen),
-                       ["meta", "view:index", "as_of_seq", "view:rejections"])
+            pipe.hmget(keys.session_row(sid, gen), list(_LIST_FIELDS))
         rows = await pipe.execute()
     out = []
     for sid, (meta, index, as_of, rejections) in zip(ids, rows, strict=True):
@@ -77,7 +80,7 @@ async def list_sessions(redis: Redis, tenant: str, *, prefix: str = DEFAULT_PREF
         idx = json.loads(_s(index)) if index else {}
         rej = json.loads(_s(rejections)) if rejections else {}
         out.append({
-            "session_id": sid, "tenant": tenant, "as_of_seq": int(as_of) if as_of else -1,
+            "session_id": sid, "tenant": keys.tenant, "as_of_seq": int(as_of) if as_of else -1,
             "status": idx.get("status"), "turns": idx.get("turns"),
             "events": idx.get("event_count"), "last_time": m.get("last_time"),
             "partition": m.get("partition"), "first_offset": m.get("first_offset"),

@@ -27,13 +27,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 
-from sessionstream.core.keys import tenant_key
+from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.rows import KeySpace, SessionRow
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
-from streams.ports import Core, Record
 from streams.processor import Processor
 from streams.read import current_generation
-from streams.sink import RedisSink, Retry, generation_key, session_hash, sessions_index
+from streams.sink import RedisSink, Retry
 
 
 @dataclass
@@ -71,22 +71,23 @@ Progress = Callable[[ReplayReport], None]
 
 
 async def replay(
-    *, bootstrap: str, redis: Redis, tenant: str, topic: str, prefix: str,
+    *, bootstrap: str, redis: Redis, keys: KeySpace, topic: str,
     from_time_ms: int | None = None, switch: bool = True, batch: int = 1000,
-    progress: Progress | None = None, progress_every: float = 1.0, core: Core | None = None,
+    progress: Progress | None = None, progress_every: float = 1.0,
+    pipeline: ReaderPipeline | None = None,
     flush_every: int = 500_000, flush_sessions: int = 50_000,
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``."""
-    live = await current_generation(redis, tenant, prefix)
-    counter = await redis.incr(tenant_key(prefix, tenant, "generation:last"))
+    live = await current_generation(redis, keys)
+    counter = await redis.incr(keys.generation_counter())
     new = max(int(counter), live + 1)
     if new != int(counter):
-        await redis.set(tenant_key(prefix, tenant, "generation:last"), new)
+        await redis.set(keys.generation_counter(), new)
     report = ReplayReport(topic, live, new,
                           "earliest" if from_time_ms is None else f"time:{from_time_ms}")
-    sink = RedisSink(redis, prefix=prefix, tenant=tenant, retry=Retry(attempts=20))
-    core = core or Core.default()
-    proc = Processor(core=core, sink=sink, group=f"replay-g{new}",
+    sink = RedisSink(redis, keys, retry=Retry(attempts=20))
+    pipeline = pipeline or ReaderPipeline.default()
+    proc = Processor(pipeline=pipeline, sink=sink, group=f"replay-g{new}",
                      log_reader=KafkaLogReader(bootstrap), generation=new)
     conf = {"bootstrap.servers": bootstrap,
             "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
@@ -95,7 +96,7 @@ async def replay(
     # Offsets are asked on a consumer that fetches nothing: on the reading one each
     # watermark query waits behind its fetches (~140 ms each, measured).
     meta = Consumer(conf)
-    views = [f"view:{k}" for k in core.registry.unit_keys()]
+    views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     started = time.monotonic()
     try:
         parts = _partitions(meta, topic)
@@ -105,9 +106,9 @@ async def replay(
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions))
-        await _compare(redis, tenant, prefix, live, new, report, views)
+        await _compare(redis, keys, live, new, report, views)
         if switch and from_time_ms is None:
-            await redis.set(generation_key(prefix, tenant), new)
+            await redis.set(keys.generation(), new)
             report.switched = True
             before = report.events
             await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
@@ -189,26 +190,26 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         await proc.flush()
 
 
-async def _compare(redis: Redis, tenant: str, prefix: str, live: int, new: int,
+async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                    report: ReplayReport, views: list[str]) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
     Reads only ``as_of_seq`` and the ``views`` fields (not the states, about as large)."""
-    fields = ["as_of_seq", *views]
+    fields = [SessionRow.AS_OF_SEQ, *views]
     ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
-                      for s in await redis.zrange(sessions_index(prefix, tenant, new), 0, -1)]
+                      for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
     report.sessions = len(ids)
     for i in range(0, len(ids), 200):
         chunk = ids[i:i + 200]
         async with redis.pipeline(transaction=False) as pipe:
             for sid in chunk:
-                pipe.hmget(session_hash(prefix, tenant, sid, new), fields)
-                pipe.hmget(session_hash(prefix, tenant, sid, live), fields)
+                pipe.hmget(keys.session_row(sid, new), fields)
+                pipe.hmget(keys.session_row(sid, live), fields)
             rows = await pipe.execute()
         for j, sid in enumerate(chunk):
             a = _views(dict(zip(fields, rows[2 * j], strict=True)))
             b = _views(dict(zip(fields, rows[2 * j + 1], strict=True)))
-            if a.get("as_of_seq") != b.get("as_of_seq"):
+            if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
                 report.equal += 1
@@ -223,8 +224,8 @@ def _views(row: dict[Any, Any]) -> dict[str, Any]:
             continue
         k = k.decode() if isinstance(k, bytes) else k
         v = v.decode() if isinstance(v, bytes) else v
-        if k.startswith("view:"):
+        if k.startswith(SessionRow.VIEW):
             out[k] = json.loads(v)
-        elif k == "as_of_seq":
+        elif k == SessionRow.AS_OF_SEQ:
             out[k] = int(v)
     return out

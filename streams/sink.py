@@ -1,14 +1,8 @@
 """The Redis side of the processor: one atomic, idempotent script call per session.
 
-Keys (``sessionstream.core.keys``; ``g<N>`` is the generation, see ``streams.replay``):
-
-- ``<p>:{<t>/<s>}:g<N>``          hash: ``view:<unit>``, ``state:<unit>``, ``sv:<unit>``,
-                                   ``admission``, ``meta``, ``as_of_seq``, ``as_of_offset``
-- ``<p>:{<t>/<s>}:changes:g<N>``  stream: the session's change record (capped)
-- ``<p>:{<t>}:sessions:g<N>``     sorted set: session ids by last activity (ms)
-- ``<p>:{<t>}:changes:g<N>``      stream: the tenant's change feed (capped)
-- ``<p>:{<t>}:progress:<group>``  hash: ``<topic>:<partition>`` → last processed offset
-- ``<p>:{<t>}:generation``        the generation readers use (absent: 1)
+Keys and fields are those of the row layout (``sessionstream.core.rows``): the session
+row ``<p>:{<t>/<s>}:g<N>`` and change stream, the tenant's session index, change feed,
+partition progress and generation pointer.
 
 The per-session script touches only keys with the session's hash tag; the tenant keys
 are written by a second call. Both are idempotent: the script refuses a write whose
@@ -29,7 +23,14 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from sessionstream.core.keys import session_key, tenant_key
+from sessionstream.core.rows import (
+    CHANGE_FIELD,
+    KeySpace,
+    LogIndexFields,
+    change_entry,
+    generation_of,
+    lua,
+)
 from streams.errors import SinkError
 from streams.ports import SessionWrite, WriteOutcome
 
@@ -40,8 +41,8 @@ T = TypeVar("T")
 # KEYS[1] session hash, KEYS[2] session change stream.
 # ARGV: base_offset, last_offset, as_of_seq, force(0/1), change maxlen, change entry, n,
 #       then n field/value pairs.
-WRITE_SESSION_LUA = """
-local stored = tonumber(redis.call('HGET', KEYS[1], 'as_of_offset') or '-1')
+WRITE_SESSION_LUA = lua("""
+local stored = tonumber(redis.call('HGET', KEYS[1], $AS_OF_OFFSET) or '-1')
 local base = tonumber(ARGV[1])
 local last = tonumber(ARGV[2])
 if stored > last or (stored == last and ARGV[4] ~= '1') then
@@ -54,10 +55,10 @@ local n = tonumber(ARGV[7])
 if n > 0 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 8, 7 + 2 * n))
 end
-redis.call('HSET', KEYS[1], 'as_of_offset', ARGV[2], 'as_of_seq', ARGV[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'change', ARGV[6])
+redis.call('HSET', KEYS[1], $AS_OF_OFFSET, ARGV[2], $AS_OF_SEQ, ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', $CHANGE, ARGV[6])
 return {1, stored}
-"""
+""")
 
 # KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
 PROGRESS_MAX_LUA = """
@@ -73,29 +74,6 @@ return 1
 _RETRYABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError,
               rexc.TryAgainError, rexc.ClusterDownError, OSError)
 
-
-def session_hash(prefix: str, tenant: str, session_id: str, gen: int) -> str:
-    return session_key(prefix, tenant, session_id, f"g{gen}")
-
-
-def session_changes(prefix: str, tenant: str, session_id: str, gen: int) -> str:
-    return session_key(prefix, tenant, session_id, f"changes:g{gen}")
-
-
-def sessions_index(prefix: str, tenant: str, gen: int) -> str:
-    return tenant_key(prefix, tenant, f"sessions:g{gen}")
-
-
-def tenant_changes(prefix: str, tenant: str, gen: int) -> str:
-    return tenant_key(prefix, tenant, f"changes:g{gen}")
-
-
-def progress_key(prefix: str, tenant: str, group: str) -> str:
-    return tenant_key(prefix, tenant, f"progress:{group}")
-
-
-def generation_key(prefix: str, tenant: str) -> str:
-    return tenant_key(prefix, tenant, "generation")
 
 
 class Script:
@@ -149,12 +127,11 @@ class Retry:
 class RedisSink:
     """The processor's sink over ``redis.asyncio`` (decode_responses=True)."""
 
-    def __init__(self, redis: Redis, *, prefix: str, tenant: str,
+    def __init__(self, redis: Redis, keys: KeySpace, *,
                  retry: Retry | None = None, change_maxlen: int = 100,
                  feed_maxlen: int = 100_000) -> None:
         self.redis = redis
-        self.prefix = prefix
-        self.tenant = tenant
+        self.keys = keys
         self.retry = retry or Retry()
         self.change_maxlen = change_maxlen
         self.feed_maxlen = feed_maxlen
@@ -164,14 +141,14 @@ class RedisSink:
 
     async def generation(self) -> int:
         raw = await self.retry.run(
-            "generation read", lambda: self.redis.get(generation_key(self.prefix, self.tenant)))
-        return int(raw) if raw else 1
+            "generation read", lambda: self.redis.get(self.keys.generation()))
+        return generation_of(raw)
 
     async def load(self, gen: int, session_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         async def op() -> list[Any]:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for sid in session_ids:
-                    pipe.hgetall(session_hash(self.prefix, self.tenant, sid, gen))
+                    pipe.hgetall(self.keys.session_row(sid, gen))
                 return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
 
         rows = await self.retry.run("session load", op)
@@ -188,8 +165,8 @@ class RedisSink:
                                len(w.fields)]
             for k, v in w.fields.items():
                 args += [k, v]
-            calls.append(([session_hash(self.prefix, self.tenant, w.session_id, gen),
-                           session_changes(self.prefix, self.tenant, w.session_id, gen)], args))
+            calls.append(([self.keys.session_row(w.session_id, gen),
+                           self.keys.session_changes(w.session_id, gen)], args))
 
         async def op() -> list[Any]:
             # Re-sending after a lost reply is safe: each call is idempotent by offset.
@@ -227,9 +204,9 @@ class RedisSink:
 
     async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
                            progress: Mapping[str, int]) -> None:
-        index = sessions_index(self.prefix, self.tenant, gen)
-        feed = tenant_changes(self.prefix, self.tenant, gen)
-        pkey = progress_key(self.prefix, self.tenant, group)
+        index = self.keys.sessions_index(gen)
+        feed = self.keys.tenant_changes(gen)
+        pkey = self.keys.progress(group)
 
         async def op() -> None:
             if writes:
@@ -237,7 +214,7 @@ class RedisSink:
                     # GT: an existing member's score never moves back; new members are added.
                     pipe.zadd(index, {w.session_id: w.activity_ms for w in writes}, gt=True)
                     for w in writes:
-                        pipe.xadd(feed, {"change": _change_entry(w)},
+                        pipe.xadd(feed, {CHANGE_FIELD: _change_entry(w)},
                                   maxlen=self.feed_maxlen, approximate=True)
                     await pipe.execute()
             if progress:
@@ -249,12 +226,12 @@ class RedisSink:
         await self.retry.run("tenant write", op)
 
     async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]:
-        pkey = progress_key(self.prefix, self.tenant, group)
+        pkey = self.keys.progress(group)
         vals = await self.retry.run("progress read", lambda: self.redis.hmget(pkey, list(keys)))
         return {k: int(v) for k, v in zip(keys, vals, strict=True) if v is not None}
 
     async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
-        index = sessions_index(self.prefix, self.tenant, gen)
+        index = self.keys.sessions_index(gen)
         rows = await self.retry.run(
             "index read", lambda: self.redis.zrange(index, start, start + count - 1))
         return [r.decode() if isinstance(r, bytes) else str(r) for r in rows]
@@ -264,7 +241,7 @@ class RedisSink:
         async def op() -> list[Any]:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for sid in session_ids:
-                    pipe.hmget(session_hash(self.prefix, self.tenant, sid, gen), list(fields))
+                    pipe.hmget(self.keys.session_row(sid, gen), list(fields))
                 return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
 
         rows = await self.retry.run("session fields load", op) if session_ids else []
@@ -273,17 +250,14 @@ class RedisSink:
                 for sid, row in zip(session_ids, rows, strict=True)}
 
     async def writer_first_offset(self, session_id: str) -> int | None:
-        key = session_key(self.prefix, self.tenant, session_id, "log")
+        key = self.keys.log_index(session_id)
         raw = await self.retry.run("writer index read",
-                                   lambda: self.redis.hget(key, "first_offset"))
+                                   lambda: self.redis.hget(key, LogIndexFields.FIRST_OFFSET))
         return int(raw) if raw not in (None, "") else None
 
 
 def _change_entry(w: SessionWrite) -> str:
-    from streams.processor import dumps
-
-    return dumps({"session": w.session_id, "as_of_seq": w.as_of_seq,
-                  "offset": w.last_offset, "changed": list(w.changed)})
+    return change_entry(w.session_id, w.as_of_seq, w.last_offset, w.changed)
 
 
 def _text(row: Mapping[Any, Any]) -> dict[str, str]:

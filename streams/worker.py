@@ -16,10 +16,11 @@ import os
 from dataclasses import dataclass
 
 from sessionstream import redisconn
+from sessionstream.core.pipeline import ReaderPipeline
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
-from streams.ports import Core
 from streams.processor import Processor
 from streams.sink import RedisSink, Retry
 
@@ -68,13 +69,13 @@ def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
 
 def build_sink(cfg: WorkerConfig) -> RedisSink:
     redis = redisconn.from_settings(cfg.settings, asyncio=True, decode_responses=True)
-    return RedisSink(redis, prefix=cfg.prefix, tenant=cfg.settings.tenant,
+    return RedisSink(redis, KeySpace(cfg.settings.tenant, cfg.prefix),
                      retry=Retry(attempts=None))
 
 
 def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
     return Processor(
-        core=Core.default(), sink=sink or build_sink(cfg), group=cfg.group,
+        pipeline=ReaderPipeline.default(), sink=sink or build_sink(cfg), group=cfg.group,
         log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
     )

@@ -167,12 +167,19 @@ function renderDetail(snap) {
       h("div", { class: "muted" }, "Later events of this session are held; other sessions go on.")));
   }
   const rej = v.rejections;
+  // What each admission verdict means (sessionstream.core.admission.MEANING).
+  const VERDICTS = {
+    stale_epoch: "a writer whose lease epoch was superseded (zombie writer)",
+    seq_gap: "seqs are missing before it (a write went missing)",
+    seq_conflict: "its seq is taken by another admitted event",
+    history_conflict: "continues a history that was not admitted (a writer that lost a race kept writing)",
+  };
   if (rej && rej.total) {
     parts.push(h("div", { class: "banner warn" },
       h("strong", {}, `${rej.total} rejected event${rej.total > 1 ? "s" : ""}: `,
         Object.entries(rej.by_verdict || {}).map(([k, n]) => `${k} ×${n}`).join(", ")),
       table(["#seq", "verdict", "type", "writer", "reason", "#expected"],
-        (rej.recent || []).slice().reverse().map((r) => [r.seq, badge(r.verdict, "bad"), h("code", {}, r.type || "–"),
+        (rej.recent || []).slice().reverse().map((r) => [r.seq, h("span", { title: VERDICTS[r.verdict] || "" }, badge(r.verdict, "bad")), h("code", {}, r.type || "–"),
           h("code", {}, `${short(r.writer?.id, 12)} e${r.writer?.epoch}`), r.reason, r.next_seq ?? "–"]))));
   }
 
@@ -233,7 +240,8 @@ function renderDetail(snap) {
     table(["id", "trigger", "outcome", "shadowed seqs", "#tokens before → after", "summarizer", "#start…end"],
       (comp.attempts || []).slice().reverse().map((a) => [h("code", {}, a.compaction_id), a.trigger,
         h("span", {}, badge(a.outcome || "open", a.outcome || "open"), a.reason ? ` ${a.reason}` : ""),
-        h("code", {}, seqs(a.shadowed_seqs)),
+        a.shadowed_seqs?.length ? h("a", { href: "#", class: "evidence-link", title: "show this attempt's events and the shadowed seqs in the event timeline",
+          onclick: (e) => { e.preventDefault(); window.sessionTimeline?.showEvidence(a); } }, h("code", {}, seqs(a.shadowed_seqs))) : h("code", {}, "–"),
         a.tokens_before != null ? `${num(a.tokens_before)} → ${num(a.tokens_after)}` : "–",
         a.summarizer ? `${a.summarizer.provider}/${a.summarizer.model}` : "–",
         `${a.start_seq}…${a.end_seq ?? ""}`]), "no compactions"));
@@ -242,6 +250,7 @@ function renderDetail(snap) {
   for (const [k, val] of Object.entries(v)) {
     if (!known.has(k)) parts.push(h("h3", {}, k), h("pre", { class: "mono" }, JSON.stringify(val, null, 2)));
   }
+  parts.push(h("div", { id: "timeline-box" }));
   const raw = h("details", { class: "raw" }, h("summary", {}, "raw views (JSON)"));
   raw.addEventListener("toggle", () => {
     if (raw.open && raw.childElementCount === 1) raw.append(h("pre", {}, JSON.stringify(snap, null, 2)));
@@ -251,6 +260,7 @@ function renderDetail(snap) {
   $("#detail-empty").classList.add("hidden");
   const pane = $("#detail-pane"), top = pane.scrollTop;
   $("#detail").replaceChildren(...parts.filter(Boolean));
+  window.sessionTimeline?.load(snap.session_id);
   pane.scrollTop = top;
 }
 

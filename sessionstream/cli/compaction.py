@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from sessionstream.cli.paths import output_option
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.errors import LogFileError, SessionStreamError
 
 _TRIGGERS = ("auto", "manual", "pressure", "overflow")
 
@@ -99,3 +99,67 @@ def compact_file_cmd(file: Path, output: Path | None, budget: int, trigger: str,
         echo_report(report, as_json)
     if report["outcome"] in ("failed", "abandoned"):
         raise SystemExit(1)
+
+
+@click.group("compaction")
+def compaction_group() -> None:
+    """Inspect compaction attempts (the six questions of seed §4.10.1)."""
+
+
+@compaction_group.command("report")
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: one object per attempt.")
+def report_cmd(target: str, as_json: bool) -> None:
+    """Answer the six questions for every compaction attempt of SESSION or FILE.
+
+    TARGET is a JSONL session file (offline) or a session id, whose admitted log is read
+    from the tenant's events topic (the same admission rule every reader applies; the
+    read-back uses the writer's offset index in Redis). For each attempt: why it was
+    triggered, the surface range, the shadowed nodes and tokens, the summarizer, the
+    surface after it, what was kept meanwhile, and the gate's per-category counts, each
+    with the seqs of its evidence. Exit 0 (also with no attempt); 2: bad input or
+    unknown session; 1: a server could not be read.
+    """
+    from sessionstream.core.compaction.report import compaction_report
+    from sessionstream.core.jsonl import read_jsonl
+
+    path = Path(target)
+    try:
+        if path.is_file():
+            events, source = read_jsonl(path), str(path)
+        else:
+            events, source = _live_log(target), "live"
+    except LogFileError as exc:
+        click.echo(str(exc), err=True)
+        raise SystemExit(2) from exc
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+    attempts = compaction_report(events)
+    session_id = events[0].session_id
+    if as_json:
+        click.echo(json.dumps({"session_id": session_id, "source": source,
+                               "attempts": [a.to_json() for a in attempts]},
+                              indent=2, ensure_ascii=False))
+        return
+    click.echo(f"session {session_id} ({source}): {len(attempts)} compaction attempt(s)")
+    for a in attempts:
+        click.echo("")
+        for line in a.lines():
+            click.echo(line)
+
+
+def _live_log(session_id: str) -> list[Any]:
+    """The session's admitted log from Kafka; exits 2 when the topic holds none of it."""
+    from producers.writer import WriterConfig, read_log
+    from sessionstream.core.settings import Settings
+
+    settings = Settings.from_env()
+    cfg = WriterConfig.from_settings(settings, key_prefix=settings.key_prefix,
+                                     topic=settings.events_topic)
+    rb = read_log(cfg, session_id)
+    if not rb.admitted:
+        click.echo(f"error: {session_id!r} is neither a file nor a session with records in "
+                   f"tenant {settings.tenant!r}'s events topic {settings.events_topic} "
+                   "(`sessionstream sessions` lists known ids)", err=True)
+        raise SystemExit(2)
+    return list(rb.admitted)

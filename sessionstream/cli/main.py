@@ -173,14 +173,25 @@ def projections_cmd(file: Path, as_json: bool, keys: tuple[str, ...]) -> None:
 @_FILE
 @_JSON
 @click.option("--scope", default=None, help="Agent scope of the request (default: global).")
-def explain_cmd(file: Path, as_json: bool, scope: str | None) -> None:
+@click.option("--provider", "provider", default=None,
+              type=click.Choice(("openai-chat", "openai-responses", "anthropic")),
+              help="Explain the provider request body instead: every JSON path of the body "
+                   "and its source, plus what the format could not carry.")
+def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | None) -> None:
     """Explain the next model request built from FILE: where every part comes from.
 
     The header is the last request/header of the log; messages are the surface with
     their seqs; context snapshots are named by id, and a compaction summary lists
     the seqs it replaced. No prompt sections are registered offline, so the system
-    prompt is empty.
+    prompt is empty (an imported session's is in its session/start). With
+    --provider the body of that API is built and each of its parts explained.
     """
+    if provider is not None:
+        from sessionstream.cli.harness import explain_provider
+
+        with _errors():
+            explain_provider(_load(file), provider, as_json)
+        return
     from sessionstream.core.request import (
         PromptRegistry,
         assemble,
@@ -313,9 +324,12 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
 
 
 def _register_offline_extras() -> None:
-    from sessionstream.cli.compaction import compact_file_cmd
+    from sessionstream.cli.compaction import compact_file_cmd, compaction_group
+    from sessionstream.cli.harness import register as register_harness
 
     main.add_command(compact_file_cmd)
+    main.add_command(compaction_group)
+    register_harness(log_group)
 
 
 def _register_edges() -> None:

@@ -1,17 +1,30 @@
-"""The admission rule every reader applies, in partition order (brief §4).
+"""The admission rule every reader applies, in partition order (brief §4, ADR 0001).
 
 Pure: ``admit(state, event) -> Decision``. Checked in this order:
 
-1. ``duplicate``    the event_id is in the window of recently admitted ids → dropped;
-2. ``stale_epoch``  writer epoch below the highest admitted epoch → a zombie writer;
-3. ``seq_gap``      seq above the next expected (something is missing);
-   ``seq_conflict`` seq below it with an unknown event_id (another write won that seq);
-4. ``admitted``     otherwise: next_seq advances, max_epoch may rise.
+1. ``duplicate``        the event_id is in the window of recently admitted ids → dropped;
+2. ``stale_epoch``      writer epoch below the highest admitted epoch → a zombie writer;
+3. ``seq_gap``          seq above the next expected (something is missing);
+   ``seq_conflict``     seq below it with an unknown event_id (another write won that seq);
+4. ``history_conflict`` seq is the next one, but the event continues a history that was
+   not admitted: its ``prev_event_id`` is not the id of the last admitted event;
+5. ``admitted``         otherwise: next_seq advances, max_epoch may rise, the event's id
+   becomes the one the next event must name.
 
-Only ``admitted`` changes the state. Safety rests on seq alone: a redelivery
-older than the id window is still refused, as ``seq_conflict``. The window only
-makes the reason honest for the redeliveries that actually happen — a producer
-retrying its un-acknowledged tail — so it is small (:data:`WINDOW`).
+Only ``admitted`` changes the state. Seq says *where* an event goes; ``prev_event_id``
+says *which history* it continues. Together: once one of a writer's events is refused,
+none of its later events can be admitted on top of someone else's (each names its
+predecessor, which was not admitted). The upgrade rule: ``prev_event_id`` None makes no
+claim — accepted at seq 0, and for records written before schema v2 while the session's
+history is not yet linked (the last admitted event carried no ``prev_event_id``); once
+a history is linked, an unlinked event is refused. A state saved before this rule (no
+``last_event_id``) takes the last id from its window, or, with none, accepts the next
+event's claim (one event, once, at the upgrade).
+
+Safety rests on seq and history alone: a redelivery older than the id window is still
+refused, as ``seq_conflict``. The window only makes the reason honest for the
+redeliveries that actually happen — a producer retrying its un-acknowledged tail — so
+it is small (:data:`WINDOW`).
 """
 
 from __future__ import annotations
@@ -36,10 +49,24 @@ class Verdict(StrEnum):
     STALE_EPOCH = "stale_epoch"
     SEQ_GAP = "seq_gap"
     SEQ_CONFLICT = "seq_conflict"
+    HISTORY_CONFLICT = "history_conflict"
 
 
 #: The verdicts that refuse an event (a duplicate is dropped, not refused).
-REJECTIONS = frozenset({Verdict.STALE_EPOCH, Verdict.SEQ_GAP, Verdict.SEQ_CONFLICT})
+REJECTIONS = frozenset({
+    Verdict.STALE_EPOCH, Verdict.SEQ_GAP, Verdict.SEQ_CONFLICT, Verdict.HISTORY_CONFLICT,
+})
+
+#: What each verdict means, in one line (dashboards, diagnose, docs).
+MEANING: dict[Verdict, str] = {
+    Verdict.ADMITTED: "the next fact of the session",
+    Verdict.DUPLICATE: "an event already admitted (a redelivery); dropped",
+    Verdict.STALE_EPOCH: "a writer whose lease epoch was superseded (zombie writer)",
+    Verdict.SEQ_GAP: "seqs are missing before it (a write went missing)",
+    Verdict.SEQ_CONFLICT: "its seq is taken by another admitted event",
+    Verdict.HISTORY_CONFLICT: "continues a history that was not admitted (a writer that "
+                              "lost a race kept writing after its refused event)",
+}
 
 
 _Slots = dict[str, tuple[int, int]]  # event_id -> (position in its generation, seq)
@@ -49,8 +76,10 @@ class AdmissionState:
     """What a reader remembers of one session to admit its next event.
 
     An immutable value: ``session_id``, ``next_seq``, ``max_epoch``, ``recent``
-    ((event_id, seq) pairs, oldest first, at most ``window`` after an admission)
-    and ``window``; equality, hash and JSON form are over those five.
+    ((event_id, seq) pairs, oldest first, at most ``window`` after an admission),
+    ``window``, ``last_event_id`` (the id of the last admitted event, None before the
+    first or when unknown) and ``linked`` (that event named its predecessor);
+    equality, hash and JSON form are over those seven.
 
     ``recent`` is kept as two generations of at most ``window`` ids each so that
     :meth:`seq_of` and :func:`admit` are O(1) instead of O(window): ``_old`` (a
@@ -61,13 +90,15 @@ class AdmissionState:
     older state copies what it sees first, so every state stays the value it was.
     """
 
-    __slots__ = ("_n", "_new", "_old", "_raw", "max_epoch", "next_seq", "session_id",
-                 "window")
+    __slots__ = ("_n", "_new", "_old", "_raw", "last_event_id", "linked", "max_epoch",
+                 "next_seq", "session_id", "window")
 
     session_id: str
     next_seq: int
     max_epoch: int
     window: int
+    last_event_id: str | None
+    linked: bool
     _old: _Slots  # visible entries: position >= _n (all of them while _n == 0)
     _new: _Slots  # visible entries: position < _n
     _n: int
@@ -82,22 +113,30 @@ class AdmissionState:
         max_epoch: int = 0,
         recent: tuple[tuple[str, int], ...] = (),
         window: int = WINDOW,
+        last_event_id: str | None = None,
+        linked: bool = False,
     ) -> None:
         recent = tuple(recent)
         offset = window - len(recent)  # loaded ids take the last positions of a generation
         old = {eid: (offset + i, seq) for i, (eid, seq) in enumerate(recent)}
         raw = recent if len(old) != len(recent) else None
-        self._init(session_id, next_seq, max_epoch, window, old, {}, 0, raw)
+        if last_event_id is None and recent and recent[-1][1] == next_seq - 1:
+            last_event_id = recent[-1][0]  # a state saved before last_event_id existed
+        self._init(session_id, next_seq, max_epoch, window, old, {}, 0, raw,
+                   last_event_id, linked)
 
     def _init(
         self, session_id: str, next_seq: int, max_epoch: int, window: int,
         old: _Slots, new: _Slots, n: int, raw: tuple[tuple[str, int], ...] | None,
+        last_event_id: str | None, linked: bool,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "session_id", session_id)
         set_(self, "next_seq", next_seq)
         set_(self, "max_epoch", max_epoch)
         set_(self, "window", window)
+        set_(self, "last_event_id", last_event_id)
+        set_(self, "linked", linked)
         set_(self, "_old", old)
         set_(self, "_new", new)
         set_(self, "_n", n)
@@ -137,7 +176,9 @@ class AdmissionState:
             return hit[1]
         return None
 
-    def _admitted(self, event_id: str, seq: int, max_epoch: int) -> AdmissionState:
+    def _admitted(
+        self, event_id: str, seq: int, max_epoch: int, linked: bool
+    ) -> AdmissionState:
         """The state after admitting ``event_id`` at ``seq`` (the caller checked the rule)."""
         window, n = self.window, self._n
         raw = self._raw
@@ -155,11 +196,13 @@ class AdmissionState:
             new[event_id] = (n, seq)
             n += 1
         state = AdmissionState.__new__(AdmissionState)
-        state._init(self.session_id, seq + 1, max_epoch, window, old, new, n, raw)
+        state._init(self.session_id, seq + 1, max_epoch, window, old, new, n, raw,
+                    event_id, linked)
         return state
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.session_id, self.next_seq, self.max_epoch, self.recent, self.window)
+        return (self.session_id, self.next_seq, self.max_epoch, self.recent, self.window,
+                self.last_event_id, self.linked)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not AdmissionState:
@@ -172,7 +215,8 @@ class AdmissionState:
     def __repr__(self) -> str:
         return (
             f"AdmissionState(session_id={self.session_id!r}, next_seq={self.next_seq!r}, "
-            f"max_epoch={self.max_epoch!r}, recent={self.recent!r}, window={self.window!r})"
+            f"max_epoch={self.max_epoch!r}, recent={self.recent!r}, window={self.window!r}, "
+            f"last_event_id={self.last_event_id!r}, linked={self.linked!r})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -185,16 +229,22 @@ class AdmissionState:
             "max_epoch": self.max_epoch,
             "recent": [[eid, seq] for eid, seq in self.recent],
             "window": self.window,
+            "last_event_id": self.last_event_id,
+            "linked": self.linked,
         }
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> AdmissionState:
+        """Load a state; one saved before ``last_event_id``/``linked`` existed loads too."""
+        last = value.get("last_event_id")
         return cls(
             session_id=str(value["session_id"]),
             next_seq=int(value["next_seq"]),
             max_epoch=int(value["max_epoch"]),
             recent=tuple((str(eid), int(seq)) for eid, seq in value.get("recent", ())),
             window=int(value.get("window", WINDOW)),
+            last_event_id=str(last) if last is not None else None,
+            linked=bool(value.get("linked", False)),
         )
 
     def dumps(self) -> str:
@@ -261,9 +311,15 @@ def admit(state: AdmissionState, event: Event) -> Decision:
         )
     seen = state.seq_of(event.event_id)
     epoch = event.writer.epoch
-    if seen is None and epoch >= state.max_epoch and event.seq == state.next_seq:
+    prev = event.prev_event_id
+    if seen is None and epoch >= state.max_epoch and event.seq == state.next_seq and (
+        prev == state.last_event_id
+        or (prev is None and not state.linked)  # seq 0, or a record from before v2
+        or (state.last_event_id is None and event.seq > 0)  # a state from before v2
+    ):
         # the common case first; the sentence is formatted only if someone reads it
-        new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch))
+        new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch),
+                              prev is not None)
         return Decision(Verdict.ADMITTED, None, new, event)
     where = f"session {state.session_id} seq {event.seq}"
     if seen is not None:
@@ -286,11 +342,21 @@ def admit(state: AdmissionState, event: Event) -> Decision:
             f"are missing (writer {event.writer.id!r} epoch {epoch}); rejected",
             state,
         )
-    # event.seq < state.next_seq: every other case returned above
+    if event.seq < state.next_seq:
+        return Decision(
+            Verdict.SEQ_CONFLICT,
+            f"{where}: seq {event.seq} is already taken (next is {state.next_seq}) and "
+            f"event {event.event_id} is not the admitted one (writer {event.writer.id!r} "
+            f"epoch {epoch}); rejected",
+            state,
+        )
+    # event.seq == state.next_seq: it continues another history than the admitted one
+    claim = "no previous event" if prev is None else f"event {prev}"
     return Decision(
-        Verdict.SEQ_CONFLICT,
-        f"{where}: seq {event.seq} is already taken (next is {state.next_seq}) and "
-        f"event {event.event_id} is not the admitted one (writer {event.writer.id!r} "
-        f"epoch {epoch}); rejected",
+        Verdict.HISTORY_CONFLICT,
+        f"{where}: continues a history that was not admitted — it was written after "
+        f"{claim}, but the admitted event at seq {event.seq - 1} is "
+        f"{state.last_event_id or 'none'} (writer {event.writer.id!r} epoch {epoch}); "
+        "rejected",
         state,
     )

@@ -173,6 +173,7 @@ CORE_TYPES: tuple[EventType, ...] = (
                             "parent_session": F("str"),
                             "seed_length": F("int"),
                             "delegation_depth": F("int"),
+                            "inherited_classes": F("list", required=False, items=F("str")),
                         }
                     ),
                 ),

@@ -42,6 +42,7 @@ from sessionstream.core.errors import (
 )
 from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
 from sessionstream.core.jsonvalue import loads_checked
+from sessionstream.core.sealed import MalformedSealedPart, SealedPart
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8  # magic + CRC-64-AVRO fingerprint
@@ -144,6 +145,7 @@ class AvroCodec:
             "turn_id": event.turn_id,
             "step_id": event.step_id,
             "prev_event_id": event.prev_event_id,
+            "sealed": [p.to_record() for p in event.sealed] if event.sealed else (),
         }
         out = io.BytesIO()
         out.write(self._header)
@@ -235,7 +237,17 @@ def _to_event(record: dict[str, Any]) -> Event:
         frozen, op, tuple(record["source_event_seqs"]), _writer(w["id"], w["epoch"]),
         version, record["ignorable"], record["turn_id"], record["step_id"],
         record.get("prev_event_id"),  # absent when read with the v1 schema as reader
+        _sealed(session_id, seq, record.get("sealed")),
     )
+
+
+def _sealed(session_id: str, seq: int, items: Any) -> tuple[SealedPart, ...]:
+    if not items:
+        return ()
+    try:
+        return tuple(SealedPart.from_record(item) for item in items)
+    except MalformedSealedPart as exc:
+        raise CorruptRecord(f"session {session_id!r} seq {seq}: {exc}") from exc
 
 
 @cache

@@ -107,7 +107,7 @@ class RejectedEvent:
     event_id: str
     writer_id: str
     epoch: int
-    verdict: str  # stale_epoch | seq_gap | seq_conflict | duplicate
+    verdict: str  # stale_epoch | seq_gap | seq_conflict | history_conflict | duplicate
     offset: int | None = None
 
 
@@ -226,7 +226,9 @@ def _rejections(facts: Facts) -> Finding:
     parts = ", ".join(f"{n} {v}" for v, n in sorted(by.items()))
     writers = sorted({f"{r.writer_id}@{r.epoch}" for r in rej})
     # A gap means a writer's earlier event never reached the log: data it believed
-    # written is missing. Stale epochs and conflicts are fencing doing its job.
+    # written is missing. Stale epochs and conflicts are fencing doing its job; a
+    # history conflict is a writer that lost a race (resume) and kept writing: its
+    # flush() raised Fenced for those events, so nothing confirmed was lost.
     status = Status.PROBLEM if by.get("seq_gap") else Status.WARNING
     return Finding(Layer.RAW, "rejections", status,
                    f"{len(rej)} rejected write(s) ({parts}) from {', '.join(writers)}",

@@ -26,7 +26,11 @@ translate third-party errors at their boundary (``raise X(...) from exc``)::
     │   ├── CorruptRecord         bytes that are not a sessionstream record
     │   ├── UnsupportedFormat     newer format_version than this build reads
     │   └── UnknownRequiredEvent  unknown, non-ignorable event type on read
-    └── LogFileError              a JSONL line that cannot be imported (file:line)
+    ├── LogFileError              a JSONL line that cannot be imported (file:line)
+    └── SealedContentError        sealed (encrypted) content that cannot be used
+        ├── MovedCiphertext       authentication failed: tampered, moved or wrong key
+        ├── ContentKeyShredded    sealing with a data key that was destroyed
+        └── LegalHold             deletion or retention refused: a legal hold applies
 """
 
 from __future__ import annotations
@@ -225,3 +229,39 @@ class LogFileError(SessionStreamError):
         self.line = line
         self.reason = reason
         super().__init__(f"{file}:{line}: {reason}")
+
+
+class SealedContentError(SessionStreamError):
+    """Sealed (encrypted) event content that cannot be sealed or opened as asked."""
+
+
+class MovedCiphertext(SealedContentError):
+    """A sealed part failed authentication: tampered, moved to another event, wrong key.
+
+    Never shown as content and never replaced silently: the record is refused.
+    """
+
+
+class ContentKeyShredded(SealedContentError):
+    """A data key was destroyed (deletion, retention): nothing new is sealed with it."""
+
+    def __init__(self, tenant: str, session_id: str, data_class: str) -> None:
+        self.tenant = tenant
+        self.session_id = session_id
+        self.data_class = data_class
+        super().__init__(
+            f"the {data_class} data key of session {session_id!r} (tenant {tenant!r}) was "
+            "shredded: the session's content of that class was deleted; start a new session"
+        )
+
+
+class LegalHold(SealedContentError):
+    """Deletion or retention refused: a legal hold applies to the session or its tenant."""
+
+    def __init__(self, scope: str, reason: str) -> None:
+        self.scope = scope
+        self.reason = reason
+        super().__init__(
+            f"legal hold on {scope}: {reason or 'no reason recorded'}; nothing was deleted "
+            "(release the hold with `sessionstream hold release` first, if you may)"
+        )

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, final
 
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, check_and_freeze, freeze, thaw
+from sessionstream.core.sealed import SealedPart
 
 #: The envelope format this build writes and the newest it reads.
 FORMAT_VERSION = 1
@@ -67,6 +68,7 @@ class Event:
         "ignorable",
         "lossless_checked",
         "prev_event_id",
+        "sealed",
         "seq",
         "session_id",
         "source_event_seqs",
@@ -81,7 +83,7 @@ class Event:
     __match_args__ = (
         "session_id", "seq", "event_id", "time", "type", "data", "surface_op",
         "source_event_seqs", "writer", "format_version", "ignorable", "turn_id", "step_id",
-        "prev_event_id",
+        "prev_event_id", "sealed",
     )
 
     session_id: str
@@ -100,6 +102,10 @@ class Event:
     #: seq 0, and for records written before schema v2): the history this event
     #: continues. The admission rule refuses an event continuing another history.
     prev_event_id: str | None
+    #: Content taken out of ``data`` and encrypted, per data class (schema v2; empty for
+    #: clear content and for older records): ``data`` then holds placeholders at the
+    #: parts' paths. Readers open it in the reader pipeline (core/privacy.py).
+    sealed: tuple[SealedPart, ...]
     #: True when the constructor that built this event verified ``data`` is lossless
     #: JSON (make_event, Session.append, the codec): readers may skip checking again.
     #: Not part of equality, hash or repr; :meth:`replace` keeps it only when ``data``
@@ -125,6 +131,7 @@ class Event:
         turn_id: str | None = None,
         step_id: str | None = None,
         prev_event_id: str | None = None,
+        sealed: tuple[SealedPart, ...] = (),
     ) -> None:
         # Slot stores through object.__setattr__ cost 4x a plain store: fill the slots as
         # a _Filling (same layout, ordinary __setattr__), then become an Event again.
@@ -142,6 +149,7 @@ class Event:
         self.turn_id = turn_id
         self.step_id = step_id
         self.prev_event_id = prev_event_id
+        self.sealed = sealed
         self.lossless_checked = False
         self._data = data
         self._raw = None
@@ -200,7 +208,7 @@ class Event:
         return (
             self.session_id, self.seq, self.event_id, self.time, self.type, self.data,
             self.surface_op, self.source_event_seqs, self.writer, self.format_version,
-            self.ignorable, self.turn_id, self.step_id, self.prev_event_id,
+            self.ignorable, self.turn_id, self.step_id, self.prev_event_id, self.sealed,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -216,7 +224,7 @@ class Event:
             or self.source_event_seqs != o.source_event_seqs or self.writer != o.writer
             or self.format_version != o.format_version or self.ignorable != o.ignorable
             or self.turn_id != o.turn_id or self.step_id != o.step_id
-            or self.prev_event_id != o.prev_event_id
+            or self.prev_event_id != o.prev_event_id or self.sealed != o.sealed
         ):
             return False
         # The same JSON text parses to the same value; different texts may still
@@ -236,7 +244,8 @@ class Event:
             f"source_event_seqs={self.source_event_seqs!r}, writer={self.writer!r}, "
             f"format_version={self.format_version!r}, ignorable={self.ignorable!r}, "
             f"turn_id={self.turn_id!r}, step_id={self.step_id!r}, "
-            f"prev_event_id={self.prev_event_id!r})"
+            f"prev_event_id={self.prev_event_id!r}"
+            + (f", sealed={self.sealed!r})" if self.sealed else ")")
         )
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -265,6 +274,7 @@ class Event:
             "turn_id": self.turn_id,
             "step_id": self.step_id,
             "prev_event_id": self.prev_event_id,
+            **({"sealed": [p.to_json() for p in self.sealed]} if self.sealed else {}),
         }
 
 
@@ -302,6 +312,7 @@ def make_event(
     turn_id: str | None = None,
     step_id: str | None = None,
     prev_event_id: str | None = None,
+    sealed: tuple[SealedPart, ...] = (),
 ) -> Event:
     """Build an Event from untrusted parts: checks data is lossless and freezes it."""
     event = Event(
@@ -319,6 +330,7 @@ def make_event(
         turn_id=turn_id,
         step_id=step_id,
         prev_event_id=prev_event_id,
+        sealed=sealed,
     )
     mark_lossless(event)
     return event
@@ -347,6 +359,7 @@ def decoded_event(
     turn_id: str | None,
     step_id: str | None,
     prev_event_id: str | None = None,
+    sealed: tuple[SealedPart, ...] = (),
 ) -> Event:
     """For the codec: an Event whose data ``value`` was parsed from ``text`` and checked.
 
@@ -368,6 +381,7 @@ def decoded_event(
     event.turn_id = turn_id
     event.step_id = step_id
     event.prev_event_id = prev_event_id
+    event.sealed = sealed
     event.lossless_checked = True
     if frozen:
         event._data = value

@@ -18,11 +18,14 @@ parent seq ``s`` — no extra field needed to trace it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.errors import ForkError
 from sessionstream.core.events import Clock, Event, IdSource, Writer, system_clock, uuid4_ids
+from sessionstream.core.privacy import ALL_CLASSES, NOT_INHERITED_TEXT, split
 from sessionstream.core.recovery import seed_boundary
+from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import LOCAL_WRITER, Session
 
 
@@ -63,12 +66,19 @@ def fork(
     ids: IdSource = uuid4_ids,
     writer: Writer = LOCAL_WRITER,
     tenant: str | None = None,
+    inherit: Iterable[DataClass] | None = None,
 ) -> Session:
     """A child session seeded with the parent's first ``at`` events.
 
     Raises :class:`ForkError` if ``at`` is out of range or falls inside an open
     turn or compaction (naming it). ``delegation_depth`` defaults to the
     parent's plus one.
+
+    ``inherit``: the data classes of the parent's content the child receives (seed
+    §4.13: a fork or subagent does not copy sensitive history by default); the others
+    read :data:`~sessionstream.core.privacy.NOT_INHERITED_TEXT` in the child. ``None``
+    copies everything and records nothing (a plain fork); otherwise the lineage records
+    ``inherited_classes``.
     """
     if isinstance(parent, Session):
         psession = parent
@@ -101,14 +111,20 @@ def fork(
         if delegation_depth is not None
         else int(plineage.get("delegation_depth", 0)) + 1
     )
+    lineage: dict[str, Any] = {
+        "parent_session": psession.session_id,
+        "seed_length": at,
+        "delegation_depth": depth,
+    }
+    dropped: tuple[DataClass, ...] = ()
+    if inherit is not None:
+        kept = frozenset(inherit)
+        lineage["inherited_classes"] = [c.value for c in ALL_CLASSES if c in kept]
+        dropped = tuple(c for c in ALL_CLASSES if c not in kept)
     child = Session.create(
         child_id,
         tenant=tenant if tenant is not None else (psession.tenant or "default"),
-        lineage={
-            "parent_session": psession.session_id,
-            "seed_length": at,
-            "delegation_depth": depth,
-        },
+        lineage=lineage,
         catalog=catalog,
         clock=clock,
         ids=ids,
@@ -122,7 +138,8 @@ def fork(
                 event_id=ids(),
                 time=clock(),
                 type=event.type,
-                data=event.data,
+                data=(split(event.type, event.data, psession.catalog, dropped,
+                            text=NOT_INHERITED_TEXT).clear if dropped else event.data),
                 surface_op=event.surface_op,
                 source_event_seqs=event.source_event_seqs,
                 writer=writer,

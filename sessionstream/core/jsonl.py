@@ -25,11 +25,12 @@ from sessionstream.core.errors import (
 )
 from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, make_event
 from sessionstream.core.jsonvalue import INT_MAX, INT_MIN
+from sessionstream.core.sealed import MalformedSealedPart, SealedPart
 
 REQUIRED = ("session_id", "seq", "event_id", "time", "type", "data")
 OPTIONAL = (
     "surface_op", "source_event_seqs", "writer", "format_version", "ignorable",
-    "turn_id", "step_id", "prev_event_id",
+    "turn_id", "step_id", "prev_event_id", "sealed",
 )
 _KNOWN = frozenset(REQUIRED + OPTIONAL)
 _SURFACE_OPS = tuple(op.value for op in SurfaceOp)
@@ -185,6 +186,13 @@ def _parse_line(line: str, name: str, number: int, catalog: Catalog) -> Event:
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
             _fail(name, number, f"{key} must be a string or null, got {_kind(value)}")
+    sealed_items = obj.get("sealed", [])
+    if not isinstance(sealed_items, list):
+        _fail(name, number, f"sealed must be a list of sealed parts, got {_kind(sealed_items)}")
+    try:
+        sealed = tuple(SealedPart.from_json(item) for item in sealed_items)
+    except MalformedSealedPart as exc:
+        _fail(name, number, f"{exc} (sealed parts are written by sessionstream, not by hand)")
     try:
         event = make_event(
             session_id=obj["session_id"], seq=obj["seq"], event_id=obj["event_id"],
@@ -192,6 +200,7 @@ def _parse_line(line: str, name: str, number: int, catalog: Catalog) -> Event:
             source_event_seqs=sources, writer=Writer(writer["id"], writer["epoch"]),
             format_version=version, ignorable=ignorable, turn_id=obj.get("turn_id"),
             step_id=obj.get("step_id"), prev_event_id=obj.get("prev_event_id"),
+            sealed=sealed,
         )
     except InvalidData as exc:
         _fail(name, number, f"data at {exc.path.replace('$', 'data', 1)} is not lossless "

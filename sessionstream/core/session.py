@@ -13,6 +13,7 @@ Rule names (``InvariantViolation.rule``):
 =============================  ===================================================
 seq-contiguous                 admitted seq is not the next one
 session-mismatch               admitted event belongs to another session
+history-mismatch               admitted event's prev_event_id is not the previous event
 first-is-session-start         the first event is not session/start (or a second one)
 stale-epoch                    writer epoch below the highest already in the log
 surface-op-not-allowed         the type does not enter the surface that way
@@ -147,12 +148,18 @@ class Session:
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
         writer: Writer = LOCAL_WRITER,
+        start_extra: Mapping[str, Any] | None = None,
     ) -> Session:
-        """A new session whose log holds its ``session/start``."""
+        """A new session whose log holds its ``session/start``.
+
+        ``start_extra``: further ``session/start`` fields (an imported session's
+        provenance); the envelope fields above always win.
+        """
         session = cls(session_id, catalog=catalog, clock=clock, ids=ids, writer=writer)
         session.append(
             "session/start",
             {
+                **(dict(start_extra) if start_extra else {}),
                 "format_version": FORMAT_VERSION,
                 "tenant": tenant,
                 "lineage": dict(lineage) if lineage is not None else None,
@@ -342,6 +349,12 @@ class Session:
             )
         if event.seq != seq:
             self._fail("seq-contiguous", event, f"expected seq {seq}, got {event.seq}", seq)
+        prev = event.prev_event_id
+        if prev is not None and (not self._events or prev != self._events[-1].event_id):
+            # None makes no claim (seq 0, or a record written before schema v2)
+            self._fail("history-mismatch", event, f"written after event {prev}, but the "
+                       f"event at seq {seq - 1} is "
+                       f"{self._events[-1].event_id if self._events else 'none'}", seq)
         if event.format_version > FORMAT_VERSION:
             raise UnsupportedFormat(
                 self.session_id, event.seq, event.format_version, FORMAT_VERSION

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.keys import DEFAULT_PREFIX
+from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
@@ -62,6 +62,13 @@ class Settings:
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
+    # Governance (docs/operations.md, "Sensitive data"):
+    encryption: bool = True  # SESSIONSTREAM_ENCRYPTION=off: this tenant opts out explicitly
+    key_store: str = "file"  # "file" (under key_dir) or "redis" (a fleet of nodes)
+    key_dir: Path = Path(".state/keys")  # file key store; tenant key files (0600)
+    tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
+    retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
+    principal: str = "operator"  # who deletes/holds, recorded in audit events
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -108,6 +115,23 @@ class Settings:
             raise SettingsError(
                 f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
 
+        if self.key_store not in KEY_STORES:
+            raise SettingsError(
+                f"SESSIONSTREAM_KEY_STORE={self.key_store!r} is not a key store: use "
+                + " or ".join(KEY_STORES))
+        for cls, ms in self.retention:
+            if cls not in DATA_CLASSES or ms <= 0:
+                raise SettingsError(
+                    f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
+                    "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+        if not self.principal or len(self.principal) > 200:
+            raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space: the key prefix and the tenant together."""
+        return KeySpace(self.tenant, self.key_prefix)
+
     @property
     def events_topic(self) -> str:
         """The tenant's canonical, never-compacted events topic."""
@@ -149,6 +173,13 @@ class Settings:
             schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
             metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
                           if env.get("SESSIONSTREAM_METRICS_PORT") else None),
+            encryption=(_bool(env, "SESSIONSTREAM_ENCRYPTION")
+                        if env.get("SESSIONSTREAM_ENCRYPTION") else True),
+            key_store=env.get("SESSIONSTREAM_KEY_STORE") or "file",
+            key_dir=Path(env.get("SESSIONSTREAM_KEY_DIR") or state_dir / "keys"),
+            tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
+            retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
+            principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
         )
 
 
@@ -160,6 +191,25 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not an integer") from None
+
+
+KEY_STORES = ("file", "redis")
+DATA_CLASSES = ("raw", "surface", "business")
+_UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
+
+
+def _retention(value: str) -> tuple[tuple[str, int], ...]:
+    """``raw=30d,surface=365d`` → (("raw", ms), ("surface", ms))."""
+    out = []
+    for item in filter(None, (p.strip() for p in value.split(","))):
+        cls, sep, amount = item.partition("=")
+        number, unit = amount[:-1], amount[-1:]
+        if not sep or unit not in _UNITS or not number.isdigit() or cls not in DATA_CLASSES:
+            raise SettingsError(
+                f"SESSIONSTREAM_RETENTION={value!r}: {item!r} is not <class>=<n>d|h|m|s "
+                "(class raw, surface or business), e.g. raw=30d,surface=365d")
+        out.append((cls, int(number) * _UNITS[unit]))
+    return tuple(out)
 
 
 def _bool(env: Mapping[str, str], name: str) -> bool:

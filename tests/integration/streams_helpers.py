@@ -14,10 +14,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from producers.kafka import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
+from sessionstream.core.pipeline import Record
 from sessionstream.core.projections import Registry, default_registry
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Record
-from streams.sink import session_hash
 
 
 def fleet(n: int, seed: int = 11, turns: int = 2, prefix: str = "sess") -> dict[str, list[Event]]:
@@ -62,7 +62,7 @@ def expected_views(events: list[Event], registry: Registry | None = None) -> dic
 
 def stored_views(r: redis.Redis, prefix: str, tenant: str, sid: str, gen: int = 1
                  ) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    h = r.hgetall(session_hash(prefix, tenant, sid, gen))
+    h = r.hgetall(KeySpace(tenant, prefix).session_row(sid, gen))
     views = {k[5:]: json.loads(v) for k, v in h.items() if k.startswith("view:")}
     return int(h.get("as_of_seq", -1)), views, json.loads(h.get("meta", "{}"))
 
@@ -83,7 +83,7 @@ def caught_up(r: redis.Redis, prefix: str, tenant: str, logs: dict[str, list[Eve
     def check() -> bool:
         with r.pipeline(transaction=False) as pipe:
             for sid in logs:
-                pipe.hget(session_hash(prefix, tenant, sid, gen), "as_of_seq")
+                pipe.hget(KeySpace(tenant, prefix).session_row(sid, gen), "as_of_seq")
             got = pipe.execute()
         return all(g is not None and int(g) == logs[s][-1].seq
                    for s, g in zip(logs, got, strict=True))

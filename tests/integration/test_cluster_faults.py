@@ -37,8 +37,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from producers.errors import ProducerError
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream import redisconn
+from sessionstream.core.rows import KeySpace
 from sessionstream.devcluster import ClusterConfig, LocalCluster
-from streams.sink import session_hash
 from tests.integration.procs import ProcessGroup
 from tests.integration.streams_helpers import expected_views, wait_until
 
@@ -252,7 +252,7 @@ class Scenario:
         try:
             def caught_up() -> bool:
                 for sid, events in admitted.items():
-                    got = r.hget(session_hash(self.prefix, TENANT, sid, 1), "as_of_seq")
+                    got = r.hget(KeySpace(TENANT, self.prefix).session_row(sid, 1), "as_of_seq")
                     if got is None or int(got) != events[-1].seq:
                         return False
                 return True
@@ -260,7 +260,7 @@ class Scenario:
             wait_until(caught_up, 120, "the worker to fold every admitted event",
                        alive=self._worker_alive)
             for sid, events in admitted.items():
-                row = r.hgetall(session_hash(self.prefix, TENANT, sid, 1))
+                row = r.hgetall(KeySpace(TENANT, self.prefix).session_row(sid, 1))
                 views = {k[5:]: json.loads(v) for k, v in row.items() if k.startswith("view:")}
                 assert views == expected_views(events), f"{sid}: Redis differs from the fold"
         finally:
@@ -352,7 +352,8 @@ def test_a_killed_redis_master_fails_over_to_its_replica_and_loses_nothing(
     s = scenario("redisfail")
     s.start_writers()
     s.wait_progress(SESSIONS * 3)
-    victim = cluster.redis_master_for(session_hash(s.prefix, TENANT, s.logs[0].session_id, 1))
+    row = KeySpace(TENANT, s.prefix).session_row(s.logs[0].session_id, 1)
+    victim = cluster.redis_master_for(row)
     assert victim.kill()
     killed_at = s.progress()
     # A replica takes over the victim's slots: the cluster is whole again without it.

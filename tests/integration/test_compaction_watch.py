@@ -12,10 +12,10 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from producers.compaction_watch import CompactionWatcher, cursor_key
+from producers.compaction_watch import CompactionWatcher
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.compaction import Budget
-from streams.ports import Core
+from sessionstream.core.pipeline import ReaderPipeline
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.streams_helpers import read_topic
@@ -42,8 +42,8 @@ def write(cfg: WriterConfig, turns: int) -> tuple[str, int]:
 async def project(cfg: WriterConfig, aredis: Redis, n_records: int) -> None:
     """Fold the topic's first ``n_records`` into Redis with the real processor."""
     records = read_topic(cfg.bootstrap, cfg.topic, n_records)
-    sink = RedisSink(aredis, prefix=cfg.key_prefix, tenant=cfg.tenant)
-    await Processor(core=Core.default(), sink=sink, group="g").process(records)
+    sink = RedisSink(aredis, cfg.keys)
+    await Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g").process(records)
 
 
 def types_after(cfg: WriterConfig, sid: str, seq: int) -> list[str]:
@@ -59,7 +59,7 @@ async def test_a_session_over_budget_is_compacted_once_and_one_under_it_is_not(
     try:
         await project(writer_cfg, aredis, long_n + short_n)
         budget = Budget(tokens=1500, keep_recent=4)
-        watcher = CompactionWatcher(writer_cfg, budget=budget, prefix=writer_cfg.key_prefix,
+        watcher = CompactionWatcher(writer_cfg, budget=budget, keys=writer_cfg.keys,
                                     redis=aredis)
         first = await watcher.step()
         assert (first.sessions, first.compacted, first.failed) == (2, 1, 0), first.to_json()
@@ -79,10 +79,9 @@ async def test_a_session_over_budget_is_compacted_once_and_one_under_it_is_not(
         assert types_after(writer_cfg, long_sid, long_n + len(LIFECYCLE)) == []
 
         # A restarted watcher resumes after the last entry it processed.
-        saved = redis_client.hgetall(cursor_key(writer_cfg.key_prefix, writer_cfg.tenant,
-                                                "default"))
+        saved = redis_client.hgetall(writer_cfg.keys.compaction_watch("default"))
         assert saved["generation"] == "1" and saved["entry_id"] != "0-0"
-        again = CompactionWatcher(writer_cfg, budget=budget, prefix=writer_cfg.key_prefix,
+        again = CompactionWatcher(writer_cfg, budget=budget, keys=writer_cfg.keys,
                                   redis=aredis)
         resumed = await again.step()
         assert (resumed.entries, resumed.compacted) == (0, 0)
@@ -99,7 +98,7 @@ async def test_the_same_seq_is_not_attempted_twice_while_still_over_budget(
     try:
         await project(writer_cfg, aredis, n)
         watcher = CompactionWatcher(writer_cfg, budget=Budget(tokens=10, keep_recent=4),
-                                    prefix=writer_cfg.key_prefix, redis=aredis)
+                                    keys=writer_cfg.keys, redis=aredis)
         first = await watcher.step()
         assert first.compacted + first.failed == 1, first.to_json()
         written = len(read_log(writer_cfg, sid).admitted)

@@ -22,11 +22,12 @@ from redis.asyncio import Redis
 
 from dashboard.app import DashboardConfig, create_app
 from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.pipeline import ReaderPipeline
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from streams.ports import Core
 from streams.processor import Processor
 from streams.read import read_views
-from streams.sink import RedisSink, generation_key, tenant_changes
+from streams.sink import RedisSink
 from tests.integration.procs import ProcessGroup
 from tests.integration.streams_helpers import fleet, interleave, produce, read_topic, wait_until
 
@@ -54,16 +55,16 @@ class Fleet:
 async def projected(settings: Settings, unique_topic: Callable[..., str],
                     redis_prefix: str) -> AsyncIterator[Fleet]:
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    sink = RedisSink(aredis, prefix=redis_prefix, tenant=settings.tenant)
+    sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
     yield Fleet(settings, unique_topic(2), redis_prefix, fleet(4, seed=5, prefix="dash"),
-                Processor(core=Core.default(), sink=sink, group="g"))
+                Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g"))
     await aredis.aclose()
 
 
 @pytest.fixture
 async def client(settings: Settings, redis_prefix: str) -> AsyncIterator[TestClient[Any, Any]]:
-    config = DashboardConfig(redis_url=settings.redis_url, tenant=settings.tenant,
-                             prefix=redis_prefix, block_ms=200)
+    config = DashboardConfig(redis_url=settings.redis_url,
+                             keys=KeySpace(settings.tenant, redis_prefix), block_ms=200)
     async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as c:
         yield c
 
@@ -125,7 +126,7 @@ async def test_the_api_lists_a_session_once_it_is_projected_and_the_detail_equal
     assert resp.status == 200
     detail = await resp.json()
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    snap = await read_views(aredis, settings.tenant, sid, prefix=projected.prefix)
+    snap = await read_views(aredis, KeySpace(settings.tenant, projected.prefix), sid)
     await aredis.aclose()
     assert snap is not None
     assert detail == {**json.loads(json.dumps(snap.to_json())), "meta": snap.meta}
@@ -201,7 +202,7 @@ async def test_a_generation_switch_or_a_trimmed_feed_tells_the_browser_to_reset(
     settings: Settings,
 ) -> None:
     await projected.write(interleave(projected.logs))
-    feed = tenant_changes(projected.prefix, settings.tenant, 1)
+    feed = KeySpace(settings.tenant, projected.prefix).tenant_changes(1)
     # The capped feed no longer holds what came after this id: resuming would miss changes.
     first_id = redis_client.xrange(feed, count=1)[0][0]
     redis_client.xtrim(feed, maxlen=1, approximate=False)
@@ -209,7 +210,7 @@ async def test_a_generation_switch_or_a_trimmed_feed_tells_the_browser_to_reset(
     ev = await next_event(resp)
     assert ev["event"] == "reset" and "trimmed" in ev["data"]["reason"]
     # replay switches readers to another generation while the browser is connected
-    redis_client.set(generation_key(projected.prefix, settings.tenant), 2)
+    redis_client.set(KeySpace(settings.tenant, projected.prefix).generation(), 2)
     ev = await next_event(resp)
     assert ev["event"] == "reset" and ev["data"]["generation"] == 2
     assert ev["id"].startswith("2-")

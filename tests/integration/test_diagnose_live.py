@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 from producers.writer import SessionWriter, WriterConfig
 from sessionstream.cli.main import main
 from sessionstream.core.diagnosis import Status, diagnose, exit_code
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from streams.diagnose import live_facts
-from streams.ports import Core, Record
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.writers import tool_turn, writer_cfg
@@ -67,8 +67,8 @@ async def test_diagnose_reports_a_zombie_rejection_and_a_caught_up_watermark(
 
     aredis = Redis.from_url(cfg.redis_url, decode_responses=True)
     try:
-        sink = RedisSink(aredis, prefix=cfg.key_prefix, tenant=cfg.tenant)
-        await Processor(core=Core.default(), sink=sink, group="diag").process(
+        sink = RedisSink(aredis, cfg.keys)
+        await Processor(pipeline=ReaderPipeline.default(), sink=sink, group="diag").process(
             records_of(cfg.bootstrap, cfg.topic))
     finally:
         await aredis.aclose()

@@ -13,10 +13,11 @@ import redis
 from redis.asyncio import Redis
 
 from sessionstream.core.events import Writer, make_event
+from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import Registry, default_units
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from streams.kafka_io import KafkaLogReader
-from streams.ports import Core
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.streams_helpers import (
@@ -43,15 +44,15 @@ async def test_a_redelivered_batch_and_a_stale_event_change_nothing(
     produce(settings.kafka_bootstrap, topic, events)
     records = read_topic(settings.kafka_bootstrap, topic, len(events))
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    sink = RedisSink(aredis, prefix=redis_prefix, tenant=settings.tenant)
-    proc = Processor(core=Core.default(), sink=sink, group="g")
+    sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g")
     for i in range(0, len(records), 100):
         await proc.process(records[i:i + 100])
     before = dump(redis_client, redis_prefix)
     # redelivery to the same worker, and to a fresh worker that lost its cache and progress
     await proc.process(records[50:250])
     redis_client.delete(f"{redis_prefix}:{{{settings.tenant}}}:progress:g")
-    await Processor(core=Core.default(), sink=sink, group="g").process(records)
+    await Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g").process(records)
     assert dump(redis_client, redis_prefix) == before
     # a stale event (seq already taken, by a zombie writer) is a rejection, not a change
     sid, log = next(iter(logs.items()))
@@ -82,8 +83,8 @@ async def test_a_state_version_bump_rebuilds_only_that_unit_from_the_log(
     records = read_topic(settings.kafka_bootstrap, topic, len(events))
     half = len(records) // 2
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
-    sink = RedisSink(aredis, prefix=redis_prefix, tenant=settings.tenant)
-    await Processor(core=Core.default(), sink=sink, group="g").process(records[:half])
+    sink = RedisSink(aredis, KeySpace(settings.tenant, redis_prefix))
+    await Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g").process(records[:half])
     before = dump(redis_client, redis_prefix)
 
     units = default_units()
@@ -93,8 +94,8 @@ async def test_a_state_version_bump_rebuilds_only_that_unit_from_the_log(
         state_version: ClassVar[int] = usage.state_version + 1
 
     bumped = Registry([UsageV2() if u.key == "usage" else u for u in units])
-    core = Core(**{**Core.default().__dict__, "registry": bumped})
-    proc = Processor(core=core, sink=sink, group="g2",
+    pipeline = ReaderPipeline.default(registry=bumped)
+    proc = Processor(pipeline=pipeline, sink=sink, group="g2",
                      log_reader=KafkaLogReader(settings.kafka_bootstrap))
     rebuilt: dict[str, tuple[str, ...]] = {}
     for i in range(half, len(records), 50):

@@ -52,7 +52,8 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     bad_sid = "sess-0007"
     bad = logs[bad_sid]
     alien = make_event(session_id=bad_sid, seq=len(bad), event_id="alien-1", time=1,
-                       type="alien/thing", data={}, writer=bad[-1].writer)
+                       type="alien/thing", data={}, writer=bad[-1].writer,
+                       prev_event_id=bad[-1].event_id)
     merged = interleave(logs)
     produce(settings.kafka_bootstrap, topic, merged[:3000],
             raw=[(b"sess-0001", b"\x00\x01poison")])

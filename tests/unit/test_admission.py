@@ -78,3 +78,87 @@ def test_state_round_trips_through_json() -> None:
 def test_an_event_of_another_session_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="other"):
         admit(AdmissionState("other"), log()[0])
+
+
+# -- the history an event continues (prev_event_id, ADR 0001) --------------------------
+
+def _resume(events: list[Event], writer: Writer, n: int) -> list[Event]:
+    """What a writer that read ``events`` and took ``writer``'s lease appends."""
+    from sessionstream.core.session import Session
+
+    s = Session.from_events(events)
+    s.set_writer(writer)
+    for i in range(n):
+        s.append("user/message", {"content": f"{writer.id}-{i}"})
+    return list(s.events[len(events):])
+
+
+def test_a_racing_resumer_refused_once_is_refused_for_good_as_history_conflict() -> None:
+    """The spliced history of the fault-injection run can no longer be admitted."""
+    base = log(3)
+    first = _resume(base, Writer("a", 2), 2)  # its repair + end-seed land first: admitted
+    second = _resume(base, Writer("b", 3), 5)  # the same seqs, a higher epoch, landing after
+    state = run(base + first)
+    for e in second[:2]:
+        d = admit(state, e)
+        assert d.verdict is Verdict.SEQ_CONFLICT  # its seq is taken by a's event
+    # b's next event is at the next seq with a higher epoch: seq + epoch alone admitted it
+    d = admit(state, second[2])
+    assert second[2].seq == state.next_seq and second[2].writer.epoch > state.max_epoch
+    assert d.verdict is Verdict.HISTORY_CONFLICT and d.rejected and d.state is state
+    assert "continues a history that was not admitted" in d.reason
+    assert second[1].event_id in d.reason and first[-1].event_id in d.reason
+    for e in second[3:]:
+        assert admit(state, e).verdict is Verdict.SEQ_GAP
+
+
+def test_an_event_continuing_the_admitted_history_is_admitted_and_becomes_the_last() -> None:
+    base = log(3)
+    state = run(base)
+    assert state.last_event_id == base[-1].event_id and state.linked
+    nxt = _resume(base, Writer("b", 2), 1)[0]
+    d = admit(state, nxt)
+    assert d.admitted and d.state.last_event_id == nxt.event_id
+
+
+def test_seq_0_must_continue_nothing() -> None:
+    start = log(1)[0]
+    assert admit(AdmissionState("s"), start).admitted
+    claims = start.replace(prev_event_id="x")
+    assert admit(AdmissionState("s"), claims).verdict is Verdict.HISTORY_CONFLICT
+
+
+def test_records_written_before_v2_fold_as_before() -> None:
+    """The upgrade rule: no prev_event_id makes no claim while the history is unlinked."""
+    legacy = [e.replace(prev_event_id=None) for e in log(5)]
+    state = run(legacy)
+    assert state.next_seq == 5 and not state.linked
+    # a v2 writer resuming a v1 history links it from there on
+    resumed = _resume(legacy, Writer("v2", 2), 2)
+    d = admit(state, resumed[0])
+    assert d.admitted and d.state.linked
+    # once linked, an event claiming nothing is refused
+    unlinked = resumed[1].replace(prev_event_id=None)
+    assert admit(d.state, unlinked).verdict is Verdict.HISTORY_CONFLICT
+
+
+def test_a_state_saved_before_last_event_id_loads_and_keeps_admitting() -> None:
+    events = log(4)
+    state = run(events)
+    old_form = {k: v for k, v in state.to_json().items() if k not in ("last_event_id", "linked")}
+    loaded = AdmissionState.from_json(old_form)
+    assert loaded.last_event_id == events[-1].event_id  # taken from the id window
+    nxt = _resume(events, Writer("w", 1), 1)[0]
+    assert admit(loaded, nxt).admitted
+    # with no window (nothing to take it from) the next claim is accepted once
+    bare = AdmissionState.from_json({"session_id": "s", "next_seq": 4, "max_epoch": 1,
+                                     "window": 0})
+    assert bare.last_event_id is None
+    d = admit(bare, nxt)
+    assert d.admitted and d.state.last_event_id == nxt.event_id
+
+
+def test_state_with_history_round_trips_through_json() -> None:
+    state = run(log())
+    back = AdmissionState.loads(state.dumps())
+    assert back == state and back.last_event_id == state.last_event_id and back.linked

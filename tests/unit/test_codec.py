@@ -43,6 +43,7 @@ from sessionstream.core.jsonvalue import (
     canonical_dumps,
     thaw,
 )
+from sessionstream.core.sealed import DataClass, SealedPart
 
 SHIPPED = [json.loads(p.read_text(encoding="utf-8")) for p in schema_files()]
 V1 = SHIPPED[0]  # the first released envelope (no prev_event_id)
@@ -232,7 +233,7 @@ def test_single_object_framing_magic_then_fingerprint_of_the_schema() -> None:
 
 def test_the_newest_schema_carries_every_envelope_field() -> None:
     names = {f["name"] for f in CURRENT["fields"]}
-    assert names == set(event().to_json())
+    assert names == set(event(sealed=(SEALED,)).to_json())
 
 
 # -- v1 -> v2: prev_event_id (the history an event continues) -------------------------
@@ -407,3 +408,35 @@ def test_an_event_that_cannot_be_encoded_is_a_codec_error() -> None:
     bad = Event(session_id="s", seq=2**64, event_id="e", time=0, type="turn/start", data={})
     with pytest.raises(CodecError, match="cannot encode turn/start"):
         encode(bad)
+
+
+# -- v2: sealed content (issue #10, the same unreleased version as prev_event_id) ------
+
+SEALED = SealedPart(DataClass.SURFACE, "s1", "e1", ("/content",), b"\x00" * 12, b"ct" * 10)
+
+
+def test_sealed_parts_round_trip_through_the_codec() -> None:
+    e = event(sealed=(SEALED, SealedPart(DataClass.RAW, "parent", "e0", ("/a", "/b/0"),
+                                         b"\x01" * 12, b"\xff" * 17)))
+    back = decode(encode(e))
+    assert back == e and back.sealed == e.sealed
+    assert decode(encode(event())).sealed == ()
+
+
+def test_a_v1_record_decodes_with_no_sealed_content() -> None:
+    old = AvroCodec(SHIPPED, write=0).encode(event(sealed=(SEALED,)))  # v1 drops the field
+    assert decode(old).sealed == ()
+
+
+def test_a_v1_reader_reads_a_sealed_v2_record_skipping_the_parts() -> None:
+    v1_reader = AvroCodec(SHIPPED, read=0)
+    back = v1_reader.decode(encode(event(sealed=(SEALED,))))
+    assert back.sealed == () and back.data == event().data  # the placeholders, in clear
+
+
+def test_a_malformed_sealed_part_is_a_corrupt_record() -> None:
+    record = {**event().to_json(), "writer": {"id": "w", "epoch": 1}, "sealed": [
+        {**SEALED.to_record(), "data_class": "secret-class"}]}
+    record["data"] = json.dumps(record["data"])
+    with pytest.raises(CorruptRecord, match="sealed part"):
+        decode(raw(CURRENT, record))

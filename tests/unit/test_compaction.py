@@ -190,7 +190,7 @@ class Lossy:
 
 @pytest.mark.parametrize(("drop", "reason"), [
     ("op-0001", "lost operation id(s) op-0001"),
-    ("use the 2024 rates, not 2023", "lost user correction(s) at seq"),
+    ("use the 2024 rates, not 2023", "lost user message(s) (corrections, constraints) at seq"),
     ("t-open", "lost open task(s) t-open"),
 ])
 def test_gate_refuses_a_lossy_summary_with_the_reason(drop: str, reason: str) -> None:

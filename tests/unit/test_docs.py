@@ -37,3 +37,19 @@ def test_every_rule_the_session_raises_is_in_the_table_and_nothing_else() -> Non
     documented = {name for name, _ in rules_doc.rules()}
     assert raised - documented == set(), "rules raised but not documented"
     assert documented - raised == {"unknown-ignorable-type"}, "documented but never raised"
+
+
+def test_every_place_listing_admission_verdicts_knows_every_rejection() -> None:
+    """The dashboard, the runbook and the ADR name each verdict that refuses an event."""
+    from sessionstream.core.admission import MEANING, REJECTIONS, Verdict
+
+    assert set(MEANING) == set(Verdict)
+    root = DOCS.parent
+    app = (root / "dashboard" / "static" / "app.js").read_text(encoding="utf-8")
+    ops = (DOCS / "operations.md").read_text(encoding="utf-8")
+    adr = (DOCS / "adr" / "0001-log-in-kafka-fenced-writers-admission-rule.md").read_text(
+        encoding="utf-8")
+    for v in REJECTIONS:
+        assert f"{v.value}:" in app, f"dashboard/static/app.js does not explain {v.value}"
+        assert f"`{v.value}`" in ops, f"docs/operations.md does not name {v.value}"
+        assert f"`{v.value}`" in adr, f"docs/adr/0001 does not name {v.value}"

@@ -355,7 +355,8 @@ def _rejections_of_a_zombie_and_a_gap(n_stale: int) -> tuple[list, list]:
     state = AdmissionState(b.session.session_id)
     for e in events:
         state = admit(state, e).state
-    state = admit(state, events[1].replace(event_id="new", seq=2, writer=Writer("new", 1))).state
+    state = admit(state, events[1].replace(event_id="new", seq=2, writer=Writer("new", 1),
+                                           prev_event_id=events[-1].event_id)).state
     refused = [events[1].replace(event_id=f"zombie-{i}", seq=3, writer=Writer("old", 0))
                for i in range(n_stale)]
     refused.append(events[1].replace(event_id="ahead", seq=9, writer=Writer("new", 1)))

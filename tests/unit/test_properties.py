@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -171,3 +172,65 @@ def test_the_property_sees_compactions_and_abandoned_calls() -> None:
         s = Session.from_events(events)
         abandoned += sum(len(m.seqs) > 1 for m in s.derive_messages())
     assert replaced > 0 and abandoned > 0
+
+
+# -- one history under racing writers (ADR 0001) --------------------------------------
+
+def _racing_writers(data: st.DataObject) -> tuple[list[Event], list[list[Event]]]:
+    """A base log, then writers that each read a prefix of it, took a lease with their
+    own epoch and appended; returns the base and every writer's events in its order."""
+    from sessionstream.core.session import Session
+
+    base = list(data.draw(sessions(min_steps=1, max_steps=12)).events)
+    n = data.draw(st.integers(1, 4))
+    epochs = data.draw(st.permutations(list(range(2, 2 + n))))
+    writers = []
+    for i, epoch in enumerate(epochs):
+        read = data.draw(st.integers(1, len(base)))
+        s = Session.from_events(base[:read])
+        s.set_writer(Writer(f"w{i}", epoch))
+        for k in range(data.draw(st.integers(1, 5))):
+            s.append("user/message", {"content": f"w{i}-{k}"})
+        writers.append(list(s.events[read:]))
+    return base, writers
+
+
+@PROFILE
+@given(st.data())
+def test_racing_writers_leave_exactly_one_history_and_no_splice(data: st.DataObject) -> None:
+    """Any interleaving (each producer's order kept): the admitted log is one chain, and
+    each writer's admitted events are a prefix of what it wrote — once refused, never
+    admitted again on top of someone else's events."""
+    base, writers = _racing_writers(data)
+    streams = [list(base), *map(list, writers)]
+    merged: list[Event] = []
+    while any(streams):
+        live = [s for s in streams if s]
+        merged.append(data.draw(st.sampled_from(live)).pop(0))
+    state = AdmissionState("walk")
+    admitted: list[Event] = []
+    for e in merged:
+        d = admit(state, e)
+        assert d.verdict is not Verdict.DUPLICATE
+        if d.admitted:
+            admitted.append(e)
+        state = d.state
+    assert [e.seq for e in admitted] == list(range(len(admitted)))
+    for before, after in itertools.pairwise(admitted):
+        assert after.prev_event_id == before.event_id  # one chain: exactly one history
+    ids = {e.event_id for e in admitted}
+    for events in writers:
+        flags = [e.event_id in ids for e in events]
+        assert flags == sorted(flags, reverse=True), "a refused writer continued later"
+    Session.from_events(admitted)  # and the session rules accept the history
+
+
+@PROFILE
+@given(sessions(min_steps=1, max_steps=30))
+def test_a_log_written_before_v2_is_admitted_in_full(session: Session) -> None:
+    legacy = [e.replace(prev_event_id=None) for e in session.events]
+    state = AdmissionState("walk")
+    for e in legacy:
+        d = admit(state, e)
+        assert d.admitted, d.reason
+        state = d.state

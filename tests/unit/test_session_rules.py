@@ -460,7 +460,7 @@ def test_admit_applies_the_same_rules_as_append() -> None:
     e = s.append("assistant/chunk", {"text": "x"})
     r = Session.from_events(s.events[:2])  # turn open, no step
     with pytest.raises(InvariantViolation) as info:
-        r.admit(e.replace(seq=2, step_id=None))
+        r.admit(e.replace(seq=2, step_id=None, prev_event_id=s.events[1].event_id))
     assert info.value.rule == "outside-step"
 
 
@@ -481,9 +481,20 @@ def test_admit_keeps_unknown_ignorable_events_outside_the_rules() -> None:
     base = s.append("turn/start")
     r = Session.from_events(s.events)
     r.admit(base.replace(seq=2, type="future/thing", ignorable=True, turn_id=None,
-                    data=FrozenMap({"x": 1})))
+                         data=FrozenMap({"x": 1}), prev_event_id=base.event_id))
     assert r.next_seq == 3 and r.events[-1].type == "future/thing"
     assert r.open_turn == base.turn_id
+
+
+def test_admit_refuses_an_event_written_after_another_history() -> None:
+    s = in_step()
+    e = s.append("assistant/chunk", {"text": "x"})
+    r = Session.from_events(s.events[:3])
+    with pytest.raises(InvariantViolation) as info:
+        r.admit(e.replace(prev_event_id="someone-elses"))
+    assert info.value.rule == "history-mismatch" and "someone-elses" in str(info.value)
+    r.admit(e)  # the event as written continues this history
+    assert r.admit(e.replace(seq=4, event_id="legacy", prev_event_id=None)) is None
 
 
 def test_admit_refuses_unknown_required_events() -> None:

@@ -132,3 +132,28 @@ def test_bad_operations_settings_name_the_variable(env: dict[str, str], needle: 
     with pytest.raises(SettingsError) as exc:
         Settings.from_env(env)
     assert needle in str(exc.value)
+
+
+def test_encryption_is_on_by_default_and_a_tenant_opts_out_explicitly() -> None:
+    assert Settings.from_env({}).encryption is True
+    assert Settings.from_env({"SESSIONSTREAM_ENCRYPTION": "off"}).encryption is False
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_ENCRYPTION"):
+        Settings.from_env({"SESSIONSTREAM_ENCRYPTION": "maybe"})
+
+
+def test_key_store_and_retention_are_validated() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_STATE_DIR": "/x", "SESSIONSTREAM_RETENTION":
+                           "raw=30d, surface=12h"})
+    assert s.key_store == "file" and s.key_dir == Path("/x/keys")
+    assert s.retention == (("raw", 30 * 86_400_000), ("surface", 12 * 3_600_000))
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_KEY_STORE"):
+        Settings.from_env({"SESSIONSTREAM_KEY_STORE": "vault"})
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_RETENTION"):
+        Settings.from_env({"SESSIONSTREAM_RETENTION": "chunks=3d"})
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_RETENTION"):
+        Settings.from_env({"SESSIONSTREAM_RETENTION": "raw=3w"})
+
+
+def test_the_tenant_key_never_appears_in_the_settings_repr() -> None:
+    s = Settings.from_env({"SESSIONSTREAM_TENANT_KEY": "1:c2VjcmV0"})
+    assert s.tenant_key == "1:c2VjcmV0" and "c2VjcmV0" not in repr(s)

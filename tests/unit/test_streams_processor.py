@@ -1,4 +1,6 @@
-"""The projection processor's batch logic, over an in-memory sink with the script's semantics.
+"""The projection processor's batch logic, over the in-memory sink (``streams.memory``).
+
+The sink contract suite checks that the memory sink behaves as the Redis script does.
 
 The integration tests run the same logic against the real Redis script and Kafka; these
 pin the rules: idempotency by offset, admission, quarantine, dead letters, rebuilds.
@@ -8,102 +10,19 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
 
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_registry, default_units
 from sessionstream.core.simulate import simulate_session
-from streams.ports import Core, DeadLetter, Record, SessionWrite, WriteOutcome
+from streams.memory import MemoryDeadLetters, MemoryLog, MemorySink
 from streams.processor import Processor
 
 TOPIC = "sessionstream.t.events"
-
-
-class MemorySink:
-    """Dict-backed sink with the same compare-and-set semantics as the Redis script."""
-
-    def __init__(self) -> None:
-        self.gen = 1
-        self.hashes: dict[tuple[int, str], dict[str, str]] = {}
-        self.index: dict[tuple[int, str], float] = {}
-        self.feed: list[tuple[int, str]] = []
-        self.progress: dict[tuple[str, str], int] = {}
-        self.applied = 0
-
-    async def generation(self) -> int:
-        return self.gen
-
-    async def load(self, gen: int, session_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-        return {s: dict(self.hashes.get((gen, s), {})) for s in session_ids}
-
-    async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]
-                             ) -> list[WriteOutcome]:
-        return [self._write(gen, w) for w in writes]
-
-    def _write(self, gen: int, write: SessionWrite) -> WriteOutcome:
-        h = self.hashes.setdefault((gen, write.session_id), {})
-        stored = int(h.get("as_of_offset", -1))
-        if stored > write.last_offset or (stored == write.last_offset and not write.force):
-            return WriteOutcome("stale", stored)
-        if stored != write.base_offset:
-            return WriteOutcome("conflict", stored)
-        h.update(write.fields)
-        h["as_of_offset"] = str(write.last_offset)
-        h["as_of_seq"] = str(write.as_of_seq)
-        self.applied += 1
-        return WriteOutcome("applied", stored)
-
-    async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
-                           progress: Mapping[str, int]) -> None:
-        for w in writes:
-            key = (gen, w.session_id)
-            self.index[key] = max(self.index.get(key, 0), w.activity_ms)
-            self.feed.append((gen, w.session_id))
-        for tp, off in progress.items():
-            k = (group, tp)
-            self.progress[k] = max(self.progress.get(k, -1), off)
-
-    async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]:
-        return {k: self.progress[(group, k)] for k in keys if (group, k) in self.progress}
-
-    async def writer_first_offset(self, session_id: str) -> int | None:
-        return None
-
-    async def session_ids(self, gen: int, start: int, count: int) -> list[str]:
-        ids = sorted((score, sid) for (g, sid), score in self.index.items() if g == gen)
-        return [sid for _, sid in ids[start:start + count]]
-
-    async def load_fields(self, gen: int, session_ids: Sequence[str], fields: Sequence[str]
-                          ) -> dict[str, dict[str, str]]:
-        return {s: {f: v for f, v in self.hashes.get((gen, s), {}).items() if f in fields}
-                for s in session_ids}
-
-
-class MemoryLog:
-    """The events topic as a list of records (for state_version rebuilds)."""
-
-    def __init__(self, records: list[Record]) -> None:
-        self.records = records
-        self.reads = 0
-
-    async def read_session(self, topic: str, partition: int, from_offset: int,
-                           upto_offset: int, session_id: str) -> list[Record]:
-        self.reads += 1
-        return [r for r in self.records
-                if r.partition == partition and from_offset <= r.offset <= upto_offset
-                and r.key == session_id.encode()]
-
-
-class MemoryDLQ:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-
-    async def send(self, letters: Sequence[DeadLetter]) -> None:
-        self.letters.extend(letters)
 
 
 def as_records(events: list[Event], partitions: int = 3) -> list[Record]:
@@ -142,8 +61,9 @@ def offline_views(events: list[Event], registry: Registry | None = None) -> dict
     return json.loads(json.dumps(snap.views()))
 
 
-def processor(sink: MemorySink, core: Core | None = None, **kw: Any) -> Processor:
-    return Processor(core=core or Core.default(), sink=sink, group="g", **kw)
+def processor(sink: MemorySink, pipeline: ReaderPipeline | None = None, **kw: Any
+              ) -> Processor:
+    return Processor(pipeline=pipeline or ReaderPipeline.default(), sink=sink, group="g", **kw)
 
 
 async def run_batches(proc: Processor, records: list[Record], size: int) -> None:
@@ -256,7 +176,7 @@ async def test_a_corrupt_record_goes_to_the_dead_letters_and_the_rest_is_process
     records = as_records(merged, partitions=1)
     poison = Record(TOPIC, 0, len(records), b"s000", b"\x00not avro")
     later = [Record(TOPIC, 0, r.offset + len(records) + 1, r.key, r.value) for r in records]
-    dlq = MemoryDLQ()
+    dlq = MemoryDeadLetters()
     sink = MemorySink()
     # the second copy is all duplicates by event_id: processed, nothing changes
     await processor(sink, dead_letters=dlq).process([*records, poison, *later])
@@ -269,9 +189,11 @@ async def test_an_unknown_required_event_quarantines_only_its_session() -> None:
     logs, _ = fleet(2)
     a, b = logs["s000"], logs["s001"]
     alien = make_event(session_id="s000", seq=len(a), event_id="alien", time=1,
-                       type="alien/thing", data={}, writer=a[-1].writer)
+                       type="alien/thing", data={}, writer=a[-1].writer,
+                       prev_event_id=a[-1].event_id)
     after_a = make_event(session_id="s000", seq=len(a) + 1, event_id="after", time=2,
-                         type="todo/add", data={"id": "x", "text": "y"}, writer=a[-1].writer)
+                         type="todo/add", data={"id": "x", "text": "y"}, writer=a[-1].writer,
+                         prev_event_id="alien")
     sink = MemorySink()
     proc = processor(sink)
     report = await proc.process(as_records([*a, alien, after_a, *b], partitions=1))
@@ -287,9 +209,10 @@ async def test_an_unknown_required_event_quarantines_only_its_session() -> None:
 async def test_an_unknown_ignorable_event_is_skipped() -> None:
     a = simulate_session(random.Random(3), "s1", turns=1)
     skip = make_event(session_id="s1", seq=len(a), event_id="ign", time=1, type="alien/note",
-                      data={}, writer=a[-1].writer, ignorable=True)
+                      data={}, writer=a[-1].writer, ignorable=True,
+                      prev_event_id=a[-1].event_id)
     nxt = make_event(session_id="s1", seq=len(a) + 1, event_id="n", time=2, type="todo/add",
-                     data={"id": "x", "text": "y"}, writer=a[-1].writer)
+                     data={"id": "x", "text": "y"}, writer=a[-1].writer, prev_event_id="ign")
     sink = MemorySink()
     await processor(sink).process(as_records([*a, skip, nxt], partitions=1))
     assert views_of(sink, "s1") == offline_views([*a, nxt])
@@ -321,11 +244,10 @@ async def test_a_state_version_bump_rebuilds_only_that_unit() -> None:
         state_version: ClassVar[int] = todo_unit.state_version + 1
 
     bumped = Registry([TodoV2() if u.key == "todo" else u for u in units])
-    core = Core.default()
-    core = Core(**{**core.__dict__, "registry": bumped})
+    pipeline = ReaderPipeline.default(registry=bumped)
     log_reader = MemoryLog(records)
     report_rebuilt: dict[str, tuple[str, ...]] = {}
-    proc = processor(sink, core=core, log_reader=log_reader)
+    proc = processor(sink, pipeline=pipeline, log_reader=log_reader)
     for i in range(half, len(records), 40):
         report = await proc.process(records[i:i + 40])
         report_rebuilt.update(report.rebuilt)
@@ -352,8 +274,8 @@ async def test_quiet_sessions_converge_to_a_bumped_state_version_after_assignmen
         state_version: ClassVar[int] = todo_unit.state_version + 1
 
     bumped = Registry([TodoV2() if u.key == "todo" else u for u in units])
-    core = Core(**{**Core.default().__dict__, "registry": bumped})
-    proc = processor(sink, core=core, log_reader=MemoryLog(records))
+    pipeline = ReaderPipeline.default(registry=bumped)
+    proc = processor(sink, pipeline=pipeline, log_reader=MemoryLog(records))
     owned = {0, 2}
     before = {k: dict(v) for k, v in sink.hashes.items()}
     proc.schedule_converge(TOPIC, owned)

@@ -23,7 +23,7 @@ RECENT = 50
 @dataclass(frozen=True, slots=True)
 class RejectionsState:
     total: int
-    by_verdict: FrozenMap  # verdict code (stale_epoch, seq_gap, seq_conflict) -> n
+    by_verdict: FrozenMap  # verdict code (admission.REJECTIONS) -> n
     recent: tuple[Any, ...]  # frozen decision JSON, newest last, at most RECENT
 
 

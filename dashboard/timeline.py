@@ -1,0 +1,106 @@
+"""The event timeline of one session: every record of its range, admitted or rejected.
+
+``GET /api/sessions/{id}/timeline`` reads only that session's range of its partition —
+``meta.first_offset`` .. ``as_of_offset`` from its projection row in Redis — from the
+events topic, applies the admission rule every reader applies (so it shows whatever
+verdicts the core defines), and returns one row per record: offset, seq, type, turn and
+step, writer and epoch, verdict and reason. Metadata only: never the event data.
+``?limit=N`` (default 2000, at most 20000) keeps the last N rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+#: Rows returned when the page does not ask for a number.
+DEFAULT_LIMIT = 2000
+MAX_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class TimelineSource:
+    """Where the timeline reads records: the Kafka bootstrap servers and the events topic."""
+
+    bootstrap: str
+    topic: str
+
+
+SOURCE = web.AppKey("timeline_source", TimelineSource)
+
+
+def rows_of(readback: Any) -> list[dict[str, Any]]:
+    """Timeline rows, in partition order, from a ``producers.readback.ReadBack``."""
+    rows: list[dict[str, Any]] = []
+    for event in readback.admitted:
+        rows.append({
+            "offset": readback.offsets.get(event.event_id), "seq": event.seq,
+            "type": event.type, "turn_id": event.turn_id, "step_id": event.step_id,
+            "writer": event.writer.id, "epoch": event.writer.epoch,
+            "verdict": "admitted", "reason": None,
+        })
+    for r in readback.rejections:
+        rows.append({"offset": r.offset, "seq": r.seq, "type": getattr(r, "type", None),
+                     "turn_id": None, "step_id": None, "writer": r.writer_id,
+                     "epoch": r.epoch, "verdict": str(r.verdict.value), "reason": r.reason})
+    for offset, why in readback.corrupt:
+        rows.append({"offset": offset, "seq": None, "type": None, "turn_id": None,
+                     "step_id": None, "writer": None, "epoch": None, "verdict": "corrupt",
+                     "reason": why})
+    rows.sort(key=lambda r: (r["offset"] is None, r["offset"] or 0))
+    return rows
+
+
+def _read(source: TimelineSource, session_id: str, partition: int | None, start: int | None,
+          end: int | None) -> Any:
+    from producers.readback import read_session
+    from sessionstream.core import codec
+
+    return read_session(source.bootstrap, source.topic, session_id, decode=codec.decode,
+                        partition=partition, start=start, end=end, timeout=15.0)
+
+
+async def timeline(request: web.Request, snap: Any) -> web.Response:
+    """The rows of ``snap``'s session (a ``streams.read.LiveSnapshot``), newest last."""
+    source = request.app[SOURCE]
+    raw = request.query.get("limit", str(DEFAULT_LIMIT))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        return web.json_response(
+            {"error": f"limit={raw!r} is not a number of rows from 1 to {MAX_LIMIT}"},
+            status=400)
+    meta = snap.meta
+    partition, first = meta.get("partition"), meta.get("first_offset")
+    end = snap.as_of_offset + 1 if snap.as_of_offset >= 0 else None
+    rb = await asyncio.to_thread(_read, source, snap.session_id,
+                                 partition if isinstance(partition, int) else None,
+                                 first if isinstance(first, int) else None, end)
+    rows = rows_of(rb)
+    limit = int(raw)
+    return web.json_response({
+        "session_id": snap.session_id, "partition": rb.partition,
+        "range": {"start": rb.start, "end": rb.end}, "records_scanned": rb.records_scanned,
+        "total": len(rows), "truncated": max(len(rows) - limit, 0), "rows": rows[-limit:],
+    })
+
+
+async def _handler(request: web.Request) -> web.Response:
+    from dashboard.app import CONFIG, REDIS
+    from streams.read import read_views
+
+    config, redis = request.app[CONFIG], request.app[REDIS]
+    sid = request.match_info["session_id"]
+    snap = await read_views(redis, config.keys, sid)
+    if snap is None:
+        return web.json_response({
+            "error": f"no projections for session {sid!r}: the timeline reads the range "
+                     "its projection row names", "session_id": sid}, status=404)
+    return await timeline(request, snap)
+
+
+def setup(app: web.Application, source: TimelineSource) -> None:
+    """Add ``GET /api/sessions/{id}/timeline`` reading from ``source``."""
+    app[SOURCE] = source
+    app.router.add_get("/api/sessions/{session_id}/timeline", _handler)

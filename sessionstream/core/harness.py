@@ -1,0 +1,212 @@
+"""A small harness loop: one model step at a time, recorded through the session's rules.
+
+:class:`Harness` runs a step — assemble the request from ``derive_messages()``, build
+the provider body, call the injected client, record the answer — then runs the tools
+the model asked for: each ``tool/call`` (with an idempotency key) is flushed *before*
+the tool runs, so a crash during a side effect leaves a provable open call, and each
+``tool/result`` carries the tool's operation id. It writes through anything with
+``append`` (a :class:`~sessionstream.core.session.Session` offline, a
+``producers.writer.SessionWriter`` on the fleet); ``flush`` is called when the log
+has one. The provider client is a port: ``create(body)`` returns the response body,
+or an iterable of stream events when the body asks for a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sessionstream.core.events import Draft, Event
+from sessionstream.core.jsonvalue import JsonValue, thaw
+from sessionstream.core.providers import build, check_api
+from sessionstream.core.providers.common import Built
+from sessionstream.core.providers.output import ModelOutput
+from sessionstream.core.recorder import parse, record
+from sessionstream.core.request import (
+    GLOBAL,
+    PromptRegistry,
+    Request,
+    RequestHeader,
+    ToolProvider,
+    assemble,
+    context_snapshot_ids,
+    replaced_seqs,
+)
+from sessionstream.core.session import Session
+
+
+class ModelClient(Protocol):
+    """The provider port: one request body in, a response body or stream events out."""
+
+    def create(self, body: Mapping[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool gets besides its arguments: ids to make its side effect idempotent."""
+
+    session_id: str
+    call_id: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer; ``operation_id`` names the side effect it performed (if any)."""
+
+    content: JsonValue
+    status: str = "ok"
+    operation_id: str | None = None
+    version: str | int | None = None
+
+
+Tool = Callable[[Mapping[str, Any], ToolContext], "ToolOutcome | JsonValue"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    output: ModelOutput
+    built: Built
+    events: tuple[Event, ...]
+
+    @property
+    def tool_calls(self) -> int:
+        return len(self.output.tool_calls)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    reason: str  # the turn/end reason written
+    steps: tuple[StepResult, ...]
+    detail: str | None = None
+
+
+def idempotency_key(session_id: str, call_id: str) -> str:
+    """The same key for the same call, on every node and every retry."""
+    return f"{session_id}/{call_id}"
+
+
+@dataclass
+class Harness:
+    """Runs model steps and tools for one session; see the module docstring."""
+
+    log: Any  # Session or SessionWriter: append(Draft), optional flush(timeout)
+    client: ModelClient
+    api: str
+    header: RequestHeader
+    registry: PromptRegistry = field(default_factory=PromptRegistry)
+    scope: str | None = GLOBAL
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    providers: Sequence[ToolProvider] = ()
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = False
+    flush_timeout: float = 30.0
+    max_steps: int = 8
+
+    def __post_init__(self) -> None:
+        check_api(self.api)
+
+    @property
+    def session(self) -> Session:
+        session = getattr(self.log, "session", self.log)
+        assert isinstance(session, Session)
+        return session
+
+    def flush(self) -> None:
+        flush = getattr(self.log, "flush", None)
+        if flush is not None:
+            flush(self.flush_timeout)
+
+    def _append(self, draft: Draft) -> Event:
+        event: Event = self.log.append(draft)
+        return event
+
+    # -- one request ----------------------------------------------------------------------
+    def request(self) -> Request:
+        """The request the next step sends (assembled from the session's surface)."""
+        events = self.session.events
+        return assemble(self.session.derive_messages(), self.registry, self.scope,
+                        header=self.header, providers=self.providers,
+                        variables=self.variables, snapshot_ids=context_snapshot_ids(events),
+                        replaced=replaced_seqs(events))
+
+    def step(self) -> StepResult:
+        """step/start, the model call and its record, the tools, step/end.
+
+        A failing client or an incomplete stream raises with the step still open and
+        nothing of the answer recorded (``turn`` ends the turn ``failed``).
+        """
+        start = len(self.session.events)
+        self._append(Draft("step/start"))
+        built = build(self.api, self.request(), stream=self.stream)
+        output = parse(self.api, self.client.create(built.body))
+        record(self.log, output, self.header, events=self.session.events)
+        message = self.session.events[-1]
+        for call in message.data.get("tool_calls", ()):
+            self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
+        self._append(Draft("step/end"))
+        self.flush()
+        return StepResult(output, built, tuple(self.session.events[start:]))
+
+    def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
+        key = idempotency_key(self.session.session_id, call_id)
+        self._append(Draft("tool/call", {"call_id": call_id, "name": name,
+                                         "arguments": arguments, "idempotency_key": key}))
+        self.flush()  # durable before the side effect: a crash leaves a provable open call
+        tool = self.tools.get(name)
+        if tool is None:
+            outcome = ToolOutcome(f"no tool named {name!r} is available", status="error")
+        else:
+            try:
+                result = tool(arguments, ToolContext(self.session.session_id, call_id, key))
+            except Exception as exc:  # the model sees that the tool failed, not a crash
+                result = ToolOutcome(f"{name} failed: {type(exc).__name__}: {exc}",
+                                     status="error")
+            outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
+        data: dict[str, Any] = {"call_id": call_id, "status": outcome.status,
+                                "content": outcome.content,
+                                "operation_id": outcome.operation_id or key}
+        if outcome.version is not None:
+            data["version"] = outcome.version
+        self._append(Draft("tool/result", data))
+
+    # -- one turn -------------------------------------------------------------------------
+    def turn(self, content: JsonValue, *, before: Iterable[Draft] = ()) -> TurnResult:
+        """turn/start, the user message, steps until the model stops calling tools, turn/end.
+
+        The turn ends ``completed``, ``refused`` (the model refused), or ``failed``
+        (output cut at max_tokens, the step limit, or an error — which is re-raised
+        after the turn/end is written and flushed).
+        """
+        self._append(Draft("turn/start"))
+        for draft in before:
+            self._append(draft)
+        self._append(Draft("user/message", {"content": content}))
+        steps: list[StepResult] = []
+        try:
+            while True:
+                if len(steps) >= self.max_steps:
+                    return self._end("failed", steps, f"step limit {self.max_steps} reached")
+                result = self.step()
+                steps.append(result)
+                out = result.output
+                if out.tool_calls:
+                    continue
+                if out.stop_reason == "refusal":
+                    return self._end("refused", steps, None)
+                if out.truncated:
+                    return self._end("failed", steps, "output cut at max_tokens")
+                return self._end("completed", steps, None)
+        except Exception as exc:
+            if self.session.open_turn is not None:
+                self._end("failed", steps, f"{type(exc).__name__} during the step")
+            raise
+
+    def _end(self, reason: str, steps: list[StepResult], detail: str | None) -> TurnResult:
+        data: dict[str, Any] = {"reason": reason}
+        if detail:
+            data["detail"] = detail
+        self._append(Draft("turn/end", data))
+        self.flush()
+        return TurnResult(reason, tuple(steps), detail)

@@ -1,0 +1,251 @@
+"""Anthropic Messages: the request body built from an assembled request.
+
+system sections → top-level ``system``, one text block per section; user, context and
+summary messages → ``user`` messages (text blocks); assistant messages → ``assistant``
+with a text block and ``tool_use`` blocks (``input`` is the arguments object); all the
+results of one call round → ONE ``user`` message right after the assistant message,
+``tool_result`` blocks with ``is_error`` for an error (a user message that arrived
+during the round follows it). Tool schemas carry ``input_schema``. ``max_tokens`` is
+required: without one in the header the builder sends :data:`DEFAULT_MAX_TOKENS` (and
+says so). ``reasoning_effort`` has no Messages field: it is reported, not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sessionstream.core.jsonvalue import thaw
+from sessionstream.core.messages import Message
+from sessionstream.core.providers.common import (
+    MOVED,
+    Built,
+    Collector,
+    content_parts,
+    group,
+    header_part,
+    message_source,
+    tool_result_text,
+    tools_of,
+)
+from sessionstream.core.providers.errors import IncompleteStream
+from sessionstream.core.providers.output import ModelOutput, fail, finish_calls, get, usage_of
+from sessionstream.core.request import Request
+
+API = "anthropic"
+
+#: max_tokens sent when no header layer supplies one (the Messages API requires it).
+DEFAULT_MAX_TOKENS = 4096
+
+
+def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
+    parts = content_parts(m.content)
+    if any(p.serialised for p in parts):
+        c.note(path, "non-text content part serialised as JSON text", m.seqs)
+    if any(not p.text for p in parts):
+        c.note(path, "empty text part omitted (Anthropic refuses empty text blocks)", m.seqs)
+    return [{"type": "text", "text": p.text} for p in parts if p.text]
+
+
+def build(request: Request, *, stream: bool = False) -> Built:
+    """The Messages body for ``request`` (pure; validated against the SDK in tests)."""
+    c = Collector()
+    body: dict[str, Any] = {"model": request.header.model}
+    c.origin("/model", part="header", field="model",
+             source=request.header.source_of("model") or "request/header")
+    if request.header.max_tokens is None:
+        body["max_tokens"] = DEFAULT_MAX_TOKENS
+        c.origin("/max_tokens", part="builder", default=DEFAULT_MAX_TOKENS)
+        c.note("/max_tokens", f"no max_tokens in the header: the builder sent {DEFAULT_MAX_TOKENS}")
+    else:
+        header_part(request, c, body, "max_tokens", "max_tokens")
+    if request.header.reasoning_effort is not None:
+        c.note("/", f"reasoning_effort {request.header.reasoning_effort!r} not sent: the "
+               "Messages API has no such field (configure extended thinking instead)")
+    if request.system:
+        body["system"] = [{"type": "text", "text": p.text} for p in request.system]
+        for i, p in enumerate(request.system):
+            c.origin(f"/system/{i}", part="system", sections=[p.section_id],
+                     variables=list(p.variables))
+    messages: list[dict[str, Any]] = []
+    for item in group(request.messages):
+        path = f"/messages/{len(messages)}"
+        if item.kind == "results":
+            blocks: list[dict[str, Any]] = []
+            for j, m in enumerate(item.messages):
+                text, why = tool_result_text(m)
+                if why:
+                    c.note(f"{path}/content/{j}", why, m.seqs)
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id}
+                if text:
+                    block["content"] = text
+                if m.status == "error":
+                    block["is_error"] = True
+                blocks.append(block)
+                c.origin(f"{path}/content/{j}", **message_source(m))
+            messages.append({"role": "user", "content": blocks})
+            continue
+        m = item.messages[0]
+        if item.kind == "assistant":
+            content = _text_blocks(m, c, path)
+            for tc in m.tool_calls:
+                c.origin(f"{path}/content/{len(content)}", part="tool_call",
+                         call_id=tc.call_id, seqs=list(m.seqs))
+                content.append({"type": "tool_use", "id": tc.call_id, "name": tc.name,
+                                "input": thaw(tc.arguments)})
+            if not content:
+                c.note(path, "empty assistant message omitted", m.seqs)
+                continue
+            messages.append({"role": "assistant", "content": content})
+            c.origin(path, **message_source(m))
+            continue
+        if item.moved:
+            c.note(path, MOVED, m.seqs)
+        content = _text_blocks(m, c, path)
+        if not content:
+            c.note(path, "empty user message omitted", m.seqs)
+            continue
+        messages.append({"role": "user", "content": content})
+        c.origin(path, **message_source(m))
+    body["messages"] = messages
+    if request.tools:
+        body["tools"] = tools_of(request, c, "/tools", API)
+    if stream:
+        body["stream"] = True
+        c.origin("/stream", part="builder", option="stream")
+    return Built(API, body, tuple(c.origins), tuple(c.notes))
+
+
+
+
+
+# ------------------------------------------------------------------------------ responses
+
+_STOPS = {"end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens",
+          "stop_sequence": "stop_sequence", "refusal": "refusal", "pause_turn": "pause_turn",
+          "model_context_window_exceeded": "max_tokens"}
+
+
+def _usage(u: Any) -> dict[str, int] | None:
+    if not isinstance(u, Mapping):
+        return None
+    return usage_of({
+        "input_tokens": u.get("input_tokens"), "output_tokens": u.get("output_tokens"),
+        "cache_read_input_tokens": u.get("cache_read_input_tokens"),
+        "cache_creation_input_tokens": u.get("cache_creation_input_tokens"),
+    })
+
+
+def _fold(blocks: list[Any], path: str) -> tuple[str, list[tuple[str, str, Any]]]:
+    text: list[str] = []
+    raw: list[tuple[str, str, Any]] = []
+    for i, block in enumerate(blocks):
+        p = f"{path}[{i}]"
+        kind = get(API, block, "type", p, str)
+        if kind == "text":
+            text.append(get(API, block, "text", p, str))
+        elif kind == "tool_use":
+            raw.append((get(API, block, "id", p, str), get(API, block, "name", p, str),
+                        get(API, block, "input", p, (dict, str))))
+        # thinking / server-tool blocks carry nothing the log records as a message
+    return "".join(text), raw
+
+
+def _output(msg: Mapping[str, Any], blocks: list[Any], path: str, usage: Any,
+            chunks: tuple[str, ...] = ()) -> ModelOutput:
+    text, raw = _fold(blocks, path)
+    provider_stop = get(API, msg, "stop_reason", "$", str, optional=True)
+    stop = _STOPS.get(provider_stop or "", "other")
+    calls, withheld = finish_calls(raw, stop == "max_tokens")
+    return ModelOutput(API, get(API, msg, "model", "$", str, optional=True),
+                       get(API, msg, "id", "$", str, optional=True), text, calls, stop,
+                       provider_stop, _usage(usage), text if stop == "refusal" else None,
+                       withheld, chunks)
+
+
+def parse_response(body: Mapping[str, Any]) -> ModelOutput:
+    """A Messages API response body (``Message`` as JSON) → ModelOutput."""
+    if body.get("type") == "error":
+        err = body.get("error") or {}
+        fail(API, "$", f"an error response: {err.get('type')}: {err.get('message')}")
+    return _output(body, get(API, body, "content", "$", list), "$.content", body.get("usage"))
+
+
+class StreamParser:
+    """Folds Messages stream events (``RawMessageStreamEvent`` as JSON) into a ModelOutput.
+
+    ``tool_use`` input arrives as ``input_json_delta`` fragments; a block that never
+    reached ``content_block_stop`` is open when the stream is cut.
+    """
+
+    api = API
+
+    def __init__(self) -> None:
+        self._msg: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._stopped: set[int] = set()
+        self._usage: dict[str, Any] = {}
+        self._ended = False
+        self._text: list[str] = []
+        self._n = 0
+
+    def feed(self, event: Mapping[str, Any]) -> list[str]:
+        path = f"event[{self._n}]"
+        self._n += 1
+        kind = get(API, event, "type", path, str)
+        if kind == "error":
+            err = event.get("error") or {}
+            fail(API, path, f"stream error: {err.get('type')}: {err.get('message')}")
+        if kind == "message_start":
+            self._msg = dict(get(API, event, "message", path, dict))
+            self._usage.update({k: v for k, v in (self._msg.get("usage") or {}).items()
+                                if v is not None})
+        elif kind == "content_block_start":
+            index = get(API, event, "index", path, int)
+            self._blocks[index] = dict(get(API, event, "content_block", path, dict))
+        elif kind == "content_block_delta":
+            index = get(API, event, "index", path, int)
+            if index not in self._blocks:
+                fail(API, f"{path}.index", f"delta for block {index}, which never started")
+            delta = get(API, event, "delta", path, dict)
+            dk = get(API, delta, "type", f"{path}.delta", str)
+            if dk == "text_delta":
+                piece = get(API, delta, "text", f"{path}.delta", str)
+                self._blocks[index]["text"] = self._blocks[index].get("text", "") + piece
+                self._text.append(piece)
+                return [piece]
+            if dk == "input_json_delta":
+                self._json.setdefault(index, []).append(
+                    get(API, delta, "partial_json", f"{path}.delta", str))
+        elif kind == "content_block_stop":
+            self._stopped.add(get(API, event, "index", path, int))
+        elif kind == "message_delta":
+            if self._msg is None:
+                fail(API, path, "message_delta before message_start")
+            delta = get(API, event, "delta", path, dict)
+            if delta.get("stop_reason") is not None:
+                self._msg["stop_reason"] = delta["stop_reason"]
+            self._usage.update({k: v for k, v in (event.get("usage") or {}).items()
+                                if v is not None})
+        elif kind == "message_stop":
+            self._ended = True
+        return []
+
+    def finish(self) -> ModelOutput:
+        open_calls = tuple(str(b.get("id")) for i, b in self._blocks.items()
+                           if b.get("type") == "tool_use" and i not in self._stopped)
+        if self._msg is None or not self._ended:
+            raise IncompleteStream(API, "the stream ended before message_stop", open_calls)
+        blocks = []
+        for i in sorted(self._blocks):
+            block = dict(self._blocks[i])
+            if block.get("type") == "tool_use" and i in self._json:
+                block["input"] = "".join(self._json[i])  # JSON text: finish_calls parses it
+            elif block.get("type") == "tool_use" and not block.get("input"):
+                block["input"] = {}
+            blocks.append(block)
+        return _output(self._msg, blocks, "stream.content", self._usage, tuple(self._text))
+
+
+__all__ = ["API", "DEFAULT_MAX_TOKENS", "StreamParser", "build", "parse_response"]

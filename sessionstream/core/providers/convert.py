@@ -1,0 +1,514 @@
+"""Import provider conversations as sessions, and export sessions as provider bodies.
+
+:func:`import_conversation` reads a request body of one of the three APIs (or a bare
+list of its messages / input items) and writes it as a session through the real rules:
+each user message opens a turn (or steers the open one while calls are pending), each
+assistant message is one step (``request/header`` + ``assistant/message``), each tool
+result becomes ``tool/call`` + ``tool/result`` in that step. The system prompt, the tool
+schemas, the model and other request parameters are kept in ``session/start`` under
+``imported``, so an export can send them again. Anything the log does not carry
+(reasoning items, thinking blocks, unknown item types) is listed in the report.
+
+:func:`export_session` builds the body for the session's next request with the
+builders, and reports what the format could not carry (the builder's notes, plus the
+kinds a provider does not know: context snapshots and compaction summaries are sent as
+user messages). Both directions keep the surface: importing an exported body gives the
+same messages, calls, results and statuses (tests check it per format).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionstream.core.events import (
+    FORMAT_VERSION,
+    Clock,
+    Event,
+    IdSource,
+    system_clock,
+    uuid4_ids,
+)
+from sessionstream.core.jsonvalue import thaw
+from sessionstream.core.messages import Kind
+from sessionstream.core.providers import build, check_api
+from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
+from sessionstream.core.providers.errors import ConversationImportError
+from sessionstream.core.request import (
+    PromptRegistry,
+    RequestHeader,
+    Section,
+    StaticTools,
+    ToolSchema,
+    assemble,
+    context_snapshot_ids,
+    header_from_event,
+    replaced_seqs,
+)
+from sessionstream.core.session import Session
+
+#: Body keys the importer maps itself; any other key is kept as a request parameter.
+_MAPPED = {
+    "openai-chat": {"model", "messages", "tools", "max_tokens", "max_completion_tokens",
+                    "reasoning_effort", "stream", "stream_options"},
+    "openai-responses": {"model", "input", "instructions", "tools", "max_output_tokens",
+                         "reasoning", "stream"},
+    "anthropic": {"model", "messages", "system", "tools", "max_tokens", "stream"},
+}
+
+
+@dataclass
+class _Conv:
+    """A conversation in neutral form, before it is written as events."""
+
+    api: str
+    source: str
+    items: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, path, value)
+    system: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    model: str | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    report: list[Note] = field(default_factory=list)
+
+    def fail(self, path: str, reason: str) -> ConversationImportError:
+        return ConversationImportError(self.source, path, reason)
+
+    def note(self, path: str, note: str) -> None:
+        self.report.append(Note(path, note))
+
+
+@dataclass(frozen=True)
+class Imported:
+    events: tuple[Event, ...]
+    report: tuple[Note, ...]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str]) -> Any:
+    """A user/assistant content as log content: a string, or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise conv.fail(path, f"content must be a string or a list of parts, got "
+                        f"{type(content).__name__}")
+    parts: list[Any] = []
+    for i, part in enumerate(content):
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise conv.fail(f"{path}/{i}", "a content part must be an object with a type")
+        if part["type"] in text_types and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        else:
+            parts.append(dict(part))
+            conv.note(f"{path}/{i}", f"{part['type']} part kept as it is; the builders "
+                      "send non-text parts as JSON text")
+    return parts
+
+
+def _args(conv: _Conv, text: Any, path: str) -> Any:
+    if isinstance(text, Mapping):
+        return dict(text)
+    if not isinstance(text, str):
+        raise conv.fail(path, "tool-call arguments must be a JSON string or an object")
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise conv.fail(path, f"tool-call arguments are not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise conv.fail(path, "tool-call arguments must be a JSON object")
+    return value
+
+
+def _result(text: str) -> tuple[str, str]:
+    """(status, content) of a tool output whose format has no error flag."""
+    if text.startswith(ERROR_PREFIX):
+        return "error", text[len(ERROR_PREFIX):]
+    return "ok", text
+
+
+def _require_str(conv: _Conv, obj: Mapping[str, Any], key: str, path: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise conv.fail(f"{path}/{key}", f"{key} must be a non-empty string")
+    return value
+
+
+def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise conv.fail("/messages", "an OpenAI chat body needs a messages list")
+    for i, m in enumerate(messages):
+        path = f"/messages/{i}"
+        if not isinstance(m, Mapping):
+            raise conv.fail(path, "a message must be an object")
+        role = m.get("role")
+        if role in ("system", "developer"):
+            text = m.get("content")
+            if isinstance(text, list):
+                text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
+            if not isinstance(text, str):
+                raise conv.fail(f"{path}/content", "system content must be text")
+            conv.system.append(text)
+        elif role == "user":
+            conv.items.append(("user", path, _text_parts(conv, m.get("content"),
+                                                         f"{path}/content", ("text",))))
+        elif role == "assistant":
+            content = m.get("content")
+            text = "" if content is None else _text_parts(conv, content, f"{path}/content",
+                                                          ("text",))
+            calls = []
+            for j, tc in enumerate(m.get("tool_calls") or ()):
+                p = f"{path}/tool_calls/{j}"
+                fn = tc.get("function") if isinstance(tc, Mapping) else None
+                if not isinstance(fn, Mapping):
+                    raise conv.fail(p, "a tool call needs a function object")
+                calls.append((_require_str(conv, tc, "id", p), _require_str(conv, fn, "name",
+                              f"{p}/function"), _args(conv, fn.get("arguments"),
+                                                      f"{p}/function/arguments")))
+            conv.items.append(("assistant", path, (text, calls, m.get("refusal"))))
+        elif role == "tool":
+            call_id = _require_str(conv, m, "tool_call_id", path)
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+            if not isinstance(content, str):
+                raise conv.fail(f"{path}/content", "tool content must be text")
+            conv.items.append(("result", path, (call_id, *_result(content))))
+        else:
+            raise conv.fail(f"{path}/role", f"role {role!r} is not one of system, developer, "
+                            "user, assistant, tool")
+    conv.max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    conv.reasoning_effort = body.get("reasoning_effort")
+    for i, t in enumerate(body.get("tools") or ()):
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        if not isinstance(fn, Mapping):
+            raise conv.fail(f"/tools/{i}", "a tool needs a function object")
+        conv.tools.append({"name": _require_str(conv, fn, "name", f"/tools/{i}/function"),
+                           "description": fn.get("description", ""),
+                           "parameters": fn.get("parameters", {"type": "object"})})
+
+
+def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise conv.fail("/input", "a Responses body needs an input string or list")
+    if isinstance(body.get("instructions"), str):
+        conv.system.append(body["instructions"])
+    pending_text: tuple[str, Any] | None = None  # an assistant message waiting for its calls
+    calls: list[tuple[str, str, Any]] = []
+
+    def flush_assistant() -> None:
+        nonlocal pending_text, calls
+        if pending_text is not None or calls:
+            path = pending_text[0] if pending_text else f"/input/{len(conv.items)}"
+            conv.items.append(("assistant", path,
+                               (pending_text[1] if pending_text else "", calls, None)))
+        pending_text, calls = None, []
+
+    for i, item in enumerate(items):
+        path = f"/input/{i}"
+        if not isinstance(item, Mapping):
+            raise conv.fail(path, "an input item must be an object")
+        kind = item.get("type", "message")
+        role = item.get("role")
+        if kind == "message" and role == "assistant":
+            flush_assistant()
+            content = item.get("content")
+            refusal = None
+            if isinstance(content, list) and any(isinstance(p, Mapping) and
+                                                 p.get("type") == "refusal" for p in content):
+                refusal = "".join(p.get("refusal", "") for p in content
+                                  if isinstance(p, Mapping) and p.get("type") == "refusal")
+                content = [p for p in content if p.get("type") != "refusal"] or refusal
+            pending_text = (path, _text_parts(conv, content, f"{path}/content",
+                                              ("output_text", "text")))
+            if refusal:
+                conv.items.append(("assistant", path, (pending_text[1], [], refusal)))
+                pending_text = None
+        elif kind == "function_call":
+            calls.append((_require_str(conv, item, "call_id", path),
+                          _require_str(conv, item, "name", path),
+                          _args(conv, item.get("arguments"), f"{path}/arguments")))
+        elif kind == "message" and role in ("system", "developer"):
+            flush_assistant()
+            text = item.get("content")
+            if isinstance(text, list):
+                text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
+            conv.system.append(str(text))
+        elif kind == "message" and role == "user":
+            flush_assistant()
+            conv.items.append(("user", path, _text_parts(conv, item.get("content"),
+                                                         f"{path}/content", ("input_text",))))
+        elif kind == "function_call_output":
+            flush_assistant()
+            output = item.get("output")
+            if not isinstance(output, str):
+                raise conv.fail(f"{path}/output", "function_call_output output must be text")
+            conv.items.append(("result", path, (_require_str(conv, item, "call_id", path),
+                                                *_result(output))))
+        else:
+            flush_assistant()
+            conv.note(path, f"{kind} item not imported: the session log has no event for it")
+    flush_assistant()
+    conv.max_tokens = body.get("max_output_tokens")
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        conv.reasoning_effort = reasoning.get("effort")
+    for i, t in enumerate(body.get("tools") or ()):
+        if not isinstance(t, Mapping) or t.get("type") != "function":
+            conv.note(f"/tools/{i}", "a non-function tool is not imported")
+            continue
+        conv.tools.append({"name": _require_str(conv, t, "name", f"/tools/{i}"),
+                           "description": t.get("description", ""),
+                           "parameters": t.get("parameters", {"type": "object"})})
+
+
+def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise conv.fail("/messages", "an Anthropic body needs a messages list")
+    system = body.get("system")
+    if isinstance(system, str):
+        conv.system.append(system)
+    elif isinstance(system, list):
+        conv.system += [b.get("text", "") for b in system if isinstance(b, Mapping)]
+    for i, m in enumerate(messages):
+        path = f"/messages/{i}"
+        if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
+            raise conv.fail(path, "a message must be an object with role user or assistant")
+        content = m.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}] if m["role"] == "assistant" else content
+            if isinstance(content, str):
+                conv.items.append(("user", path, content))
+                continue
+        if not isinstance(content, list):
+            raise conv.fail(f"{path}/content", "content must be a string or a list of blocks")
+        if m["role"] == "assistant":
+            texts: list[Any] = []
+            calls = []
+            for j, block in enumerate(content):
+                p = f"{path}/content/{j}"
+                kind = block.get("type") if isinstance(block, Mapping) else None
+                if kind == "text":
+                    texts.append({"type": "text", "text": block.get("text", "")})
+                elif kind == "tool_use":
+                    calls.append((_require_str(conv, block, "id", p),
+                                  _require_str(conv, block, "name", p),
+                                  _args(conv, block.get("input", {}), f"{p}/input")))
+                else:
+                    conv.note(p, f"{kind} block not imported: the session log has no event "
+                              "for it")
+            text: Any = texts[0]["text"] if len(texts) == 1 else texts
+            conv.items.append(("assistant", path, (text if texts else "", calls, None)))
+            continue
+        others: list[Any] = []
+        for j, block in enumerate(content):
+            p = f"{path}/content/{j}"
+            if not isinstance(block, Mapping):
+                raise conv.fail(p, "a content block must be an object")
+            if block.get("type") == "tool_result":
+                if others:
+                    conv.items.append(("user", path, others))
+                    others = []
+                result = block.get("content", "")
+                if isinstance(result, list):
+                    if all(isinstance(b, Mapping) and b.get("type") == "text" for b in result):
+                        result = "".join(b.get("text", "") for b in result)
+                    else:
+                        conv.note(p, "non-text tool_result blocks kept as a list")
+                status = "error" if block.get("is_error") else "ok"
+                conv.items.append(("result", p, (_require_str(conv, block, "tool_use_id", p),
+                                                 status, result)))
+            else:
+                others += [_text_parts(conv, [dict(block)], p, ("text",))[0]]
+        if others:
+            single = others[0]["text"] if len(others) == 1 and others[0].get("type") == "text" \
+                and len(content) == 1 else others
+            conv.items.append(("user", path, single))
+    conv.max_tokens = body.get("max_tokens")
+    for i, t in enumerate(body.get("tools") or ()):
+        if not isinstance(t, Mapping) or "input_schema" not in t:
+            conv.note(f"/tools/{i}", "a server tool (no input_schema) is not imported")
+            continue
+        conv.tools.append({"name": _require_str(conv, t, "name", f"/tools/{i}"),
+                           "description": t.get("description", ""),
+                           "parameters": t["input_schema"]})
+
+
+_READERS = {"openai-chat": _read_chat, "openai-responses": _read_responses,
+            "anthropic": _read_anthropic}
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def import_conversation(api: str, body: Any, *, session_id: str, source: str = "<input>",
+                        tenant: str = "default", clock: Clock = system_clock,
+                        ids: IdSource = uuid4_ids) -> Imported:
+    """Write ``body`` (an ``api`` request body, or a list of its messages) as a session."""
+    check_api(api)
+    conv = _Conv(api, source)
+    if isinstance(body, list):
+        body = {"input": body} if api == "openai-responses" else {"messages": body}
+    if not isinstance(body, Mapping):
+        raise conv.fail("/", f"expected a request body object or a message list, got "
+                        f"{type(body).__name__}")
+    _READERS[api](conv, body)
+    model = body.get("model")
+    conv.model = model if isinstance(model, str) else None
+    conv.params = {k: v for k, v in body.items() if k not in _MAPPED[api]}
+    session = Session(session_id, clock=clock, ids=ids)
+    imported: dict[str, Any] = {"format": api, "system": conv.system, "tools": conv.tools,
+                                "model": conv.model, "max_tokens": conv.max_tokens,
+                                "reasoning_effort": conv.reasoning_effort,
+                                "params": conv.params}
+    session.append("session/start", {"format_version": FORMAT_VERSION, "tenant": tenant,
+                                     "lineage": None, "imported": imported})
+    _write(conv, session)
+    return Imported(session.events, tuple(conv.report))
+
+
+def _write(conv: _Conv, s: Session) -> None:
+    header: dict[str, Any] = {"provider": "imported", "model": conv.model or "unknown",
+                              "api": conv.api}
+    if conv.max_tokens is not None:
+        header["max_tokens"] = conv.max_tokens
+    if conv.reasoning_effort is not None:
+        header["reasoning_effort"] = conv.reasoning_effort
+    declared: dict[str, tuple[str, Any]] = {}  # unanswered calls of the open step
+    answered: set[str] = set()
+    last_answered = False  # the last item was an assistant message without calls
+    refused = False
+    for kind, path, value in conv.items:
+        if kind == "user":
+            if s.open_turn is not None and not declared and last_answered:
+                s.append("step/end")
+                s.append("turn/end", {"reason": "refused" if refused else "completed"})
+            steering = s.open_turn is not None
+            if s.open_turn is None:
+                s.append("turn/start")
+            s.append("user/message", {"content": value, **({"steering": True}
+                                                            if steering else {})})
+            last_answered = False
+        elif kind == "assistant":
+            text, calls, refusal = value
+            if declared:
+                raise conv.fail(path, f"an assistant message while tool call(s) "
+                                f"{', '.join(sorted(declared))} have no result")
+            if s.open_turn is None:
+                s.append("turn/start")
+            if s.open_step is not None:
+                s.append("step/end")
+            s.append("step/start")
+            s.append("request/header", header)
+            data: dict[str, Any] = {
+                "content": text if text or not refusal else refusal,
+                "tool_calls": [{"call_id": c, "name": n, "arguments": a} for c, n, a in calls],
+                "stop_reason": "refusal" if refusal else ("tool_use" if calls else "end_turn"),
+                "provider": "imported", "api": conv.api,
+            }
+            if refusal:
+                data["refusal"] = refusal
+            for c, _n, _a in calls:
+                if c in declared or c in answered:
+                    raise conv.fail(path, f"call id {c!r} is used twice")
+            s.append("assistant/message", data)
+            declared = {c: (n, a) for c, n, a in calls}
+            last_answered = not calls
+            refused = bool(refusal)
+        else:
+            call_id, status, content = value
+            if call_id not in declared:
+                why = "was already answered" if call_id in answered else \
+                    "no earlier assistant message made"
+                raise conv.fail(path, f"a tool result for call {call_id!r}, which {why}")
+            name, args = declared.pop(call_id)
+            s.append("tool/call", {"call_id": call_id, "name": name, "arguments": args})
+            s.append("tool/result", {"call_id": call_id, "status": status, "content": content})
+            answered.add(call_id)
+            last_answered = False
+    if declared:
+        raise conv.fail("/", f"tool call(s) {', '.join(sorted(declared))} have no result: a "
+                        "provider rejects such a conversation")
+    if s.open_step is not None:
+        s.append("step/end")
+    if s.open_turn is not None and last_answered:
+        s.append("turn/end", {"reason": "refused" if refused else "completed"})
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistry | None = None,
+                   tools: Iterable[ToolSchema] | None = None,
+                   header: RequestHeader | None = None) -> tuple[Built, tuple[Note, ...]]:
+    """The ``api`` body of the session's next request, and what the format cannot carry.
+
+    System sections and tools default to what an import recorded in ``session/start``;
+    the header defaults to the log's last ``request/header``.
+    """
+    check_api(api)
+    report: list[Note] = []
+    imported = events[0].data.get("imported") if events else None
+    imported = thaw(imported) if imported is not None else {}
+    if registry is None:
+        registry = PromptRegistry(Section(f"imported-{i}", text.replace("{", "{{").replace(
+            "}", "}}"), order=i) for i, text in enumerate(imported.get("system") or ()))
+        if not imported.get("system"):
+            report.append(Note("/", "no system prompt: the log carries none (a harness "
+                               "registers its prompt sections; pass them to export)"))
+    if tools is None:
+        tools = [ToolSchema(t["name"], t.get("description", ""), t.get("parameters",
+                                                                       {"type": "object"}))
+                 for t in imported.get("tools") or ()]
+    if header is None:
+        last = next((e for e in reversed(events) if e.type == "request/header"), None)
+        if last is not None:
+            header = header_from_event(last)
+        else:
+            header = RequestHeader("imported", imported.get("model") or "unknown",
+                                   imported.get("reasoning_effort"), imported.get("max_tokens"))
+            if not imported.get("model"):
+                report.append(Note("/model", "no request/header in the log: model unknown"))
+    session = Session.from_events(events)
+    messages = session.derive_messages()
+    request = assemble(messages, registry, header=header,
+                       providers=[StaticTools("export", list(tools))],
+                       snapshot_ids=context_snapshot_ids(events), replaced=replaced_seqs(events))
+    built = build(api, request)
+    params = imported.get("params") or {}
+    if params and imported.get("format") == api:
+        built.body.update({k: v for k, v in params.items() if k not in built.body})
+    else:
+        report += [Note(f"/{k}", f"request parameter {k!r} of {imported.get('format')} is "
+                        f"not carried into {api}") for k in params]
+    for m in messages:
+        if m.kind is Kind.CONTEXT:
+            report.append(Note("", "context snapshot sent as a user message (its snapshot "
+                               "id is not carried)", m.seqs))
+        elif m.kind is Kind.SUMMARY:
+            report.append(Note("", "compaction summary sent as a user message (the range it "
+                               "replaced is not carried)", m.seqs))
+    return built, tuple(built.notes) + tuple(report)
+
+
+def surface_of(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The surface as a format can carry it: role, content, calls, results, status."""
+    out = []
+    for m in Session.from_events(events).derive_messages():
+        entry: dict[str, Any] = {"role": m.role.value, "content": thaw(m.content)}
+        if m.tool_calls:
+            entry["tool_calls"] = [(c.call_id, c.name, thaw(c.arguments)) for c in m.tool_calls]
+        if m.call_id is not None:
+            entry["call_id"] = m.call_id
+            entry["status"] = m.status
+        out.append(entry)
+    return out

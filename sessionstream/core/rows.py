@@ -1,0 +1,261 @@
+"""The Redis row layout, in one place: every key shape and every hash field name.
+
+Nothing else spells a key or a field. The sink, the readers, replay, diagnose, the
+writer's leases and offset index, the compaction trigger and the dashboard ask this
+module; the Lua scripts get their field names from :func:`lua` (the script text
+names fields as ``$FIELD`` and is rendered once, at import of the adapter).
+
+Redis-Cluster ready: every key about one session shares the hash tag
+``{<tenant>/<session_id>}``, so one script call that writes all of a session's views,
+states and watermark never crosses slots. Keys about a whole tenant (the session
+list, the change feed) use the tag ``{<tenant>}`` and are written in a separate call.
+
+Keys (``<p>`` the key prefix, ``<t>`` the tenant, ``g<N>`` the generation, see
+``streams.replay``):
+
+=================================== ========== =========================================
+key                                 type       what
+=================================== ========== =========================================
+``<p>:{<t>/<s>}:g<N>``              hash       the session row (:class:`SessionRow` fields)
+``<p>:{<t>/<s>}:changes:g<N>``      stream     the session's change record (capped)
+``<p>:{<t>/<s>}:lease``             hash       the writer lease (:class:`LeaseFields`)
+``<p>:{<t>/<s>}:epoch``             integer    the fencing token, INCR per acquire
+``<p>:{<t>/<s>}:log``               hash       the writer's offset index (:class:`LogIndexFields`)
+``<p>:{<t>}:sessions:g<N>``         zset       session ids by last activity (ms)
+``<p>:{<t>}:changes:g<N>``          stream     the tenant's change feed (capped)
+``<p>:{<t>}:progress:<group>``      hash       ``<topic>:<partition>`` → last processed offset
+``<p>:{<t>}:generation``            string     the generation readers use (absent: 1)
+``<p>:{<t>}:generation:last``       integer    the last generation replay allocated
+``<p>:{<t>}:compaction-watch:<n>``  hash       a watcher's feed cursor (:class:`WatchCursorFields`)
+``<p>:{<t>/<s>}:dkeys``             hash       wrapped data keys + shred tombstones (governance)
+``<p>:{<t>}:dkeys``                 set        sessions with data keys (rotation, retention)
+``<p>:{<t>}:holds``                 hash       legal holds: ``tenant`` / ``session:<s>`` → JSON
+=================================== ========== =========================================
+
+A change entry (in both streams) has one field, :data:`CHANGE_FIELD`, holding
+:func:`change_entry` JSON: ``session``, ``as_of_seq``, ``offset``, ``changed``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from string import Template
+from typing import Any
+
+from sessionstream.core.jsonvalue import canonical_dumps
+
+DEFAULT_PREFIX = "ss"
+#: The generation readers use while the pointer is absent (nothing was ever replayed).
+FIRST_GENERATION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Where one tenant's keys live: the key prefix and the tenant, travelling together."""
+
+    tenant: str
+    prefix: str = DEFAULT_PREFIX
+
+    # -- shapes ------------------------------------------------------------------------
+    def session_tag(self, session_id: str) -> str:
+        return "{" + self.tenant + "/" + session_id + "}"
+
+    def session_key(self, session_id: str, what: str) -> str:
+        """``<prefix>:{<tenant>/<session>}:<what>``."""
+        return f"{self.prefix}:{self.session_tag(session_id)}:{what}"
+
+    def tenant_key(self, what: str) -> str:
+        """``<prefix>:{<tenant>}:<what>``."""
+        return f"{self.prefix}:{{{self.tenant}}}:{what}"
+
+    # -- per session -------------------------------------------------------------------
+    def session_row(self, session_id: str, gen: int) -> str:
+        """The hash of every view, state and watermark of a session in generation ``gen``."""
+        return self.session_key(session_id, f"g{gen}")
+
+    def session_changes(self, session_id: str, gen: int) -> str:
+        return self.session_key(session_id, f"changes:g{gen}")
+
+    def lease(self, session_id: str) -> str:
+        return self.session_key(session_id, "lease")
+
+    def epoch(self, session_id: str) -> str:
+        return self.session_key(session_id, "epoch")
+
+    def log_index(self, session_id: str) -> str:
+        return self.session_key(session_id, "log")
+
+    # -- per tenant --------------------------------------------------------------------
+    def sessions_index(self, gen: int) -> str:
+        return self.tenant_key(f"sessions:g{gen}")
+
+    def tenant_changes(self, gen: int) -> str:
+        return self.tenant_key(f"changes:g{gen}")
+
+    def progress(self, group: str) -> str:
+        return self.tenant_key(f"progress:{group}")
+
+    def generation(self) -> str:
+        return self.tenant_key("generation")
+
+    def generation_counter(self) -> str:
+        return self.tenant_key("generation:last")
+
+    def compaction_watch(self, name: str) -> str:
+        return self.tenant_key(f"compaction-watch:{name}")
+
+    # -- governance (never purged by a deletion: the tombstones are its proof) ----------
+    def data_keys(self, session_id: str) -> str:
+        return self.session_key(session_id, "dkeys")
+
+    def data_key_sessions(self) -> str:
+        return self.tenant_key("dkeys")
+
+    def holds(self) -> str:
+        return self.tenant_key("holds")
+
+
+def generation_of(raw: str | bytes | None) -> int:
+    """The generation a stored pointer names (absent or empty: the first)."""
+    return int(raw) if raw else FIRST_GENERATION
+
+
+# -- hash fields --------------------------------------------------------------------------
+
+class SessionRow:
+    """Fields of the session row ``<p>:{<t>/<s>}:g<N>``."""
+
+    VIEW = "view:"  # + unit key: the view JSON readers get
+    STATE = "state:"  # + unit key: the unit's internal state (dump)
+    STATE_VERSION = "sv:"  # + unit key: the state_version the state was folded with
+    ADMISSION = "admission"  # AdmissionState JSON
+    META = "meta"  # session facts: partition, offsets, last_time, quarantine, counts
+    AS_OF_SEQ = "as_of_seq"
+    AS_OF_OFFSET = "as_of_offset"
+
+    SCALARS = (ADMISSION, META, AS_OF_SEQ, AS_OF_OFFSET)
+
+    @staticmethod
+    def view(unit: str) -> str:
+        return SessionRow.VIEW + unit
+
+    @staticmethod
+    def state(unit: str) -> str:
+        return SessionRow.STATE + unit
+
+    @staticmethod
+    def state_version(unit: str) -> str:
+        return SessionRow.STATE_VERSION + unit
+
+    @staticmethod
+    def views(row: Mapping[str, str]) -> dict[str, Any]:
+        """The decoded views of a row, by unit key, in key order."""
+        n = len(SessionRow.VIEW)
+        return {k[n:]: json.loads(v) for k, v in sorted(row.items())
+                if k.startswith(SessionRow.VIEW)}
+
+    @staticmethod
+    def state_versions(row: Mapping[str, str]) -> dict[str, int]:
+        n = len(SessionRow.STATE_VERSION)
+        return {k[n:]: int(v) for k, v in row.items() if k.startswith(SessionRow.STATE_VERSION)}
+
+    @staticmethod
+    def meta(row: Mapping[str, str]) -> dict[str, Any]:
+        raw = row.get(SessionRow.META)
+        return json.loads(raw) if raw else {}
+
+    @staticmethod
+    def as_of_seq(row: Mapping[str, str]) -> int:
+        return int(row.get(SessionRow.AS_OF_SEQ, -1))
+
+    @staticmethod
+    def as_of_offset(row: Mapping[str, str]) -> int:
+        return int(row.get(SessionRow.AS_OF_OFFSET, -1))
+
+    @staticmethod
+    def is_field(name: str) -> bool:
+        return name in SessionRow.SCALARS or name.startswith(
+            (SessionRow.VIEW, SessionRow.STATE, SessionRow.STATE_VERSION))
+
+
+class LeaseFields:
+    """Fields of the writer lease hash ``<p>:{<t>/<s>}:lease``."""
+
+    OWNER = "owner"
+    EPOCH = "epoch"
+    EXPIRES_AT = "expires_at"  # Redis server time, ms
+    NEXT_SEQ = "next_seq"  # the hand-off hint written on flush/release
+
+
+class LogIndexFields:
+    """Fields of the writer's offset index ``<p>:{<t>/<s>}:log``."""
+
+    PARTITION = "partition"
+    FIRST_OFFSET = "first_offset"
+    LAST_OFFSET = "last_offset"
+    CLEAN = "clean"  # "1": closed with every record confirmed admitted
+    EPOCH = "epoch"  # the epoch that marked it clean
+
+
+class WatchCursorFields:
+    """Fields of a compaction watcher's cursor hash."""
+
+    GENERATION = "generation"
+    ENTRY_ID = "entry_id"
+
+
+#: The one field of a change-stream entry.
+CHANGE_FIELD = "change"
+
+
+def change_entry(session_id: str, as_of_seq: int, offset: int, changed: Iterable[str]) -> str:
+    """The JSON of one change-stream entry (canonical, so a repeat is byte-identical)."""
+    return canonical_dumps({"session": session_id, "as_of_seq": as_of_seq, "offset": offset,
+                            "changed": list(changed)})
+
+
+def read_change_entry(fields: Mapping[str, str]) -> dict[str, Any] | None:
+    """The change a stream entry's fields carry; None if it is missing or not an object."""
+    try:
+        value = json.loads(fields.get(CHANGE_FIELD, "{}"))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# -- Lua -----------------------------------------------------------------------------------
+
+#: Every field name a script may use, as ``$NAME`` in the script text.
+LUA_FIELDS: dict[str, str] = {
+    "AS_OF_SEQ": SessionRow.AS_OF_SEQ,
+    "AS_OF_OFFSET": SessionRow.AS_OF_OFFSET,
+    "OWNER": LeaseFields.OWNER,
+    "EPOCH": LeaseFields.EPOCH,
+    "EXPIRES_AT": LeaseFields.EXPIRES_AT,
+    "NEXT_SEQ": LeaseFields.NEXT_SEQ,
+    "PARTITION": LogIndexFields.PARTITION,
+    "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
+    "LAST_OFFSET": LogIndexFields.LAST_OFFSET,
+    "CLEAN": LogIndexFields.CLEAN,
+    "CHANGE": CHANGE_FIELD,
+}
+
+_QUOTED = re.compile(r"'[^']*'")
+
+
+def lua(source: str) -> str:
+    """Render a script whose field names are written ``$NAME`` (see :data:`LUA_FIELDS`).
+
+    Each becomes a quoted Lua string; an unknown ``$NAME`` raises ``KeyError`` at import
+    time of the adapter. ``tests/unit/test_rows.py`` checks that every quoted literal of
+    every rendered script is a Redis command, a flag, or a field named here.
+    """
+    return Template(source).substitute({k: f"'{v}'" for k, v in LUA_FIELDS.items()})
+
+
+def lua_literals(source: str) -> set[str]:
+    """The quoted string literals of a script (commands, flags and field names)."""
+    return {m[1:-1] for m in _QUOTED.findall(source)}

@@ -1,0 +1,96 @@
+"""Governance of sensitive data: envelope encryption, crypto-shredding, holds, retention.
+
+The edge that implements the core's privacy ports (``sessionstream.core.privacy``) with
+``cryptography``: :mod:`.crypto` (AES-256-GCM), :mod:`.keys` (the key hierarchy and
+its stores), :class:`ContentCipher` (seal an event's content on write, open it on read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sessionstream.core.catalog import Catalog
+from sessionstream.core.errors import ContentKeyShredded
+from sessionstream.core.events import Event
+from sessionstream.core.privacy import (
+    ALL_CLASSES,
+    DELETED_TEXT,
+    DataClass,
+    Opened,
+    SealedPart,
+    open_data,
+    seal_parts,
+    split,
+)
+from sessionstream.governance.crypto import AesGcm
+from sessionstream.governance.keys import KeyStore
+
+
+@dataclass
+class ContentCipher:
+    """Seals and opens the content of one tenant's events with that tenant's key store.
+
+    ``enabled=False`` is the tenant's explicit opt-out: events are written clear (and
+    still opened on read, so a tenant can opt back in without losing history).
+    """
+
+    store: KeyStore
+    tenant: str
+    enabled: bool = True
+    catalog: Catalog | None = None
+    aead: AesGcm | None = None
+
+    def __post_init__(self) -> None:
+        if self.aead is None:
+            self.aead = AesGcm()
+
+    def seal(self, event: Event, classes: Sequence[DataClass] = ALL_CLASSES, *,
+             origin: tuple[str, str] | None = None) -> tuple[Event, tuple[SealedPart, ...]]:
+        """The event with its content replaced by placeholders, and the sealed parts.
+
+        ``origin`` (key session, event id): a fork's inherited seed event is sealed with
+        its ancestor's data key and bound to the ancestor's event, so deleting the
+        ancestor makes the child's copy unreadable too. An ancestor class already
+        shredded leaves :data:`DELETED_TEXT` in the copy.
+        """
+        if not self.enabled:
+            return event, ()
+        parts = split(event.type, event.data, self.catalog, classes)
+        if not parts.parts:
+            return event, ()
+        assert self.aead is not None
+        key_session, origin_id = origin or (event.session_id, event.event_id)
+        sealed: list[SealedPart] = []
+        gone: list[DataClass] = []
+        for part in parts.parts:
+            try:
+                sealed += seal_parts(self.aead, self.store, tenant=self.tenant,
+                                     session_id=key_session, seq=event.seq,
+                                     event_id=origin_id, type_name=event.type, parts=(part,))
+            except ContentKeyShredded:
+                if origin is None:
+                    raise
+                gone.append(part.data_class)
+        clear = parts.clear
+        if gone:
+            clear = split(event.type, event.data, self.catalog, gone, text=DELETED_TEXT).clear
+            clear = split(event.type, clear, self.catalog,
+                          [c for c in classes if c not in gone]).clear
+        return event.replace(data=clear), tuple(sealed)
+
+    def seal_event(self, event: Event, *, origin: tuple[str, str] | None = None) -> Event:
+        """The event as it goes on the wire: placeholders in ``data``, content in ``sealed``."""
+        if event.sealed or not self.enabled:
+            return event
+        clear, sealed = self.seal(event, origin=origin)
+        return clear.replace(sealed=sealed) if sealed else clear
+
+    def open(self, event: Event, sealed: Sequence[SealedPart],
+             seed_length: int | None = 0) -> Opened:
+        """The event's data with its sealed content put back (or deleted placeholders)."""
+        assert self.aead is not None
+        return open_data(self.aead, self.store, tenant=self.tenant,
+                         session_id=event.session_id, seq=event.seq, event_id=event.event_id,
+                         type_name=event.type, clear=event.data, sealed=sealed,
+                         seed_length=seed_length, catalog=self.catalog)

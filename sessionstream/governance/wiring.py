@@ -1,0 +1,35 @@
+"""Build the governance pieces from Settings (called by the composition root)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessionstream.core.settings import Settings
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.keys import FileKeyStore, KeyStore, RedisKeyStore, TenantKeys
+
+
+def tenant_keys(settings: Settings) -> TenantKeys:
+    """The node's tenant key rings: the settings' key for its tenant, else key files.
+
+    The file store (local stack) creates a missing tenant key file; the Redis store (a
+    fleet) never does: every node must be given the same key (file or variable).
+    """
+    env = {settings.tenant: settings.tenant_key} if settings.tenant_key else {}
+    return TenantKeys(settings.key_dir / "tenants", env=env,
+                      create=settings.key_store == "file")
+
+
+def key_store(settings: Settings, redis_client: Any = None) -> KeyStore:
+    if settings.key_store == "redis":
+        if redis_client is None:
+            from sessionstream import redisconn
+
+            redis_client = redisconn.from_settings(settings)
+        return RedisKeyStore(redis_client, tenant_keys(settings), prefix=settings.key_prefix)
+    return FileKeyStore(settings.key_dir, tenant_keys(settings))
+
+
+def content_cipher(settings: Settings, store: KeyStore | None = None) -> ContentCipher:
+    return ContentCipher(store or key_store(settings), settings.tenant,
+                         enabled=settings.encryption)

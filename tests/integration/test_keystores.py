@@ -1,0 +1,91 @@
+"""The key stores' one contract, over the file store and the Redis store (real Redis)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from sessionstream.core.errors import ContentKeyShredded, LegalHold
+from sessionstream.core.privacy import DataClass, KeyState
+from sessionstream.governance.keys import FileKeyStore, KeyStore, RedisKeyStore, TenantKeys
+
+pytestmark = pytest.mark.integration
+
+Factory = Callable[[], KeyStore]
+
+
+@pytest.fixture(params=["file", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    if request.param == "file":
+        return lambda: FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("redis_prefix")
+    kek_dir = tmp_path / "tenant-keys"
+    return lambda: RedisKeyStore(client, TenantKeys(kek_dir), prefix=prefix, cache_ttl_s=0)
+
+
+def test_two_nodes_asking_for_a_new_key_get_the_same_one(make_store: Factory) -> None:
+    a, b = make_store(), make_store()
+    assert a.data_key("t1", "s1", DataClass.SURFACE) == b.data_key("t1", "s1", DataClass.SURFACE)
+    assert a.data_key("t1", "s2", DataClass.SURFACE) != a.data_key("t1", "s1", DataClass.SURFACE)
+
+
+def test_shred_leaves_a_tombstone_other_nodes_see(make_store: Factory) -> None:
+    a, b = make_store(), make_store()
+    a.data_key("t1", "s1", DataClass.RAW)
+    a.data_key("t1", "s1", DataClass.SURFACE)
+    done = a.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="retention")
+    assert [(s.data_class, s.principal, s.reason) for s in done] == [
+        (DataClass.RAW, "ops", "retention")]
+    found = b.lookup("t1", "s1", DataClass.RAW)
+    assert found.state is KeyState.SHREDDED and found.key is None and found.shredded_at
+    assert b.lookup("t1", "s1", DataClass.SURFACE).state is KeyState.ACTIVE
+    with pytest.raises(ContentKeyShredded):
+        b.data_key("t1", "s1", DataClass.RAW)
+    assert [s.data_class for s in b.shredded("t1", "s1")] == [DataClass.RAW]
+    assert a.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="again") == []
+
+
+def test_rotation_rewraps_every_key_of_the_tenant_only(make_store: Factory) -> None:
+    a = make_store()
+    keys = {(t, s, c): a.data_key(t, s, c) for t in ("t1", "t2") for s in ("s1", "s2")
+            for c in (DataClass.RAW, DataClass.BUSINESS)}
+    assert a.rotate("t1") == 4
+    b = make_store()
+    assert {k: b.data_key(*k) for k in keys} == keys
+    assert b.rewrap("t1") == 0  # already on the current version
+    assert sorted({s for s, _, _ in b.sessions("t1")}) == ["s1", "s2"]
+
+
+def test_holds_per_session_and_tenant(make_store: Factory) -> None:
+    a, b = make_store(), make_store()
+    a.data_key("t1", "s1", DataClass.RAW)
+    a.place_hold("t1", "s1", reason="case 7", principal="legal")
+    with pytest.raises(LegalHold, match="case 7"):
+        b.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="x")
+    assert [h.session_id for h in b.holds("t1")] == ["s1"]
+    assert b.hold_on("t1", "s2") is None
+    released = b.release_hold("t1", "s1")
+    assert released is not None and released.reason == "case 7"
+    assert b.holds("t1") == []
+
+
+def test_the_redis_store_holds_no_key_in_the_clear(redis_client: redis.Redis,
+                                                   redis_prefix: str, tmp_path: Path) -> None:
+    store = RedisKeyStore(redis_client, TenantKeys(tmp_path), prefix=redis_prefix)
+    key = store.data_key("t1", "s1", DataClass.SURFACE)
+    dump = b"".join(
+        json.dumps({k.decode(): v.decode() for k, v in redis_client.hgetall(name).items()}
+                   ).encode()
+        for name in redis_client.scan_iter(match=f"{redis_prefix}*")
+        if redis_client.type(name) == b"hash")
+    assert base64.b64encode(key) not in dump and key not in dump
+    # a node without the tenant key cannot open it: the key reads as missing
+    other = RedisKeyStore(redis_client, TenantKeys(tmp_path / "none", create=False),
+                          prefix=redis_prefix)
+    assert other.lookup("t1", "s1", DataClass.SURFACE).state is KeyState.MISSING

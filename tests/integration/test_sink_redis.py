@@ -1,0 +1,53 @@
+"""The sink contract over the real Redis sink and its Lua script (``streams.sink.RedisSink``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from sessionstream.core.rows import KeySpace, LogIndexFields, read_change_entry
+from sessionstream.core.settings import Settings
+from streams.sink import RedisSink
+from tests.contract.sink_contract import SinkContract
+
+
+class RedisHarness:
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.sink = RedisSink(redis, keys)
+
+    async def set_generation(self, gen: int) -> None:
+        await self.redis.set(self.keys.generation(), gen)
+
+    async def _stream(self, key: str) -> list[dict[str, Any]]:
+        out = []
+        for _id, fields in await self.redis.xrange(key):
+            change = read_change_entry(fields)
+            assert change is not None
+            out.append(change)
+        return out
+
+    async def session_changes(self, gen: int, session_id: str) -> list[dict[str, Any]]:
+        return await self._stream(self.keys.session_changes(session_id, gen))
+
+    async def feed(self, gen: int) -> list[dict[str, Any]]:
+        return await self._stream(self.keys.tenant_changes(gen))
+
+    async def set_writer_first_offset(self, session_id: str, offset: int) -> None:
+        await self.redis.hset(self.keys.log_index(session_id), LogIndexFields.FIRST_OFFSET,
+                              offset)
+
+
+class TestRedisSink(SinkContract):
+    @pytest.fixture
+    async def harness(self, settings: Settings, redis_prefix: str
+                      ) -> AsyncIterator[RedisHarness]:
+        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        try:
+            yield RedisHarness(redis, KeySpace(settings.tenant, redis_prefix))
+        finally:
+            await redis.aclose()

@@ -1,0 +1,130 @@
+"""Checks of built bodies against the official SDKs (test-only: the core never imports them).
+
+``validate(api, body)`` validates every message / input item / system block / tool with
+the SDK's own request types through a pydantic ``TypeAdapter``, one by one (whole
+bodies crashed pydantic-core), drains the lazily validated iterables, and requires the
+validated value to equal the item — so an unknown key the SDK would drop fails too.
+``send(api, body, reply)`` sends the body through the SDK's client over an
+``httpx`` mock transport and returns the JSON the SDK put on the wire, plus the SDK's
+parsed response (or the list of its stream events, dumped to JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import anthropic
+import openai
+
+try:  # the SDKs' HTTP client: httpx2 in current releases, httpx before
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover
+    import httpx  # type: ignore[no-redef]
+from anthropic.types import MessageParam, TextBlockParam, ToolParam
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+from pydantic import TypeAdapter
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(t: Any) -> TypeAdapter[Any]:
+    if t not in _ADAPTERS:
+        _ADAPTERS[t] = TypeAdapter(t)
+    return _ADAPTERS[t]
+
+
+def drain(value: Any) -> Any:
+    """A validated value with every lazy iterable validated and turned into a list."""
+    if isinstance(value, dict):
+        return {k: drain(v) for k, v in value.items()}
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Iterable):
+        return [drain(v) for v in value]
+    return value
+
+
+def check(t: Any, item: Any, where: str) -> None:
+    out = drain(_adapter(t).validate_python(item))
+    assert out == item, f"{where}: the SDK type drops or changes parts:\n{out}\n!=\n{item}"
+
+
+def validate(api: str, body: dict[str, Any]) -> None:
+    if api == "openai-chat":
+        for i, m in enumerate(body["messages"]):
+            check(ChatCompletionMessageParam, m, f"/messages/{i}")
+        for i, t in enumerate(body.get("tools", ())):
+            check(ChatCompletionFunctionToolParam, t, f"/tools/{i}")
+    elif api == "openai-responses":
+        for i, item in enumerate(body["input"]):
+            check(ResponseInputItemParam, item, f"/input/{i}")
+        for i, t in enumerate(body.get("tools", ())):
+            check(FunctionToolParam, t, f"/tools/{i}")
+    else:
+        for i, m in enumerate(body["messages"]):
+            check(MessageParam, m, f"/messages/{i}")
+        for i, b in enumerate(body.get("system", ())):
+            check(TextBlockParam, b, f"/system/{i}")
+        for i, t in enumerate(body.get("tools", ())):
+            check(ToolParam, t, f"/tools/{i}")
+        roles = [m["role"] for m in body["messages"]]
+        assert roles[0] == "user", "Anthropic needs the first message to be the user's"
+        _check_anthropic_rounds(body["messages"])
+
+
+def _check_anthropic_rounds(messages: list[dict[str, Any]]) -> None:
+    """Every tool_use is answered in the very next message, which is a user message."""
+    for i, m in enumerate(messages):
+        uses = [b["id"] for b in m["content"] if m["role"] == "assistant"
+                and b["type"] == "tool_use"]
+        if not uses:
+            continue
+        nxt = messages[i + 1]
+        assert nxt["role"] == "user"
+        answered = [b["tool_use_id"] for b in nxt["content"] if b["type"] == "tool_result"]
+        assert sorted(answered) == sorted(uses), (uses, answered)
+        kinds = [b["type"] for b in nxt["content"]]
+        assert kinds[: len(uses)] == ["tool_result"] * len(uses)
+
+
+def _sse(events: list[dict[str, Any]], api: str) -> bytes:
+    lines = []
+    for e in events:
+        if api == "openai-chat":
+            lines.append(f"data: {json.dumps(e)}\n\n")
+        else:
+            lines.append(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n")
+    if api == "openai-chat":
+        lines.append("data: [DONE]\n\n")
+    return "".join(lines).encode()
+
+
+def send(api: str, body: dict[str, Any], reply: Any) -> tuple[dict[str, Any], Any]:
+    """(the JSON the SDK sent, the SDK's response or stream events dumped to JSON)."""
+    sent: dict[str, Any] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.update(json.loads(request.content))
+        if isinstance(reply, list):
+            return httpx.Response(200, content=_sse(reply, api),
+                                  headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json=reply)
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    if api == "anthropic":
+        client = anthropic.Anthropic(api_key="test-key", base_url="http://provider.test",
+                                     http_client=http, max_retries=0)
+        result: Any = client.messages.create(**body)
+    else:
+        oclient = openai.OpenAI(api_key="test-key", base_url="http://provider.test/v1",
+                                http_client=http, max_retries=0)
+        if api == "openai-chat":
+            result = oclient.chat.completions.create(**body)
+        else:
+            result = oclient.responses.create(**body)
+    if isinstance(reply, list):
+        return sent, [e.model_dump(mode="json") for e in result]
+    return sent, result.model_dump(mode="json")

@@ -1,0 +1,148 @@
+"""The harness loop: model steps through the builders and recorders, tools flushed first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sessionstream.core.events import Draft, Event
+from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
+from sessionstream.core.providers import APIS
+from sessionstream.core.providers.errors import IncompleteStream
+from sessionstream.core.providers.scripted import Reply, ScriptedClient, render
+from sessionstream.core.session import Session
+from tests.unit import harness_cases as cases
+from tests.unit.sdk_check import validate
+
+
+class FlushingLog:
+    """A Session with a flush barrier that remembers how far each flush reached."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.flushed_upto = 0
+        self.flushes = 0
+
+    def append(self, draft: Draft) -> Event:
+        return self.session.append(draft)
+
+    def flush(self, timeout: float) -> None:
+        self.flushes += 1
+        self.flushed_upto = len(self.session.events)
+
+
+def _harness(log: Any, replies: list[Reply], api: str = "openai-chat", *,
+             stream: bool = False, tools: dict[str, Any] | None = None) -> Harness:
+    return Harness(log, ScriptedClient(api, replies), api, cases.HEADER, cases.registry(),
+                   tools=tools if tools is not None else {}, providers=[cases.TOOLS],
+                   variables={"agent": "Ada"}, stream=stream)
+
+
+PARALLEL = [Reply("Looking.", [("c1", "run_sql", {"q": "a"}), ("c2", "read_file", {"path": "x"})]),
+            Reply("Both done.")]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_runs_tools_and_every_request_body_is_valid(api: str, stream: bool) -> None:
+    log = FlushingLog(cases.new_session("h"))
+    seen: list[str] = []
+
+    def sql(args: Any, ctx: ToolContext) -> ToolOutcome:
+        seen.append(ctx.call_id)
+        return ToolOutcome("2 rows", operation_id="op-sql-1")
+
+    h = _harness(log, PARALLEL, api, stream=stream,
+                 tools={"run_sql": sql, "read_file": lambda a, c: {"lines": 3}})
+    result = h.turn("count it")
+    assert result.reason == "completed" and len(result.steps) == 2
+    assert seen == ["c1"]
+    for body in h.client.bodies:  # type: ignore[attr-defined]
+        validate(api, body)
+    types = [e.type for e in log.session.events]
+    assert types.count("tool/result") == 2 and types[-1] == "turn/end"
+    assert ("assistant/chunk" in types) is stream
+    second = h.client.bodies[1]  # type: ignore[attr-defined]
+    assert "2 rows" in str(second) and '{"lines":3}' in str(second)
+
+
+def test_each_tool_call_is_flushed_before_the_tool_runs() -> None:
+    log = FlushingLog(cases.new_session("h"))
+    at_run: list[tuple[int, int]] = []
+
+    def tool(args: Any, ctx: ToolContext) -> str:
+        call_seq = next(e.seq for e in log.session.events if e.type == "tool/call"
+                        and e.data["call_id"] == ctx.call_id)
+        at_run.append((call_seq, log.flushed_upto))
+        return "ok"
+
+    _harness(log, PARALLEL, tools={"run_sql": tool, "read_file": tool}).turn("go")
+    assert len(at_run) == 2
+    assert all(flushed > seq for seq, flushed in at_run)
+
+
+def test_results_carry_operation_ids_and_calls_idempotency_keys() -> None:
+    s = cases.new_session("idem")
+    _harness(s, PARALLEL, tools={"run_sql": lambda a, c: ToolOutcome("x", operation_id="op-9"),
+                                 "read_file": lambda a, c: "y"}).turn("go")
+    calls = {e.data["call_id"]: e.data for e in s.events if e.type == "tool/call"}
+    results = {e.data["call_id"]: e.data for e in s.events if e.type == "tool/result"}
+    assert calls["c1"]["idempotency_key"] == "idem/c1"
+    assert results["c1"]["operation_id"] == "op-9"
+    assert results["c2"]["operation_id"] == "idem/c2"  # the key when the tool names none
+
+
+def test_an_unknown_tool_and_a_raising_tool_become_error_results() -> None:
+    s = cases.new_session("err")
+
+    def boom(args: Any, ctx: ToolContext) -> str:
+        raise RuntimeError("disk full")
+
+    _harness(s, PARALLEL, tools={"run_sql": boom}).turn("go")
+    results = {e.data["call_id"]: e.data for e in s.events if e.type == "tool/result"}
+    assert results["c1"]["status"] == "error" and "disk full" in results["c1"]["content"]
+    assert results["c2"]["status"] == "error" and "no tool named" in results["c2"]["content"]
+
+
+def test_a_truncated_answer_ends_the_turn_failed_and_runs_nothing() -> None:
+    s = cases.new_session("trunc")
+    ran: list[str] = []
+    r = _harness(s, [Reply("x", [("t1", "run_sql", {"q": "long"})], stop="max_tokens")],
+                 tools={"run_sql": lambda a, c: ran.append("run") or "x"}).turn("go")
+    assert r.reason == "failed" and ran == []
+    assert not [e for e in s.events if e.type == "tool/call"]
+
+
+def test_a_refusal_ends_the_turn_refused() -> None:
+    s = cases.new_session("ref")
+    r = _harness(s, [Reply(refusal="No.", stop="refusal")]).turn("do it")
+    assert r.reason == "refused"
+    assert s.events[-1].data == {"reason": "refused"}
+
+
+def test_a_stream_cut_mid_tool_call_ends_the_turn_failed_with_nothing_recorded() -> None:
+    class CutClient:
+        def create(self, body: Any) -> Any:
+            events = render("anthropic", PARALLEL[0], stream=True)
+            cut = next(i for i, e in enumerate(events) if e.get("delta", {}).get("type")
+                       == "input_json_delta")
+            return iter(events[:cut + 1])
+
+    s = cases.new_session("cut")
+    h = Harness(s, CutClient(), "anthropic", cases.HEADER, cases.registry(),
+                variables={"agent": "Ada"}, stream=True)
+    with pytest.raises(IncompleteStream):
+        h.turn("go")
+    types = [e.type for e in s.events]
+    assert "assistant/message" not in types and "request/header" not in types
+    assert s.events[-1].type == "turn/end" and s.events[-1].data["reason"] == "failed"
+
+
+def test_the_step_limit_ends_the_turn_failed() -> None:
+    s = cases.new_session("loop")
+    replies = [Reply("", [(f"l{i}", "read_file", {"path": "x"})]) for i in range(3)]
+    h = _harness(s, replies, tools={"read_file": lambda a, c: "again"})
+    h.max_steps = 2
+    r = h.turn("go")
+    assert r.reason == "failed" and "step limit" in (r.detail or "")

@@ -1,0 +1,90 @@
+"""The Redis row layout: key shapes are pinned (they are a stored format), and every Lua
+script names only fields the layout declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from producers import index, lease
+from sessionstream.core.rows import (
+    CHANGE_FIELD,
+    LUA_FIELDS,
+    KeySpace,
+    SessionRow,
+    change_entry,
+    generation_of,
+    lua,
+    lua_literals,
+    read_change_entry,
+)
+from streams import sink
+
+KEYS = KeySpace("acme", "ss")
+
+#: Redis commands, flags and plain values the scripts may spell in quotes.
+LUA_TOKENS = {"HGET", "HSET", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
+              "~", "*", "-1", "0", "1", ""}
+
+SCRIPTS = {
+    "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
+    "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
+    "lease._ACQUIRE": lease._ACQUIRE,
+    "lease._RENEW": lease._RENEW,
+    "lease._CHECK": lease._CHECK,
+    "lease._HANDOFF": lease._HANDOFF,
+    "index._RECORD": index._RECORD,
+    "index._MARK_CLEAN": index._MARK_CLEAN,
+}
+
+
+def test_session_keys_share_the_session_hash_tag() -> None:
+    assert KEYS.session_row("s1", 3) == "ss:{acme/s1}:g3"
+    assert KEYS.session_changes("s1", 3) == "ss:{acme/s1}:changes:g3"
+    assert KEYS.lease("s1") == "ss:{acme/s1}:lease"
+    assert KEYS.epoch("s1") == "ss:{acme/s1}:epoch"
+    assert KEYS.log_index("s1") == "ss:{acme/s1}:log"
+
+
+def test_tenant_keys_share_the_tenant_hash_tag() -> None:
+    assert KEYS.sessions_index(2) == "ss:{acme}:sessions:g2"
+    assert KEYS.tenant_changes(2) == "ss:{acme}:changes:g2"
+    assert KEYS.progress("grp") == "ss:{acme}:progress:grp"
+    assert KEYS.generation() == "ss:{acme}:generation"
+    assert KEYS.generation_counter() == "ss:{acme}:generation:last"
+    assert KEYS.compaction_watch("w") == "ss:{acme}:compaction-watch:w"
+
+
+def test_an_absent_generation_pointer_means_the_first_generation() -> None:
+    assert generation_of(None) == 1
+    assert generation_of("") == 1
+    assert generation_of(b"4") == 4
+
+
+def test_the_session_row_is_read_back_through_the_layout() -> None:
+    row = {SessionRow.view("todo"): '{"a":1}', SessionRow.state_version("todo"): "2",
+           SessionRow.META: '{"partition":3}', SessionRow.AS_OF_SEQ: "7"}
+    assert SessionRow.views(row) == {"todo": {"a": 1}}
+    assert SessionRow.state_versions(row) == {"todo": 2}
+    assert SessionRow.meta(row) == {"partition": 3}
+    assert (SessionRow.as_of_seq(row), SessionRow.as_of_offset(row)) == (7, -1)
+    assert all(SessionRow.is_field(k) for k in row)
+    assert not SessionRow.is_field("bogus")
+
+
+def test_a_change_entry_round_trips_and_a_malformed_one_is_none() -> None:
+    text = change_entry("s1", 4, 10, ["todo"])
+    assert read_change_entry({CHANGE_FIELD: text}) == {
+        "session": "s1", "as_of_seq": 4, "offset": 10, "changed": ["todo"]}
+    assert read_change_entry({CHANGE_FIELD: "not json"}) is None
+    assert read_change_entry({CHANGE_FIELD: "[1]"}) is None
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_quoted_name_in_a_script_is_a_command_or_a_declared_field(name: str) -> None:
+    unknown = lua_literals(SCRIPTS[name]) - LUA_TOKENS - set(LUA_FIELDS.values())
+    assert not unknown, f"{name} spells {sorted(unknown)}: add them to sessionstream.core.rows"
+
+
+def test_an_unknown_field_in_a_script_template_fails_at_render_time() -> None:
+    with pytest.raises(KeyError):
+        lua("redis.call('HGET', KEYS[1], $NO_SUCH_FIELD)")
