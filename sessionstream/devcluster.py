@@ -117,7 +117,8 @@ class ClusterConfig:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.redis_ports[0]}/0"
+        """Every node: a client starts as long as any one of them answers."""
+        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.redis_ports) + "/0"
 
     def settings_env(self) -> dict[str, str]:
         """The ``SESSIONSTREAM_*`` settings that point the product at this cluster."""
@@ -607,7 +608,8 @@ class LocalCluster:
         """The node serving ``key``'s slot as master now."""
         import redis
 
-        client = redis.Redis(host="127.0.0.1", port=self.redis[0].port, decode_responses=True)
+        live = next(r for r in self.redis if r.pid() is not None)
+        client = redis.Redis(host="127.0.0.1", port=live.port, decode_responses=True)
         try:
             slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
             for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):

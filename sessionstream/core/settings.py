@@ -98,6 +98,11 @@ class Settings:
                 "use 1 locally, 3 on a real cluster"
             )
 
+        hosts = self.redis_url.split("://", 1)[-1].split("/", 1)[0]
+        if "," in hosts and not self.redis_cluster:
+            raise SettingsError(
+                f"SESSIONSTREAM_REDIS_URL={self.redis_url!r} lists several nodes: that is a "
+                "Redis Cluster, set SESSIONSTREAM_REDIS_CLUSTER=true (or name one node)")
         if self.wire not in WIRES:
             raise SettingsError(
                 f"SESSIONSTREAM_WIRE={self.wire!r} is not a wire format: use "
