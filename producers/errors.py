@@ -22,6 +22,9 @@ librdkafka error code means for us::
         ├── LeaseError
         │   ├── LeaseUnavailable        another writer holds the session's lease
         │   ├── Fenced                  this writer lost its lease; it never writes again
+        │   │                           (.not_admitted: the event ids readers refused)
+        │   ├── ResumeRaceLost          open() lost a race with another resumer: its
+        │   │                           lifecycle did not start (open again, or leave it)
         │   └── RedisUnavailable        the lease store / index cannot be reached
         │       └── LeaseExpired        Redis unreachable for a whole TTL: appends pause
         ├── SessionNotFound             open() of a session with no admitted events
@@ -141,13 +144,30 @@ class LeaseUnavailable(LeaseError):
 
 
 class Fenced(LeaseError):
-    def __init__(self, session_id: str, epoch: int, detail: str = "") -> None:
+    def __init__(self, session_id: str, epoch: int, detail: str = "",
+                 not_admitted: Sequence[str] = ()) -> None:
         self.session_id = session_id
         self.epoch = epoch
+        #: The event ids of this writer that readers refused (flush() names them; they
+        #: are not part of the session and were never reported durable).
+        self.not_admitted = list(not_admitted)
         super().__init__(
             f"writer of session {session_id!r} at epoch {epoch} lost its lease"
             f"{': ' + detail if detail else ''}; it will not write again — open() the "
             "session anew to continue (its last events may be rejected: see confirm())"
+        )
+
+
+class ResumeRaceLost(LeaseError):
+    """open() could not start its lifecycle: another resumer's events won the race."""
+
+    def __init__(self, session_id: str, epoch: int, detail: str) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        super().__init__(
+            f"resuming session {session_id!r} at epoch {epoch} lost a race with another "
+            f"writer: {detail}; nothing this resume wrote is part of the session — open() "
+            "it again to continue (the other writer holds it now)"
         )
 
 

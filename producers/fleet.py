@@ -1,9 +1,12 @@
 """Agent-fleet simulator: N processes writing realistic sessions, some crashing mid-turn.
 
 Each agent process takes session tasks from a queue and runs two-step tool turns
-(request headers, streamed chunks, an assistant message with tool calls, tool results
-— some large enough to spill to attachments — user steering mid-turn, usage, todo and
-plan events), flushing after each turn. With ``crash_rate`` a process dies mid-turn
+through the harness loop (``sessionstream.core.harness``): the request builders make
+each provider body from the session's surface, a scripted model answers it in one of
+the three provider APIs' stream shapes, the recorders write the header, chunks and
+assistant message, and the tools run after their ``tool/call`` is flushed (some results
+are large enough to spill to attachments); plus user steering mid-turn, todo and plan
+events, and a flush after each turn. With ``crash_rate`` a process dies mid-turn
 (``os._exit``) after some events; the parent starts a replacement and another process
 resumes the session (lease epoch + 1, recovery closes the turn as interrupted). At the
 end every session's log is read back and checked (contiguous seq, rejections counted).
@@ -24,6 +27,17 @@ from typing import Any
 
 from producers.errors import UnconfirmedEvents
 from producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.core.events import Draft
+from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
+from sessionstream.core.providers import APIS
+from sessionstream.core.providers.scripted import Reply, ScriptedClient
+from sessionstream.core.request import (
+    PromptRegistry,
+    Section,
+    StaticTools,
+    ToolSchema,
+    resolve_header,
+)
 
 Emit = Callable[..., Any]
 
@@ -74,6 +88,49 @@ def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
                 w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
 
 
+#: The simulated agents' system prompt and tools: real sections and schemas, so every
+#: request body the scripted model receives is what a real provider would get.
+REGISTRY = PromptRegistry([
+    Section("role", "You are a maintenance agent for {team}'s reporting jobs.", order=0),
+    Section("rules", "Use a tool before answering; report what you changed.", order=1),
+])
+TOOL_SCHEMAS = StaticTools("fleet", [
+    ToolSchema(name, f"The {name.replace('_', ' ')} tool",
+               {"type": "object", "properties": {"q": {"type": "string"},
+                                                 "limit": {"type": "integer"}}})
+    for name in TOOLS
+])
+HEADER = resolve_header(("agent", {"provider": "sim", "model": "sim-large", "max_tokens": 4096}))
+_WORDS = ("thinking", "report", "filter", "day", "check", "rows", "inspect", "answer", "fix")
+
+
+class _Log:
+    """The writer as the harness loop sees it: counts appends (``crash_at``) and flushes
+    with :func:`flush_durably` (the barrier before every tool's side effect)."""
+
+    def __init__(self, w: SessionWriter, crash_at: int | None,
+                 on_crash: Callable[[], None]) -> None:
+        self.w, self.n, self.crash_at, self.on_crash = w, 0, crash_at, on_crash
+
+    @property
+    def session(self) -> Any:
+        return self.w.session
+
+    def append(self, draft: Draft) -> Any:
+        event = self.w.append(draft)
+        self.n += 1
+        if self.crash_at is not None and self.n >= self.crash_at:
+            self.on_crash()
+        return event
+
+    def flush(self, timeout: float) -> None:
+        flush_durably(self.w, timeout=timeout)
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
 def run_turn(
     w: SessionWriter,
     rng: random.Random,
@@ -84,62 +141,49 @@ def run_turn(
     crash_at: int | None = None,
     on_crash: Callable[[], None] = lambda: os._exit(137),
 ) -> int:
-    """Write one two-step tool turn; returns events appended. ``crash_at``: die after n."""
-    n = 0
+    """Write one two-step tool turn through the harness loop; returns events appended.
 
-    def emit(type_: str, data: dict[str, Any], **kw: Any) -> None:
-        nonlocal n
-        w.append(type_, data, **kw)
-        n += 1
-        if type_ == "tool/call":
-            # A harness makes the call durable before running a tool with side effects,
-            # so a crash during the tool leaves a provable open call (turn/end interrupted).
-            flush_durably(w)
-        if crash_at is not None and n >= crash_at:
-            on_crash()
-
-    emit("turn/start", {})
-    emit("user/message", {"content": f"Task {turn}: find the failing report and fix it."})
-    if turn == 0:
-        emit("plan/set", {"steps": ["locate", "inspect", "fix", "verify"]})
-    todo = f"t{turn}"
-    emit("todo/add", {"id": todo, "text": f"task {turn}", "status": "pending"})
-    calls = [
-        {"call_id": f"c{turn}-{i}-{uuid.uuid4().hex[:6]}", "name": rng.choice(TOOLS),
-         "arguments": {"q": f"item {i}", "limit": rng.randint(1, 50)}}
-        for i in range(rng.randint(1, 2))
+    A scripted model (one of the three provider APIs, streamed) answers the request
+    bodies the builders make from the session's surface: first with tool calls, then
+    with the answer. ``crash_at``: die after that many events.
+    """
+    log = _Log(w, crash_at, on_crash)
+    api = APIS[rng.randrange(len(APIS))]
+    calls = [(f"c{turn}-{i}-{uuid.uuid4().hex[:6]}", rng.choice(TOOLS),
+              {"q": f"item {i}", "limit": rng.randint(1, 50)}) for i in range(rng.randint(1, 2))]
+    script = [
+        Reply(_words(rng, rng.randint(10, 120)), calls, model="sim-large",
+              input_tokens=rng.randint(500, 5000), output_tokens=rng.randint(20, 400)),
+        Reply(_words(rng, rng.randint(10, 160)) + " Fixed: the report filter was off by one "
+              "day.", model="sim-large", input_tokens=rng.randint(500, 8000),
+              output_tokens=rng.randint(50, 800)),
     ]
-    # step 1: the model asks for tools
-    emit("step/start", {})
-    emit("request/header", {"provider": "sim", "model": "sim-large", "max_tokens": 4096})
-    for i in range(rng.randint(2, 6)):
-        emit("assistant/chunk", {"text": "thinking " * rng.randint(5, 40), "index": i})
-    emit("assistant/message", {
-        "content": "Let me look that up.", "tool_calls": calls, "stop_reason": "tool_use",
-        "usage": {"input_tokens": rng.randint(500, 5000), "output_tokens": rng.randint(20, 400)},
-    })
-    emit("todo/update", {"id": todo, "status": "in_progress"})
-    for c in calls:
-        emit("tool/call", dict(c))
-        big = rng.random() < large_result_rate
-        content = ("row," * (large_bytes // 4)) if big else f"result of {c['name']}: ok"
-        emit("tool/result", {"call_id": c["call_id"], "status": "ok", "content": content})
-    emit("step/end", {})
+    big = {c[0]: rng.random() < large_result_rate for c in calls}
+
+    def tool(args: Any, ctx: ToolContext) -> ToolOutcome:
+        content = ("row," * (large_bytes // 4)) if big.get(ctx.call_id) else \
+            f"result of {args.get('q')}: ok"
+        return ToolOutcome(content, operation_id=f"op-{ctx.call_id}")
+
+    h = Harness(log, ScriptedClient(api, script), api, HEADER, REGISTRY,
+                tools={name: tool for name in TOOLS}, providers=[TOOL_SCHEMAS],
+                variables={"team": "analytics"}, stream=True)
+    log.append(Draft("turn/start"))
+    log.append(Draft("user/message", {"content": f"Task {turn}: find the failing report and "
+                                                 "fix it."}))
+    if turn == 0:
+        log.append(Draft("plan/set", {"steps": ["locate", "inspect", "fix", "verify"]}))
+    todo = f"t{turn}"
+    log.append(Draft("todo/add", {"id": todo, "text": f"task {turn}", "status": "pending"}))
+    h.step()  # the model asks for tools; each runs after its tool/call is durable
+    log.append(Draft("todo/update", {"id": todo, "status": "in_progress"}))
     if rng.random() < 0.3:  # user steers while the turn runs
-        emit("user/message", {"content": "Also check last week's numbers.", "steering": True})
-    # step 2: the model answers
-    emit("step/start", {})
-    emit("request/header", {"provider": "sim", "model": "sim-large", "max_tokens": 4096})
-    for i in range(rng.randint(2, 8)):
-        emit("assistant/chunk", {"text": "answer " * rng.randint(5, 40), "index": i})
-    emit("assistant/message", {
-        "content": "Fixed: the report filter was off by one day.", "stop_reason": "end_turn",
-        "usage": {"input_tokens": rng.randint(500, 8000), "output_tokens": rng.randint(50, 800)},
-    })
-    emit("step/end", {})
-    emit("todo/update", {"id": todo, "status": "done"})
-    emit("turn/end", {"reason": "completed"})
-    return n
+        log.append(Draft("user/message", {"content": "Also check last week's numbers.",
+                                          "steering": True}))
+    h.step()  # the model answers
+    log.append(Draft("todo/update", {"id": todo, "status": "done"}))
+    log.append(Draft("turn/end", {"reason": "completed"}))
+    return log.n
 
 
 def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
-from producers.kafka import client_config
+from producers.kafka import _DOWN_CODES, FAIL_FAST_S, client_config
 from producers.partition import partition_for
 from sessionstream.core.admission import AdmissionState, Verdict, admit
 from sessionstream.core.events import Event
@@ -70,13 +70,39 @@ class ReadBack:
     rejections: list[Rejection] = field(default_factory=list)
     corrupt: list[tuple[int, str]] = field(default_factory=list)  # (offset, why) undecodable
     records_scanned: int = 0
+    #: The admission state after ``end`` (continue a later read from ``end`` with it).
+    state: AdmissionState | None = None
 
     @property
     def next_seq(self) -> int:
         return len(self.admitted)
 
 
-def _consumer(bootstrap: str, config: dict[str, Any] | None = None) -> Consumer:
+class _Down:
+    """error_cb of a read-back consumer: since when librdkafka reports every broker down."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.last: KafkaError | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() in _DOWN_CODES:
+            self.last = err
+            if self.since is None:
+                self.since = time.monotonic()
+
+    def check(self, bootstrap: str, t0: float) -> None:
+        """BrokerUnavailable once every broker was down for FAIL_FAST_S (as create's probe)."""
+        if self.since is not None and time.monotonic() - self.since >= FAIL_FAST_S:
+            cause = f": {self.last.name()}: {self.last.str()}" if self.last is not None else ""
+            raise BrokerUnavailable(
+                f"no Kafka broker at {bootstrap} answered within "
+                f"{time.monotonic() - t0:.1f}s{cause}", retriable=True,
+            )
+
+
+def _consumer(bootstrap: str, config: dict[str, Any] | None = None,
+              down: _Down | None = None) -> Consumer:
     cfg: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         # assign() only, never subscribe: no group membership, no commits.
@@ -87,15 +113,28 @@ def _consumer(bootstrap: str, config: dict[str, Any] | None = None) -> Consumer:
         "max.partition.fetch.bytes": 10_485_760,
         "log_level": 3,
     }
+    if down is not None:
+        cfg["error_cb"] = down
     cfg.update(config or {})
     return Consumer(client_config(cfg))  # librdkafka logs via Python logging
 
 
-def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0) -> int:
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"metadata for {topic}: {exc}") from exc
+def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0,
+                    down: _Down | None = None, bootstrap: str = "") -> int:
+    """The topic's partition count; with ``down``, fails fast when every broker is down."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            # short slices so that error_cb (served by poll) can say "all brokers down"
+            meta = consumer.list_topics(topic, timeout=max(min(0.5, left), 0.05)).topics.get(topic)
+            break
+        except KafkaException as exc:
+            if down is None or time.monotonic() >= deadline:
+                raise BrokerUnavailable(f"metadata for {topic} from {bootstrap}: {exc}") from exc
+        consumer.poll(0.01)
+        down.check(bootstrap, t0)
     if meta is None or meta.error is not None or not meta.partitions:
         raise TopicNotFound(f"topic {topic!r} not found")
     return len(meta.partitions)
@@ -120,17 +159,23 @@ def scan_session(
     watermark now. Timeout policy: metadata and watermark queries wait at most
     ``timeout``; the read fails with :class:`ReadBackError` once it has made no
     progress for ``timeout`` seconds (a long read that keeps moving is not cut off).
+    With every broker down it raises BrokerUnavailable in about FAIL_FAST_S (as the
+    writers' probe), not after ``timeout``.
     """
     key = session_id.encode()
-    consumer = _consumer(bootstrap, consumer_config)
+    down = _Down()
+    t0 = time.monotonic()
+    consumer = _consumer(bootstrap, consumer_config, down)
     try:
         if partition is None:
-            partition = partition_for(key, partition_count(consumer, topic, timeout))
+            partition = partition_for(
+                key, partition_count(consumer, topic, timeout, down, bootstrap))
         deadline = time.monotonic() + timeout
         while True:
             try:
                 low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout
+                    TopicPartition(topic, partition),
+                    timeout=max(min(0.5, deadline - time.monotonic()), 0.05),
                 )
                 break
             except KafkaException as exc:
@@ -143,7 +188,8 @@ def scan_session(
                         f"watermarks of {topic}[{partition}] from {bootstrap}: {exc}",
                         code=exc.args[0].code(), retriable=exc.args[0].retriable(),
                     ) from exc
-                time.sleep(0.1)
+                consumer.poll(0.05)
+                down.check(bootstrap, t0)
         first = low if start is None else max(start, low)
         stop = high if end is None else min(end, high)
         scan = Scan(topic, partition, first, stop)
@@ -158,6 +204,7 @@ def scan_session(
         while position < stop:
             msgs = consumer.consume(BATCH, timeout=0.05)
             if not msgs:
+                down.check(bootstrap, t0)  # the broker went away mid-read: say so now
                 if time.monotonic() - last_progress > timeout:
                     raise ReadBackError(
                         f"reading session {session_id!r} from {topic}[{partition}] stalled at "
@@ -165,6 +212,7 @@ def scan_session(
                     )
                 continue
             last_progress = time.monotonic()
+            down.since = None  # a broker answered
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -200,14 +248,18 @@ def read_session(
     end: int | None = None,
     timeout: float = 30.0,
     consumer_config: dict[str, Any] | None = None,
+    state: AdmissionState | None = None,
 ) -> ReadBack:
     """Read ``session_id``'s records in ``[start, end)`` (:func:`scan_session`) and apply
-    the reader pipeline's first two stages: decode, then the admission rule."""
+    the reader pipeline's first two stages: decode, then the admission rule — from
+    ``state``, the state before ``start`` (default: an empty session). ``ReadBack.state``
+    is the state after ``end``, to continue a later read from there."""
     scan = scan_session(bootstrap, topic, session_id, partition=partition, start=start,
                         end=end, timeout=timeout, consumer_config=consumer_config)
     rb = ReadBack(session_id, scan.partition, scan.start, scan.end,
                   records_scanned=scan.scanned)
-    state = AdmissionState(session_id)
+    if state is None:
+        state = AdmissionState(session_id)
     for record in scan.records:
         if record.value is None:
             continue
@@ -229,4 +281,5 @@ def read_session(
                     event.writer.id, decision.verdict, decision.reason,
                 )
             )
+    rb.state = state
     return rb

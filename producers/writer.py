@@ -2,56 +2,53 @@
 
 Every append goes through the core :class:`~sessionstream.core.session.Session` first (schema,
 lossless JSON, write-time invariants): what it refuses never reaches Kafka. The event is
-stamped with this writer's id and lease epoch, Avro-encoded, size-checked against the
-topic's max message size and produced keyed by session id. ``flush()`` is the durability
-barrier; ``confirm()`` reads the log back and says which of our events readers admit.
+stamped with this writer's id, lease epoch and the id of the event it follows, Avro-encoded,
+size-checked against the topic's max message size and produced keyed by session id.
+``flush()`` is the durability barrier: it returns only when every event is acknowledged
+*and* admitted by the readers' rule (docs/adr/0001); ``confirm()`` reads the log back and
+says which of our events readers admit.
 
 Lifecycle::
 
     w = SessionWriter.create(WriterConfig.from_settings(s))   # new session, lease epoch 1
-    w.append("turn/start", {}) ... w.flush()                 # durable
+    w.append("turn/start", {}) ... w.flush()                 # durable and admitted
     w.close()                                                # hand-off next seq, release
-    w2 = SessionWriter.open(cfg, sid)                        # any node: epoch+1, recover, end-seed
+    w2 = SessionWriter.open(cfg, sid)                        # any node: epoch+1, recover,
+                                                             # end-seed, proven admitted
+
+Beside this module: :mod:`producers.config` (WriterConfig), :mod:`producers.edges` (the
+clients), :mod:`producers.limits` (record size), :mod:`producers.resume` (read-back, proofs).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
-
-from producers.attachments import (
-    DEFAULT_SPILL_THRESHOLD,
-    AttachmentStore,
-    LocalAttachmentStore,
-    spill_tool_result,
-)
+from producers.attachments import AttachmentStore, spill_tool_result
+from producers.config import WriterConfig, default_writer_id
+from producers.edges import WriterEdges
 from producers.errors import (
     Fenced,
     LeaseExpired,
     MessageTooLarge,
     ProducerError,
     RedisUnavailable,
+    ResumeRaceLost,
     SessionExists,
     SessionNotFound,
     UnconfirmedEvents,
     WriterClosed,
-    map_kafka_error,
 )
-from producers.index import SessionIndex
-from producers.kafka import Delivery, DeliveryState, KafkaSender, client_config
-from producers.lease import DEFAULT_TTL_MS, Lease, LeaseStore
+from producers.kafka import Delivery, DeliveryState
+from producers.lease import Lease
+from producers.limits import ENVELOPE_OVERHEAD, size_bound
 from producers.readback import ReadBack, Rejection, read_session
-from sessionstream import redisconn
+from producers.resume import AdmissionProof, read_back, read_log
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.events import (
     Clock,
@@ -64,103 +61,20 @@ from sessionstream.core.events import (
     uuid4_ids,
 )
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
-from sessionstream.core.rows import KeySpace
 from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
-from sessionstream.governance import ContentCipher
-from sessionstream.governance.opener import SealedAttachmentStore, SealedContentOpener
+from sessionstream.governance.opener import SealedAttachmentStore
 
 log = logging.getLogger(__name__)
 
-#: Bytes an envelope adds around ``data`` (ids, type, writer, Avro framing), generously.
-ENVELOPE_OVERHEAD = 2048
-#: Bytes a Kafka record adds around key + value (record header, batch share).
-RECORD_OVERHEAD = 512
-#: Client-side cap on one record; the topic's max.message.bytes is the real limit.
-CLIENT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
-#: Redis calls of a writer: fail within seconds, not minutes, when Redis is away.
-REDIS_CONNECT_TIMEOUT_S = 2.0
-REDIS_TIMEOUT_S = 5.0
 #: While the lease cannot be renewed (Redis away), retry at most this often per append
 #: so that a dead Redis does not add a connection attempt to every append.
 RENEW_RETRY_S = 0.5
-
-_topic_limits: dict[tuple[str, str], int] = {}
-
-
-@dataclass(frozen=True)
-class WriterConfig:
-    """Where and how a writer writes (built from Settings once, passed down)."""
-
-    bootstrap: str
-    topic: str
-    redis_url: str
-    tenant: str = "default"
-    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
-    key_prefix: str = DEFAULT_KEY_PREFIX
-    lease_ttl_ms: int = DEFAULT_TTL_MS
-    attachment_dir: Path | None = None
-    spill_threshold: int = DEFAULT_SPILL_THRESHOLD
-    max_message_bytes: int | None = None  # None: read the topic's max.message.bytes
-    flush_timeout_s: float = 30.0  # the flush that ends create/open/fork
-    connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
-    # in about a second when librdkafka reports every broker down)
-    producer_config: Mapping[str, Any] = field(default_factory=dict)
-    #: Seals event content and attachments with the session's data keys (None: clear).
-    cipher: ContentCipher | None = None
-
-    @property
-    def keys(self) -> KeySpace:
-        """The tenant's Redis key space (``sessionstream.core.rows``)."""
-        return KeySpace(self.tenant, self.key_prefix)
-
-    @classmethod
-    def from_settings(cls, settings: Any, **overrides: Any) -> WriterConfig:
-        """From ``sessionstream.core.settings.Settings`` (duck-typed: no import cycle)."""
-        base: dict[str, Any] = {
-            "bootstrap": settings.kafka_bootstrap,
-            "topic": settings.events_topic,
-            "redis_url": settings.redis_url,
-            "redis_cluster": getattr(settings, "redis_cluster", False),
-            "tenant": settings.tenant,
-            "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
-            "attachment_dir": getattr(settings, "attachment_dir", None),
-        }
-        base.update(overrides)
-        return cls(**base)
-
-
-def default_writer_id() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
-
-
-def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
-    """The topic's ``max.message.bytes`` (cached per process)."""
-    cached = _topic_limits.get((bootstrap, topic))
-    if cached is not None:
-        return cached
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}))
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            entries = admin.describe_configs([res], request_timeout=timeout)[res].result()
-            limit = int(entries["max.message.bytes"].value)
-            break
-        except KafkaException as exc:
-            # A topic created a moment ago may not be in every broker's metadata yet.
-            if time.monotonic() > deadline:
-                raise map_kafka_error(
-                    exc.args[0], what=f"reading max.message.bytes of {topic}"
-                ) from exc
-            time.sleep(0.2)
-    _topic_limits[(bootstrap, topic)] = limit
-    return limit
+#: open(): how many times a resumer whose first events lost the race to an older
+#: epoch's re-reads the session and writes them again before ResumeRaceLost. Each
+#: retry is at the newest epoch, so an older writer can beat it only while its own
+#: events are in flight; a newer writer ends the retries at once.
+RESUME_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -176,69 +90,13 @@ class Confirmation:
         return not self.rejected and not self.missing
 
 
-class _Edges:
-    """The writer's clients: Kafka sender, Redis leases + index, attachments, codec.
+class _LostRace(Exception):
+    """Internal: the first events of this writer were refused (open() retries)."""
 
-    No network here: the Kafka producer comes from the process pool on first use and
-    the Redis client connects on its first command. :meth:`connect` probes Kafka;
-    :meth:`close` gives everything back (also when create/open/fork fail half-way).
-    """
-
-    def __init__(self, cfg: WriterConfig) -> None:
-        from sessionstream.core import codec  # the Avro codec; imported at the edge
-
-        self.cfg = cfg
-        self.encode = codec.encode
-        self.decode: Callable[[Any], Event] = codec.decode
-        self.opener: SealedContentOpener | None = None
-        if cfg.cipher is not None:
-            self.opener = SealedContentOpener(cfg.cipher)
-            self.decode = self.opener.decoder(codec.decode)
-        self.redis = redisconn.sync_redis(
-            cfg.redis_url,
-            cluster=cfg.redis_cluster,
-            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
-            socket_timeout=REDIS_TIMEOUT_S,
-            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
-        )
-        self.leases = LeaseStore(self.redis, cfg.key_prefix, cfg.redis_url)
-        self.index = SessionIndex(self.redis, cfg.key_prefix, cfg.redis_url)
-        self.store: AttachmentStore | None = (
-            LocalAttachmentStore(cfg.attachment_dir) if cfg.attachment_dir is not None else None
-        )
-        self.sender = KafkaSender(
-            cfg.bootstrap,
-            cfg.topic,
-            config={"message.max.bytes": CLIENT_MAX_MESSAGE_BYTES, **cfg.producer_config},
-        )
-
-    def connect(self) -> None:
-        """Probe Kafka (bounded): BrokerUnavailable / TopicNotFound before any lease."""
-        self.sender.connect(self.cfg.connect_timeout_s)
-
-    def close(self, timeout: float = 0.0) -> None:
-        """Give the producer back to the pool and close the Redis connections."""
-        try:
-            self.sender.close(timeout)
-        finally:
-            self.redis.close()
-
-    def abort(self, lease: Lease | None, next_seq: int = 0) -> None:
-        """Undo a half-done create/open/fork: release the lease, close the clients."""
-        try:
-            if lease is not None:
-                self.leases.release(lease, next_seq)
-        except RedisUnavailable:
-            log.warning("session %s: lease not released (Redis unreachable); it expires "
-                        "in %d ms", lease.session_id if lease else "?", self.cfg.lease_ttl_ms)
-        finally:
-            self.close(0)
-
-    def limit(self) -> int:
-        topic_limit = self.cfg.max_message_bytes or topic_max_message_bytes(
-            self.cfg.bootstrap, self.cfg.topic
-        )
-        return min(topic_limit, CLIENT_MAX_MESSAGE_BYTES) - RECORD_OVERHEAD
+    def __init__(self, refused: list[Rejection], admitted: list[Event]) -> None:
+        self.refused = refused
+        self.admitted = admitted  # events admitted meanwhile (someone else's)
+        super().__init__(f"{len(refused)} first event(s) refused")
 
 
 class SessionWriter:
@@ -248,10 +106,11 @@ class SessionWriter:
         self,
         session: Session,
         lease: Lease,
-        edges: _Edges,
+        edges: WriterEdges,
         *,
         seeded: Sequence[Event] = (),
         readback: ReadBack | None = None,
+        proof: AdmissionProof | None = None,
         origins: Mapping[int, tuple[str, str]] | None = None,
     ) -> None:
         """Use :meth:`create`, :meth:`open` or :meth:`fork`; this only wires parts."""
@@ -283,13 +142,37 @@ class SessionWriter:
         self._last_renew = time.monotonic()
         self._renew_retry_at = 0.0
         self._first_offset_hint = readback.start if readback else None
+        # Admission of our events: _proof folds the partition on from where it last
+        # stopped; _proven counts our events known admitted (a prefix of _mine);
+        # _established: one of our events was proven admitted, so no older epoch can
+        # be admitted after it and an unchanged lease epoch proves the rest.
+        self._proof = proof if proof is not None else (
+            AdmissionProof.after(readback) if readback is not None
+            else AdmissionProof(session.session_id, None, None, None))
+        self._proven = 0
+        self._established = False
+        #: How many times open() wrote this lifecycle's first events (1 unless it lost
+        #: a race to an older writer and wrote them again).
+        self.start_attempts = 1
         for event in seeded:
             self._produce(event)
         if seeded:
             # A new lifecycle's first events (session/start, or the repairs and the
-            # end-seed of a resume) are made durable before the writer is handed out:
-            # from here on any zombie of an older epoch is rejected as stale.
-            self.flush(edges.cfg.flush_timeout_s)
+            # end-seed of a resume) are made durable and proven admitted before the
+            # writer is handed out: from here on any zombie of an older epoch is
+            # rejected as stale, and a lost race is known now, not at the next flush.
+            self._start(edges.cfg.flush_timeout_s)
+
+    def _start(self, timeout: float) -> None:
+        """Flush the seeded events and read back to their offsets: were they admitted?"""
+        self._flush_acks(timeout)
+        verdicts = self._proof.read(self._e, self._mine, self._offsets,
+                                    self._partition_or_raise(), timeout)
+        if verdicts.mine_refused or verdicts.mine_missing:
+            raise _LostRace(verdicts.mine_refused, verdicts.admitted)
+        self._proven = len(self._mine)
+        self._established = True
+        self._hand_off()
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -311,7 +194,7 @@ class SessionWriter:
         file's, e.g. an imported session's provenance).
         """
         sid = session_id or str(uuid.uuid4())
-        edges = _Edges(cfg)
+        edges = WriterEdges(cfg)
         lease: Lease | None = None
         try:
             edges.connect()
@@ -330,7 +213,10 @@ class SessionWriter:
                 writer=Writer(lease.writer_id, lease.epoch),
                 start_extra=start_extra,
             )
-            return cls(session, lease, edges, seeded=session.events)
+            try:
+                return cls(session, lease, edges, seeded=session.events)
+            except _LostRace as lost:
+                raise SessionExists(sid) from lost
         except BaseException:
             edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
@@ -358,7 +244,7 @@ class SessionWriter:
         """
         from sessionstream.core.recovery import recover, seed_boundary
 
-        edges = _Edges(cfg)
+        edges = WriterEdges(cfg)
         lease: Lease | None = None
         try:
             edges.connect()
@@ -366,24 +252,49 @@ class SessionWriter:
                 cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
                 steal=steal,
             )
-            rb = _read_back(edges, session_id, lease.index_was_clean, use_index, timeout)
+            rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout)
             if not rb.admitted:
                 raise SessionNotFound(session_id)
-            session = Session.from_events(rb.admitted, catalog=catalog, clock=clock, ids=ids)
-            session.set_writer(Writer(lease.writer_id, lease.epoch))
-            if not repair:
-                return cls(session, lease, edges, readback=rb)
-            before = session.next_seq
-            for draft in recover(session):
-                session.append(draft)
-            session.append(seed_boundary("resume", session.next_seq))
-            log.info(
-                "resumed session %s at epoch %d: %d events read (%d records scanned), "
-                "%d rejected, %d repair events",
-                session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
-                session.next_seq - before - 1,
-            )
-            return cls(session, lease, edges, seeded=session.events[before:], readback=rb)
+            writer = Writer(lease.writer_id, lease.epoch)
+            admitted = list(rb.admitted)
+            proof = AdmissionProof.after(rb)
+            for attempt in range(1, RESUME_ATTEMPTS + 1):
+                session = Session.from_events(admitted, catalog=catalog, clock=clock, ids=ids)
+                session.set_writer(writer)
+                if not repair:
+                    return cls(session, lease, edges, readback=rb, proof=proof)
+                before = session.next_seq
+                for draft in recover(session):
+                    session.append(draft)
+                session.append(seed_boundary("resume", session.next_seq))
+                try:
+                    w = cls(session, lease, edges, seeded=session.events[before:],
+                            readback=rb, proof=proof)
+                except _LostRace as lost:
+                    edges.sender.forget([e.event_id for e in session.events[before:]])
+                    admitted.extend(lost.admitted)
+                    newest = edges.leases.current_epoch(cfg.tenant, session_id)
+                    why = ", ".join(sorted({r.verdict.value for r in lost.refused})) or "missing"
+                    if newest > lease.epoch:
+                        raise ResumeRaceLost(
+                            session_id, lease.epoch,
+                            f"epoch {newest} took the session meanwhile; this resume's "
+                            f"first events were refused ({why})") from None
+                    log.info("session %s epoch %d: resume lost a race to an older writer "
+                             "(%s); re-reading and writing the repairs again (attempt %d)",
+                             session_id, lease.epoch, why, attempt)
+                    continue
+                log.info(
+                    "resumed session %s at epoch %d: %d events read (%d records scanned), "
+                    "%d rejected, %d repair events, attempt %d",
+                    session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
+                    session.next_seq - before - 1, attempt,
+                )
+                w.start_attempts = attempt
+                return w
+            raise ResumeRaceLost(
+                session_id, lease.epoch,
+                f"older writers kept winning the next seq for {RESUME_ATTEMPTS} attempts")
         except BaseException:
             edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
@@ -407,7 +318,7 @@ class SessionWriter:
 
         cfg = self._e.cfg
         child_id = session_id or str(uuid.uuid4())
-        edges = _Edges(cfg)
+        edges = WriterEdges(cfg)
         lease: Lease | None = None
         try:
             edges.connect()
@@ -432,7 +343,10 @@ class SessionWriter:
             origins = {e.seq: self._origins.get(e.seq, (self.session_id,
                                                          self.session.events[e.seq].event_id))
                        for e in seed}
-            return SessionWriter(child, lease, edges, seeded=child.events, origins=origins)
+            try:
+                return SessionWriter(child, lease, edges, seeded=child.events, origins=origins)
+            except _LostRace as lost:
+                raise SessionExists(child_id) from lost
         except BaseException:
             edges.abort(lease, 0)
             raise
@@ -505,7 +419,7 @@ class SessionWriter:
         # A cheap upper bound first (~1 µs for a chunk): most events are far below the
         # limit, and the codec serializes data anyway. The check after encoding in
         # _produce stays the authority.
-        if _size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
+        if size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
             return
         try:
             size = len(canonical_dumps(draft.data).encode())
@@ -585,14 +499,34 @@ class SessionWriter:
 
     # -- durability -----------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> None:
-        """Durability barrier: return only when every appended event is acknowledged.
+        """Durability barrier: return only when every appended event is acknowledged
+        by the broker *and* admitted by the readers' rule.
+
+        What it promises: on return, every event this writer appended is in the log and
+        every reader admits it (it is part of the session). It never reports an event
+        that readers reject. What it costs: the broker round trip (acks=all, linger
+        bypassed), then one Redis read — the session's lease epoch. If the epoch is
+        still this writer's, no other writer can have been admitted before these events
+        (older epochs are stale once this writer's first events were admitted, which
+        create/open/fork prove by reading back). If it changed, or Redis cannot say, or
+        nothing of this writer was proven admitted yet (``open(repair=False)``), it
+        reads the partition back to its last offset (from where the previous proof
+        stopped) — a Kafka read of the records written meanwhile.
 
         Raises UnconfirmedEvents naming each event_id not acknowledged (pending, failed
-        or possibly persisted). On success the session index and the lease's next-seq
-        hand-off are updated.
+        or possibly persisted: resend_unconfirmed() and flush again), and Fenced, with
+        ``not_admitted``, when readers refused some of them (another writer took the
+        session: those events are not part of it; the writer is fenced). On success the
+        session index and the lease's next-seq hand-off are updated.
         """
         if self._closed is not None and self._closed != "closed":
             raise WriterClosed(self.session_id, self._closed)
+        self._flush_acks(timeout)
+        self._prove_admitted(timeout)
+        self._hand_off()
+
+    def _flush_acks(self, timeout: float) -> None:
+        """The broker half of the barrier: every record acknowledged, else raise."""
         self._sender.flush(timeout)
         unconfirmed = self._sender.unconfirmed()
         try:
@@ -605,6 +539,48 @@ class SessionWriter:
         if unconfirmed:
             raise UnconfirmedEvents(unconfirmed, timeout=timeout)
         self._sender.forget([e for e in list(self._offsets) if self._sender.delivery(e)])
+
+    def _prove_admitted(self, timeout: float) -> None:
+        """The admission half of the barrier (see flush)."""
+        todo = self._mine[self._proven:]
+        if not todo:
+            return
+        if self._established and not self._fenced:
+            try:
+                epoch = self._e.leases.current_epoch(self._e.cfg.tenant, self.session_id)
+            except RedisUnavailable:
+                epoch = None  # cannot tell: read back instead
+            if epoch == self.lease.epoch:
+                self._proven = len(self._mine)
+                return
+        verdicts = self._proof.read(self._e, todo, self._offsets,
+                                    self._partition_or_raise(), timeout)
+        got = set(verdicts.mine_admitted)
+        refused = [e.event_id for e in todo if e.event_id not in got]
+        if refused:
+            self._fenced = True
+            first = next(e for e in todo if e.event_id not in got)
+            kinds = sorted({r.verdict.value for r in verdicts.mine_refused})
+            log.warning("session %s epoch %d: %d event(s) from seq %d not admitted (%s)",
+                        self.session_id, self.lease.epoch, len(refused), first.seq,
+                        ", ".join(kinds) or "missing")
+            raise Fenced(
+                self.session_id, self.lease.epoch,
+                f"another writer took the session; {len(refused)} of the events flushed "
+                f"(from seq {first.seq}) were refused by readers "
+                f"({', '.join(kinds) or 'not in the log'}) and are not part of it: "
+                f"{', '.join(refused[:5])}{' …' if len(refused) > 5 else ''}",
+                not_admitted=refused,
+            )
+        self._proven = len(self._mine)
+        self._established = True
+
+    def _partition_or_raise(self) -> int:
+        if self._partition is None:  # every record acknowledged carries one
+            raise WriterClosed(self.session_id, "no acknowledged record to read back from")
+        return self._partition
+
+    def _hand_off(self) -> None:
         if not self._fenced:
             try:
                 if not self._e.leases.hand_off(self.lease, self.next_seq, release=False):
@@ -638,7 +614,7 @@ class SessionWriter:
 
     def confirm(self, timeout: float = 30.0) -> Confirmation:
         """Read the log back up to our last offset; which of our events are admitted?"""
-        self.flush(timeout)
+        self._flush_acks(timeout)
         if not self._offsets:
             return Confirmation([], [], [e.event_id for e in self._mine])
         last = max(self._offsets.values())
@@ -711,74 +687,12 @@ class SessionWriter:
         self.close()
 
 
-_SCALARS = frozenset({int, float, bool, type(None)})
-
-
-def _size_bound(value: Any) -> int:
-    """An upper bound of the canonical JSON size of ``value`` in bytes.
-
-    Canonical JSON is UTF-8 (``ensure_ascii=False``): a code point takes at most 6
-    bytes (``\\u001f``). Exact types first, with dict/str inlined: this runs on every
-    append; anything unusual takes the generic path.
-    """
-    t = type(value)
-    if t is str:
-        return 6 * len(value) + 2
-    if t is dict:
-        n = 2
-        for k, x in value.items():
-            tx = type(x)
-            if tx is str:
-                n += 6 * len(x) + 2
-            elif tx in _SCALARS:
-                n += 32 + (x.bit_length() // 3 if tx is int else 0)
-            else:
-                n += _size_bound(x)
-            n += 6 * len(k) + 4 if type(k) is str else _size_bound(k) + 2
-        return n
-    if t is list or t is tuple:
-        return 2 + sum(_size_bound(x) + 1 for x in value)
-    if t in _SCALARS:
-        return 32 + (value.bit_length() // 3 if t is int else 0)
-    if isinstance(value, str):
-        return 6 * len(value) + 2
-    if isinstance(value, Mapping):
-        return 2 + sum(_size_bound(k) + _size_bound(v) + 2 for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return 2 + sum(_size_bound(v) + 1 for v in value)
-    return 32 + (int(value).bit_length() // 3 if isinstance(value, int) else 0)
-
-
-def _read_back(
-    edges: _Edges, session_id: str, was_clean: bool, use_index: bool, timeout: float
-) -> ReadBack:
-    cfg = edges.cfg
-    idx = edges.index.get(cfg.tenant, session_id) if use_index else None
-    if idx is not None:
-        end = idx.last_offset + 1 if was_clean else None
-        return read_session(
-            cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
-            partition=idx.partition, start=idx.first_offset, end=end, timeout=timeout,
-        )
-    # No index: scan the whole partition the key hashes to.
-    return read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode, timeout=timeout)
-
-
-def read_log(cfg: WriterConfig, session_id: str, *, use_index: bool = True,
-             timeout: float = 30.0) -> ReadBack:
-    """Read a session's admitted log (and rejections) as every reader would derive it."""
-    edges = _Edges(cfg)
-    try:
-        return _read_back(edges, session_id, False, use_index, timeout)
-    finally:
-        edges.redis.close()
-
-
 __all__ = [
     "Confirmation",
     "ProducerError",
     "SessionWriter",
     "WriterConfig",
+    "default_writer_id",
     "read_log",
 ]
 

@@ -60,7 +60,9 @@ def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed:
         )
     try:
         echo(f"fleet: {agents} agent processes, {sessions} sessions x {turns} turns, "
-             f"crash rate {crash_rate}")
+             f"crash rate {crash_rate}; each step goes through the harness loop: provider "
+             "bodies built from the surface, a scripted model streaming OpenAI Chat, "
+             "OpenAI Responses or Anthropic events, recorded through the session's rules")
         summary = run_fleet(WriterConfig.from_settings(settings), agents=agents,
                             sessions=sessions, turns=turns, crash_rate=crash_rate, seed=seed,
                             progress=True, verify=True)

@@ -109,8 +109,9 @@ class MemoryDeadLetters:
     def __init__(self) -> None:
         self.letters: list[DeadLetter] = []
 
-    async def send(self, letters: Sequence[DeadLetter]) -> None:
+    async def send(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
         self.letters.extend(letters)
+        return []
 
 
 def _entry(w: SessionWrite) -> str:

@@ -97,6 +97,8 @@ class LogReader(Protocol):
 
 
 class DeadLetters(Protocol):
-    async def send(self, letters: Sequence[DeadLetter]) -> None:
-        """Deliver to the dead-letter topic; returns only once they are written."""
+    async def send(self, letters: Sequence[DeadLetter]) -> Sequence[DeadLetter]:
+        """Deliver to the dead-letter topic (whole, or by reference when too big for it);
+        returns, after bounded retries, the letters that could still not be written — the
+        processor keeps their partitions' progress behind them and sends them again."""
         ...

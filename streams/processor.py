@@ -108,6 +108,7 @@ class Processor:
         self.group = group
         self.log_reader = log_reader
         self.dead_letters = dead_letters
+        self._dlq_backlog: list[DeadLetter] = []  # letters not produced yet (see above)
         self._pinned_gen = generation
         self._gen: int | None = None
         self._cache: dict[str, CachedSession] = {}
@@ -235,8 +236,7 @@ class Processor:
         await self._ensure_cursors(gen, by_session)
         writes = await self._fold_and_write_all(gen, by_session, report)
 
-        if report.dead_letters and self.dead_letters is not None:
-            await self.dead_letters.send(report.dead_letters)
+        await self._send_dead_letters(report, high)
         await self.sink.write_tenant(gen, writes, self.group, high)
         if self.on_stage is not None:
             self.on_stage("written")
@@ -299,8 +299,7 @@ class Processor:
                     prev[1].update(changed)
                     deferred[sid] = (prev[0], prev[1], prev[2] or touched)
                 self._cache[sid] = new
-            if report.dead_letters and self.dead_letters is not None:
-                await self.dead_letters.send(report.dead_letters)
+            await self._send_dead_letters(report, high)
             for tp, off in high.items():
                 self._unflushed[tp] = max(self._unflushed.get(tp, -1), off)
                 self._progress[tp] = max(self._progress.get(tp, -1), off)
@@ -339,6 +338,27 @@ class Processor:
             self._deferred.clear()
             self._unflushed.clear()
             return report
+
+    async def _send_dead_letters(self, report: BatchReport, high: dict[str, int]) -> None:
+        """Send this batch's dead letters and any left over; hold progress behind the rest.
+
+        A letter the dead-letter topic still refuses after the sender's retries keeps its
+        partition's progress just below its offset (a restarted worker re-reads from
+        there), is retried with the next batch, and is logged as an error each time;
+        other letters, partitions and sessions go on.
+        """
+        if self.dead_letters is None or not (report.dead_letters or self._dlq_backlog):
+            return
+        unsent = list(await self.dead_letters.send([*self._dlq_backlog, *report.dead_letters]))
+        self._dlq_backlog = unsent
+        for d in unsent:
+            tp = _tp(d.record.topic, d.record.partition)
+            if tp in high:
+                high[tp] = min(high[tp], d.record.offset - 1)
+            log.error("dead letter of %s (offset %d, %d bytes, %s) could not be produced; "
+                      "progress of %s is held at offset %d until it is (retried with every "
+                      "batch; other partitions and sessions go on)", tp, d.record.offset,
+                      len(d.record.value or b""), d.reason, tp, d.record.offset - 1)
 
     def _decode(
         self, r: Record, report: BatchReport

@@ -336,11 +336,13 @@ def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
     from dashboard import cli as dashboard_cli
     from producers import cli as producers_cli
+    from sessionstream.cli import governance as cli_governance
     from sessionstream.cli import infra as cli_infra
     from streams import cli as streams_cli
     from streams import diagnose as diagnose_cli
 
     cli_infra.register(main)
+    cli_governance.register(main)
     producers_cli.register(main)
     streams_cli.register(main)
     dashboard_cli.register(main)

@@ -141,6 +141,9 @@ TURN_END_REASONS = ("completed", "refused", "cancelled", "failed", "interrupted"
 COMPACTION_OUTCOMES = ("completed", "failed", "abandoned")
 COMPACTION_TRIGGERS = ("pressure", "overflow", "manual")
 SEED_REASONS = ("resume", "fork", "replay")
+DATA_CLASSES = ("raw", "surface", "business")  # sessionstream.core.sealed.DataClass
+SHRED_SCOPES = ("delete", "retention")
+HOLD_ACTIONS = ("placed", "released")
 
 _ATTACHMENT = Obj(
     {
@@ -185,6 +188,31 @@ CORE_TYPES: tuple[EventType, ...] = (
         "session/end-seed",
         Obj({"reason": F("str", enum=SEED_REASONS), "seed_length": F("int")}),
         description="Boundary between seeded history and this lifecycle's live writes.",
+    ),
+    EventType(
+        "session/shred",
+        Obj(
+            {
+                "classes": F("list", items=F("str", enum=DATA_CLASSES)),
+                "scope": F("str", enum=SHRED_SCOPES),
+                "principal": F("str"),
+                "reason": F("str"),
+                "shredded_at": F("int"),
+            }
+        ),
+        description="Audit: the session's data keys of these classes were destroyed "
+        "(deletion or retention); their content reads as placeholders from here on.",
+    ),
+    EventType(
+        "session/hold",
+        Obj(
+            {
+                "action": F("str", enum=HOLD_ACTIONS),
+                "principal": F("str"),
+                "reason": F("str"),
+            }
+        ),
+        description="Audit: a legal hold on the session was placed or released.",
     ),
     EventType("turn/start", Obj({}), description="Opens a turn (envelope turn_id)."),
     EventType(

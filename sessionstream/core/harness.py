@@ -141,7 +141,7 @@ class Harness:
         self._append(Draft("step/start"))
         built = build(self.api, self.request(), stream=self.stream)
         output = parse(self.api, self.client.create(built.body))
-        record(self.log, output, self.header, events=self.session.events)
+        record(self.log, output, self.header, session=self.session)
         message = self.session.events[-1]
         for call in message.data.get("tool_calls", ()):
             self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))

@@ -11,7 +11,7 @@ nothing can execute a truncated call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from sessionstream.core.catalog import Catalog, default_catalog
@@ -19,12 +19,13 @@ from sessionstream.core.events import Draft, Event
 from sessionstream.core.providers import parse_response, stream_parser
 from sessionstream.core.providers.output import ModelOutput
 from sessionstream.core.request import RequestHeader
+from sessionstream.core.session import Session
 
 
 class Appender(Protocol):
     """What the recorder and the harness loop write through: a Session or a SessionWriter."""
 
-    def append(self, draft_or_type: Draft | str, data: Any = None, **kw: Any) -> Event: ...
+    def append(self, draft: Draft, /) -> Event: ...
 
 
 def header_data(output: ModelOutput, header: RequestHeader | None) -> dict[str, Any]:
@@ -44,19 +45,24 @@ def header_data(output: ModelOutput, header: RequestHeader | None) -> dict[str, 
     return data
 
 
-def message_data(output: ModelOutput, used_call_ids: Iterable[str] = ()) -> dict[str, Any]:
+def message_data(output: ModelOutput,
+                 is_used: Callable[[str], bool] = lambda call_id: False) -> dict[str, Any]:
     """``assistant/message`` data for ``output``.
 
     A call id the session already used (some servers number calls per response) is
     suffixed so it stays unique; the provider's id is kept as ``provider_call_id``.
     """
-    used = set(used_call_ids)
+    used: set[str] = set()
+
+    def taken(call_id: str) -> bool:
+        return call_id in used or is_used(call_id)
+
     calls = []
     for c in output.tool_calls:
         call: dict[str, Any] = {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
-        if c.call_id in used:
+        if taken(c.call_id):
             n = 2
-            while f"{c.call_id}~{n}" in used:
+            while taken(f"{c.call_id}~{n}"):
                 n += 1
             call["call_id"] = f"{c.call_id}~{n}"
             call["provider_call_id"] = c.call_id
@@ -81,18 +87,12 @@ def message_data(output: ModelOutput, used_call_ids: Iterable[str] = ()) -> dict
     return data
 
 
-def used_call_ids(events: Iterable[Event]) -> set[str]:
-    """Every call id the log's assistant messages declared."""
-    return {c["call_id"] for e in events if e.type == "assistant/message"
-            for c in e.data.get("tool_calls", ())}
-
-
 def drafts_for(output: ModelOutput, header: RequestHeader | None, *,
-               used: Iterable[str] = (), provider: str | None = None,
-               catalog: Catalog | None = None) -> list[Draft]:
+               is_used: Callable[[str], bool] = lambda call_id: False,
+               provider: str | None = None, catalog: Catalog | None = None) -> list[Draft]:
     """The drafts recording ``output`` (schema-checked before anything is appended)."""
     hdata = header_data(output, header)
-    mdata = message_data(output, used)
+    mdata = message_data(output, is_used)
     mdata["provider"] = provider or hdata["provider"]
     drafts = [Draft("request/header", hdata)]
     drafts += [Draft("assistant/chunk", {"text": t, "index": i})
@@ -105,9 +105,16 @@ def drafts_for(output: ModelOutput, header: RequestHeader | None, *,
 
 
 def record(log: Appender, output: ModelOutput, header: RequestHeader | None, *,
-           events: Iterable[Event] = ()) -> list[Event]:
-    """Append the events of one model answer; ``events``: the log so far (call ids)."""
-    return [log.append(d) for d in drafts_for(output, header, used=used_call_ids(events))]
+           session: Session | None = None) -> list[Event]:
+    """Append the events of one model answer through ``log``'s rules.
+
+    ``session``: the session behind ``log`` (default: ``log`` itself, or its
+    ``.session``), asked which call ids are already used.
+    """
+    s = session if session is not None else getattr(log, "session", log)
+    is_used = s.call_id_used if isinstance(s, Session) else (lambda call_id: False)
+    return [log.append(d) for d in drafts_for(output, header, is_used=is_used,
+                                              catalog=getattr(s, "catalog", None))]
 
 
 def parse(api: str, raw: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> ModelOutput:

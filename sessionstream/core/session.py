@@ -251,6 +251,10 @@ class Session:
         """Tool calls declared or executed and not yet answered (declaration order)."""
         return tuple(self._calls.values())
 
+    def call_id_used(self, call_id: str) -> bool:
+        """Whether an assistant message of this log already declared ``call_id``."""
+        return call_id in self._used_call_ids
+
     @property
     def open_compaction(self) -> OpenCompaction | None:
         return self._compaction

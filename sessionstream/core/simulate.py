@@ -14,6 +14,10 @@ import uuid
 from collections.abc import Callable
 
 from sessionstream.core.events import CountingClock, Event, Writer
+from sessionstream.core.providers import APIS, build
+from sessionstream.core.providers.scripted import Reply, ScriptedClient
+from sessionstream.core.recorder import parse, record
+from sessionstream.core.request import PromptRegistry, RequestHeader, Section, assemble
 from sessionstream.core.session import LOCAL_WRITER, Session
 from sessionstream.core.surface import token_estimate
 
@@ -57,6 +61,8 @@ def simulate_session(
 
     Per turn: turn/start, step/start, user/message, request/header,
     assistant/chunk×N, assistant/message with a tool call, tool/call, tool/result,
+    (each model step built as a provider body and answered by a scripted model through
+    the recorder, rotating over the three provider APIs),
     step/end, step/start, request/header, chunks, assistant/message, step/end,
     turn/end — plus todo/plan events, steering between steps with probability
     ``steering``, a crash-like failed turn after tool/call with probability
@@ -102,31 +108,44 @@ def simulate_session(
     return list(session.events)
 
 
+#: Surfaces up to this many messages get their provider body built every step; longer
+#: simulated sessions (benchmarks) skip the O(surface) build and only record.
+BUILD_LIMIT = 256
+
+#: How the simulated model step is routed (the header every request carries).
+SIM_HEADER = RequestHeader("sim", "sim-1", "medium", 4096, (("max_tokens", "deployment"),))
+
+
 def _model_step(
     session: Session, rng: random.Random, chunks: tuple[int, int], *, tool: bool
 ) -> None:
+    """One model step on the real path: the request is assembled from the surface and
+    built as a provider body, a scripted model answers it as that API's stream, and
+    the recorder writes request/header, the chunks and assistant/message."""
     choose: Choose = rng.randrange
-    session.append("request/header", {
-        "provider": "sim", "model": "sim-1", "reasoning_effort": "medium", "max_tokens": 4096,
-        "defaults_source": {"max_tokens": "deployment"},
-    })
     texts = [_text(choose, 3) for _ in range(rng.randint(*chunks))]
-    for i, text in enumerate(texts):
-        session.append("assistant/chunk", {"text": text, "index": i})
     calls = []
     if tool:
         name = rng.choice(_TOOLS)
-        calls.append({
-            "call_id": f"call-{rng.getrandbits(48):012x}", "name": name,
-            "arguments": {"q": _text(choose, 2)},
-        })
-    session.append("assistant/message", {
-        "content": " ".join(texts), "tool_calls": calls,
-        "stop_reason": "tool_use" if calls else "end_turn",
-        "usage": {"input_tokens": 100 + rng.randrange(900), "output_tokens": 10 + len(texts)},
-    })
-    for c in calls:
+        calls.append((f"call-{rng.getrandbits(48):012x}", name, {"q": _text(choose, 2)}))
+    reply = Reply(" ".join(texts), calls, input_tokens=100 + rng.randrange(900),
+                  output_tokens=10 + len(texts), model=SIM_HEADER.model,
+                  response_id=f"resp-{session.next_seq}")
+    api = APIS[session.next_seq % len(APIS)]
+    client = ScriptedClient(api, [reply])
+    messages = session.derive_messages()
+    if len(messages) <= BUILD_LIMIT:
+        request = assemble(messages, _REGISTRY, header=SIM_HEADER)
+        body: dict[str, object] = build(api, request, stream=True).body
+    else:  # building is O(surface): long benchmark sessions only record
+        body = {"stream": True}
+    output = parse(api, client.create(body))
+    record(session, output, SIM_HEADER, session=session)
+    for c in session.events[-1].data["tool_calls"]:
         session.append("tool/call", {**c, "idempotency_key": c["call_id"]})
+
+
+_REGISTRY = PromptRegistry([Section("sim", "You are a simulated agent.")])
 
 
 def compact(session: Session, choose: Choose, *, attempts: int = 8) -> bool:

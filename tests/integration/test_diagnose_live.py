@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
 
+from producers.errors import Fenced
 from producers.writer import SessionWriter, WriterConfig
 from sessionstream.cli.main import main
 from sessionstream.core.diagnosis import Status, diagnose, exit_code
@@ -62,7 +64,8 @@ async def test_diagnose_reports_a_zombie_rejection_and_a_caught_up_watermark(
     heir.flush(10)
     zombie._maybe_renew = lambda: None  # type: ignore[method-assign]
     zombie.append("user/message", {"content": "zombie"})
-    zombie.flush(10)
+    with pytest.raises(Fenced):  # the broker took it, readers refuse it
+        zombie.flush(10)
     heir.close()
 
     aredis = Redis.from_url(cfg.redis_url, decode_responses=True)

@@ -113,10 +113,14 @@ def test_two_writers_race_one_history_is_admitted(writer_cfg: WriterConfig) -> N
     w1.flush(10)
     w2 = SessionWriter.open(writer_cfg, w1.session_id, steal=True)  # takes over: epoch 2
     # w1 has not re-checked its lease yet (within ttl/3): both produce concurrently.
+    late = []
     for i in range(3):
-        w1.append("user/message", {"content": f"w1 {i}"})
+        late.append(w1.append("user/message", {"content": f"w1 {i}"}).event_id)
         w2.append("user/message", {"content": f"w2 {i}"})
-    w1.flush(10)
+    # w1's barrier never calls its refused events durable: it names them
+    with pytest.raises(Fenced) as info:
+        w1.flush(10)
+    assert info.value.not_admitted == late
     w2.flush(10)
     c1, c2 = w1.confirm(10), w2.confirm(10)
     assert c2.ok, c2
@@ -148,8 +152,10 @@ def test_zombie_writer_events_are_rejected(writer_cfg: WriterConfig) -> None:
     heir.flush(10)
     # The zombie resumes *after* its lease check (paused between check and produce).
     zombie._maybe_renew = lambda: None  # type: ignore[method-assign]
-    zombie.append("user/message", {"content": "zombie"})
-    zombie.flush(10)
+    z = zombie.append("user/message", {"content": "zombie"})
+    with pytest.raises(Fenced) as info:
+        zombie.flush(10)  # acknowledged by the broker, refused by every reader
+    assert info.value.not_admitted == [z.event_id]
     conf = zombie.confirm(10)
     assert [r.verdict for r in conf.rejected] == [Verdict.STALE_EPOCH]
     heir.close()

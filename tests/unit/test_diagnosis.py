@@ -248,7 +248,7 @@ def test_diagnose_file_of_a_truncated_lab_reports_the_open_turn_and_exits_1() ->
 def test_diagnose_file_of_the_compacted_lab_finds_the_lost_operation_id() -> None:
     code, out = run("diagnose", "--file", str(FIXTURES / "lab_compacted.jsonl"), "--json")
     comp = next(f for f in json.loads(out)["findings"] if f["check"] == "compaction")
-    assert code == 1 and comp["evidence"]["operation_ids_lost"] == ["op-3a12917c"]
+    assert code == 1 and comp["evidence"]["operation_ids_lost"] == ["op-fc891b4a"]
 
 
 def test_diagnose_file_prints_no_message_content() -> None:

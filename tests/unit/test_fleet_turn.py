@@ -23,8 +23,8 @@ class FakeWriter:
     def next_seq(self) -> int:
         return self.session.next_seq
 
-    def append(self, type_: str, data: Any, **kw: Any) -> None:
-        self.session.append(type_, data, **kw)
+    def append(self, type_: Any, data: Any = None, **kw: Any) -> Any:
+        return self.session.append(type_, data, **kw)
 
     def flush(self, timeout: float) -> None:
         self.flushed_at.append(self.session.next_seq)
@@ -52,7 +52,7 @@ def test_every_tool_call_is_flushed_before_the_tool_runs() -> None:
     w = FakeWriter()
     run_turn(w, random.Random(3), 0, large_bytes=1024)  # type: ignore[arg-type]
     calls = [e.seq for e in w.session.events if e.type == "tool/call"]
-    assert calls and w.flushed_at == [seq + 1 for seq in calls]
+    assert calls and all(seq + 1 in w.flushed_at for seq in calls)
 
 
 class StallingWriter(FakeWriter):
@@ -93,3 +93,13 @@ def test_a_barrier_that_never_confirms_raises_after_the_last_attempt() -> None:
     with pytest.raises(UnconfirmedEvents):
         flush_durably(w, attempts=3, timeout=0.01)
     assert len(w.flushed_at) == 3
+
+
+def test_the_simulated_model_is_asked_with_real_provider_bodies() -> None:
+    w = FakeWriter()
+    run_turn(w, random.Random(4), 0, large_bytes=1024)  # type: ignore[arg-type]
+    headers = [e.data for e in w.session.events if e.type == "request/header"]
+    assert len(headers) == 2 and {h["api"] for h in headers} <= {
+        "openai-chat", "openai-responses", "anthropic"}
+    message = next(e for e in w.session.events if e.type == "assistant/message")
+    assert message.data["tool_calls"] and message.data["usage"]["input_tokens"] >= 500

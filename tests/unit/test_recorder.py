@@ -37,7 +37,7 @@ def _session_in_step() -> Any:
 def _recorded(output: Any) -> list[Event]:
     s = _session_in_step()
     before = len(s.events)
-    record(s, output, cases.HEADER, events=s.events)
+    record(s, output, cases.HEADER, session=s)
     return list(s.events[before:])
 
 
@@ -100,7 +100,7 @@ def test_parallel_calls_are_declared_with_object_arguments(api: str) -> None:
 def test_a_call_cut_at_max_tokens_is_withheld_never_declared(api: str, stream: bool) -> None:
     output = parse(api, render(api, REPLIES["truncated"], stream=stream))
     s = _session_in_step()
-    record(s, output, cases.HEADER, events=s.events)
+    record(s, output, cases.HEADER, session=s)
     msg = s.events[-1]
     assert list(msg.data["tool_calls"]) == []
     assert msg.data["stop_reason"] == "max_tokens"
@@ -128,7 +128,7 @@ def test_a_stream_cut_mid_tool_call_is_a_named_error_and_records_nothing(api: st
     s = _session_in_step()
     before = len(s.events)
     with pytest.raises(IncompleteStream) as info:
-        record(s, parse(api, iter(events[:cut])), cases.HEADER, events=s.events)
+        record(s, parse(api, iter(events[:cut])), cases.HEADER, session=s)
     assert info.value.open_tool_calls
     assert "c1" in str(info.value)
     assert len(s.events) == before
@@ -150,13 +150,13 @@ def test_a_body_of_the_wrong_shape_is_a_named_error_naming_where(api: str, body:
 def test_a_duplicate_call_id_from_the_provider_is_made_unique_not_refused() -> None:
     s = _session_in_step()
     record(s, parse_response("openai-chat", render("openai-chat", REPLIES["calls-only"])),
-           cases.HEADER, events=s.events)
+           cases.HEADER, session=s)
     s.append("tool/call", {"call_id": "c3", "name": "run_sql", "arguments": {}})
     s.append("tool/result", {"call_id": "c3", "status": "ok", "content": "x"})
     s.append("step/end")
     s.append("step/start")
     record(s, parse_response("openai-chat", render("openai-chat", REPLIES["calls-only"])),
-           cases.HEADER, events=s.events)
+           cases.HEADER, session=s)
     call = s.events[-1].data["tool_calls"][0]
     assert call["call_id"] == "c3~2" and call["provider_call_id"] == "c3"
 
@@ -185,5 +185,5 @@ def test_recording_checks_the_schema_before_appending_anything() -> None:
     s = _session_in_step()
     before = len(s.events)
     with pytest.raises(SchemaViolation):
-        record(s, bad, cases.HEADER, events=s.events)
+        record(s, bad, cases.HEADER, session=s)
     assert len(s.events) == before

@@ -318,3 +318,46 @@ async def test_a_pinned_generation_writes_only_there(gen: int) -> None:
     sink = MemorySink()
     await run_batches(processor(sink, generation=gen), as_records(merged), 100)
     assert {g for g, _ in sink.hashes} == {gen}
+
+
+class FlakyDeadLetters(MemoryDeadLetters):
+    """Refuses the letter of one source offset for the first ``failures`` sends."""
+
+    def __init__(self, refuse_offset: int, failures: int) -> None:
+        super().__init__()
+        self.refuse_offset = refuse_offset
+        self.failures = failures
+
+    async def send(self, letters: Any) -> list[Any]:
+        refused = [d for d in letters if d.record.offset == self.refuse_offset
+                   and self.failures > 0]
+        self.failures -= bool(refused)
+        self.letters.extend(d for d in letters if d not in refused)
+        return refused
+
+
+async def test_a_dead_letter_that_cannot_be_produced_holds_only_its_partition_behind_it() -> None:
+    """The other letters go out, the other partitions and sessions go on; progress of
+    that partition stays just below the letter until it is produced (then moves on)."""
+    logs, merged = fleet(6)
+    records = as_records(merged, partitions=2)
+    p0 = [r for r in records if r.partition == 0]
+    n0 = len(p0)
+    poison = [Record(TOPIC, 0, n0, b"s000", b"\x00bad one"),
+              Record(TOPIC, 0, n0 + 1, b"s000", b"\x00bad two")]
+    dlq = FlakyDeadLetters(refuse_offset=n0, failures=2)
+    sink = MemorySink()
+    proc = processor(sink, dead_letters=dlq)
+    await proc.process([*records, *poison])
+    assert [d.record.offset for d in dlq.letters] == [n0 + 1]  # the other one went out
+    assert sink.progress[("g", f"{TOPIC}:0")] == n0 - 1  # held just below the refused one
+    assert sink.progress[("g", f"{TOPIC}:1")] == max(r.offset for r in records
+                                                    if r.partition == 1)
+    for sid, events in logs.items():  # every session caught up, that partition's too
+        assert views_of(sink, sid) == offline_views(events)
+    later = Record(TOPIC, 0, n0 + 2, b"s999", b"\x00bad three")
+    await proc.process([later])  # still refused: retried, still held
+    assert sink.progress[("g", f"{TOPIC}:0")] == n0 - 1
+    await proc.process([Record(TOPIC, 0, n0 + 3, b"s999", b"\x00bad four")])  # produced now
+    assert sorted(d.record.offset for d in dlq.letters) == [n0, n0 + 1, n0 + 2, n0 + 3]
+    assert sink.progress[("g", f"{TOPIC}:0")] == n0 + 3

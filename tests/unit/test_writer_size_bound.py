@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.writer import _size_bound
+from producers.limits import size_bound as _size_bound
 from sessionstream.core.jsonvalue import canonical_dumps
 
 json_values = st.recursive(

@@ -1,0 +1,63 @@
+"""WriterConfig: where and how a session writer writes (built from Settings once)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from producers.attachments import DEFAULT_SPILL_THRESHOLD
+from producers.lease import DEFAULT_TTL_MS
+from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
+from sessionstream.core.rows import KeySpace
+from sessionstream.governance import ContentCipher
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """Where and how a writer writes (built from Settings once, passed down)."""
+
+    bootstrap: str
+    topic: str
+    redis_url: str
+    tenant: str = "default"
+    redis_cluster: bool = False  # redis_url names nodes of a Redis Cluster
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    lease_ttl_ms: int = DEFAULT_TTL_MS
+    attachment_dir: Path | None = None
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD
+    max_message_bytes: int | None = None  # None: read the topic's max.message.bytes
+    flush_timeout_s: float = 30.0  # the flush that ends create/open/fork
+    connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
+    # in about a second when librdkafka reports every broker down)
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Seals event content and attachments with the session's data keys (None: clear).
+    cipher: ContentCipher | None = None
+
+    @property
+    def keys(self) -> KeySpace:
+        """The tenant's Redis key space (``sessionstream.core.rows``)."""
+        return KeySpace(self.tenant, self.key_prefix)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **overrides: Any) -> WriterConfig:
+        """From ``sessionstream.core.settings.Settings`` (duck-typed: no import cycle)."""
+        base: dict[str, Any] = {
+            "bootstrap": settings.kafka_bootstrap,
+            "topic": settings.events_topic,
+            "redis_url": settings.redis_url,
+            "redis_cluster": getattr(settings, "redis_cluster", False),
+            "tenant": settings.tenant,
+            "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
+            "attachment_dir": getattr(settings, "attachment_dir", None),
+        }
+        base.update(overrides)
+        return cls(**base)
+
+
+def default_writer_id() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"

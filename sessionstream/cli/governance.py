@@ -1,0 +1,200 @@
+"""CLI of data governance: ``delete``, ``hold``, ``retention run``, ``keys rotate``.
+
+Every command works on the tenant of the settings (``SESSIONSTREAM_TENANT``) and records
+``SESSIONSTREAM_PRINCIPAL`` as who acted. Exit codes: 0 done, 1 refused or failed
+(a legal hold, an unknown session), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+
+from sessionstream.core.errors import LegalHold, SessionStreamError
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+_REASON = click.option("--reason", default="", help="Why (recorded in the audit event).")
+
+
+def _die(message: str, code: int = 1) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    try:
+        yield
+    except LegalHold as exc:
+        _die(f"refused: {exc}")
+    except RedisConnectionError as exc:
+        _die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
+             "SESSIONSTREAM_REDIS_URL")
+    except SessionStreamError as exc:
+        _die(f"error: {exc}")
+
+
+def _governance() -> Any:
+    import redis
+
+    from producers.writer import WriterConfig
+    from sessionstream.core.settings import Settings
+    from sessionstream.governance.service import Governance
+    from sessionstream.governance.wiring import content_cipher, key_store
+
+    settings = Settings.from_env()
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    store = key_store(settings, client)
+    # Deletion and holds open sessions as writers: the cipher is needed even for a tenant
+    # that opted out of encryption (older sealed content), and it seals nothing new here.
+    cfg = WriterConfig.from_settings(settings, cipher=content_cipher(settings, store))
+    return Governance(cfg, store, client, principal=settings.principal,
+                      retention=settings.retention)
+
+
+def _print(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+@click.command("delete")
+@click.argument("session")
+@click.option("--class", "classes", multiple=True, default=("all",), show_default=True,
+              type=click.Choice(["raw", "surface", "business", "all"]),
+              help="Which data classes to delete (repeatable).")
+@_REASON
+@_JSON
+def delete_cmd(session: str, classes: tuple[str, ...], reason: str, as_json: bool) -> None:
+    """Delete a session's content: crypto-shred its data keys, purge Redis and blobs.
+
+    The log stays (it is immutable): order, ids, pairing and the audit trail remain
+    readable; the content of the chosen classes reads as "[content deleted]" everywhere,
+    in every replica and backup. Refused under a legal hold. Does not undo side effects
+    of the session's tools in other systems.
+    """
+    from sessionstream.governance.service import parse_classes
+
+    with _errors():
+        report = _governance().delete(session, parse_classes(classes), reason=reason)
+    if as_json:
+        _print(report.to_json())
+        return
+    click.echo(f"deleted {', '.join(report.classes)} of session {session}: "
+               f"audit event at seq {report.audit_seq}; {report.redis_keys_deleted} Redis "
+               f"keys, {report.feed_entries_deleted} change-feed entries and "
+               f"{report.attachments_deleted} attachments purged")
+    if report.operation_ids:
+        click.echo(f"operation ids to follow up: {', '.join(report.operation_ids)}")
+    click.echo(f"note: {report.note}")
+
+
+@click.group("hold")
+def hold_group() -> None:
+    """Legal holds: while one applies, deletion and retention of the session refuse."""
+
+
+@hold_group.command("place")
+@click.argument("session", required=False)
+@click.option("--tenant", "tenant_wide", is_flag=True, help="Hold the whole tenant.")
+@click.option("--reason", required=True, help="Why (case number, request).")
+@_JSON
+def hold_place(session: str | None, tenant_wide: bool, reason: str, as_json: bool) -> None:
+    """Place a hold on SESSION (audited in its log) or on the whole tenant."""
+    if (session is None) == (not tenant_wide):
+        _die("error: name a SESSION or pass --tenant (one of them)", 2)
+    with _errors():
+        hold = _governance().place_hold(None if tenant_wide else session, reason=reason)
+    if as_json:
+        _print(hold.to_json())
+    else:
+        click.echo(f"hold placed on {hold.scope}")
+
+
+@hold_group.command("release")
+@click.argument("session", required=False)
+@click.option("--tenant", "tenant_wide", is_flag=True, help="Release the tenant's hold.")
+@_REASON
+@_JSON
+def hold_release(session: str | None, tenant_wide: bool, reason: str, as_json: bool) -> None:
+    """Release a hold (audited in the session's log)."""
+    if (session is None) == (not tenant_wide):
+        _die("error: name a SESSION or pass --tenant (one of them)", 2)
+    with _errors():
+        hold = _governance().release_hold(None if tenant_wide else session, reason=reason)
+    if hold is None:
+        _die("error: no hold to release there")
+    if as_json:
+        _print(hold.to_json())
+    else:
+        click.echo(f"hold released on {hold.scope}")
+
+
+@hold_group.command("list")
+@_JSON
+def hold_list(as_json: bool) -> None:
+    """The tenant's holds."""
+    with _errors():
+        gov = _governance()
+        holds = gov.store.holds(gov.tenant)
+    if as_json:
+        _print([h.to_json() for h in holds])
+        return
+    for h in holds:
+        click.echo(f"{h.scope}: {h.reason} (by {h.principal})")
+
+
+@click.group("retention")
+def retention_group() -> None:
+    """Retention per data class (SESSIONSTREAM_RETENTION, e.g. raw=30d,surface=365d)."""
+
+
+@retention_group.command("run")
+@click.option("--dry-run", is_flag=True, help="Report what would be shredded; change nothing.")
+@_JSON
+def retention_run(dry_run: bool, as_json: bool) -> None:
+    """Shred the data keys whose class retention expired (held sessions are skipped)."""
+    with _errors():
+        gov = _governance()
+        if not gov.retention:
+            _die("error: no retention configured: set SESSIONSTREAM_RETENTION, "
+                 "e.g. raw=30d,surface=365d", 2)
+        report = gov.run_retention(dry_run=dry_run)
+    if as_json:
+        _print(report.to_json())
+        return
+    click.echo(f"{report.checked} data keys checked{' (dry run)' if dry_run else ''}")
+    for item in report.items:
+        detail = f" {item.detail}" if item.detail else ""
+        click.echo(f"{item.action}: {item.session_id} {item.data_class} "
+                   f"({item.age_ms // 86_400_000} days old){detail}")
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """The tenant's key-encryption key."""
+
+
+@keys_group.command("rotate")
+@_JSON
+def keys_rotate(as_json: bool) -> None:
+    """Add a new tenant key version and rewrap every data key with it (Kafka untouched)."""
+    with _errors():
+        gov = _governance()
+        count = gov.store.rotate(gov.tenant)
+        ring = gov.store.tenant_keys.ring(gov.tenant)
+    version = ring.current if ring else None
+    if as_json:
+        _print({"tenant": gov.tenant, "version": version, "rewrapped": count})
+    else:
+        click.echo(f"tenant {gov.tenant}: key version {version}, {count} data keys rewrapped")
+
+
+def register(group: click.Group) -> None:
+    for command in (delete_cmd, hold_group, retention_group, keys_group):
+        group.add_command(command)

@@ -1,0 +1,274 @@
+"""Deletion, legal holds and retention: the Python API behind ``sessionstream delete``.
+
+Deleting a session (or some of its data classes) is **crypto-shredding** plus purging:
+
+1. refuse under a legal hold on the session or its tenant (:class:`LegalHold`);
+2. destroy the session's data keys of the classes (the key store keeps a tombstone):
+   its content in Kafka — every replica, every backup — and in attachments can no
+   longer be opened; readers get the defined placeholders;
+3. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
+   the session's log; it is metadata, so it stays readable. The deletion takes the
+   session's lease (fencing a live writer: its later writes are rejected as a zombie's);
+4. purge the session's Redis rows (every generation), its change streams and its entries
+   in the tenant's change feed, its session-index entries, lease and offset index, and
+   (for ``raw``) its attachments. The fencing epoch and the key tombstones stay. The
+   projection processor folds the audit event into a metadata-only row (placeholders
+   in place of content) — the same row a replay builds.
+
+Deleting a session never undoes what its tools did in other systems (seed §4.3): the
+report says so, and lists the operation ids to follow up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionstream.core.errors import LegalHold, SessionStreamError
+from sessionstream.core.privacy import ALL_CLASSES, DataClass
+from sessionstream.core.rows import CHANGE_FIELD, KeySpace
+from sessionstream.governance.keys import Hold, KeyStore
+
+log = logging.getLogger(__name__)
+
+EXTERNAL_EFFECTS_NOTE = (
+    "deleting a session does not undo its side effects in other systems (tool calls that "
+    "changed files, tickets, payments…); follow up on the operation ids listed"
+)
+
+
+class SessionUnknown(SessionStreamError):
+    """The session to delete is not known here (no log, no keys)."""
+
+
+@dataclass
+class DeletionReport:
+    session_id: str
+    classes: list[str]
+    shredded: list[str]  # classes whose key this call destroyed (others already were)
+    audit_seq: int | None
+    redis_keys_deleted: int
+    feed_entries_deleted: int
+    attachments_deleted: int
+    operation_ids: list[str] = field(default_factory=list)
+    note: str = EXTERNAL_EFFECTS_NOTE
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RetentionItem:
+    session_id: str
+    data_class: str
+    age_ms: int
+    action: str  # "shredded" | "would-shred" | "held"
+    detail: str = ""
+
+
+@dataclass
+class RetentionReport:
+    dry_run: bool
+    checked: int
+    items: list[RetentionItem]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "checked": self.checked,
+                "items": [dataclasses.asdict(i) for i in self.items]}
+
+
+def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
+    """``raw``/``surface``/``business``/``all`` → the classes, in their fixed order."""
+    wanted: set[DataClass] = set()
+    for name in names:
+        if name == "all":
+            wanted |= set(ALL_CLASSES)
+            continue
+        try:
+            wanted.add(DataClass(name))
+        except ValueError:
+            raise SessionStreamError(
+                f"--class {name!r} is not a data class: use raw, surface, business or all"
+            ) from None
+    return tuple(c for c in ALL_CLASSES if c in wanted) or ALL_CLASSES
+
+
+class Governance:
+    """Deletion, holds and retention for one tenant (the composition root builds it).
+
+    ``writer_cfg`` is the tenant's :class:`producers.writer.WriterConfig` (with its
+    cipher); ``redis`` a synchronous client of the projections' Redis.
+    """
+
+    def __init__(self, writer_cfg: Any, store: KeyStore, redis: Any, *,
+                 principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
+                 clock: Callable[[], int] | None = None) -> None:
+        self.cfg = writer_cfg
+        self.store = store
+        self.redis = redis
+        self.principal = principal
+        self.retention = dict(retention)
+        self.tenant: str = writer_cfg.tenant
+        self.keys = KeySpace(self.tenant, writer_cfg.key_prefix)
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    # -- deletion --------------------------------------------------------------------------
+    def delete(self, session_id: str, classes: Sequence[DataClass] = ALL_CLASSES, *,
+               reason: str = "", principal: str | None = None,
+               scope: str = "delete") -> DeletionReport:
+        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs."""
+        from producers.errors import SessionNotFound
+        from producers.writer import SessionWriter
+
+        who = principal or self.principal
+        hold = self.store.hold_on(self.tenant, session_id)
+        if hold is not None:
+            raise LegalHold(hold.scope, hold.reason)
+        try:
+            writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
+                                        writer_id=f"governance/{who}")
+        except SessionNotFound:
+            raise SessionUnknown(
+                f"session {session_id!r} has no events in {self.cfg.topic}: nothing to "
+                "delete (check the id and SESSIONSTREAM_TENANT)") from None
+        try:
+            operation_ids = sorted({
+                str(e.data["operation_id"]) for e in writer.session.events
+                if e.type == "tool/result" and e.data.get("operation_id")})
+            done = self.store.shred(self.tenant, session_id, tuple(classes), principal=who,
+                                    reason=reason or scope)
+            audit = writer.append("session/shred", {
+                "classes": [c.value for c in classes], "scope": scope, "principal": who,
+                "reason": reason, "shredded_at": self._clock()})
+            writer.flush(30)
+        finally:
+            writer.close()
+        redis_keys, feed = self.purge_redis(session_id)
+        blobs = 0
+        if DataClass.RAW in classes and self.cfg.cipher is not None and \
+                self.cfg.attachment_dir is not None:
+            from sessionstream.governance.opener import SealedAttachmentStore
+
+            blobs = SealedAttachmentStore(self.cfg.attachment_dir, self.cfg.cipher,
+                                          session_id).purge()
+        log.info("deleted classes %s of a session (audit seq %d): %d Redis keys, %d feed "
+                 "entries, %d attachments purged", [c.value for c in classes], audit.seq,
+                 redis_keys, feed, blobs)
+        return DeletionReport(session_id, [c.value for c in classes],
+                              [s.data_class.value for s in done], audit.seq, redis_keys, feed,
+                              blobs, operation_ids)
+
+    def purge_redis(self, session_id: str) -> tuple[int, int]:
+        """Delete the session's rows, streams, index entries, lease and offset index.
+
+        Keeps the fencing epoch and the data-key tombstones. Returns (keys deleted,
+        tenant change-feed entries deleted).
+        """
+        r = self.redis
+        keep = {self.keys.epoch(session_id), self.keys.data_keys(session_id)}
+        pattern = self.keys.session_key(session_id, "*")
+        doomed = [k for k in (_text(k) for k in r.scan_iter(match=_glob_escape(pattern),
+                                                              count=500)) if k not in keep]
+        deleted = r.delete(*doomed) if doomed else 0
+        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_key("sessions:g")) + "*"):
+            r.zrem(key, session_id)
+        feed = 0
+        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_key("changes:g")) + "*"):
+            ids = [eid for eid, fields in r.xrange(key)
+                   if _names_session(fields, session_id)]
+            if ids:
+                feed += r.xdel(key, *ids)
+        return int(deleted), int(feed)
+
+    # -- holds -----------------------------------------------------------------------------
+    def place_hold(self, session_id: str | None, *, reason: str,
+                   principal: str | None = None) -> Hold:
+        who = principal or self.principal
+        hold = self.store.place_hold(self.tenant, session_id, reason=reason, principal=who)
+        if session_id is not None:
+            self._audit_hold(session_id, "placed", who, reason)
+        return hold
+
+    def release_hold(self, session_id: str | None, *, reason: str = "",
+                     principal: str | None = None) -> Hold | None:
+        who = principal or self.principal
+        released = self.store.release_hold(self.tenant, session_id)
+        if released is None:
+            return None
+        if session_id is not None:
+            self._audit_hold(session_id, "released", who, reason)
+        return released
+
+    def _audit_hold(self, session_id: str, action: str, who: str, reason: str) -> None:
+        from producers.writer import SessionWriter
+
+        writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
+                                    writer_id=f"governance/{who}")
+        try:
+            writer.append("session/hold", {"action": action, "principal": who,
+                                           "reason": reason})
+            writer.flush(30)
+        finally:
+            writer.close()
+
+    # -- retention -------------------------------------------------------------------------
+    def run_retention(self, *, dry_run: bool = False) -> RetentionReport:
+        """Shred every class key older than its class's retention (holds are skipped)."""
+        now = self._clock()
+        items: list[RetentionItem] = []
+        checked = 0
+        due: dict[str, list[tuple[DataClass, int]]] = {}
+        for session_id, cls, created in self.store.sessions(self.tenant):
+            checked += 1
+            limit = self.retention.get(cls.value)
+            if limit is None or now - created <= limit:
+                continue
+            due.setdefault(session_id, []).append((cls, now - created))
+        for session_id, classes in sorted(due.items()):
+            hold = self.store.hold_on(self.tenant, session_id)
+            if hold is not None:
+                items += [RetentionItem(session_id, c.value, age, "held", hold.reason)
+                          for c, age in classes]
+                continue
+            if dry_run:
+                items += [RetentionItem(session_id, c.value, age, "would-shred")
+                          for c, age in classes]
+                continue
+            reason = ", ".join(f"{c.value} older than {self.retention[c.value] // 86_400_000}d"
+                               for c, _ in classes)
+            self.delete(session_id, [c for c, _ in classes], reason=f"retention: {reason}",
+                        scope="retention")
+            items += [RetentionItem(session_id, c.value, age, "shredded") for c, age in classes]
+        return RetentionReport(dry_run, checked, items)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    """Escape Redis glob characters except a trailing ``*`` the caller adds."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch in "?[]\\" or (ch == "*" and i != len(text) - 1):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _names_session(fields: Any, session_id: str) -> bool:
+    import json
+
+    raw = fields.get(CHANGE_FIELD) or fields.get(CHANGE_FIELD.encode())
+    if raw is None:
+        return False
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("session") == session_id
