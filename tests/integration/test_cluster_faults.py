@@ -103,6 +103,7 @@ class WriterLog:
     errors: list[tuple[float, str]] = field(default_factory=list)  # (time, "Type: message")
     windows: list[float] = field(default_factory=list)  # first error -> next confirmed flush
     longest_flush: float = 0.0  # the longest one flush() blocked (a failover shows here)
+    turns_done: int = 0
     failed: str | None = None
 
 
@@ -139,6 +140,7 @@ def _write_session(cfg: WriterConfig, out: WriterLog, turns: int, pause: float,
                 out.windows.append(time.monotonic() - first_error)
                 first_error = None
             n += 1
+            out.turns_done = n
             time.sleep(pause)
         w.close(30)
     except Exception as exc:  # reported by the test, with the writer's own words
@@ -233,6 +235,11 @@ class Scenario:
         logging.getLogger("producers.writer").removeHandler(self.warnings)
         failed = {log.session_id: log.failed for log in self.logs if log.failed}
         assert not failed, f"writers failed: {failed}"
+        stuck = [t.name for t in self.threads if t.is_alive()]
+        assert not stuck, f"writer threads still running after 300 s: {stuck}"
+        short = {log.session_id: log.turns_done for log in self.logs
+                 if log.turns_done != self.total_turns // len(self.logs)}
+        assert not short, f"writers that did not finish their turns: {short}"
         admitted: dict[str, list[Any]] = {}
         dropped_duplicates = 0
         for log in self.logs:
