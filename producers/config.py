@@ -35,7 +35,8 @@ class WriterConfig:
     connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
     # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
-    #: Seals event content and attachments with the session's data keys (None: clear).
+    #: Seals event content and attachments with the session's data keys (None: clear);
+    #: ``from_settings`` builds it (sealing unless the tenant opted out).
     cipher: ContentCipher | None = None
 
     @property
@@ -55,6 +56,12 @@ class WriterConfig:
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
         }
+        if "cipher" not in overrides and hasattr(settings, "encryption"):
+            # Always a cipher: it seals only when the tenant did not opt out, and it
+            # opens sealed history on read-back either way.
+            from sessionstream.governance.wiring import content_cipher
+
+            base["cipher"] = content_cipher(settings)
         base.update(overrides)
         return cls(**base)
 

@@ -7,8 +7,10 @@ change which partition a session id hashes to.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -100,17 +102,52 @@ def ensure_topics(admin: AdminClient, specs: list[TopicSpec],
             for spec in specs]
 
 
+#: How often the metadata of a topic just created is asked again until it shows up.
+METADATA_POLL_S = 0.2
+
+
+def visible_metadata(admin: AdminClient, name: str, timeout: float) -> Any:
+    """The topic's metadata once the cluster shows it with every partition led.
+
+    A topic created a moment ago is not in every broker's metadata at once: the first
+    answers can be UNKNOWN_TOPIC_OR_PART or partitions without a leader. Asked again
+    every METADATA_POLL_S until ``timeout``; then TopicError names the last answer.
+    """
+    deadline = time.monotonic() + timeout
+    last = "missing"
+    while True:
+        try:
+            meta = admin.list_topics(topic=name, timeout=max(1.0, min(5.0, timeout)))
+            topic = meta.topics.get(name)
+        except KafkaException as exc:
+            topic, last = None, str(exc)
+        if topic is not None and topic.error is None and topic.partitions and all(
+                p.leader >= 0 and p.error is None for p in topic.partitions.values()):
+            return topic
+        if topic is not None:
+            last = str(topic.error) if topic.error is not None else "partitions without a leader"
+        if time.monotonic() >= deadline:
+            raise TopicError(f"topic {name!r} is not visible after ensure ({timeout:.0f}s): "
+                             f"{last}")
+        time.sleep(METADATA_POLL_S)
+
+
 def _verify(admin: AdminClient, spec: TopicSpec, action: str, timeout: float) -> TopicResult:
-    meta = admin.list_topics(topic=spec.name, timeout=timeout).topics.get(spec.name)
-    if meta is None or meta.error is not None:
-        raise TopicError(f"topic {spec.name!r} is not visible after ensure: "
-                         f"{meta.error if meta else 'missing'}")
+    meta = visible_metadata(admin, spec.name, timeout)
     partitions = len(meta.partitions)
     resource = ConfigResource(ConfigResource.Type.TOPIC, spec.name)
-    try:
-        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
-    except KafkaException as exc:
-        raise TopicError(f"cannot read the configuration of topic {spec.name!r}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout)[
+                resource].result()
+            break
+        except KafkaException as exc:
+            # the configuration of a topic just created may not be readable yet either
+            if action != "created" or time.monotonic() >= deadline:
+                raise TopicError(
+                    f"cannot read the configuration of topic {spec.name!r}: {exc}") from exc
+            time.sleep(METADATA_POLL_S)
     actual = {key: entries[key].value for key in spec.config if key in entries}
     problems = [f"{key}={actual.get(key)!r} (need {want!r})"
                 for key, want in spec.config.items() if actual.get(key) != want]

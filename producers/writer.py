@@ -124,8 +124,9 @@ class SessionWriter:
             self._origins.update({seq: o for (s, seq), o in edges.opener.origins.items()
                                   if s == sid})
         self._store: AttachmentStore | None = edges.store
-        if edges.cfg.cipher is not None and edges.cfg.attachment_dir is not None:
-            self._store = SealedAttachmentStore(edges.cfg.attachment_dir, edges.cfg.cipher,
+        cipher = edges.cfg.cipher
+        if cipher is not None and cipher.enabled and edges.cfg.attachment_dir is not None:
+            self._store = SealedAttachmentStore(edges.cfg.attachment_dir, cipher,
                                                 session.session_id)
         self._limit = edges.limit()
         self._sender = edges.sender

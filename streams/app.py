@@ -40,7 +40,11 @@ app = faust.App(
     consumer_auto_offset_reset="earliest",
     topic_allow_declare=False,  # topics come from `sessionstream topics ensure`
     topic_disable_leader=True,
+    # faust heartbeats from the event loop: keep the margin for a long batch's fold.
     broker_session_timeout=10,
+    # Static membership when the replica has a stable name (streams.worker): a restart
+    # takes its partitions back at once instead of waiting for the session timeout.
+    consumer_group_instance_id=cfg.instance_id,
     broker_heartbeat_interval=1,
     broker_commit_interval=1.0,
     stream_buffer_maxsize=max(4096, cfg.batch_max * 4),

@@ -133,6 +133,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     Never executes a tool: replay only folds the logged events into projections.
     """
     from sessionstream.core.settings import Settings
+    from sessionstream.governance.wiring import reader_pipeline
     from streams.replay import ReplayReport, replay
 
     settings = Settings.from_env()
@@ -144,7 +145,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     report = _with_redis(lambda redis: replay(
         bootstrap=settings.kafka_bootstrap, redis=redis, keys=settings.keys, topic=topic,
-        from_time_ms=ms, switch=not no_switch, progress=show))
+        from_time_ms=ms, switch=not no_switch, progress=show,
+        pipeline=reader_pipeline(settings)))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

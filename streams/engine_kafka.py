@@ -39,6 +39,9 @@ from streams.worker import (
 
 log = logging.getLogger("sessionstream.streams.worker")
 
+#: The consumer group's session timeout (ms): see KafkaEngine.
+SESSION_TIMEOUT_MS = 6_000
+
 
 class KafkaEngine:
     """One consumer of the worker's group; ``run()`` until ``stop()``."""
@@ -51,17 +54,26 @@ class KafkaEngine:
         self.trace = StageTrace.from_env()
         if self.trace is not None:
             processor.on_stage = self.trace.mark
-        self.consumer = Consumer({
+        conf = {
             "bootstrap.servers": cfg.settings.kafka_bootstrap,
             "group.id": cfg.group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": 10_000,
+            # How long a crashed member holds its partitions. librdkafka heartbeats from
+            # its own thread, so a long batch never misses one: the broker's minimum
+            # (group.min.session.timeout.ms, 6 s) is safe. Processing time is bounded by
+            # max.poll.interval.ms instead.
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
             "heartbeat.interval.ms": 1_000,
             "fetch.wait.max.ms": 5,  # latency: don't let the broker sit on small fetches
             "queued.min.messages": max(10_000, cfg.batch_max * 4),
             "log_level": 3,
-        })
+        }
+        if cfg.instance_id:
+            # Static membership: a restarted worker with the same name gets its own
+            # partitions back at once (no rebalance, no waiting for the session timeout).
+            conf["group.instance.id"] = cfg.instance_id
+        self.consumer = Consumer(conf)
 
     def stop(self) -> None:
         self._stop.set()

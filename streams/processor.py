@@ -88,6 +88,8 @@ class BatchReport:
 
 
 _Item = tuple[Record, "Event | UnsupportedFormat"]
+#: The audit event of a deletion or retention run (sessionstream.governance.service).
+SHRED_TYPE = "session/shred"
 
 
 class Processor:
@@ -371,6 +373,13 @@ class Processor:
 
     # -- loading cursors ------------------------------------------------------------
     async def _ensure_cursors(self, gen: int, by_session: Mapping[str, list[_Item]]) -> None:
+        # A deletion (session/shred) destroyed data keys: what this worker folded before
+        # holds content that must not be written again. Drop it and refold every unit
+        # from the log, where the shredded content now opens as placeholders.
+        shredded = {sid for sid, items in by_session.items()
+                    if any(isinstance(e, Event) and e.type == SHRED_TYPE for _, e in items)}
+        for sid in shredded:
+            self._cache.pop(sid, None)
         missing = [s for s in by_session if s not in self._cache]
         if not missing:
             return
@@ -379,6 +388,8 @@ class Processor:
             self._cache[sid] = self._cursor(sid, by_session[sid][0][0].partition, loaded.get(sid))
         for sid in missing:
             cur = self._cache[sid]
+            if sid in shredded and cur.stored:
+                cur = self._cache[sid] = replace(cur, stale=tuple(u.key for u in self._units))
             if cur.stale:
                 self._cache[sid] = await self._rebuild(cur, by_session[sid][0][0].topic)
 

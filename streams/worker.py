@@ -8,6 +8,10 @@ Configured by ``Settings.from_env()`` plus, for the worker only:
 - ``SESSIONSTREAM_BATCH_MAX`` / ``SESSIONSTREAM_BATCH_WITHIN_MS``  batch size / wait (500 / 10)
 - ``SESSIONSTREAM_CONVERGE_SESSIONS``  sessions checked per step when converging
   bumped ``state_version``s after an assignment (default 64)
+- ``SESSIONSTREAM_WORKER_INSTANCE``  a stable name of this worker replica (e.g. the
+  StatefulSet pod name): static group membership (``group.instance.id``), so a worker
+  restarted after a crash takes its partitions back at once instead of waiting for the
+  group's session timeout. Unique per replica; unset: dynamic membership.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ import os
 from dataclasses import dataclass
 
 from sessionstream import redisconn
-from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
+from sessionstream.governance.wiring import reader_pipeline
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
 from streams.processor import Processor
@@ -40,6 +44,7 @@ class WorkerConfig:
     batch_max: int
     batch_within: float
     converge_sessions: int = 64
+    instance_id: str | None = None  # static group membership (see module docstring)
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
@@ -54,6 +59,7 @@ class WorkerConfig:
             batch_max=int(env.get("SESSIONSTREAM_BATCH_MAX") or 500),
             batch_within=int(env.get("SESSIONSTREAM_BATCH_WITHIN_MS") or 10) / 1000,
             converge_sessions=int(env.get("SESSIONSTREAM_CONVERGE_SESSIONS") or 64),
+            instance_id=env.get("SESSIONSTREAM_WORKER_INSTANCE") or None,
         )
 
 
@@ -75,7 +81,7 @@ def build_sink(cfg: WorkerConfig) -> RedisSink:
 
 def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
     return Processor(
-        pipeline=ReaderPipeline.default(), sink=sink or build_sink(cfg), group=cfg.group,
+        pipeline=reader_pipeline(cfg.settings), sink=sink or build_sink(cfg), group=cfg.group,
         log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
     )

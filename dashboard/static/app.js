@@ -110,6 +110,8 @@ async function loadDetail() {
   try {
     const snap = await getJSON(`/api/sessions/${encodeURIComponent(id)}`);
     if (id !== state.selected) return;
+    // After the views (a concurrent Kafka read would slow their response), while they render.
+    window.sessionTimeline?.prefetch(id);
     state.detail = snap;
     renderDetail(snap);
     showError(null);
@@ -121,12 +123,21 @@ async function loadDetail() {
   }
 }
 
-function table(headers, rows, empty = "none") {
+const TABLE_ROWS = 200; // a long table shows its last rows first (layout of thousands is slow)
+
+// rows: arrays of cells, or items turned into cells by toCells (then only the rows shown
+// are built: a 10k-event session has thousands of surface messages).
+function table(headers, rows, empty = "none", toCells = null) {
   if (!rows.length) return h("p", { class: "muted" }, empty);
-  return h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) =>
-    h("th", { class: x.startsWith("#") ? "num" : "" }, x.replace(/^#/, ""))))),
-    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) =>
-      h("td", { class: headers[i].startsWith("#") ? "num" : "" }, c))))));
+  const tr = (item) => h("tr", {}, (toCells ? toCells(item) : item).map((c, i) => h("td", { class: headers[i].startsWith("#") ? "num" : "" }, c)));
+  const shown = rows.length > TABLE_ROWS ? rows.slice(-TABLE_ROWS) : rows;
+  const tbody = h("tbody", {}, shown.map(tr));
+  const el = h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) =>
+    h("th", { class: x.startsWith("#") ? "num" : "" }, x.replace(/^#/, ""))))), tbody);
+  if (shown === rows) return el;
+  const more = h("button", { class: "more-rows", type: "button" }, `show all ${rows.length} rows (${rows.length - shown.length} earlier)`);
+  more.addEventListener("click", () => { tbody.replaceChildren(...rows.map(tr)); more.remove(); }, { once: true });
+  return h("div", {}, more, el);
 }
 
 function clipped(text) {
@@ -187,9 +198,9 @@ function renderDetail(snap) {
   parts.push(h("h3", {}, `Turns (${turns.total ?? 0})`),
     turns.open_turn ? h("p", {}, badge("open", "open"), " turn ", h("code", {}, turns.open_turn),
       turns.open_step ? [" step ", h("code", {}, turns.open_step)] : "") : null,
-    table(["turn", "status", "#seqs", "#steps", "detail"], (turns.turns || []).map((t) =>
+    table(["turn", "status", "#seqs", "#steps", "detail"], turns.turns || [], "none", (t) =>
       [h("code", { title: t.turn_id }, short(t.turn_id)), badge(t.status),
-        `${t.start_seq}…${t.end_seq ?? ""}`, t.steps, t.detail ? JSON.stringify(t.detail) : ""])));
+        `${t.start_seq}…${t.end_seq ?? ""}`, t.steps, t.detail ? JSON.stringify(t.detail) : ""]));
 
   const tools = v.tools || {};
   const results = Object.values(tools.results || {});
@@ -210,12 +221,11 @@ function renderDetail(snap) {
 
   const surface = v.surface || {};
   parts.push(h("h3", {}, `Surface (${surface.count ?? 0} messages, ~${num(surface.token_estimate)} tokens)`),
-    table(["#", "role", "kind", "seqs", "content"], (surface.messages || []).map((m, i) => [i,
+    table(["#", "role", "kind", "seqs", "content"], (surface.messages || []).map((m, i) => [i, m]), "empty surface", ([i, m]) => [i,
       m.role, badge(m.kind, m.kind === "summary" ? "warn" : ""), h("code", {}, seqs(m.seqs)),
       h("div", {}, clipped(m.content),
         m.tool_calls?.length ? h("div", { class: "muted" }, "calls: ", m.tool_calls.map((c) => `${c.name} (${c.call_id})`).join(", ")) : null,
-        m.call_id ? h("div", { class: "muted" }, `result of ${m.call_id}`, m.status ? ` — ${m.status}` : "") : null)]),
-      "empty surface"));
+        m.call_id ? h("div", { class: "muted" }, `result of ${m.call_id}`, m.status ? ` — ${m.status}` : "") : null)]));
 
   const usage = v.usage || {};
   const todo = v.todo || {}, plan = v.plan || {}, goal = v.goal || {};

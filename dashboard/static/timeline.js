@@ -4,7 +4,8 @@
 
 window.sessionTimeline = (() => {
   const MIN_INTERVAL_MS = 2000; // a busy session reloads its timeline at most this often
-  let current = null, lastLoad = 0, timer = null, rows = [], lastBody = null;
+  const ROWS = 500; // rows asked for first; "show all" asks for up to 20000
+  let current = null, lastLoad = 0, timer = null, rows = [], lastBody = null, limit = ROWS, highlighted = null;
 
   const el = (tag, attrs, ...children) => {
     const e = document.createElement(tag);
@@ -17,12 +18,17 @@ window.sessionTimeline = (() => {
   function box() { return document.getElementById("timeline-box"); }
 
   function render(body) {
-    const b = box();
-    if (!b) return;
     rows = body.rows;
     lastBody = body;
+    const b = box();
+    if (!b) return; // the detail is not drawn yet: load() draws it then
     const head = el("h3", {}, `Event timeline (${body.total} records, offsets ${body.range.start}…${body.range.end - 1} of partition ${body.partition})`);
-    const note = body.truncated ? el("p", { class: "muted" }, `showing the last ${body.rows.length}; ${body.truncated} earlier not shown`) : null;
+    let note = null;
+    if (body.truncated) {
+      const all = el("button", { type: "button", class: "more-rows" }, "show all");
+      all.addEventListener("click", () => { limit = 20000; fetchNow(current); }, { once: true });
+      note = el("p", { class: "muted" }, `showing the last ${body.rows.length}; ${body.truncated} earlier not shown `, all);
+    }
     const tbody = el("tbody", {});
     const frag = document.createDocumentFragment();
     for (const r of body.rows) {
@@ -40,16 +46,18 @@ window.sessionTimeline = (() => {
       el("th", { class: "num" }, "seq"), el("th", {}, "type"), el("th", {}, "turn / step"),
       el("th", {}, "writer epoch"), el("th", {}, "admission"), el("th", { class: "num" }, "offset"))), tbody);
     b.replaceChildren(head, ...(note ? [note] : []), el("div", { class: "timeline-scroll" }, table));
+    if (highlighted) mark(highlighted, false); // kept across redraws of a live page
+    performance.mark("timeline-rendered");
     b.setAttribute("data-loaded-seq", String(body.rows.length ? body.rows[body.rows.length - 1].seq : -1));
   }
 
   async function fetchNow(id) {
     lastLoad = Date.now();
     try {
-      const resp = await fetch(`/api/sessions/${encodeURIComponent(id)}/timeline`, { cache: "no-store" });
+      const resp = await fetch(`/api/sessions/${encodeURIComponent(id)}/timeline?limit=${limit}`, { cache: "no-store" });
       const body = await resp.json();
       if (id !== current) return;
-      if (!resp.ok) { const b = box(); if (b) b.replaceChildren(el("p", { class: "muted" }, `timeline: ${body.error || resp.status}`)); return; }
+      if (!resp.ok) { lastBody = null; const b = box(); if (b) b.replaceChildren(el("p", { class: "muted" }, `timeline: ${body.error || resp.status}`)); return; }
       render(body);
     } catch (e) {
       const b = box();
@@ -57,8 +65,15 @@ window.sessionTimeline = (() => {
     }
   }
 
+  // Start reading a newly selected session's timeline while its views load.
+  function prefetch(id) {
+    if (id === current) return;
+    current = id; rows = []; lastBody = null; limit = ROWS; highlighted = null; clearTimeout(timer); timer = null;
+    fetchNow(id);
+  }
+
   function load(id) {
-    if (id !== current) { current = id; rows = []; lastBody = null; clearTimeout(timer); timer = null; fetchNow(id); return; }
+    if (id !== current) { current = id; rows = []; lastBody = null; limit = ROWS; highlighted = null; clearTimeout(timer); timer = null; fetchNow(id); return; }
     if (lastBody && box() && !box().firstChild) render(lastBody); // the detail was redrawn
     if (timer) return;
     const wait = Math.max(0, MIN_INTERVAL_MS - (Date.now() - lastLoad));
@@ -67,13 +82,18 @@ window.sessionTimeline = (() => {
 
   // Highlight a compaction attempt's evidence: its lifecycle events and the shadowed seqs.
   function showEvidence(attempt) {
+    highlighted = attempt;
+    mark(attempt, true);
+  }
+
+  function mark(attempt, scroll) {
     document.querySelectorAll("#timeline tr.evidence, #timeline tr.shadowed").forEach((r) => r.classList.remove("evidence", "shadowed"));
     const end = attempt.end_seq ?? attempt.start_seq;
     for (let s = attempt.start_seq; s <= end; s++) document.getElementById(`tl-seq-${s}`)?.classList.add("evidence");
     for (const s of attempt.shadowed_seqs || []) document.getElementById(`tl-seq-${s}`)?.classList.add("shadowed");
     const first = document.getElementById(`tl-seq-${attempt.start_seq}`);
-    if (first) first.scrollIntoView({ block: "center" });
+    if (first && scroll) first.scrollIntoView({ block: "center" });
   }
 
-  return { load, showEvidence };
+  return { load, prefetch, showEvidence };
 })();

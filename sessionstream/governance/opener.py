@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sessionstream.core.errors import CorruptRecord, MovedCiphertext
+from sessionstream.core.errors import CorruptRecord, MovedCiphertext, SealedContentError
 from sessionstream.core.events import Event
+from sessionstream.core.pipeline import ContentUnavailable
 from sessionstream.core.privacy import DataClass, Unopened
 from sessionstream.governance import ContentCipher
 
@@ -48,7 +49,10 @@ class SealedContentOpener:
             self._learn(event)
         if not event.sealed:
             return event
-        opened = self.cipher.open(event, event.sealed, self._seeds.get(event.session_id))
+        try:
+            opened = self.cipher.open(event, event.sealed, self._seeds.get(event.session_id))
+        except SealedContentError as exc:  # moved or tampered: refused, never shown
+            raise ContentUnavailable(str(exc)) from exc
         for part in event.sealed:
             if part.key_session != event.session_id:
                 self.origins[(event.session_id, event.seq)] = (part.key_session,
@@ -83,7 +87,7 @@ class SealedContentOpener:
             event = decode(payload)
             try:
                 return self.open(event)
-            except MovedCiphertext as exc:
+            except ContentUnavailable as exc:
                 raise CorruptRecord(
                     f"session {event.session_id!r} seq {event.seq}: {exc}") from exc
         return decode_and_open

@@ -3,17 +3,18 @@
 Deleting a session (or some of its data classes) is **crypto-shredding** plus purging:
 
 1. refuse under a legal hold on the session or its tenant (:class:`LegalHold`);
-2. destroy the session's data keys of the classes (the key store keeps a tombstone):
+2. take the session's lease (fencing a live writer: its later writes are rejected as a
+   zombie's) and destroy its data keys of the classes (the key store keeps a tombstone):
    its content in Kafka — every replica, every backup — and in attachments can no
    longer be opened; readers get the defined placeholders;
-3. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
-   the session's log; it is metadata, so it stays readable. The deletion takes the
-   session's lease (fencing a live writer: its later writes are rejected as a zombie's);
-4. purge the session's Redis rows (every generation), its change streams and its entries
-   in the tenant's change feed, its session-index entries, lease and offset index, and
-   (for ``raw``) its attachments. The fencing epoch and the key tombstones stay. The
-   projection processor folds the audit event into a metadata-only row (placeholders
-   in place of content) — the same row a replay builds.
+3. purge the session's content from Redis: the views and states of every generation,
+   its change streams, its entries in the tenant's change feed and session index, its
+   lease, and (for ``raw``) its attachments. Kept: each row's admission state and
+   watermark, the fencing epoch, the writer's offset index, the key tombstones;
+4. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
+   the session's log; it is metadata, so it stays readable. The projection processor,
+   meeting it, refolds the session from the log — content as placeholders — the same
+   row a replay builds.
 
 Deleting a session never undoes what its tools did in other systems (seed §4.3): the
 report says so, and lists the operation ids to follow up.
@@ -30,7 +31,7 @@ from typing import Any
 
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
-from sessionstream.core.rows import CHANGE_FIELD, KeySpace
+from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
 from sessionstream.governance.keys import Hold, KeyStore
 
 log = logging.getLogger(__name__)
@@ -141,13 +142,16 @@ class Governance:
                 if e.type == "tool/result" and e.data.get("operation_id")})
             done = self.store.shred(self.tenant, session_id, tuple(classes), principal=who,
                                     reason=reason or scope)
+            # Purge first: the processor that folds the audit event then finds no
+            # content to keep and refolds the session from the log (placeholders).
+            redis_keys, feed = self.purge_redis(session_id)
             audit = writer.append("session/shred", {
                 "classes": [c.value for c in classes], "scope": scope, "principal": who,
                 "reason": reason, "shredded_at": self._clock()})
             writer.flush(30)
         finally:
             writer.close()
-        redis_keys, feed = self.purge_redis(session_id)
+        redis_keys += self.redis.delete(self.keys.lease(session_id))  # released just now
         blobs = 0
         if DataClass.RAW in classes and self.cfg.cipher is not None and \
                 self.cfg.attachment_dir is not None:
@@ -163,17 +167,26 @@ class Governance:
                               blobs, operation_ids)
 
     def purge_redis(self, session_id: str) -> tuple[int, int]:
-        """Delete the session's rows, streams, index entries, lease and offset index.
+        """Purge the session's content from Redis: views and states of every generation,
+        its change streams, its session-index and tenant change-feed entries, its lease.
 
-        Keeps the fencing epoch and the data-key tombstones. Returns (keys deleted,
-        tenant change-feed entries deleted).
+        Kept (metadata, needed to fold the audit event in order): each row's admission
+        state, watermark and meta, the fencing epoch, the writer's offset index and the
+        data-key tombstones. Returns (keys and fields deleted, feed entries deleted).
         """
         r = self.redis
-        keep = {self.keys.epoch(session_id), self.keys.data_keys(session_id)}
-        pattern = self.keys.session_key(session_id, "*")
-        doomed = [k for k in (_text(k) for k in r.scan_iter(match=_glob_escape(pattern),
-                                                              count=500)) if k not in keep]
-        deleted = r.delete(*doomed) if doomed else 0
+        deleted = 0
+        for key in (_text(k) for k in r.scan_iter(
+                match=_glob_escape(self.keys.session_key(session_id, "*")), count=500)):
+            what = key[len(self.keys.session_key(session_id, "")):]
+            if what.startswith("changes:") or what == "lease":
+                deleted += r.delete(key)
+            elif what.startswith("g") and what[1:].isdigit():
+                fields = [f for f in (_text(f) for f in r.hkeys(key))
+                          if f.startswith((SessionRow.VIEW, SessionRow.STATE,
+                                           SessionRow.STATE_VERSION))]
+                if fields:
+                    deleted += r.hdel(key, *fields)
         for key in r.scan_iter(match=_glob_escape(self.keys.tenant_key("sessions:g")) + "*"):
             r.zrem(key, session_id)
         feed = 0

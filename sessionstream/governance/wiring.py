@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore, KeyStore, RedisKeyStore, TenantKeys
+from sessionstream.governance.opener import SealedContentOpener
 
 
 def tenant_keys(settings: Settings) -> TenantKeys:
@@ -33,3 +35,14 @@ def key_store(settings: Settings, redis_client: Any = None) -> KeyStore:
 def content_cipher(settings: Settings, store: KeyStore | None = None) -> ContentCipher:
     return ContentCipher(store or key_store(settings), settings.tenant,
                          enabled=settings.encryption)
+
+
+def content_opener(settings: Settings, store: KeyStore | None = None) -> SealedContentOpener:
+    """The reader pipeline's opening stage for the settings' tenant (always on: a tenant
+    that opted out still has sealed history to read)."""
+    return SealedContentOpener(ContentCipher(store or key_store(settings), settings.tenant))
+
+
+def reader_pipeline(settings: Settings, store: KeyStore | None = None) -> ReaderPipeline:
+    """The default reader pipeline with the tenant's content opener."""
+    return ReaderPipeline.default(opener=content_opener(settings, store))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -164,12 +164,19 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
                  and e.data["compaction_id"] == summary.data["compaction_id"])
     browser.get(f"{url}#s={compacted}")
     browser.refresh()
-    link = wait(browser, "the compaction history link", lambda d: d.find_elements(
-        By.CSS_SELECTOR, "a.evidence-link"))[0]
     wait(browser, "the timeline", lambda d: d.find_elements(By.ID, f"tl-seq-{start.seq}"))
     shadowed = summary.data["shadowed_seqs"]
-    assert str(shadowed[0]) in link.text
-    link.click()
+
+    def click_link(d: Any) -> bool:  # the live page may redraw between find and click
+        try:
+            link = d.find_elements(By.CSS_SELECTOR, "a.evidence-link")[0]
+            assert str(shadowed[0]) in link.text
+            link.click()
+            return True
+        except (IndexError, StaleElementReferenceException):
+            return False
+
+    wait(browser, "the compaction history link", click_link)
     wait(browser, "the evidence highlighted", lambda d: "evidence" in d.find_element(
         By.ID, f"tl-seq-{start.seq}").get_attribute("class"))
     marked = [int(r.get_attribute("data-seq")) for r in

@@ -67,3 +67,23 @@ def test_refuses_an_existing_unsafe_events_topic(
     assert events in out
     assert complaint in out
     assert "will not reuse it" in out
+
+
+def test_a_topic_just_created_is_awaited_until_its_metadata_shows_and_a_missing_one_is_named(
+    kafka_admin: AdminClient,
+) -> None:
+    from producers.topics import TopicError, visible_metadata
+
+    name = f"sstest.ensure.{uuid.uuid4().hex[:10]}"
+    futures = kafka_admin.create_topics([NewTopic(name, num_partitions=3,
+                                                  replication_factor=1)])
+    futures[name].result(30)  # created: its metadata may still be on its way
+    try:
+        meta = visible_metadata(kafka_admin, name, timeout=30)
+        assert len(meta.partitions) == 3
+        assert all(p.leader >= 0 for p in meta.partitions.values())
+    finally:
+        for fut in kafka_admin.delete_topics([name]).values():
+            fut.result(30)
+    with pytest.raises(TopicError, match=f"{name}.missing' is not visible after ensure"):
+        visible_metadata(kafka_admin, f"{name}.missing", timeout=1)

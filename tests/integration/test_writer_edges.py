@@ -272,3 +272,17 @@ def test_a_forked_child_builds_its_own_producer(writer_cfg: WriterConfig) -> Non
     parent.close()
     assert len(read_log(writer_cfg, sid).admitted) == 10
     assert len(read_log(writer_cfg, parent.session_id).admitted) == 10
+
+
+def test_read_log_with_no_broker_fails_fast_like_the_writers_probe(
+    writer_cfg: WriterConfig,
+) -> None:
+    """Bounded by librdkafka's "all brokers down", not by the (long) read timeout."""
+    w = SessionWriter.create(writer_cfg)
+    w.close()
+    for use_index in (True, False):  # from the index's partition, or from the key hash
+        t0 = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match=f"{CLOSED}.*no Kafka broker"):
+            read_log(replace(writer_cfg, bootstrap=CLOSED), w.session_id,
+                     use_index=use_index, timeout=120)
+        assert time.monotonic() - t0 < 30  # a bound (the read timeout is 120 s), not a speed
