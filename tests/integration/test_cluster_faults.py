@@ -91,6 +91,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.up()
         yield local
     finally:
+        from producers.kafka import POOL
+
+        POOL.close_all(1.0)  # the writers' pooled producers: they would dial the dead nodes
         local.down()
 
 
