@@ -6,10 +6,16 @@ PY := $(VENV)/bin/python
 SS := $(VENV)/bin/sessionstream
 STAMP := $(VENV)/.installed
 
-.PHONY: help install up down status logs topics demo dashboard dashboard-stop test unit integration lint clean
+.PHONY: help install native up down status logs topics demo dashboard dashboard-stop test unit integration lint clean
 
 help:
 	@echo "make demo | dashboard | dashboard-stop | test | unit | lint | up | down | status | logs | topics | clean"
+
+# The native fold extension (native/, Rust + PyO3, built by maturin). Cargo keeps its
+# target dir in native/target, so a rebuild after an edit is incremental.
+NATIVE_STAMP := $(VENV)/.native
+NATIVE_ENV := PATH="$(abspath $(VENV))/bin:$$HOME/.cargo/bin:$$PATH" \
+	CARGO_TARGET_DIR="$(abspath native/target)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +23,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-install: $(STAMP)
+$(NATIVE_STAMP): $(STAMP) native/Cargo.toml native/pyproject.toml $(wildcard native/src/*.rs)
+	@$(NATIVE_ENV) command -v cargo >/dev/null || { echo "the native fold needs Rust's \
+	cargo (rustup.rs, or Debian's cargo); SESSIONSTREAM_FOLD=python runs without it" >&2; exit 1; }
+	$(NATIVE_ENV) $(PY) -m pip install -q --no-build-isolation ./native
+	@touch $(NATIVE_STAMP)
+
+native: $(NATIVE_STAMP)
+
+install: $(STAMP) $(NATIVE_STAMP)
 
 up: $(STAMP)
 	$(SS) up
@@ -46,12 +60,12 @@ dashboard: $(STAMP)
 dashboard-stop: $(STAMP)
 	$(SS) dashboard --stop
 
-unit: $(STAMP)
+unit: $(STAMP) $(NATIVE_STAMP)
 	$(PY) -m pytest tests/unit
 
 # Starts what is not running, runs unit + integration tests, stops only what it started.
 # pytest's exit status is kept; 5 ("no tests collected") counts as a failure.
-test: $(STAMP)
+test: $(STAMP) $(NATIVE_STAMP)
 	@started=$$(mktemp); \
 	if $(SS) up --started-file $$started; then \
 	  $(PY) -m pytest --durations=5 tests/unit tests/integration; rc=$$?; \
@@ -64,6 +78,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(NATIVE_ENV) cargo test -q --release --manifest-path native/Cargo.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -37,7 +37,7 @@ from sessionstream.core.events import CountingClock, Event, SequentialIds
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.session import Session
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.streams_helpers import produce, read_topic
@@ -98,8 +98,7 @@ def measure(driver: Any, url: str, selector: str, runs: int) -> float:
 
 def serve(settings: Settings, prefix: str, topic: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
-    env = {**os.environ, "SESSIONSTREAM_KEY_PREFIX": prefix,
-           "SESSIONSTREAM_EVENTS_TOPIC": topic}
+    env = {**os.environ, Env.KEY_PREFIX: prefix, Env.EVENTS_TOPIC: topic}
     proc = subprocess.Popen([sys.executable, "-m", "sessionstream.cli.main", "dashboard",
                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -6,9 +6,9 @@ For each engine: a worker projects a small fleet, is SIGKILLed, new sessions are
 produced, and the worker is started again; the figure is the time from the restart to
 every new session being in Redis. Measured in the same run for two memberships:
 
-- ``dynamic``: no ``SESSIONSTREAM_WORKER_INSTANCE`` — the dead member keeps its
+- ``dynamic``: no worker instance setting — the dead member keeps its
   partitions until the group's session timeout expires (the baseline);
-- ``static``: ``SESSIONSTREAM_WORKER_INSTANCE`` set (``group.instance.id``): the
+- ``static``: the worker instance setting given (``group.instance.id``): the
   restarted worker takes its own partitions back at once.
 
 Also: the time to the first progress of a worker started on a group nobody held (the
@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sessionstream.core.codec import encode
 from sessionstream.core.rows import KeySpace
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
 
 
@@ -83,11 +83,10 @@ def one(s: Settings, engine: str, static: bool, admin: AdminClient,
     for f in admin.create_topics([NewTopic(topic, 4, 1), NewTopic(dlq, 4, 1)]).values():
         f.result(30)
     prefix = f"ssbench-{run}"
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "SESSIONSTREAM_EVENTS_TOPIC": topic,
-           "SESSIONSTREAM_DLQ_TOPIC": dlq, "SESSIONSTREAM_STREAMS_GROUP": f"g-{run}",
-           "SESSIONSTREAM_KEY_PREFIX": prefix}
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), Env.EVENTS_TOPIC: topic,
+           Env.DLQ_TOPIC: dlq, Env.STREAMS_GROUP: f"g-{run}", Env.KEY_PREFIX: prefix}
     if static:
-        env["SESSIONSTREAM_WORKER_INSTANCE"] = f"bench-{run}"
+        env[Env.WORKER_INSTANCE] = f"bench-{run}"
     keys = KeySpace(s.tenant, prefix)
     procs: list[subprocess.Popen[bytes]] = []
     try:

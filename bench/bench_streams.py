@@ -11,7 +11,7 @@ Prints, measured in the same run over the same topic:
    the producer in its own process (bench/lat_producer.py, the writers' producer config)
    and a per-stage breakdown (produce -> broker ack -> consumed -> folded -> Redis
    written -> feed read; the kafka engine writes its stage times when
-   SESSIONSTREAM_TRACE_STAGES names a file); ratio to the log's own produce->consumed.
+   the trace_stages setting names a file); ratio to the log's own produce->consumed.
 Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards.
 """
 
@@ -39,7 +39,7 @@ from redis.asyncio import Redis
 
 from sessionstream.core.codec import encode
 from sessionstream.core.rows import KeySpace, SessionRow
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
 from streams.replay import replay
 
@@ -89,9 +89,9 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     feed reader in this one, the worker in a third; stage times are wall clock."""
     tmp = tempfile.mkdtemp(prefix="ssbench-")
     trace_path, sent_path = os.path.join(tmp, "trace.jsonl"), os.path.join(tmp, "sent.json")
-    wenv = {**env, "SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_DLQ_TOPIC": dlq,
-            "SESSIONSTREAM_STREAMS_GROUP": group, "SESSIONSTREAM_KEY_PREFIX": prefix,
-            "SESSIONSTREAM_TRACE_STAGES": trace_path}
+    wenv = {**env, Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: dlq,
+            Env.STREAMS_GROUP: group, Env.KEY_PREFIX: prefix,
+            Env.TRACE_STAGES: trace_path}
     w = subprocess.Popen(worker_cmd(engine), env=wenv,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(w)
@@ -198,7 +198,7 @@ def main() -> None:
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
     try:
-        env = {**os.environ, "SESSIONSTREAM_LOGLEVEL": "warning"}
+        env = {**os.environ, Env.LOGLEVEL: "warning"}
         if not args.latency_only:
             events = make_events(args.events)
             p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20, "log_level": 3})
@@ -212,10 +212,10 @@ def main() -> None:
             raw = raw_consume(s.kafka_bootstrap, topic, len(events))
             print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
-            env.update(SESSIONSTREAM_EVENTS_TOPIC=topic, SESSIONSTREAM_DLQ_TOPIC=lat_topic)
+            env.update({Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: lat_topic})
             for engine in engines:
-                env.update(SESSIONSTREAM_STREAMS_GROUP=f"bench-{engine}-{tag}",
-                           SESSIONSTREAM_KEY_PREFIX=f"{prefix}-{engine}")
+                env.update({Env.STREAMS_GROUP: f"bench-{engine}-{tag}",
+                            Env.KEY_PREFIX: f"{prefix}-{engine}"})
                 w = subprocess.Popen(worker_cmd(engine), env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(w)

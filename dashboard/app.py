@@ -30,6 +30,7 @@ from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from dashboard.timeline import TimelineSource
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
+from sessionstream.core.settings import Env
 from streams.read import current_generation, list_sessions, read_views
 
 log = logging.getLogger("sessionstream.dashboard")
@@ -91,7 +92,7 @@ def create_app(config: DashboardConfig) -> web.Application:
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:
     return (f"cannot reach Redis ({type(exc).__name__}); start it with `sessionstream up` "
-            "or point SESSIONSTREAM_REDIS_URL at a running server")
+            f"or point {Env.REDIS_URL} at a running server")
 
 
 @web.middleware

@@ -12,6 +12,10 @@ from urllib.parse import urlsplit
 
 import click
 
+from sessionstream.cli.context import settings as process_settings
+from sessionstream.cli.context import unreachable
+from sessionstream.core.settings import Env
+
 
 def _redacted(url: str) -> str:
     """The Redis URL without credentials, for messages."""
@@ -36,9 +40,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     Reads only Redis (the projections the worker writes), in the generation readers
     use; updates live from the tenant's change feed.
     """
-    from sessionstream.core.settings import Settings
-
-    settings = Settings.from_env()
+    settings = process_settings()
     if detach or stop:
         _background(settings.state_dir, host, port, stop=stop)
         return
@@ -53,9 +55,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     try:
         redisconn.from_settings(settings, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
-        raise click.ClickException(
+        raise unreachable(
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
-            "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
+            f"`sessionstream up` or set {Env.REDIS_URL}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
                              keys=settings.keys,

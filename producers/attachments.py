@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from producers.errors import AttachmentError
+from sessionstream.core.settings import Env
 
 DEFAULT_SPILL_THRESHOLD = 256 * 1024
 #: Characters of the content kept in the event as head and tail.
@@ -82,7 +83,7 @@ def write_atomically(target: Path, data: bytes) -> None:
     except OSError as exc:
         raise AttachmentError(
             f"cannot write attachment {target.name} under the attachment directory: {exc}; "
-            "check SESSIONSTREAM_ATTACHMENT_DIR exists and is writable"
+            f"check {Env.ATTACHMENT_DIR} exists and is writable"
         ) from exc
 
 

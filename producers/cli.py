@@ -12,7 +12,9 @@ import click
 
 from producers.compaction_watch_cli import compactor_cmd
 from sessionstream.cli.compaction import budget_option, compaction_options, echo_report
+from sessionstream.cli.context import command_error, settings
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Settings
 
 
 @click.command("fleet")
@@ -33,17 +35,16 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
     from producers.fleet import run_fleet
     from producers.writer import WriterConfig
-    from sessionstream.core.settings import Settings
 
     try:
-        settings = Settings.from_env()
-        _ensure_topics(settings)
+        s = settings()
+        _ensure_topics(s)
         summary = run_fleet(
-            WriterConfig.from_settings(settings), agents=agents, sessions=sessions,
+            WriterConfig.from_settings(s), agents=agents, sessions=sessions,
             turns=turns, crash_rate=crash_rate, seed=seed, progress=not no_progress,
         )
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
     if as_json:
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:
@@ -60,10 +61,10 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         raise SystemExit(1)
 
 
-def _ensure_topics(settings: object) -> None:
+def _ensure_topics(s: Settings) -> None:
     from producers.topics import admin_client, ensure_topics, tenant_topics
 
-    ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))  # type: ignore[attr-defined, arg-type]
+    ensure_topics(admin_client(s.kafka_bootstrap), tenant_topics(s))
 
 
 @click.command("compact")
@@ -78,15 +79,14 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
     """
     from producers.compactor import Compactor
     from producers.writer import WriterConfig
-    from sessionstream.core.settings import Settings
 
     b = budget_option(budget, keep_recent)
     try:
-        cfg = WriterConfig.from_settings(Settings.from_env())
+        cfg = WriterConfig.from_settings(settings())
         report = Compactor(cfg, budget=b).compact(
             session_id, trigger=None if trigger == "auto" else trigger)
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
     echo_report(report.to_json(), as_json)
     if report.outcome in ("failed", "abandoned"):
         raise SystemExit(1)

@@ -1,7 +1,7 @@
 """``sessionstream compactor``: the automatic compaction trigger (see ``compaction_watch``).
 
 Registered by ``producers.cli.register``; clients are imported inside the command.
-Honours ``SESSIONSTREAM_KEY_PREFIX`` and ``SESSIONSTREAM_EVENTS_TOPIC`` like the worker.
+Honours the key prefix and events topic settings like the worker.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from sessionstream import redisconn
+from sessionstream.cli.context import command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Settings
 
 
 @click.command("compactor")
@@ -43,9 +45,9 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
     if cooldown < 0:
         raise click.BadParameter("must be >= 0", param_hint="--cooldown")
     try:
-        summary = asyncio.run(_run(b, cooldown, once))
+        summary = asyncio.run(_run(settings(), b, cooldown, once))
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -56,14 +58,13 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
         raise SystemExit(1)
 
 
-async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
+async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
+               ) -> dict[str, Any]:
     from redis import exceptions as rexc
 
     from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
-    from sessionstream.core.settings import Settings
 
-    settings = Settings.from_env()
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
     # the worker writes and takes leases under the same prefix.
     cfg = WriterConfig.from_settings(settings)
@@ -79,7 +80,7 @@ async def _run(budget: Any, cooldown: float, once: bool) -> dict[str, Any]:
             loop.add_signal_handler(sig, stop.set)
         return (await watcher.run(stop)).to_json()
     except (rexc.ConnectionError, rexc.TimeoutError) as exc:
-        raise click.ClickException(
+        raise unreachable(
             f"Redis at {settings.redis_url} unavailable ({type(exc).__name__}); "
             "is it running (`sessionstream status`)?") from exc
     finally:

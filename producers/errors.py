@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import KafkaError
 
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Env
 
 
 class ProducerError(SessionStreamError):
@@ -60,7 +61,7 @@ class KafkaProducerError(ProducerError):
 
 class BrokerUnavailable(KafkaProducerError):
     hint = (
-        "no Kafka broker answered: check SESSIONSTREAM_KAFKA_BOOTSTRAP and that Kafka runs "
+        f"no Kafka broker answered: check {Env.KAFKA_BOOTSTRAP} and that Kafka runs "
         "(`sessionstream status`, `sessionstream up`)"
     )
 
@@ -187,7 +188,7 @@ class RedisUnavailable(LeaseError):
         where = f" at {redacted_url(url)}" if url else ""
         super().__init__(
             f"Redis (lease store and session index){where} failed during {what}: check "
-            "SESSIONSTREAM_REDIS_URL and that Redis runs (`sessionstream status`)"
+            f"{Env.REDIS_URL} and that Redis runs (`sessionstream status`)"
         )
 
 
@@ -205,7 +206,7 @@ class LeaseExpired(RedisUnavailable):
             f"{unrenewed_ms} ms, past its {ttl_ms} ms TTL, because Redis"
             f"{' at ' + redacted_url(url) if url else ''} is unreachable: another writer "
             "may hold the session now, so this append was refused (nothing produced). "
-            "Bring Redis back (SESSIONSTREAM_REDIS_URL, `sessionstream status`): the next "
+            f"Bring Redis back ({Env.REDIS_URL}, `sessionstream status`): the next "
             "append renews the lease if it is still ours, else raises Fenced — or open() "
             "the session anew",
         )

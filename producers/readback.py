@@ -182,7 +182,10 @@ def scan_session(
                 # A topic created a moment ago may have no partition leader yet
                 # (NOT_LEADER_FOR_PARTITION, retriable): retry within the timeout.
                 err = exc.args[0]
-                transient = err.retriable() or err.code() in _LEADER_CODES
+                # _TIMED_OUT: one short slice expired (a busy broker); the deadline and
+                # the all-brokers-down check decide when to give up.
+                transient = (err.retriable() or err.code() in _LEADER_CODES
+                             or err.code() == KafkaError._TIMED_OUT)
                 if not transient or time.monotonic() > deadline:
                     raise BrokerUnavailable(
                         f"watermarks of {topic}[{partition}] from {bootstrap}: {exc}",

@@ -261,6 +261,11 @@ class SessionWriter:
             proof = AdmissionProof.after(rb)
             for attempt in range(1, RESUME_ATTEMPTS + 1):
                 session = Session.from_events(admitted, catalog=catalog, clock=clock, ids=ids)
+                if session.max_epoch > lease.epoch:  # a newer writer wrote while we read
+                    raise ResumeRaceLost(
+                        session_id, lease.epoch,
+                        f"epoch {session.max_epoch} took the session and wrote before this "
+                        "resume could")
                 session.set_writer(writer)
                 if not repair:
                     return cls(session, lease, edges, readback=rb, proof=proof)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,9 @@ from sessionstream.core.settings import (
     DEFAULT_KAFKA_CONTROLLER_PORT,
     DEFAULT_KAFKA_PORT,
     DEFAULT_REDIS_PORT,
+    Env,
+    Settings,
+    SettingsError,
     project_root,
 )
 
@@ -61,26 +64,14 @@ class StackConfig:
     pom: Path = field(default_factory=lambda: project_root() / "deploy" / "local" / "pom.xml")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> StackConfig:
-        """Read ``SESSIONSTREAM_STATE_DIR`` and the ``SESSIONSTREAM_*_PORT`` variables."""
-        env = os.environ if env is None else env
-
-        def port(name: str, default: int) -> int:
-            raw = env.get(name) or str(default)
-            if not raw.isdigit() or not 0 < int(raw) < 65536:
-                raise LocalStackError(f"{name}={raw!r} is not a TCP port (1-65535)")
-            return int(raw)
-
+    def from_settings(cls, settings: Settings) -> StackConfig:
+        """The local stack the process's settings describe (state dir, ports, jar cache)."""
         cfg = cls(
-            state_dir=Path(env.get("SESSIONSTREAM_STATE_DIR") or project_root() / ".state"),
-            kafka_port=port("SESSIONSTREAM_KAFKA_PORT", DEFAULT_KAFKA_PORT),
-            controller_port=port(
-                "SESSIONSTREAM_KAFKA_CONTROLLER_PORT", DEFAULT_KAFKA_CONTROLLER_PORT
-            ),
-            redis_port=port("SESSIONSTREAM_REDIS_PORT", DEFAULT_REDIS_PORT),
-            cache_dir=Path(
-                env.get("SESSIONSTREAM_CACHE_DIR") or Path.home() / ".cache" / "sessionstream"
-            ),
+            state_dir=settings.state_dir,
+            kafka_port=settings.kafka_port,
+            controller_port=settings.kafka_controller_port,
+            redis_port=settings.redis_port,
+            cache_dir=settings.cache_dir,
         )
         ports = [cfg.kafka_port, cfg.controller_port, cfg.redis_port]
         if len(set(ports)) != 3:
@@ -367,8 +358,8 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     if pid is not None:
         echo(f"kafka: already running (pid {pid}, port {cfg.kafka_port})")
         return False
-    check_port_free(cfg.kafka_port, "Kafka", "SESSIONSTREAM_KAFKA_PORT")
-    check_port_free(cfg.controller_port, "Kafka controller", "SESSIONSTREAM_KAFKA_CONTROLLER_PORT")
+    check_port_free(cfg.kafka_port, "Kafka", Env.KAFKA_PORT)
+    check_port_free(cfg.controller_port, "Kafka controller", Env.KAFKA_CONTROLLER_PORT)
     java = require_java(echo)
     lib = kafka_lib(cfg, echo)
     home = cfg.dir("kafka")
@@ -486,7 +477,7 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
     if pid is not None:
         echo(f"redis: already running (pid {pid}, port {cfg.redis_port})")
         return False
-    check_port_free(cfg.redis_port, "Redis", "SESSIONSTREAM_REDIS_PORT")
+    check_port_free(cfg.redis_port, "Redis", Env.REDIS_PORT)
     server = require_redis(echo)
     cfg.data_dir("redis").mkdir(parents=True, exist_ok=True)
     conf = cfg.dir("redis") / "redis.conf"
@@ -612,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     try:
-        cfg = StackConfig.from_env()
+        cfg = StackConfig.from_settings(Settings.from_env())  # this process's entry point
         if args.cmd == "up":
             up(cfg, echo, fresh=args.fresh)
         elif args.cmd == "down":
@@ -627,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{r.name}: {state}, port {r.port}")
         else:
             logs(cfg, echo)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except LocalStackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

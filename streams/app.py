@@ -24,13 +24,15 @@ from typing import Any
 import faust
 
 from sessionstream.core.pipeline import Record
+from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.processor import Processor
 from streams.worker import EXIT_BUG, EXIT_CONFIG, WorkerConfig, build_processor, check_topics
 
 log = logging.getLogger("sessionstream.streams.worker")
 
-cfg = WorkerConfig.from_env()
+# This module is the faust worker process's composition root: faust loads it by name.
+cfg = WorkerConfig.from_settings(Settings.from_env())
 app = faust.App(
     cfg.group,
     broker=f"kafka://{cfg.settings.kafka_bootstrap}",

@@ -7,6 +7,7 @@ inside the commands, so the rest of the CLI starts without Kafka, Redis or faust
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -16,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from sessionstream import redisconn
+from sessionstream.cli.context import command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import ENGINES, Env
 
 T = TypeVar("T")
 
@@ -25,12 +27,13 @@ T = TypeVar("T")
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from sessionstream.core.settings import Settings
+    from sessionstream import redisconn
 
-    settings = Settings.from_env()
+    s = settings()
+    url = s.redis_url
 
     async def run() -> T:
-        redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
+        redis = redisconn.from_settings(s, asyncio=True, decode_responses=True)
         try:
             return await fn(redis)
         finally:
@@ -39,28 +42,28 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
     try:
         return asyncio.run(run())
     except RedisConnectionError as exc:
-        raise click.ClickException(
-            f"cannot reach Redis at {settings.redis_url} ({exc}); start it with "
-            "`sessionstream up` or set SESSIONSTREAM_REDIS_URL") from exc
+        raise unreachable(
+            f"cannot reach Redis at {url} ({exc}); start it with "
+            f"`sessionstream up` or set {Env.REDIS_URL}") from exc
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
 
 
 @click.command("worker")
 @click.option("--loglevel", "-l", default="info",
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
-@click.option("--engine", default=lambda: os.environ.get("SESSIONSTREAM_ENGINE") or "faust",
-              type=click.Choice(["faust", "kafka"]), show_default="faust",
+@click.option("--engine", default=None, type=click.Choice(list(ENGINES)),
               help="faust worker, or a confluent-kafka consumer loop driving the same "
                    "processor (several times faster, see docs/adr/0003-faust-limits.md); "
-                   "env SESSIONSTREAM_ENGINE")
-def worker_cmd(loglevel: str, engine: str) -> None:
+                   f"default: {Env.ENGINE} or faust")
+def worker_cmd(loglevel: str, engine: str | None) -> None:
     """Run the projection processor for the tenant's events topic."""
-    if engine == "kafka":
+    s = settings()
+    if (engine or s.engine) == "kafka":
         levels = {"crit": "critical", "warn": "warning"}
         from streams.engine_kafka import main
 
-        main(levels.get(loglevel, loglevel))
+        main(dataclasses.replace(s, log_level=levels.get(loglevel, loglevel)))
         return
     os.execvp(sys.executable, [sys.executable, "-m", "faust", "-A", "streams.app:app",
                                "worker", "--without-web", "-l", loglevel])
@@ -72,10 +75,9 @@ def worker_cmd(loglevel: str, engine: str) -> None:
 @click.option("--view", "only", multiple=True, help="Only these views (repeatable).")
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
-    from sessionstream.core.settings import Settings
     from streams.read import read_views
 
-    keys = Settings.from_env().keys
+    keys = settings().keys
     tenant = keys.tenant
     snap = _with_redis(lambda r: read_views(r, keys, session_id))
     if snap is None:
@@ -101,10 +103,9 @@ def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
 def sessions_cmd(as_json: bool, limit: int) -> None:
     """Sessions by last activity, from the session index (never reads a log)."""
-    from sessionstream.core.settings import Settings
     from streams.read import list_sessions
 
-    keys = Settings.from_env().keys
+    keys = settings().keys
     rows = _with_redis(lambda r: list_sessions(r, keys, limit=limit))
     if as_json:
         click.echo(json.dumps(rows, indent=2, sort_keys=True))
@@ -132,27 +133,26 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
-    from sessionstream.core.settings import Settings
     from sessionstream.governance.wiring import reader_pipeline
     from streams.replay import ReplayReport, replay
 
-    settings = Settings.from_env()
-    topic = settings.events_topic
+    s = settings()
+    topic = s.events_topic
     ms = _parse_time(from_time) if from_time else None
 
     def show(r: ReplayReport) -> None:
         click.echo(f"replay g{r.generation}: {r.events} events, {r.rate:,.0f} events/s", err=True)
 
     report = _with_redis(lambda redis: replay(
-        bootstrap=settings.kafka_bootstrap, redis=redis, keys=settings.keys, topic=topic,
+        bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(settings)))
+        pipeline=reader_pipeline(s), fold=s.fold))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return
     click.echo(f"generation {report.generation} built from {report.start}: {report.events} "
                f"events in {report.seconds:.1f}s ({report.rate:,.0f}/s), "
-               f"{report.sessions} sessions")
+               f"{report.sessions} sessions ({report.fold} fold)")
     click.echo(f"compared with live generation {report.live_generation}: {report.equal} equal, "
                f"{len(report.different)} different, {len(report.not_comparable)} at another seq")
     click.echo("readers switched to the new generation" if report.switched

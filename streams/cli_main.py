@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from sessionstream.cli.context import GuardedGroup
 from streams.cli import register
 
 
-@click.group()
+@click.group(cls=GuardedGroup)
 def main() -> None:
     """sessionstream read side: worker, views, sessions, replay."""
 

@@ -38,14 +38,13 @@ class DemoResult:
     compaction: dict[str, Any] | None = None
 
 
-def run_demo(*, agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
-             timeout_s: float, echo: Echo) -> DemoResult:
+def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
+             crash_rate: float, seed: int, timeout_s: float, echo: Echo) -> DemoResult:
     """Run the pipeline end to end and return what Redis holds for the fleet's sessions."""
     from producers.fleet import run_fleet
     from producers.topics import admin_client, ensure_topics, tenant_topics
     from producers.writer import WriterConfig
 
-    settings = Settings.from_env()
     echo(f"topics: ensuring {settings.events_topic} and its dead-letter topic")
     ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))
 

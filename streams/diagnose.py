@@ -4,7 +4,7 @@ Live (``SESSION``): the admitted log and its rejections from Kafka (``read_log``
 same admission rule every reader applies), the projection row, its unit state
 versions and quarantine, the session index and the writer's lease/offset index from
 Redis. Offline (``--file FILE``): the log, surface and request checks only.
-Exit 0: no problem; 1: a problem found (or a server unreachable); 2: bad input.
+Exit 0: no problem; 1: a problem found; 2: bad input; 3: a server unreachable.
 Output names ids, seqs, types and counts, never message content.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from sessionstream import redisconn
+from sessionstream.cli.context import ExitCode, command_error, settings, unreachable
 from sessionstream.core.diagnosis import (
     MATRIX,
     Facts,
@@ -31,8 +32,9 @@ from sessionstream.core.diagnosis import (
 )
 from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.rows import KeySpace, SessionRow, generation_of
+from sessionstream.core.settings import Settings
 
-BAD_INPUT = 2
+BAD_INPUT = ExitCode.BAD_INPUT
 _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
 
 
@@ -44,16 +46,14 @@ def offline_facts(file: Path) -> Facts:
     return Facts(events[0].session_id, events, source=str(file))
 
 
-def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None = None,
-               timeout: float = 30.0) -> Facts | None:
+def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None,
+               topic: str | None = None, timeout: float = 30.0) -> Facts | None:
     """Read everything the diagnosis needs from Kafka and Redis; None: unknown session."""
     import redis
 
     from producers.writer import WriterConfig, read_log
     from sessionstream.core.projections import default_registry
-    from sessionstream.core.settings import Settings
 
-    settings = Settings.from_env()
     prefix = prefix or settings.key_prefix
     keys = KeySpace(settings.tenant, prefix)
     cfg = WriterConfig.from_settings(settings, key_prefix=prefix,
@@ -77,7 +77,7 @@ def live_facts(session_id: str, *, prefix: str | None = None, topic: str | None 
         log_index = bool(r.exists(keys.log_index(session_id)))
         lease_held = bool(r.exists(keys.lease(session_id)))
     except redis.RedisError as exc:
-        raise click.ClickException(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
+        raise unreachable(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
     finally:
         r.close()
     return Facts(
@@ -137,7 +137,8 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
     compaction evidence) → request (header, context snapshots) → projections
     (watermark, state versions, quarantine, indexes). Each check is ok, warning or
     problem, with its evidence and the next command. Exit 0: no problem; 1: problems;
-    2: bad input. Prints ids, seqs, types and counts, never message content.
+    2: bad input; 3: a server unreachable. Prints ids, seqs, types and counts, never
+    message content.
     """
     if (session_id is None) == (file is None):
         click.echo("error: give exactly one of SESSION or --file FILE", err=True)
@@ -147,12 +148,10 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
             facts = offline_facts(file)
         else:
             assert session_id is not None
-            found = live_facts(session_id)
+            found = live_facts(settings(), session_id)
             if found is None:
-                from sessionstream.core.settings import Settings
-
                 click.echo(f"error: session {session_id!r} has no records in tenant "
-                           f"{Settings.from_env().tenant!r}'s events topic "
+                           f"{settings().tenant!r}'s events topic "
                            "(`sessionstream sessions` lists known ids)", err=True)
                 sys.exit(BAD_INPUT)
             facts = found
@@ -160,7 +159,7 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
         click.echo(str(exc), err=True)
         sys.exit(BAD_INPUT)
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
     findings = diagnose(facts)
     if as_json:
         click.echo(json.dumps(report_json(facts, findings), indent=2, ensure_ascii=False))

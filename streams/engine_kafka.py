@@ -26,6 +26,7 @@ import traceback
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from sessionstream.core.pipeline import Record
+from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.processor import Processor
 from streams.trace import StageTrace
@@ -51,7 +52,7 @@ class KafkaEngine:
         self.processor = processor
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.trace = StageTrace.from_env()
+        self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
             processor.on_stage = self.trace.mark
         conf = {
@@ -166,10 +167,11 @@ async def _main(cfg: WorkerConfig) -> None:
     await engine.run()
 
 
-def main(loglevel: str = "info") -> None:
-    logging.basicConfig(level=loglevel.upper(),
+def main(settings: Settings) -> None:
+    """Run the kafka engine with the process's settings (built by the entry point)."""
+    logging.basicConfig(level=settings.log_level.upper(),
                         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
-    cfg = WorkerConfig.from_env()
+    cfg = WorkerConfig.from_settings(settings)
     try:
         check_topics(cfg)
     except TopicMissing as exc:
@@ -178,5 +180,5 @@ def main(loglevel: str = "info") -> None:
     asyncio.run(_main(cfg))
 
 
-if __name__ == "__main__":
-    main(os.environ.get("SESSIONSTREAM_LOGLEVEL", "info"))
+if __name__ == "__main__":  # a process entry point: it builds the settings
+    main(Settings.from_env())

@@ -286,26 +286,70 @@ class Processor:
         async with self._lock:
             report = BatchReport(records=len(records))
             gen, by_session, high = await self._group(records, report)
-            await self._ensure_cursors(gen, by_session)
-            deferred = self._deferred
-            for sid, items in by_session.items():
-                cur = self._cache[sid]
-                folded = self._advance(cur, items, report)
-                if folded is None:
-                    continue
-                new, changed, touched = folded
-                prev = deferred.get(sid)
-                if prev is None:
-                    deferred[sid] = (cur, changed, touched)
-                else:  # still based on the stored cursor; write the union of changes
-                    prev[1].update(changed)
-                    deferred[sid] = (prev[0], prev[1], prev[2] or touched)
-                self._cache[sid] = new
+            await self.fold_sessions(gen, by_session, report)
             await self._send_dead_letters(report, high)
-            for tp, off in high.items():
-                self._unflushed[tp] = max(self._unflushed.get(tp, -1), off)
-                self._progress[tp] = max(self._progress.get(tp, -1), off)
+            self.note_unflushed(high)
             return report
+
+    async def fold_sessions(self, gen: int, by_session: Mapping[str, list[_Item]],
+                            report: BatchReport) -> None:
+        """Fold decoded records by session into the cache for :meth:`flush` (fold's core)."""
+        await self._ensure_cursors(gen, by_session)
+        deferred = self._deferred
+        for sid, items in by_session.items():
+            cur = self._cache[sid]
+            folded = self._advance(cur, items, report)
+            if folded is None:
+                continue
+            new, changed, touched = folded
+            prev = deferred.get(sid)
+            if prev is None:
+                deferred[sid] = (cur, changed, touched)
+            else:  # still based on the stored cursor; write the union of changes
+                prev[1].update(changed)
+                deferred[sid] = (prev[0], prev[1], prev[2] or touched)
+            self._cache[sid] = new
+
+    def note_unflushed(self, high: Mapping[str, int]) -> None:
+        """Partition progress folded in memory, written by the next :meth:`flush`."""
+        for tp, off in high.items():
+            self._unflushed[tp] = max(self._unflushed.get(tp, -1), off)
+            self._progress[tp] = max(self._progress.get(tp, -1), off)
+
+    # -- what the native fold (streams.native_fold) drives ------------------------------
+    async def current_generation(self) -> int:
+        gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
+        if gen != self._gen:
+            self._cache.clear()
+            self._gen = gen
+        return gen
+
+    async def load_progress_of(self, records: Sequence[Record]) -> None:
+        tps = sorted({_tp(r.topic, r.partition) for r in records})
+        missing = [tp for tp in tps if tp not in self._progress]
+        if missing:
+            self._progress.update(await self.sink.load_progress(self.group, missing))
+
+    @property
+    def progress(self) -> Mapping[str, int]:
+        return self._progress
+
+    async def send_dead_letters(self, report: BatchReport, high: dict[str, int]) -> None:
+        await self._send_dead_letters(report, high)
+
+    def decode_item(self, r: Record, report: BatchReport
+                    ) -> tuple[str, Event | UnsupportedFormat] | None:
+        return self._decode(r, report)
+
+    def cursor_from_fields(self, sid: str, partition: int, fields: Mapping[str, str]
+                           ) -> CachedSession:
+        return self._cursor(sid, partition, fields)
+
+    def adopt(self, cur: CachedSession, base: CachedSession, changed: set[str]) -> None:
+        """Take over a session folded elsewhere: ``cur`` as folded, ``base`` as stored,
+        ``changed`` the units to write at the next :meth:`flush`."""
+        self._cache[cur.session_id] = cur
+        self._deferred[cur.session_id] = (base, changed, True)
 
     @property
     def unflushed_sessions(self) -> int:

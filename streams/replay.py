@@ -31,6 +31,7 @@ from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.rows import KeySpace, SessionRow
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
+from streams.native_fold import NativeFold, fold_driver
 from streams.processor import Processor
 from streams.read import current_generation
 from streams.sink import RedisSink, Retry
@@ -51,6 +52,7 @@ class ReplayReport:
     dead_letters: int = 0
     switched: bool = False
     caught_up_after_switch: int = 0
+    fold: str = "python"  # the in-memory fold's path: native or python
 
     @property
     def rate(self) -> float:
@@ -75,9 +77,13 @@ async def replay(
     from_time_ms: int | None = None, switch: bool = True, batch: int = 1000,
     progress: Progress | None = None, progress_every: float = 1.0,
     pipeline: ReaderPipeline | None = None,
-    flush_every: int = 500_000, flush_sessions: int = 50_000,
+    flush_every: int = 500_000, flush_sessions: int = 50_000, fold: str = "auto",
 ) -> ReplayReport:
-    """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``."""
+    """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``.
+
+    ``fold`` (``Settings.fold``): ``auto``/``native``/``python``, the in-memory fold's
+    path (``streams.native_fold``); the catch-up after the switch is the live path.
+    """
     live = await current_generation(redis, keys)
     counter = await redis.incr(keys.generation_counter())
     new = max(int(counter), live + 1)
@@ -89,6 +95,8 @@ async def replay(
     pipeline = pipeline or ReaderPipeline.default()
     proc = Processor(pipeline=pipeline, sink=sink, group=f"replay-g{new}",
                      log_reader=KafkaLogReader(bootstrap), generation=new)
+    driver = fold_driver(proc, fold)
+    report.fold = "native" if isinstance(driver, NativeFold) else "python"
     conf = {"bootstrap.servers": bootstrap,
             "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "enable.partition.eof": False, "log_level": 3}
@@ -105,7 +113,7 @@ async def replay(
         position = {p: o - 1 for p, o in starts.items()}
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
-                           deferred=(flush_every, flush_sessions))
+                           deferred=(flush_every, flush_sessions), folder=driver)
         await _compare(redis, keys, live, new, report, views)
         if switch and from_time_ms is None:
             await redis.set(keys.generation(), new)
@@ -153,9 +161,11 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                        parts: list[int],
                        position: dict[int, int], report: ReplayReport, batch: int,
                        progress: Progress | None, every: float, started: float,
-                       deferred: tuple[int, int] | None = None) -> None:
+                       deferred: tuple[int, int] | None = None,
+                       folder: Processor | NativeFold | None = None) -> None:
     """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
     and flush after that many records or folded sessions, and at the end."""
+    fold = folder or proc
     ends = {p: meta.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
             for p in parts}
     last_report = time.monotonic()
@@ -175,19 +185,19 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
             report.events += len(records)
             report.dead_letters += len(result.dead_letters)
         elif records and deferred is not None:
-            result = await proc.fold(records)
+            result = await fold.fold(records)
             report.events += len(records)
             report.dead_letters += len(result.dead_letters)
             since_flush += len(records)
-            if since_flush >= deferred[0] or proc.unflushed_sessions >= deferred[1]:
-                await proc.flush()
+            if since_flush >= deferred[0] or fold.unflushed_sessions >= deferred[1]:
+                await fold.flush()
                 since_flush = 0
         if progress and time.monotonic() - last_report >= every:
             report.seconds = time.monotonic() - started
             progress(report)
             last_report = time.monotonic()
     if deferred is not None:
-        await proc.flush()
+        await fold.flush()
 
 
 async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,

@@ -31,6 +31,7 @@ from sessionstream.core.rows import (
     generation_of,
     lua,
 )
+from sessionstream.core.settings import Env
 from streams.errors import SinkError
 from streams.ports import SessionWrite, WriteOutcome
 
@@ -116,7 +117,7 @@ class Retry:
                     raise SinkError(
                         f"Redis {what} failed {n} times ({type(exc).__name__}: {exc}); "
                         "check that Redis is running (`sessionstream status`) and "
-                        "SESSIONSTREAM_REDIS_URL points at it"
+                        f"{Env.REDIS_URL} points at it"
                     ) from exc
                 log.warning("Redis %s failed (%s), retry %d in %.2fs", what,
                             type(exc).__name__, n, delay)

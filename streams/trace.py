@@ -1,9 +1,10 @@
 """Per-batch stage times of a worker, for the latency bench (off unless asked for).
 
-``SESSIONSTREAM_TRACE_STAGES=FILE`` makes the kafka engine append one JSON line per
-batch to FILE: the wall-clock time (``time.time()``, shared by every process of the
-machine) at which the batch was consumed, folded (before its Redis writes) and written
-(after the tenant writes), and the offset range per partition it held. The bench joins
+The ``trace_stages`` setting (a file; see docs/operations.md) makes the kafka engine
+append one JSON line per batch to that file: the wall-clock time (``time.time()``,
+shared by every process of the machine) at which the batch was consumed, folded (before
+its Redis writes) and written (after the tenant writes), and the offset range per
+partition it held. The bench joins
 it with the producer's send/ack times and the feed reader's times by (partition,
 offset). Only offsets and times are written: never session content.
 """
@@ -11,14 +12,12 @@ offset). Only offsets and times are written: never session content.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
-from streams.ports import Record
-
-TRACE_ENV = "SESSIONSTREAM_TRACE_STAGES"
+from sessionstream.core.pipeline import Record
 
 
 class StageTrace:
@@ -27,9 +26,9 @@ class StageTrace:
         self._batch: dict[str, object] = {}
 
     @classmethod
-    def from_env(cls) -> StageTrace | None:
-        path = os.environ.get(TRACE_ENV)
-        return cls(path) if path else None
+    def open(cls, path: Path | None) -> StageTrace | None:
+        """A trace appending to ``path``; None (no tracing) without one."""
+        return cls(str(path)) if path else None
 
     def consumed(self, records: Sequence[Record]) -> None:
         ranges: dict[int, list[int]] = {}

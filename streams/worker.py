@@ -1,27 +1,23 @@
-"""The worker's composition root, shared by both engines (faust and kafka).
+"""The worker's wiring, shared by both engines (faust and kafka).
 
-Configured by ``Settings.from_env()`` plus, for the worker only:
+Configured by the process's ``Settings`` (built once by the entry point and passed
+in): the consumer group, key prefix, topics, batch size and wait, and how many
+sessions each convergence step checks after a ``state_version`` bump (the variables
+are listed in the README).
 
-- ``SESSIONSTREAM_STREAMS_GROUP``  consumer group (default ``sessionstream-projections``)
-- ``SESSIONSTREAM_KEY_PREFIX``     Redis key prefix (default ``ss``)
-- ``SESSIONSTREAM_EVENTS_TOPIC`` / ``SESSIONSTREAM_DLQ_TOPIC``  override the tenant's topics
-- ``SESSIONSTREAM_BATCH_MAX`` / ``SESSIONSTREAM_BATCH_WITHIN_MS``  batch size / wait (500 / 10)
-- ``SESSIONSTREAM_CONVERGE_SESSIONS``  sessions checked per step when converging
-  bumped ``state_version``s after an assignment (default 64)
-- ``SESSIONSTREAM_WORKER_INSTANCE``  a stable name of this worker replica (e.g. the
-  StatefulSet pod name): static group membership (``group.instance.id``), so a worker
-  restarted after a crash takes its partitions back at once instead of waiting for the
-  group's session timeout. Unique per replica; unset: dynamic membership.
+``worker_instance`` (a stable name of this replica, e.g. the StatefulSet pod name) turns
+on static group membership (``group.instance.id``), so a worker restarted after a crash
+takes its partitions back at once instead of waiting for the group's session timeout.
+Unique per replica; unset: dynamic membership.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import reader_pipeline
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
@@ -47,19 +43,17 @@ class WorkerConfig:
     instance_id: str | None = None  # static group membership (see module docstring)
 
     @classmethod
-    def from_env(cls) -> WorkerConfig:
-        settings = Settings.from_env()
-        env = os.environ
+    def from_settings(cls, settings: Settings) -> WorkerConfig:
         return cls(
             settings=settings,
-            group=env.get("SESSIONSTREAM_STREAMS_GROUP") or "sessionstream-projections",
+            group=settings.streams_group,
             prefix=settings.key_prefix,
             topic=settings.events_topic,
             dlq_topic=settings.dlq_topic,
-            batch_max=int(env.get("SESSIONSTREAM_BATCH_MAX") or 500),
-            batch_within=int(env.get("SESSIONSTREAM_BATCH_WITHIN_MS") or 10) / 1000,
-            converge_sessions=int(env.get("SESSIONSTREAM_CONVERGE_SESSIONS") or 64),
-            instance_id=env.get("SESSIONSTREAM_WORKER_INSTANCE") or None,
+            batch_max=settings.batch_max,
+            batch_within=settings.batch_within_ms / 1000,
+            converge_sessions=settings.converge_sessions,
+            instance_id=settings.worker_instance,
         )
 
 
@@ -70,7 +64,7 @@ def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
         raise TopicMissing(
             f"topic(s) {', '.join(missing)} do not exist on {cfg.settings.kafka_bootstrap}; "
             "create them with `sessionstream topics ensure` (or point "
-            "SESSIONSTREAM_EVENTS_TOPIC / SESSIONSTREAM_DLQ_TOPIC at existing ones)")
+            f"{Env.EVENTS_TOPIC} / {Env.DLQ_TOPIC} at existing ones)")
 
 
 def build_sink(cfg: WorkerConfig) -> RedisSink:

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from sessionstream.cli.context import bad_input, command_error, exit_code_of, settings
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
 
@@ -75,8 +76,8 @@ def compact_file_cmd(file: Path, output: Path | None, budget: int, trigger: str,
         appended = compact_session(session, trigger=None if trigger == "auto" else trigger,
                                    budget=b)
     except SessionStreamError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from exc
+        click.echo(f"error: {exc}", err=True)  # a file that breaks the rules is bad input
+        raise SystemExit(exit_code_of(exc)) from exc
     end = appended[-1].data if appended else {}
     summary = next((e.data for e in appended if e.type == "compaction/summary"), None)
     report = {
@@ -118,7 +119,7 @@ def report_cmd(target: str, as_json: bool) -> None:
     triggered, the surface range, the shadowed nodes and tokens, the summarizer, the
     surface after it, what was kept meanwhile, and the gate's per-category counts, each
     with the seqs of its evidence. Exit 0 (also with no attempt); 2: bad input or
-    unknown session; 1: a server could not be read.
+    unknown session; 1: a runtime failure; 3: a server unreachable.
     """
     from sessionstream.core.compaction.report import compaction_report
     from sessionstream.core.jsonl import read_jsonl
@@ -133,7 +134,7 @@ def report_cmd(target: str, as_json: bool) -> None:
         click.echo(str(exc), err=True)
         raise SystemExit(2) from exc
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
     attempts = compaction_report(events)
     session_id = events[0].session_id
     if as_json:
@@ -151,15 +152,12 @@ def report_cmd(target: str, as_json: bool) -> None:
 def _live_log(session_id: str) -> list[Any]:
     """The session's admitted log from Kafka; exits 2 when the topic holds none of it."""
     from producers.writer import WriterConfig, read_log
-    from sessionstream.core.settings import Settings
 
-    settings = Settings.from_env()
-    cfg = WriterConfig.from_settings(settings, key_prefix=settings.key_prefix,
-                                     topic=settings.events_topic)
+    s = settings()
+    cfg = WriterConfig.from_settings(s, key_prefix=s.key_prefix, topic=s.events_topic)
     rb = read_log(cfg, session_id)
     if not rb.admitted:
-        click.echo(f"error: {session_id!r} is neither a file nor a session with records in "
-                   f"tenant {settings.tenant!r}'s events topic {settings.events_topic} "
-                   "(`sessionstream sessions` lists known ids)", err=True)
-        raise SystemExit(2)
+        raise bad_input(f"{session_id!r} is neither a file nor a session with records in "
+                        f"tenant {s.tenant!r}'s events topic {s.events_topic} "
+                        "(`sessionstream sessions` lists known ids)")
     return list(rb.admitted)

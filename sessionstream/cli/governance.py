@@ -1,8 +1,8 @@
 """CLI of data governance: ``delete``, ``hold``, ``retention run``, ``keys rotate``.
 
-Every command works on the tenant of the settings (``SESSIONSTREAM_TENANT``) and records
-``SESSIONSTREAM_PRINCIPAL`` as who acted. Exit codes: 0 done, 1 refused or failed
-(a legal hold, an unknown session), 2 bad arguments.
+Every command works on the tenant of the settings and records their principal as who
+acted. Exit codes (``sessionstream.cli.context``): 0 done, 1 refused or failed (a legal
+hold, an unknown session), 2 bad arguments, 3 Redis or Kafka unreachable.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any, NoReturn
 
 import click
 
+from sessionstream.cli.context import ExitCode, exit_code_of, settings
 from sessionstream.core.errors import LegalHold, SessionStreamError
+from sessionstream.core.settings import Env
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 _REASON = click.option("--reason", default="", help="Why (recorded in the audit event).")
@@ -36,26 +38,24 @@ def _errors() -> Iterator[None]:
         _die(f"refused: {exc}")
     except RedisConnectionError as exc:
         _die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
-             "SESSIONSTREAM_REDIS_URL")
+             f"{Env.REDIS_URL}", ExitCode.UNREACHABLE)
     except SessionStreamError as exc:
-        _die(f"error: {exc}")
+        _die(f"error: {exc}", exit_code_of(exc))
 
 
 def _governance() -> Any:
     from producers.writer import WriterConfig
     from sessionstream import redisconn
-    from sessionstream.core.settings import Settings
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import content_cipher, key_store
 
-    settings = Settings.from_env()
-    client = redisconn.from_settings(settings, decode_responses=True)
-    store = key_store(settings, client)
+    s = settings()
+    client = redisconn.from_settings(s, decode_responses=True)
+    store = key_store(s, client)
     # Deletion and holds open sessions as writers: the cipher is needed even for a tenant
     # that opted out of encryption (older sealed content), and it seals nothing new here.
-    cfg = WriterConfig.from_settings(settings, cipher=content_cipher(settings, store))
-    return Governance(cfg, store, client, principal=settings.principal,
-                      retention=settings.retention)
+    cfg = WriterConfig.from_settings(s, cipher=content_cipher(s, store))
+    return Governance(cfg, store, client, principal=s.principal, retention=s.retention)
 
 
 def _print(value: Any) -> None:
@@ -150,7 +150,7 @@ def hold_list(as_json: bool) -> None:
 
 @click.group("retention")
 def retention_group() -> None:
-    """Retention per data class (SESSIONSTREAM_RETENTION, e.g. raw=30d,surface=365d)."""
+    """Retention per data class (the retention setting, e.g. raw=30d,surface=365d)."""
 
 
 @retention_group.command("run")
@@ -161,8 +161,8 @@ def retention_run(dry_run: bool, as_json: bool) -> None:
     with _errors():
         gov = _governance()
         if not gov.retention:
-            _die("error: no retention configured: set SESSIONSTREAM_RETENTION, "
-                 "e.g. raw=30d,surface=365d", 2)
+            _die(f"error: no retention configured: set {Env.RETENTION}, "
+                 "e.g. raw=30d,surface=365d", ExitCode.BAD_INPUT)
         report = gov.run_retention(dry_run=dry_run)
     if as_json:
         _print(report.to_json())

@@ -17,12 +17,12 @@ from typing import Any, NoReturn
 
 import click
 
+from sessionstream.cli.context import ExitCode, exit_code_of, settings
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.providers.common import APIS
 
-BAD_INPUT = 2
-FAILED = 1
+BAD_INPUT = ExitCode.BAD_INPUT
 
 _API = click.Choice(APIS)
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
@@ -150,7 +150,6 @@ def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
     """Write FILE's session to Kafka through a fenced writer, flushed before it returns."""
     from producers.transfer import publish
     from producers.writer import WriterConfig
-    from sessionstream.core.settings import Settings
 
     events = _load(file)
 
@@ -159,10 +158,10 @@ def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
             click.echo(f"published {done}/{total} events", err=True)
 
     try:
-        result = publish(WriterConfig.from_settings(Settings.from_env()), events,
+        result = publish(WriterConfig.from_settings(settings()), events,
                          session_id=session_id, progress=progress)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", FAILED)
+        _die(f"error: {exc}", exit_code_of(exc))
     if as_json:
         _print_json(result.to_json())
         return
@@ -181,12 +180,11 @@ def fetch_cmd(session: str, output: Path | None, as_json: bool) -> None:
     from producers.transfer import fetch
     from producers.writer import WriterConfig
     from sessionstream.core.jsonl import dumps_line, write_jsonl
-    from sessionstream.core.settings import Settings
 
     try:
-        events, rejected = fetch(WriterConfig.from_settings(Settings.from_env()), session)
+        events, rejected = fetch(WriterConfig.from_settings(settings()), session)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", FAILED)
+        _die(f"error: {exc}", exit_code_of(exc))
     if output is not None:
         write_jsonl(events, output)
     if as_json:

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sessionstream.cli.context import command_error, settings
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
     from sessionstream.devstack import StackConfig
@@ -28,17 +30,17 @@ def _echo(msg: str) -> None:
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    """Turn our errors into a one-line ``error: ...`` and exit status 1."""
+    """Turn our errors into a one-line ``Error: ...`` and the mapped exit status."""
     try:
         yield
     except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise command_error(exc) from exc
 
 
 def _stack() -> StackConfig:
     from sessionstream.devstack import StackConfig
 
-    return StackConfig.from_env()
+    return StackConfig.from_settings(settings())
 
 
 @click.command("up")
@@ -104,13 +106,13 @@ def topics_group() -> None:
 
 
 @topics_group.command("ensure")
-@click.option("--tenant", help="Tenant (default: SESSIONSTREAM_TENANT or 'default').")
+@click.option("--tenant", help=f"Tenant (default: {Env.TENANT} or 'default').")
 @click.option("--partitions", type=int,
-              help="Partitions (default: SESSIONSTREAM_PARTITIONS or 12).")
+              help=f"Partitions (default: {Env.PARTITIONS} or 12).")
 @click.option("--replication-factor", type=int,
-              help="Replicas (default: SESSIONSTREAM_REPLICATION_FACTOR or 1).")
+              help=f"Replicas (default: {Env.REPLICATION_FACTOR} or 1).")
 @click.option("--bootstrap",
-              help="Kafka bootstrap servers (default: SESSIONSTREAM_KAFKA_BOOTSTRAP).")
+              help=f"Kafka bootstrap servers (default: {Env.KAFKA_BOOTSTRAP}).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def topics_ensure_cmd(tenant: str | None, partitions: int | None,
                       replication_factor: int | None, bootstrap: str | None,
@@ -119,10 +121,9 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
     import dataclasses
 
     from producers.topics import admin_client, ensure_topics, tenant_topics
-    from sessionstream.core.settings import Settings
 
     with _errors():
-        settings = Settings.from_env()
+        base = settings()
         overrides: dict[str, object] = {}
         if tenant:
             overrides["tenant"] = tenant
@@ -132,8 +133,8 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
             overrides["replication_factor"] = replication_factor
         if bootstrap:
             overrides["kafka_bootstrap"] = bootstrap
-        settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
-        results = ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))
+        chosen = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+        results = ensure_topics(admin_client(chosen.kafka_bootstrap), tenant_topics(chosen))
     if as_json:
         click.echo(json.dumps([{**asdict(r), "config": dict(r.config)} for r in results]))
     else:
@@ -166,7 +167,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
     with _errors():
-        result = run_demo(agents=agents, sessions=sessions, turns=turns,
+        result = run_demo(settings(), agents=agents, sessions=sessions, turns=turns,
                           crash_rate=crash_rate, seed=seed, timeout_s=timeout_s,
                           echo=_echo)
     if as_json:

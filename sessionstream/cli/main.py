@@ -1,7 +1,8 @@
 """The ``sessionstream`` command: the composition root (edges are imported lazily).
 
 The offline commands work on a JSONL session file and need no server. Bad input
-prints ``FILE:LINE: what is wrong`` on stderr and exits 2; other errors exit 1;
+prints ``FILE:LINE: what is wrong`` on stderr and exits 2; other errors exit 1, an
+unreachable server 3 (one map for every command: ``sessionstream.cli.context``);
 nothing is written unless the command succeeds (outputs are written atomically).
 """
 
@@ -17,12 +18,12 @@ from typing import Any, NoReturn
 import click
 
 from sessionstream import __version__
+from sessionstream.cli.context import ExitCode, GuardedGroup, exit_code_of
 from sessionstream.cli.paths import output_option
-from sessionstream.core.errors import ForkError, LogFileError, SessionStreamError
+from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.events import Event
 
-BAD_INPUT = 2
-FAILED = 1
+BAD_INPUT = ExitCode.BAD_INPUT
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
@@ -31,7 +32,7 @@ _OUT = output_option(
     "the folder must exist.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sessionstream")
 def main() -> None:
     """sessionstream: the session store for fleets of AI agents.
@@ -48,15 +49,13 @@ def _die(message: str, code: int) -> NoReturn:
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    """Map our errors to exit codes: bad input 2, anything else of ours 1."""
+    """Map our errors to exit codes (``sessionstream.cli.context.exit_code_of``)."""
     try:
         yield
     except LogFileError as exc:
         _die(str(exc), BAD_INPUT)
-    except ForkError as exc:
-        _die(f"error: {exc}", BAD_INPUT)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", FAILED)
+        _die(f"error: {exc}", exit_code_of(exc))
 
 
 def _load(file: Path) -> list[Event]:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sessionstream.core.events import Draft, Event
-from sessionstream.core.jsonvalue import JsonValue, thaw
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
 from sessionstream.core.providers import build, check_api
 from sessionstream.core.providers.common import Built
+from sessionstream.core.providers.errors import ToolResultError
 from sessionstream.core.providers.output import ModelOutput
 from sessionstream.core.recorder import parse, record
 from sessionstream.core.request import (
@@ -131,11 +132,14 @@ class Harness:
                         variables=self.variables, snapshot_ids=context_snapshot_ids(events),
                         replaced=replaced_seqs(events))
 
-    def step(self) -> StepResult:
+    def step(self, *, run_tools: bool = True) -> StepResult:
         """step/start, the model call and its record, the tools, step/end.
 
-        A failing client or an incomplete stream raises with the step still open and
-        nothing of the answer recorded (``turn`` ends the turn ``failed``).
+        With ``run_tools=False`` the step stays open after the assistant message: the
+        caller runs the calls itself with :meth:`start_tool` / :meth:`record_result`
+        and ends the step with :meth:`end_step`. A failing client or an incomplete
+        stream raises with the step still open and nothing of the answer recorded
+        (``turn`` ends the turn ``failed``).
         """
         start = len(self.session.events)
         self._append(Draft("step/start"))
@@ -143,33 +147,71 @@ class Harness:
         output = parse(self.api, self.client.create(built.body))
         record(self.log, output, self.header, session=self.session)
         message = self.session.events[-1]
-        for call in message.data.get("tool_calls", ()):
-            self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
-        self._append(Draft("step/end"))
-        self.flush()
+        if run_tools:
+            for call in message.data.get("tool_calls", ()):
+                self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
+            self.end_step()
         return StepResult(output, built, tuple(self.session.events[start:]))
 
-    def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
+    def end_step(self) -> None:
+        self._append(Draft("step/end"))
+
+    def _declared(self, call_id: str) -> tuple[str, Any, bool]:
+        """(name, arguments, started) of an unanswered call of the open step."""
+        pending = {p.call_id: p for p in self.session.pending_calls}
+        call = pending.get(call_id)
+        if call is None:
+            open_ids = ", ".join(sorted(pending)) or "none"
+            raise ToolResultError(
+                f"session {self.session.session_id}: no unanswered call {call_id!r} in the "
+                f"open turn (unanswered: {open_ids}); nothing was recorded")
+        declared = self.session.events[call.declared_seq]
+        args = next(c["arguments"] for c in declared.data["tool_calls"]
+                    if c["call_id"] == call_id)
+        return call.name, thaw(args), call.executed_seq is not None
+
+    def start_tool(self, call_id: str) -> ToolContext:
+        """``tool/call`` for a declared call, flushed: run its side effect after this."""
+        name, args, started = self._declared(call_id)
+        if started:
+            raise ToolResultError(f"call {call_id!r} was already started; record its result")
         key = idempotency_key(self.session.session_id, call_id)
         self._append(Draft("tool/call", {"call_id": call_id, "name": name,
-                                         "arguments": arguments, "idempotency_key": key}))
+                                         "arguments": args, "idempotency_key": key}))
         self.flush()  # durable before the side effect: a crash leaves a provable open call
+        return ToolContext(self.session.session_id, call_id, key)
+
+    def record_result(self, call_id: str, outcome: ToolOutcome | JsonValue) -> Event:
+        """``tool/result`` of a started call (:class:`ToolResultError` for any other id)."""
+        _name, _args, started = self._declared(call_id)
+        if not started:
+            raise ToolResultError(f"call {call_id!r} was never started: call start_tool "
+                                  "before running it; nothing was recorded")
+        result = outcome if isinstance(outcome, ToolOutcome) else ToolOutcome(outcome)
+        content = result.content
+        if content is not None and not isinstance(content, str | list | tuple | Mapping):
+            content = canonical_dumps(content)  # a number or a boolean: its JSON text
+        data: dict[str, Any] = {
+            "call_id": call_id, "status": result.status, "content": content,
+            "operation_id": result.operation_id or idempotency_key(self.session.session_id,
+                                                                   call_id)}
+        if result.version is not None:
+            data["version"] = result.version
+        return self._append(Draft("tool/result", data))
+
+    def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
+        ctx = self.start_tool(call_id)
         tool = self.tools.get(name)
         if tool is None:
-            outcome = ToolOutcome(f"no tool named {name!r} is available", status="error")
+            outcome: ToolOutcome | JsonValue = ToolOutcome(
+                f"no tool named {name!r} is available", status="error")
         else:
             try:
-                result = tool(arguments, ToolContext(self.session.session_id, call_id, key))
+                outcome = tool(arguments, ctx)
             except Exception as exc:  # the model sees that the tool failed, not a crash
-                result = ToolOutcome(f"{name} failed: {type(exc).__name__}: {exc}",
-                                     status="error")
-            outcome = result if isinstance(result, ToolOutcome) else ToolOutcome(result)
-        data: dict[str, Any] = {"call_id": call_id, "status": outcome.status,
-                                "content": outcome.content,
-                                "operation_id": outcome.operation_id or key}
-        if outcome.version is not None:
-            data["version"] = outcome.version
-        self._append(Draft("tool/result", data))
+                outcome = ToolOutcome(f"{name} failed: {type(exc).__name__}: {exc}",
+                                      status="error")
+        self.record_result(call_id, outcome)
 
     # -- one turn -------------------------------------------------------------------------
     def turn(self, content: JsonValue, *, before: Iterable[Draft] = ()) -> TurnResult:

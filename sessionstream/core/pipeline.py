@@ -20,8 +20,9 @@ order. The stages, in order:
 4. **open** (optional :class:`ContentOpener`) — THE SEAM FOR SEALED CONTENT. An opener
    turns an admitted, readable event whose ``data`` is sealed (encrypted) into the
    event the projections read; it runs after admission, so refused and duplicate
-   records are never opened. It raises :class:`ContentUnavailable` when it cannot
-   (no key, key destroyed, tampered ciphertext): the session is quarantined with kind
+   records are never opened. It raises :class:`ContentUnavailable` (or the core's
+   ``SealedContentError``) when it cannot (no key, key destroyed, tampered
+   ciphertext): the session is quarantined with kind
    ``content_unavailable``, never folded half-way. Without an opener events pass as
    they are.
 5. **fold** (:meth:`Registry.apply` over the projection units) — a unit that raises
@@ -48,6 +49,7 @@ from sessionstream.core.admission import AdmissionState, Decision, Verdict, admi
 from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.errors import (
     CorruptRecord,
+    SealedContentError,
     SessionStreamError,
     UnknownRequiredEvent,
     UnsupportedFormat,
@@ -290,7 +292,7 @@ class Reading:
         if p.opener is not None:
             try:
                 event = p.opener.open(event)
-            except ContentUnavailable as exc:
+            except (ContentUnavailable, SealedContentError) as exc:
                 return self._stop(QuarantineKind.CONTENT_UNAVAILABLE, str(exc)[:500],
                                   event.seq, offset, decision)
         try:

@@ -82,6 +82,8 @@ def message_data(output: ModelOutput,
         data["refusal"] = output.refusal
     if output.withheld:
         data["withheld_tool_calls"] = [w.to_json() for w in output.withheld]
+    if output.omitted:
+        data["omitted_output"] = dict(output.omitted)
     if output.response_id:
         data["response_id"] = output.response_id
     return data

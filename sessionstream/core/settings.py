@@ -1,7 +1,11 @@
 """Typed, frozen runtime settings, read from the environment once and validated there.
 
-Adapters (producers, stream processors, CLI) build one ``Settings`` at start and pass it
-down; nothing else reads ``SESSIONSTREAM_*`` variables.
+The composition root of each process (the ``sessionstream`` command, the worker's
+entry points) builds one ``Settings`` at start and passes it down; nothing else reads
+``SESSIONSTREAM_*`` variables, and messages that name a variable take the name from
+:class:`Env`. Fields cover the servers and tenant, the writer's Redis keys, the
+worker (group, batching, engine, logging, stage trace), the dashboard's Redis, the
+local stack (ports, cache) and governance.
 """
 
 from __future__ import annotations
@@ -38,6 +42,41 @@ class SettingsError(SessionStreamError, ValueError):
     """An environment variable is missing its expected shape; the message says which and how."""
 
 
+class Env:
+    """The names of the environment variables, for messages that tell a user what to set."""
+
+    KAFKA_BOOTSTRAP = "SESSIONSTREAM_KAFKA_BOOTSTRAP"
+    REDIS_URL = "SESSIONSTREAM_REDIS_URL"
+    TENANT = "SESSIONSTREAM_TENANT"
+    PARTITIONS = "SESSIONSTREAM_PARTITIONS"
+    REPLICATION_FACTOR = "SESSIONSTREAM_REPLICATION_FACTOR"
+    STATE_DIR = "SESSIONSTREAM_STATE_DIR"
+    ATTACHMENT_DIR = "SESSIONSTREAM_ATTACHMENT_DIR"
+    KEY_PREFIX = "SESSIONSTREAM_KEY_PREFIX"
+    EVENTS_TOPIC = "SESSIONSTREAM_EVENTS_TOPIC"
+    DLQ_TOPIC = "SESSIONSTREAM_DLQ_TOPIC"
+    STREAMS_GROUP = "SESSIONSTREAM_STREAMS_GROUP"
+    WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
+    BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
+    BATCH_WITHIN_MS = "SESSIONSTREAM_BATCH_WITHIN_MS"
+    CONVERGE_SESSIONS = "SESSIONSTREAM_CONVERGE_SESSIONS"
+    ENGINE = "SESSIONSTREAM_ENGINE"
+    LOGLEVEL = "SESSIONSTREAM_LOGLEVEL"
+    TRACE_STAGES = "SESSIONSTREAM_TRACE_STAGES"
+    KAFKA_PORT = "SESSIONSTREAM_KAFKA_PORT"
+    KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_KAFKA_CONTROLLER_PORT"
+    REDIS_PORT = "SESSIONSTREAM_REDIS_PORT"
+    CACHE_DIR = "SESSIONSTREAM_CACHE_DIR"
+    TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
+    PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
+    RETENTION = "SESSIONSTREAM_RETENTION"
+
+
+#: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
+ENGINES = ("faust", "kafka")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
 def project_root() -> Path:
     """The source checkout this package runs from (where ``pyproject.toml`` lives)."""
     here = Path(__file__).resolve().parents[2]
@@ -69,6 +108,21 @@ class Settings:
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
+    fold: str = "auto"  # replay's in-memory fold: auto | native (Rust extension) | python
+    # The projection worker (streams/worker.py):
+    streams_group: str = "sessionstream-projections"  # its consumer group
+    worker_instance: str | None = None  # static group membership (group.instance.id)
+    batch_max: int = 500  # records per batch
+    batch_within_ms: int = 10  # how long a batch waits to fill
+    converge_sessions: int = 64  # sessions checked per step after a state_version bump
+    engine: str = "faust"  # or "kafka" (docs/adr/0003-faust-limits.md)
+    log_level: str = "info"
+    trace_stages: Path | None = None  # append per-batch stage times here (streams.trace)
+    # The local stack (sessionstream/devstack.py): loopback ports and the jar cache.
+    kafka_port: int = DEFAULT_KAFKA_PORT
+    kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
+    redis_port: int = DEFAULT_REDIS_PORT
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
 
     def __post_init__(self) -> None:
         _check_bootstrap(self.kafka_bootstrap)
@@ -129,8 +183,33 @@ class Settings:
                 raise SettingsError(
                     f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
                     "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+        if self.fold not in FOLDS:
+            raise SettingsError(
+                f"SESSIONSTREAM_FOLD={self.fold!r} is not a fold path: use "
+                + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
+        self._check_worker_and_stack()
+
+    def _check_worker_and_stack(self) -> None:
+        for name, value, low in ((Env.BATCH_MAX, self.batch_max, 1),
+                                 (Env.BATCH_WITHIN_MS, self.batch_within_ms, 0),
+                                 (Env.CONVERGE_SESSIONS, self.converge_sessions, 1)):
+            if not low <= value <= 1_000_000:
+                raise SettingsError(f"{name}={value} is out of range: use {low}..1000000")
+        if self.engine not in ENGINES:
+            raise SettingsError(f"{Env.ENGINE}={self.engine!r} is not an engine: use "
+                                + " or ".join(ENGINES))
+        if self.log_level not in LOG_LEVELS:
+            raise SettingsError(f"{Env.LOGLEVEL}={self.log_level!r} is not a log level: use "
+                                + ", ".join(LOG_LEVELS))
+        if not self.streams_group:
+            raise SettingsError(f"{Env.STREAMS_GROUP} must not be empty")
+        for name, port in ((Env.KAFKA_PORT, self.kafka_port),
+                           (Env.KAFKA_CONTROLLER_PORT, self.kafka_controller_port),
+                           (Env.REDIS_PORT, self.redis_port)):
+            if not 0 < port < 65536:
+                raise SettingsError(f"{name}={port} is not a TCP port (1-65535)")
 
     @property
     def keys(self) -> KeySpace:
@@ -155,8 +234,8 @@ class Settings:
         (``SESSIONSTREAM_KAFKA_PORT``, ``SESSIONSTREAM_REDIS_PORT``) the address follows it.
         """
         env = os.environ if env is None else env
-        kafka_port = _int(env, "SESSIONSTREAM_KAFKA_PORT", DEFAULT_KAFKA_PORT)
-        redis_port = _int(env, "SESSIONSTREAM_REDIS_PORT", DEFAULT_REDIS_PORT)
+        kafka_port = _port(env, Env.KAFKA_PORT, DEFAULT_KAFKA_PORT)
+        redis_port = _port(env, Env.REDIS_PORT, DEFAULT_REDIS_PORT)
         state_dir = Path(env.get("SESSIONSTREAM_STATE_DIR") or project_root() / ".state")
         attachment_dir = Path(
             env.get("SESSIONSTREAM_ATTACHMENT_DIR") or state_dir / "attachments"
@@ -185,7 +264,34 @@ class Settings:
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
+            fold=env.get("SESSIONSTREAM_FOLD") or "auto",
+            streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
+            worker_instance=env.get(Env.WORKER_INSTANCE) or None,
+            batch_max=_int(env, Env.BATCH_MAX, 500),
+            batch_within_ms=_int(env, Env.BATCH_WITHIN_MS, 10),
+            converge_sessions=_int(env, Env.CONVERGE_SESSIONS, 64),
+            engine=env.get(Env.ENGINE) or "faust",
+            log_level=_log_level(env.get(Env.LOGLEVEL) or "info"),
+            trace_stages=Path(env[Env.TRACE_STAGES]) if env.get(Env.TRACE_STAGES) else None,
+            kafka_port=kafka_port,
+            kafka_controller_port=_port(env, Env.KAFKA_CONTROLLER_PORT,
+                                        DEFAULT_KAFKA_CONTROLLER_PORT),
+            redis_port=redis_port,
+            cache_dir=Path(env.get(Env.CACHE_DIR) or Path.home() / ".cache" / "sessionstream"),
         )
+
+
+def _log_level(raw: str) -> str:
+    """faust's and logging's spellings: crit → critical, warn → warning."""
+    raw = raw.strip().lower()
+    return {"crit": "critical", "warn": "warning"}.get(raw, raw)
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    port = _int(env, name, default)
+    if not 0 < port < 65536:
+        raise SettingsError(f"{name}={port} is not a TCP port (1-65535)")
+    return port
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -199,6 +305,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 KEY_STORES = ("file", "redis")
+FOLDS = ("auto", "native", "python")
 DATA_CLASSES = ("raw", "surface", "business")
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 

@@ -42,6 +42,7 @@ from typing import Any
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
 from sessionstream.core.rows import KeySpace
+from sessionstream.core.settings import Env
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
 
 Clock = Callable[[], int]
@@ -158,7 +159,7 @@ def _create_private(path: Path, text: str) -> bool:
 class TenantKeys:
     """Where a node finds each tenant's key ring: a directory of files and/or variables.
 
-    ``env`` maps tenant → ``<version>:<base64>,…`` (from ``SESSIONSTREAM_TENANT_KEY_<TENANT>``);
+    ``env`` maps tenant → ``<version>:<base64>,…`` (from ``Env.TENANT_KEY`` + ``_<TENANT>``);
     a tenant without one uses ``<directory>/<tenant>.kek`` (0600), created on first use
     when ``create`` (the local stack) — otherwise a missing ring means this node cannot
     open that tenant's content (readers show it as unavailable).
@@ -338,7 +339,7 @@ class KeyStore(ABC):
         if ring is None:
             raise KeyConfigError(
                 f"no tenant key for tenant {tenant!r} on this node: set "
-                f"SESSIONSTREAM_TENANT_KEY_{tenant.upper().replace('-', '_')} or provide "
+                f"{Env.TENANT_KEY}_{tenant.upper().replace('-', '_')} or provide "
                 "its key file (see docs/operations.md, 'Key hierarchy')"
             )
         if self._tombstone(tenant, session_id, data_class) is not None:

@@ -32,6 +32,7 @@ from typing import Any
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
+from sessionstream.core.settings import Env
 from sessionstream.governance.keys import Hold, KeyStore
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class Governance:
         except SessionNotFound:
             raise SessionUnknown(
                 f"session {session_id!r} has no events in {self.cfg.topic}: nothing to "
-                "delete (check the id and SESSIONSTREAM_TENANT)") from None
+                f"delete (check the id and {Env.TENANT})") from None
         try:
             operation_ids = sorted({
                 str(e.data["operation_id"]) for e in writer.session.events

@@ -19,6 +19,7 @@ from producers.writer import SessionWriter, WriterConfig
 from sessionstream.cli.main import main
 from sessionstream.core.diagnosis import Status, diagnose, exit_code
 from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.settings import Settings
 from streams.diagnose import live_facts
 from streams.processor import Processor
 from streams.sink import RedisSink
@@ -50,7 +51,7 @@ def records_of(bootstrap: str, topic: str) -> list[Record]:
 
 
 async def test_diagnose_reports_a_zombie_rejection_and_a_caught_up_watermark(
-    writer_cfg: WriterConfig, monkeypatch: object,
+    writer_cfg: WriterConfig, monkeypatch: object, settings: Settings,
 ) -> None:
     cfg = WriterConfig(**{**writer_cfg.__dict__, "lease_ttl_ms": 300})
     zombie = SessionWriter.create(cfg)
@@ -76,7 +77,7 @@ async def test_diagnose_reports_a_zombie_rejection_and_a_caught_up_watermark(
     finally:
         await aredis.aclose()
 
-    facts = live_facts(sid, prefix=cfg.key_prefix, topic=cfg.topic)
+    facts = live_facts(settings, sid, prefix=cfg.key_prefix, topic=cfg.topic)
     assert facts is not None
     findings = {f.check: f for f in diagnose(facts)}
     rej = findings["rejections"]

@@ -63,11 +63,11 @@ class Resumers:
             raise AssertionError(f"resumer {p.pid} exited with {p.wait(5)}")
         return line
 
-    def race(self, sid: str) -> list[dict[str, Any]]:
+    def race(self, sid: str, repair: bool = True) -> list[dict[str, Any]]:
         start_at = time.time() + 0.15  # every process opens at this instant
         for p in self.procs:
             assert p.stdin is not None
-            p.stdin.write(f"{sid} {start_at}\n")
+            p.stdin.write(f"{sid} {start_at} {int(repair)}\n")
             p.stdin.flush()
         return [json.loads(self._line(p)) for p in self.procs]
 
@@ -109,13 +109,18 @@ def _lifecycles(admitted: list[Event]) -> list[list[Event]]:
     return runs
 
 
-def assert_one_history(admitted: list[Event]) -> list[list[Event]]:
-    """One chain of events, and every lifecycle after the first starts with its own
-    repairs and end-seed, before anything else it wrote."""
+def assert_one_chain(admitted: list[Event]) -> list[list[Event]]:
+    """Contiguous seqs, each event naming the admitted one before it; the writer runs."""
     assert [e.seq for e in admitted] == list(range(len(admitted)))
     for before, after in itertools.pairwise(admitted):
         assert after.prev_event_id == before.event_id, f"spliced at seq {after.seq}"
-    runs = _lifecycles(admitted)
+    return _lifecycles(admitted)
+
+
+def assert_one_history(admitted: list[Event]) -> list[list[Event]]:
+    """One chain of events, and every lifecycle after the first starts with its own
+    repairs and end-seed, before anything else it wrote."""
+    runs = assert_one_chain(admitted)
     assert runs[0][0].type == "session/start"
     for run in runs[1:]:
         types = [e.type for e in run]
@@ -181,6 +186,43 @@ def test_racing_resumes_leave_one_history_and_every_writer_continues_it_or_is_to
         for k, v in tally.items():
             figures[f"{processes}p_{k}"] = v
     assert tally["histories"] == ROUNDS
+
+
+def test_racing_writers_that_prove_nothing_before_their_first_flush_cannot_splice(
+    race_cfg: WriterConfig, figures: dict[str, int],
+) -> None:
+    """``open(repair=False)`` (the compaction agent's way) writes no lifecycle events,
+    so nothing is proven before its first flush: here only the admission rule keeps one
+    history. A writer whose first event lost its seq must not have its next events
+    admitted on top of the winner's, and its flush() must name them."""
+    resumers = Resumers(race_cfg, 2)
+    tally = {"sessions": 0, "writers": 0, "flush_ok": 0, "fenced": 0, "histories": 0}
+    try:
+        for _ in range(ROUNDS):
+            sid = _crashed_session(race_cfg)
+            results = resumers.race(sid, repair=False)
+            tally["sessions"] += 1
+            admitted = read_log(race_cfg, sid, use_index=False).admitted
+            assert_one_chain(admitted)
+            tally["histories"] += 1
+            ids = {e.event_id for e in admitted}
+            for r in results:
+                assert "unexpected" not in r, r
+                assert r["open"] == "ok", r
+                tally["writers"] += 1
+                mine = [e in ids for e in r["appended"]]
+                assert mine == sorted(mine, reverse=True), "a refused writer went on"
+                if r["flush"] == "ok":
+                    tally["flush_ok"] += 1
+                    assert all(mine), "flush() called a refused event durable"
+                else:
+                    tally["fenced"] += 1
+                    assert set(r["not_admitted"]) == set(r["appended"]) - ids or \
+                        not r["not_admitted"]
+    finally:
+        resumers.close()
+        for k, v in tally.items():
+            figures[f"norepair_{k}"] = v
 
 
 PAUSED = """

@@ -146,3 +146,29 @@ def test_the_step_limit_ends_the_turn_failed() -> None:
     h.max_steps = 2
     r = h.turn("go")
     assert r.reason == "failed" and "step limit" in (r.detail or "")
+
+
+def test_a_harness_can_run_the_calls_itself_and_a_result_for_an_unknown_call_is_refused(
+) -> None:
+    from sessionstream.core.providers.errors import ToolResultError
+
+    s = cases.new_session("ext")
+    h = _harness(s, PARALLEL)
+    s.append("turn/start")
+    s.append("user/message", {"content": "go"})
+    h.step(run_tools=False)
+    before = len(s.events)
+    with pytest.raises(ToolResultError, match="no unanswered call 'zz'"):
+        h.record_result("zz", "made up")
+    with pytest.raises(ToolResultError, match="never started"):
+        h.record_result("c1", "too early")
+    assert len(s.events) == before  # nothing invalid recorded
+    ctx = h.start_tool("c1")
+    assert ctx.idempotency_key == "ext/c1"
+    h.record_result("c1", ToolOutcome({"rows": 2}, operation_id="op-1"))
+    h.start_tool("c2")
+    h.record_result("c2", 7)
+    h.end_step()
+    assert h.step().output.text == "Both done."
+    results = [e.data for e in s.events if e.type == "tool/result"]
+    assert [r["content"] for r in results] == [{"rows": 2}, "7"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessionstream import devstack as localstack
+from sessionstream.core.settings import Settings, SettingsError
 from sessionstream.devstack import LocalStackError, StackConfig
 
 
@@ -40,14 +41,14 @@ def test_a_free_port_passes() -> None:
 
 
 def test_stack_config_rejects_bad_and_clashing_ports(tmp_path: Path) -> None:
-    with pytest.raises(LocalStackError, match="SESSIONSTREAM_KAFKA_PORT"):
-        StackConfig.from_env({"SESSIONSTREAM_KAFKA_PORT": "70000"})
+    with pytest.raises(SettingsError, match="SESSIONSTREAM_KAFKA_PORT"):
+        StackConfig.from_settings(Settings.from_env({"SESSIONSTREAM_KAFKA_PORT": "70000"}))
     with pytest.raises(LocalStackError, match="must differ"):
-        StackConfig.from_env({"SESSIONSTREAM_KAFKA_PORT": "16379"})
+        StackConfig.from_settings(Settings.from_env({"SESSIONSTREAM_KAFKA_PORT": "16379"}))
 
 
 def test_defaults_avoid_the_system_ports(tmp_path: Path) -> None:
-    cfg = StackConfig.from_env({"SESSIONSTREAM_STATE_DIR": str(tmp_path)})
+    cfg = StackConfig.from_settings(Settings.from_env({"SESSIONSTREAM_STATE_DIR": str(tmp_path)}))
     assert (cfg.kafka_port, cfg.controller_port, cfg.redis_port) == (19092, 19093, 16379)
     assert cfg.state_dir == tmp_path
 
@@ -77,4 +78,5 @@ def test_a_stale_or_foreign_pid_file_is_not_ours(tmp_path: Path) -> None:
 
 
 def test_kafka_version_comes_from_the_pom() -> None:
-    assert localstack.kafka_version(StackConfig.from_env({}).pom).startswith("4.")
+    pom = StackConfig.from_settings(Settings.from_env({})).pom
+    assert localstack.kafka_version(pom).startswith("4.")

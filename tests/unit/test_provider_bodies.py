@@ -144,3 +144,17 @@ def test_a_result_whose_call_is_not_on_the_surface_is_a_named_error() -> None:
     for api in APIS:
         with pytest.raises(ProviderMappingError, match="not on the surface"):
             build(api, broken)
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("case", CASES)
+def test_every_top_level_field_and_every_message_has_an_origin(api: str, case: str) -> None:
+    built = build(api, REQUESTS[case], stream=True)
+    paths = {o.path for o in built.origins}
+    tops = {p.split("/")[1] for p in paths}
+    assert set(built.body) - {"stream_options"} <= tops | {"reasoning"}
+    seq_key = "input" if api == "openai-responses" else "messages"
+    for i in range(len(built.body[seq_key])):
+        assert any(p == f"/{seq_key}/{i}" or p.startswith(f"/{seq_key}/{i}/") for p in paths), i
+    for i in range(len(built.body.get("tools", ()))):
+        assert f"/tools/{i}" in paths

@@ -187,3 +187,20 @@ def test_recording_checks_the_schema_before_appending_anything() -> None:
     with pytest.raises(SchemaViolation):
         record(s, bad, cases.HEADER, session=s)
     assert len(s.events) == before
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_and_reasoning_parts_are_counted_not_silently_dropped(stream: bool) -> None:
+    body = render("anthropic", REPLIES["text"], stream=stream)
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    if stream:
+        body[1:1] = [{"type": "content_block_start", "index": 9, "content_block": thinking},
+                     {"type": "content_block_stop", "index": 9}]
+    else:
+        body["content"].insert(0, thinking)
+    msg = _recorded(parse("anthropic", body))[-1]
+    assert msg.data["omitted_output"] == {"thinking": 1}
+    resp = render("openai-responses", REPLIES["text"])
+    resp["output"].insert(0, {"type": "reasoning", "id": "rs_1", "summary": []})
+    assert _recorded(parse("openai-responses", resp))[-1].data["omitted_output"] == {
+        "reasoning": 1}

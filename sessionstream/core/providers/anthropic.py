@@ -29,7 +29,14 @@ from sessionstream.core.providers.common import (
     tools_of,
 )
 from sessionstream.core.providers.errors import IncompleteStream
-from sessionstream.core.providers.output import ModelOutput, fail, finish_calls, get, usage_of
+from sessionstream.core.providers.output import (
+    ModelOutput,
+    count_kinds,
+    fail,
+    finish_calls,
+    get,
+    usage_of,
+)
 from sessionstream.core.request import Request
 
 API = "anthropic"
@@ -136,7 +143,9 @@ def _usage(u: Any) -> dict[str, int] | None:
     })
 
 
-def _fold(blocks: list[Any], path: str) -> tuple[str, list[tuple[str, str, Any]]]:
+def _fold(blocks: list[Any], path: str
+          ) -> tuple[str, list[tuple[str, str, Any]], list[str]]:
+    omitted: list[str] = []
     text: list[str] = []
     raw: list[tuple[str, str, Any]] = []
     for i, block in enumerate(blocks):
@@ -147,20 +156,21 @@ def _fold(blocks: list[Any], path: str) -> tuple[str, list[tuple[str, str, Any]]
         elif kind == "tool_use":
             raw.append((get(API, block, "id", p, str), get(API, block, "name", p, str),
                         get(API, block, "input", p, (dict, str))))
-        # thinking / server-tool blocks carry nothing the log records as a message
-    return "".join(text), raw
+        else:  # thinking / server-tool blocks: counted on the message
+            omitted.append(kind)
+    return "".join(text), raw, omitted
 
 
 def _output(msg: Mapping[str, Any], blocks: list[Any], path: str, usage: Any,
             chunks: tuple[str, ...] = ()) -> ModelOutput:
-    text, raw = _fold(blocks, path)
+    text, raw, omitted = _fold(blocks, path)
     provider_stop = get(API, msg, "stop_reason", "$", str, optional=True)
     stop = _STOPS.get(provider_stop or "", "other")
     calls, withheld = finish_calls(raw, stop == "max_tokens")
     return ModelOutput(API, get(API, msg, "model", "$", str, optional=True),
                        get(API, msg, "id", "$", str, optional=True), text, calls, stop,
                        provider_stop, _usage(usage), text if stop == "refusal" else None,
-                       withheld, chunks)
+                       withheld, chunks, count_kinds(omitted))
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelOutput:

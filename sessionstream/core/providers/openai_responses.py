@@ -31,7 +31,14 @@ from sessionstream.core.providers.common import (
     tools_of,
 )
 from sessionstream.core.providers.errors import IncompleteStream
-from sessionstream.core.providers.output import ModelOutput, fail, finish_calls, get, usage_of
+from sessionstream.core.providers.output import (
+    ModelOutput,
+    count_kinds,
+    fail,
+    finish_calls,
+    get,
+    usage_of,
+)
 from sessionstream.core.request import Request
 
 API = "openai-responses"
@@ -138,7 +145,8 @@ def _usage(u: Any) -> dict[str, int] | None:
 
 
 def _fold_items(items: list[Any], path: str
-                ) -> tuple[str, str | None, list[tuple[str, str, str]]]:
+                ) -> tuple[str, str | None, list[tuple[str, str, str]], list[str]]:
+    omitted: list[str] = []
     text: list[str] = []
     refusal: list[str] = []
     raw: list[tuple[str, str, str]] = []
@@ -155,8 +163,9 @@ def _fold_items(items: list[Any], path: str
         elif kind == "function_call":
             raw.append((get(API, item, "call_id", p, str), get(API, item, "name", p, str),
                         get(API, item, "arguments", p, str)))
-        # reasoning and built-in tool items carry nothing the log records as a message
-    return "".join(text), "".join(refusal) or None, raw
+        else:  # reasoning and built-in tool items: counted on the message
+            omitted.append(kind)
+    return "".join(text), "".join(refusal) or None, raw, omitted
 
 
 def _stop(status: str | None, details: Any, has_calls: bool, refusal: str | None,
@@ -182,14 +191,14 @@ def _output(resp: Mapping[str, Any], items: list[Any], path: str,
     if status == "failed":
         err = resp.get("error") or {}
         fail(API, "$.status", f"the response failed: {err.get('code')}: {err.get('message')}")
-    text, refusal, raw = _fold_items(items, path)
+    text, refusal, raw, omitted = _fold_items(items, path)
     details = resp.get("incomplete_details")
     stop = _stop(status, details, bool(raw), refusal, text)
     calls, withheld = finish_calls(raw, stop == "max_tokens")
     return ModelOutput(API, get(API, resp, "model", "$", str, optional=True),
                        get(API, resp, "id", "$", str, optional=True), text, calls, stop,
                        _provider_stop(status, details), _usage(resp.get("usage")), refusal,
-                       withheld, chunks)
+                       withheld, chunks, count_kinds(omitted))
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelOutput:

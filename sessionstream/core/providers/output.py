@@ -57,6 +57,9 @@ class ModelOutput:
     refusal: str | None = None
     withheld: tuple[WithheldCall, ...] = ()
     chunks: tuple[str, ...] = field(default=(), compare=False)  # streamed text deltas
+    #: output parts the log has no field for (reasoning items, thinking blocks, built-in
+    #: tool calls), counted by kind so the message says they existed
+    omitted: tuple[tuple[str, int], ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -121,3 +124,10 @@ def usage_of(pairs: Mapping[str, Any]) -> dict[str, int] | None:
     if "input_tokens" not in out or "output_tokens" not in out:
         return None
     return out
+
+
+def count_kinds(kinds: list[str]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for k in kinds:
+        counts[k] = counts.get(k, 0) + 1
+    return tuple(sorted(counts.items()))

@@ -1,0 +1,301 @@
+"""The native fold path: ``Processor.fold``/``flush`` over the Rust extension.
+
+``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
+a batch's Avro records by schema fingerprint, applies the admission rule and folds the
+built-in units it implements (index, turns, usage, plan, goal, rejections) without a
+Python object per event, and hands back each session's Redis fields as text. The other
+units of the registry (the surface, tools, todo, business and compaction units, and any
+custom unit) stay Python: the extension returns the record indices of the admitted
+events of the types they read, and only those records are decoded in Python.
+
+The Python processor stays the reference and takes over whatever the extension does
+not fold exactly: records it cannot decode (dead letters, with the Python codec's
+message; a record it refuses but Python decodes, e.g. a schema version it does not
+know yet, sends the whole batch to the Python fold), and sessions whose events it
+cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises,
+sealed content: decryption is not in the extension yet, the pipeline's opener does it):
+their state moves to the Python processor through the same fields the sink stores.
+
+``SESSIONSTREAM_FOLD`` (``Settings.fold``): ``auto`` (native when the extension is
+installed and the pipeline uses the built-in units and codec, else Python), ``native`` (required:
+an error names the install command when it is missing) or ``python``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sessionstream.core import codec
+from sessionstream.core.admission import WINDOW
+from sessionstream.core.events import FORMAT_VERSION, Event
+from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
+from sessionstream.core.projections import Registry
+from sessionstream.core.projections.domain import GoalUnit, PlanUnit
+from sessionstream.core.projections.index import IndexUnit
+from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.turns import TurnsUnit
+from sessionstream.core.projections.usage import UsageUnit
+from sessionstream.core.rows import SessionRow
+from streams.errors import StreamsError
+from streams.ports import SessionWrite
+from streams.processor import BatchReport, CachedSession, Processor
+
+try:  # the compiled extension (native/); absent: the Python fold
+    import sessionstream_native as _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+#: The built-in unit classes the extension folds, by key.
+NATIVE_UNITS: dict[str, type] = {
+    "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
+    "goal": GoalUnit, "rejections": RejectionsUnit,
+}
+FOLDS = ("auto", "native", "python")
+INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
+                "cargo), or set SESSIONSTREAM_FOLD=python")
+
+
+class NativeUnavailable(StreamsError):
+    """SESSIONSTREAM_FOLD=native but the extension cannot serve this pipeline."""
+
+
+def available() -> bool:
+    return _native is not None
+
+
+def why_not(pipeline: ReaderPipeline) -> str | None:
+    """Why the native fold cannot serve ``pipeline`` (None: it can)."""
+    if _native is None:
+        return "the sessionstream_native extension is not installed"
+    if pipeline._decode is not codec.decode:
+        return "the pipeline uses another codec (e.g. the confluent wire)"
+    units = {u.key: u for u in pipeline.registry.units}
+    for key, cls in NATIVE_UNITS.items():
+        unit = units.get(key)
+        if unit is None or type(unit) is not cls:
+            return f"the registry's {key!r} unit is not the built-in one"
+    return None
+
+
+def schema_fingerprints() -> list[tuple[bytes, int]]:
+    """(fingerprint, N) of every shipped ``session_event.vN.avsc``."""
+    out = []
+    for path in codec.schema_files():
+        version = int(path.name.split(".v")[1].split(".")[0])
+        out.append((codec.load_schema(json.loads(path.read_text("utf-8"))).fingerprint,
+                    version))
+    return out
+
+
+class NativeFold:
+    """Drives ``processor``'s fold()/flush() through the extension (replay's path)."""
+
+    def __init__(self, processor: Processor) -> None:
+        reason = why_not(processor.pipeline)
+        if reason is not None:
+            raise NativeUnavailable(f"native fold unavailable: {reason}; {INSTALL_HINT}")
+        assert _native is not None
+        self.proc = processor
+        reg = processor.pipeline.registry
+        self._py_units = tuple(u for u in reg.units if u.key not in NATIVE_UNITS)
+        self._py_registry = Registry(self._py_units)
+        py_types: set[str] = set()
+        catalog = [t.name for t in processor.pipeline.catalog]
+        for u in self._py_units:
+            py_types |= set(catalog) if u.types is None else set(u.types)
+        self._opener = processor.pipeline.opener
+        if self._opener is not None:
+            # The opener learns each session's lineage from its session/start (metadata):
+            # it must see them, so a sealed event handed over later opens as in Python.
+            py_types.add("session/start")
+        self._all_keys = frozenset(u.key for u in reg.units)
+        versions = {k: v for k, v in reg.versions().items() if k in NATIVE_UNITS}
+        self.folder = _native.Folder(schema_fingerprints(), FORMAT_VERSION, catalog,
+                                     sorted(py_types), versions, WINDOW)
+        self._py_states: dict[str, dict[str, Any]] = {}  # Python units' states per session
+        self._py_changed: dict[str, set[str]] = {}
+        self._written: dict[str, int] = {}  # as_of_offset last written, per session
+        self._dirty: dict[str, None] = {}  # native sessions folded since the last flush
+        self._python: set[str] = set()  # sessions the Python processor owns now
+
+    @property
+    def unflushed_sessions(self) -> int:
+        return len(self._dirty) + self.proc.unflushed_sessions
+
+    async def fold(self, records: Sequence[Record]) -> BatchReport:
+        proc = self.proc
+        if not records:
+            return BatchReport()
+        report = BatchReport(records=len(records))
+        gen = await proc.current_generation()
+        topic = records[0].topic
+        await proc.load_progress_of(records)
+        progress = {p: off for tp, off in proc.progress.items()
+                    if (p := _partition_of(tp, topic)) is not None}
+        dead, native, handed, high, skipped = self.folder.fold(records, progress, self._python)
+        report.skipped += skipped
+        for i in dead:
+            item = proc.decode_item(records[i], report)
+            if item is not None:  # Python reads what the extension refused: Python folds all
+                return await self._fold_in_python(records, native, report)
+        for sid, _partition, idxs in native:
+            if idxs and not self._apply_python_units(sid, records, idxs):
+                self.folder.restore(sid)
+                handed.append((sid, [i for i, r in enumerate(records)
+                                     if _is_of(r, sid, proc.pipeline)]))
+                continue
+            self._dirty[sid] = None
+        if handed:
+            await self._hand_over(gen, records, handed, report)
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        await proc.send_dead_letters(report, high_tp)
+        proc.note_unflushed(high_tp)
+        return report
+
+    def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int]) -> bool:
+        proc = self.proc
+        states: Mapping[str, Any] = self._py_states.get(sid) or self._py_registry.init_states()
+        changed = self._py_changed.setdefault(sid, set())
+        new_changed: set[str] = set()
+        try:
+            for i in idxs:
+                ev = proc.pipeline.decode(records[i])
+                assert isinstance(ev, Event)
+                if self._opener is not None:
+                    ev = self._opener.open(ev)  # clear content: learns, returns it as is
+                states, ch = self._py_registry.apply(states, ev)
+                new_changed.update(ch)
+        except Exception:  # ProjectionError or a bad record: the Python reference decides
+            return False
+        self._py_states[sid] = dict(states)
+        changed |= new_changed
+        return True
+
+    async def _fold_in_python(self, records: Sequence[Record],
+                              native: list[tuple[str, int, list[int]]],
+                              report: BatchReport) -> BatchReport:
+        for sid, _, _ in native:
+            self.folder.restore(sid)
+        sids: dict[str, None] = {}
+        for r in records:
+            d = self.proc.pipeline.decode(r)
+            if not isinstance(d, Undecodable):
+                sids[d.session_id] = None
+        for sid in sids:
+            self._export(sid)
+        self._python |= set(sids)
+        return await self.proc.fold(records)
+
+    def _export(self, sid: str) -> None:
+        """Move a natively folded session to the Python processor's cache."""
+        proc = self.proc
+        got = self.folder.export(sid)
+        self._dirty.pop(sid, None)
+        if got is None:
+            return
+        fields, native_changed = got
+        py = self._py_states.pop(sid, None) or self._py_registry.init_states()
+        changed = set(native_changed) | self._py_changed.pop(sid, set())
+        for unit in self._py_units:
+            view, state = unit.encode(py[unit.key])
+            fields[SessionRow.view(unit.key)] = view
+            fields[SessionRow.state(unit.key)] = state
+            fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        meta = json.loads(fields[SessionRow.META])
+        cur = proc.cursor_from_fields(sid, int(meta["partition"]), fields)
+        written = self._written.pop(sid, None)
+        base = CachedSession(sid, cur.partition, cur.admission, cur.states,
+                             as_of_offset=-1 if written is None else written,
+                             stored=written is not None)
+        proc.adopt(cur, base, set(self._all_keys) if written is None else changed)
+
+    async def _hand_over(self, gen: int, records: Sequence[Record],
+                         handed: list[tuple[str, list[int]]], report: BatchReport) -> None:
+        proc = self.proc
+        by_session: dict[str, list[Any]] = {}
+        for sid, idxs in handed:
+            if sid not in self._python:
+                self._export(sid)
+                self._python.add(sid)
+            items = []
+            for i in idxs:
+                decoded = proc.decode_item(records[i], report)
+                if decoded is not None:
+                    items.append((records[i], decoded[1]))
+            by_session[sid] = items
+        await proc.fold_sessions(gen, by_session, report)
+
+    async def flush(self) -> BatchReport:
+        proc = self.proc
+        report = BatchReport()
+        if self._dirty:
+            gen = await proc.current_generation()
+            writes = [self._write(sid) for sid in self._dirty]
+            outcomes = await proc.sink.write_sessions(gen, writes)
+            done = []
+            for w, outcome in zip(writes, outcomes, strict=True):
+                if outcome.status == "applied":
+                    report.sessions_written += 1
+                    self._written[w.session_id] = w.last_offset
+                    done.append(w)
+                else:
+                    report.conflicts += 1
+            self._dirty.clear()
+            await proc.sink.write_tenant(gen, done, proc.group, {})
+        py = await proc.flush()
+        report.sessions_written += py.sessions_written
+        report.conflicts += py.conflicts
+        return report
+
+    def _write(self, sid: str) -> SessionWrite:
+        first = sid not in self._written
+        got = self.folder.fields(sid, not first)
+        assert got is not None
+        fields, native_changed = got
+        fields.pop(SessionRow.AS_OF_SEQ, None)
+        fields.pop(SessionRow.AS_OF_OFFSET, None)
+        py_changed = self._py_changed.pop(sid, set())
+        states = self._py_states.get(sid) or self._py_registry.init_states()
+        for unit in self._py_units:
+            if first or unit.key in py_changed:
+                view, state = unit.encode(states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
+        changed = self._all_keys if first else frozenset(native_changed) | py_changed
+        return SessionWrite(
+            session_id=sid, partition=partition,
+            base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
+            as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
+            activity_ms=last_time or 0, force=False,
+        )
+
+
+def _partition_of(tp: str, topic: str) -> int | None:
+    t, _, p = tp.rpartition(":")
+    return int(p) if t == topic else None
+
+
+def _is_of(r: Record, sid: str, pipeline: ReaderPipeline) -> bool:
+    d = pipeline.decode(r)
+    return not isinstance(d, Undecodable) and d.session_id == sid
+
+
+def fold_driver(processor: Processor, fold: str) -> NativeFold | Processor:
+    """What replay drives: the native fold or the processor itself, per ``fold``."""
+    if fold not in FOLDS:
+        raise NativeUnavailable(f"SESSIONSTREAM_FOLD={fold!r}: use " + ", ".join(FOLDS))
+    if fold == "python":
+        return processor
+    reason = why_not(processor.pipeline)
+    if reason is None:
+        return NativeFold(processor)
+    if fold == "native":
+        raise NativeUnavailable(f"native fold unavailable: {reason}; {INSTALL_HINT}")
+    return processor
+
+
+__all__ = ["FOLDS", "NativeFold", "NativeUnavailable", "available", "fold_driver", "why_not"]

@@ -1,0 +1,267 @@
+"""The native fold (the ``native/`` Rust extension) against the Python reference.
+
+Differential: generated logs — valid random walks with compactions (replace ops) and
+unknown ignorable events, forks, plus redeliveries, zombie writers, seq gaps and
+conflicts, history conflicts, unknown required events and newer formats
+(quarantine), corrupt and mis-keyed records (dead letters) — are folded by the Python
+processor and by the native path, in the same random batches and flushes; every
+Redis field, the feed, the index, the progress and the dead letters must be equal.
+
+In CI the extension must be built (the project's install builds it); elsewhere
+these tests are skipped when it is missing. The Python fallback is tested by every
+other processor test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.core.codec import encode
+from sessionstream.core.events import Event, Writer, make_event
+from sessionstream.core.fork import fork
+from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.projections import Registry, default_units
+from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.simulate import simulate_session
+from streams import native_fold
+from streams.memory import MemoryDeadLetters as MemoryDLQ
+from streams.memory import MemorySink
+from streams.native_fold import NativeFold, NativeUnavailable, fold_driver
+from tests.unit.strategies import new_session, walk_with_plugins
+from tests.unit.test_streams_processor import TOPIC, processor
+
+if not native_fold.available():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must build the native extension (make install)")
+    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+
+WRITER = Writer("w1", 2)
+
+
+def _records(events: list[tuple[Event | bytes, str]], partitions: int) -> list[Record]:
+    offsets = [0] * partitions
+    out = []
+    for ev, key in events:
+        p = sum(key.encode()) % partitions
+        value = ev if isinstance(ev, bytes) else encode(ev)
+        out.append(Record(TOPIC, p, offsets[p], key.encode(), value))
+        offsets[p] += 1
+    return out
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int]]:
+    """(records, batch sizes, flush after these batches)."""
+    n = draw(st.integers(1, 3))
+    logs: dict[str, list[Event]] = {}
+    for i in range(n):
+        sid = f"s{i}"
+        steps = draw(st.integers(0, 60))
+
+        def choose(k: int) -> int:
+            return draw(st.integers(0, k - 1)) if k > 1 else 0
+
+        session = walk_with_plugins(new_session(sid, writer=WRITER), choose, steps)
+        logs[sid] = list(session.events)
+        if draw(st.booleans()) and len(session.events) > 2:
+            try:
+                child = fork(session, f"{sid}-fork", writer=WRITER)
+            except Exception:
+                child = None
+            if child is not None:
+                logs[child.session_id] = list(child.events)
+    merged: list[tuple[Event | bytes, str]] = []
+    cursors = dict.fromkeys(logs, 0)
+    while any(cursors[s] < len(logs[s]) for s in logs):
+        for s in logs:
+            k = draw(st.integers(1, 6))
+            merged.extend((e, s) for e in logs[s][cursors[s]:cursors[s] + k])
+            cursors[s] += k
+    faults = draw(st.lists(st.sampled_from([
+        "dup", "zombie", "gap", "conflict", "history", "unknown", "newer", "corrupt",
+        "mismatch", "ignorable"]), max_size=5))
+    for f in faults:
+        sid = draw(st.sampled_from(sorted(logs)))
+        evs = logs[sid]
+        last = evs[-1]
+        nxt = last.seq + 1
+        base: dict[str, Any] = {"session_id": sid, "time": last.time + 1, "writer": WRITER,
+                                "type": "todo/add", "data": {"id": f"f{f}", "text": "t"},
+                                "prev_event_id": last.event_id}
+        pos = draw(st.integers(0, len(merged)))
+        if f == "dup":
+            item: tuple[Event | bytes, str] = (draw(st.sampled_from(evs)), sid)
+        elif f == "zombie":
+            item = (make_event(**{**base, "writer": Writer("old", 1)}, seq=nxt,
+                               event_id=f"{sid}-zombie"), sid)
+        elif f == "gap":
+            item = (make_event(**base, seq=nxt + 3, event_id=f"{sid}-gap"), sid)
+        elif f == "conflict":
+            item = (make_event(**base, seq=max(0, last.seq - 1), event_id=f"{sid}-c"), sid)
+        elif f == "history":
+            item = (make_event(**{**base, "prev_event_id": "nope"}, seq=nxt,
+                               event_id=f"{sid}-h"), sid)
+            pos = len(merged)
+        elif f == "unknown":
+            item = (make_event(**{**base, "type": "alien/thing", "data": {}}, seq=nxt,
+                               event_id=f"{sid}-u"), sid)
+            pos = len(merged)
+        elif f == "ignorable":
+            item = (make_event(**{**base, "type": "alien/note", "data": {"x": 1.5e-7}},
+                               seq=nxt, event_id=f"{sid}-i", ignorable=True), sid)
+            pos = len(merged)
+        elif f == "newer":
+            item = (make_event(**base, seq=nxt, event_id=f"{sid}-n", format_version=2), sid)
+            pos = len(merged)
+        elif f == "corrupt":
+            item = (b"\xc3\x01garbage", sid)
+        else:  # mismatch: a record keyed by another session
+            item = (last, "someone-else")
+        merged.insert(pos, item)
+    records = _records(merged, draw(st.integers(1, 3)))
+    sizes = draw(st.lists(st.integers(1, 40), min_size=1, max_size=8))
+    flushes = set(draw(st.lists(st.integers(0, 12), max_size=4)))
+    return records, sizes, flushes
+
+
+async def _fold(driver: Any, records: list[Record], sizes: list[int], flushes: set[int]
+                ) -> None:
+    i = b = 0
+    while i < len(records):
+        size = sizes[b % len(sizes)]
+        await driver.fold(records[i:i + size])
+        if b in flushes:
+            await driver.flush()
+        i += size
+        b += 1
+    await driver.flush()
+
+
+def _run(records: list[Record], sizes: list[int], flushes: set[int],
+         pipeline: ReaderPipeline | None = None) -> tuple[MemorySink, MemorySink, Any, Any]:
+    py_sink, na_sink = MemorySink(), MemorySink()
+    py_dlq, na_dlq = MemoryDLQ(), MemoryDLQ()
+    py = processor(py_sink, pipeline, dead_letters=py_dlq)
+    na = NativeFold(processor(na_sink, pipeline, dead_letters=na_dlq))
+    asyncio.run(_fold(py, records, sizes, flushes))
+    asyncio.run(_fold(na, records, sizes, flushes))
+    return py_sink, na_sink, py_dlq, na_dlq
+
+
+def _assert_same(py_sink: MemorySink, na_sink: MemorySink, py_dlq: MemoryDLQ,
+                 na_dlq: MemoryDLQ) -> None:
+    assert na_sink.hashes == py_sink.hashes
+    assert na_sink.index == py_sink.index
+    assert {g: sorted(f) for g, f in na_sink.feed.items()} == \
+        {g: sorted(f) for g, f in py_sink.feed.items()}
+    assert na_sink.changes == py_sink.changes
+    assert na_sink.progress == py_sink.progress
+    assert [(d.reason, d.detail) for d in na_dlq.letters] == \
+        [(d.reason, d.detail) for d in py_dlq.letters]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_native_fold_equals_the_python_fold_on_generated_logs(
+        case: tuple[list[Record], list[int], set[int]]) -> None:
+    _assert_same(*_run(*case))
+
+
+def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
+    import random
+
+    rng = random.Random(3)
+    logs = {f"lab{i}": simulate_session(rng, f"lab{i}", turns=4, compact_every=2,
+                                        failures=0.2) for i in range(8)}
+    merged = [(e, sid) for k in range(max(map(len, logs.values())))
+              for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
+    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5})
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert len(py_sink.hashes) == 8
+
+
+class Fragile(ProjectionUnit[int]):
+    """A custom Python unit that fails on plan/set (a unit bug)."""
+
+    key = "fragile"
+    state_version = 1
+    types = frozenset({"todo/add", "plan/set"})
+
+    def init(self) -> int:
+        return 0
+
+    def apply(self, state: int, event: Event) -> int:
+        if event.type == "plan/set":
+            raise RuntimeError("fragile unit bug")
+        return state + 1
+
+    def view(self, state: int) -> int:
+        return state
+
+    def dump(self, state: int) -> int:
+        return state
+
+    def load(self, data: Any) -> int:
+        return int(data)
+
+
+def test_a_custom_python_unit_plugs_in_and_its_failure_quarantines_as_in_python() -> None:
+    import random
+
+    events = simulate_session(random.Random(5), "c1", turns=2)
+    last = events[-1]
+    extra = [make_event(session_id="c1", seq=last.seq + 1 + i, event_id=f"x{i}",
+                        time=last.time + i, type=t, data=d, writer=last.writer,
+                        prev_event_id=(last.event_id if i == 0 else f"x{i - 1}"))
+             for i, (t, d) in enumerate([("todo/add", {"id": "a", "text": "b"}),
+                                         ("plan/set", {"steps": ["s"]}),
+                                         ("todo/add", {"id": "c", "text": "d"})])]
+    pipeline = ReaderPipeline(Registry([*default_units(), Fragile()]),
+                              ReaderPipeline.default().catalog)
+    records = _records([(e, "c1") for e in [*events, *extra]], 1)
+    py_sink, na_sink, py_dlq, na_dlq = _run(records, [7], {1}, pipeline)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert '"projection_error"' in na_sink.hashes[(1, "c1")]["meta"]
+    log = [*events, *extra]
+    first_plan = next(i for i, e in enumerate(log) if e.type == "plan/set")
+    todos = sum(e.type == "todo/add" for e in log[:first_plan])  # up to the failing plan/set
+    assert na_sink.hashes[(1, "c1")]["view:fragile"] == str(todos)
+
+
+def test_the_fold_setting_selects_python_or_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = processor(MemorySink())
+    assert fold_driver(proc, "python") is proc
+    assert isinstance(fold_driver(proc, "native"), NativeFold)
+    assert isinstance(fold_driver(proc, "auto"), NativeFold)
+    with pytest.raises(NativeUnavailable, match="SESSIONSTREAM_FOLD='fast'"):
+        fold_driver(proc, "fast")
+    monkeypatch.setattr(native_fold, "_native", None)
+    assert fold_driver(proc, "auto") is proc  # the pure-Python fallback
+    with pytest.raises(NativeUnavailable, match=r"not installed.*make install"):
+        fold_driver(proc, "native")
+
+
+def test_sealed_content_folds_as_in_python_through_the_opener(tmp_path: Any) -> None:
+    import random
+
+    from sessionstream.governance import ContentCipher
+    from sessionstream.governance.keys import FileKeyStore
+    from sessionstream.governance.opener import SealedContentOpener
+
+    cipher = ContentCipher(FileKeyStore(tmp_path / "keys"), "default")
+    clear_log = simulate_session(random.Random(8), "e1", turns=3)
+    sealed_log = []
+    for ev in simulate_session(random.Random(9), "e2", turns=3):
+        clear, parts = cipher.seal(ev)
+        sealed_log.append(clear.replace(sealed=parts) if parts else clear)
+    merged = [(e, "e1") for e in clear_log] + [(e, "e2") for e in sealed_log]
+    pipeline = ReaderPipeline.default(opener=SealedContentOpener(cipher))
+    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 2), [11], {3}, pipeline)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert any(e.sealed for e in sealed_log)
