@@ -89,10 +89,16 @@ async def project(settings: Settings, topic: str, prefix: str, events: list[Even
 
 def measure(driver: Any, url: str, selector: str, runs: int) -> float:
     times = []
+    driver.set_script_timeout(60)
     for _ in range(runs):
         driver.get("about:blank")
         driver.get(url)
-        times.append(float(driver.execute_async_script(WAIT_JS, selector)))
+        try:
+            times.append(float(driver.execute_async_script(WAIT_JS, selector)))
+        except Exception as exc:
+            box = driver.find_elements("id", "timeline-box")
+            raise SystemExit(f"{selector} never appeared ({type(exc).__name__}); timeline box: "
+                             f"{box[0].text[:300] if box else None!r}") from exc
     return statistics.median(times)
 
 

@@ -53,6 +53,7 @@ class DashboardConfig:
     block_ms: int = 5000  # one XREAD waits at most this long: keep-alive and generation check
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
     timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
+    rows: Any = None  # opens views sealed with the sessions' keys (governance.rows.RowCipher)
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -142,7 +143,7 @@ async def _sessions(request: web.Request) -> web.Response:
 async def _session(request: web.Request) -> web.Response:
     config, redis = request.app[CONFIG], request.app[REDIS]
     sid = request.match_info["session_id"]
-    snap = await read_views(redis, config.keys, sid)
+    snap = await read_views(redis, config.keys, sid, rows=config.rows)
     if snap is None:
         gen = await current_generation(redis, config.keys)
         return web.json_response({

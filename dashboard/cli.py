@@ -59,10 +59,13 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
             f"`sessionstream up` or set {Env.REDIS_URL}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from sessionstream.governance.wiring import row_cipher
+
     config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
                              keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
-                                                     settings.events_topic))
+                                                     settings.events_topic),
+                             rows=row_cipher(settings))
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
                f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
     try:

@@ -92,7 +92,7 @@ async def _handler(request: web.Request) -> web.Response:
 
     config, redis = request.app[CONFIG], request.app[REDIS]
     sid = request.match_info["session_id"]
-    snap = await read_views(redis, config.keys, sid)
+    snap = await read_views(redis, config.keys, sid, rows=config.rows)
     if snap is None:
         return web.json_response({
             "error": f"no projections for session {sid!r}: the timeline reads the range "

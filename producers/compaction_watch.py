@@ -35,6 +35,7 @@ from producers.writer import WriterConfig
 from sessionstream.core.compaction import Budget, Decision, should_compact
 from sessionstream.core.messages import Message
 from sessionstream.core.rows import KeySpace, WatchCursorFields, read_change_entry
+from sessionstream.governance.rows import RowCipher
 from streams.read import LiveSnapshot, current_generation, read_views
 
 log = logging.getLogger("sessionstream.producers.compaction_watch")
@@ -132,6 +133,7 @@ class CompactionWatcher:
         if batch < 1 or max_attempts < 1:
             raise ValueError("batch and max_attempts must be at least 1")
         self.cfg = cfg
+        self.rows = RowCipher(cfg.cipher) if cfg.cipher is not None else None
         self.budget = budget
         self.keys = keys
         self.redis = redis
@@ -197,7 +199,8 @@ class CompactionWatcher:
     async def _consider(self, gen: int, sid: str, out: WatchSummary) -> None:
         """Read the session's surface view, decide, and run at most one attempt."""
         try:
-            snap = await read_views(self.redis, self.keys, sid, generation=gen)
+            snap = await read_views(self.redis, self.keys, sid, generation=gen,
+                                    rows=self.rows)
             decision = _decide(snap, self.budget)
         except Exception as exc:  # a malformed view must not stop the watcher
             log.warning("compaction watch: session %s view unreadable (%s)", sid,

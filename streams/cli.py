@@ -75,11 +75,14 @@ def worker_cmd(loglevel: str, engine: str | None) -> None:
 @click.option("--view", "only", multiple=True, help="Only these views (repeatable).")
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
+    from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
-    keys = settings().keys
+    s = settings()
+    keys = s.keys
     tenant = keys.tenant
-    snap = _with_redis(lambda r: read_views(r, keys, session_id))
+    rows = row_cipher(s)
+    snap = _with_redis(lambda r: read_views(r, keys, session_id, rows=rows))
     if snap is None:
         raise click.ClickException(
             f"no projections for session {session_id!r} of tenant {tenant!r}: is the worker "
@@ -133,7 +136,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
-    from sessionstream.governance.wiring import reader_pipeline
+    from sessionstream.governance.wiring import reader_pipeline, row_cipher
     from streams.replay import ReplayReport, replay
 
     s = settings()
@@ -146,7 +149,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s), fold=s.fold))
+        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

@@ -36,6 +36,7 @@ class DemoResult:
     fleet: dict[str, Any]
     caught_up_seconds: float
     compaction: dict[str, Any] | None = None
+    deletion: dict[str, Any] | None = None
 
 
 def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
@@ -79,9 +80,64 @@ def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
             # Show the compaction as the dashboards see it: projected from the log.
             rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
                                                worker, log_path))
-        return DemoResult(rows, summary.to_json(), caught_up, compaction)
+        deletion = _delete_one(settings, rows, summary.last_seqs, compaction, echo, timeout_s,
+                               worker, log_path)
+        if deletion is not None:  # the table shows the deleted session as readers see it
+            rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
+                                               worker, log_path))
+        return DemoResult(rows, summary.to_json(), caught_up, compaction, deletion)
     finally:
         _stop(worker)
+
+
+def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[str, int],
+                compaction: dict[str, Any] | None, echo: Echo, timeout_s: float,
+                worker: subprocess.Popen[bytes], log_path: Path) -> dict[str, Any] | None:
+    """Delete one session (crypto-shred) and show its content gone, its audit trail kept."""
+
+    from producers.writer import WriterConfig, read_log
+    from sessionstream.governance.service import Governance
+    from sessionstream.governance.wiring import key_store
+
+    compacted = compaction.get("session_id") if compaction else None
+    candidates = [r for r in rows if r["session_id"] != compacted] or rows
+    if not candidates:
+        return None
+    target = min(candidates, key=lambda r: r["as_of_seq"])["session_id"]
+    cfg = WriterConfig.from_settings(settings)
+    first = _first_user_text(read_log(cfg, target).admitted)
+    echo(f"deletion: session {target} before: first user message {first!r}")
+    client = redisconn.from_settings(settings, decode_responses=True)
+    try:
+        gov = Governance(cfg, key_store(settings, client), client,
+                         principal=settings.principal)
+        report = gov.delete(target, reason="demo: the user asked to be forgotten")
+    finally:
+        client.close()
+    assert report.audit_seq is not None
+    last_seqs[target] = report.audit_seq
+    asyncio.run(_wait_caught_up(settings, {target: report.audit_seq}, timeout_s, echo,
+                                worker, log_path))
+    fresh = WriterConfig.from_settings(settings)  # a new reader: no cached keys
+    log = read_log(fresh, target).admitted
+    audit = log[-1]
+    echo(f"deletion: classes {', '.join(report.classes)} shredded; the log still holds "
+         f"{len(log)} events in order, first user message now "
+         f"{_first_user_text(log)!r}; audit: {audit.type} at seq {audit.seq} by "
+         f"{audit.data['principal']} ({audit.data['reason']})")
+    echo(f"deletion: {report.redis_keys_deleted} Redis keys/fields, "
+         f"{report.feed_entries_deleted} change-feed entries and "
+         f"{report.attachments_deleted} attachments purged; {report.note}")
+    return {**report.to_json(), "events_in_log": len(log),
+            "first_user_message_after": _first_user_text(log)}
+
+
+def _first_user_text(events: list[Any]) -> str | None:
+    for event in events:
+        if event.type == "user/message":
+            content = event.data.get("content")
+            return content if isinstance(content, str) else str(content)[:60]
+    return None
 
 
 def _compact_largest(settings: Settings, rows: list[dict[str, Any]],
@@ -111,13 +167,15 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
                           log_path: Path) -> list[dict[str, Any]]:
     """Poll the views until every session's as_of_seq reached its last admitted seq."""
 
+    from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
+    rows = row_cipher(settings)
     redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            snaps = {sid: await read_views(redis, settings.keys, sid)
+            snaps = {sid: await read_views(redis, settings.keys, sid, rows=rows)
                      for sid in last_seqs}
             behind = [sid for sid, seq in last_seqs.items()
                       if snaps[sid] is None or snaps[sid].as_of_seq < seq]  # type: ignore[union-attr]

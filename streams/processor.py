@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from sessionstream.core.admission import AdmissionState
 from sessionstream.core.errors import UnsupportedFormat
@@ -92,6 +92,14 @@ _Item = tuple[Record, "Event | UnsupportedFormat"]
 SHRED_TYPE = "session/shred"
 
 
+class RowSealer(Protocol):
+    """Seals and opens row fields that hold content (``sessionstream.governance.rows``)."""
+
+    def seal(self, session_id: str, unit: str, field: str, text: str) -> str: ...
+
+    def open(self, session_id: str, unit: str, field: str, stored: str) -> str | None: ...
+
+
 class Processor:
     """Folds batches of one tenant's events topic into a sink; owns a per-worker cache."""
 
@@ -104,8 +112,11 @@ class Processor:
         log_reader: LogReader | None = None,
         dead_letters: DeadLetters | None = None,
         generation: int | None = None,
+        rows: RowSealer | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: Seals content-bearing views/states with the session's keys (governance.rows).
+        self.rows = rows
         self.sink = sink
         self.group = group
         self.log_reader = log_reader
@@ -447,6 +458,9 @@ class Processor:
         stale: list[str] = []
         for unit in self._units:
             raw = stored.get(SessionRow.state(unit.key))
+            if raw is not None and self.rows is not None:
+                # a state that cannot be opened (key shredded) is rebuilt from the log
+                raw = self.rows.open(sid, unit.key, SessionRow.state(unit.key), raw)
             sv = stored.get(SessionRow.state_version(unit.key))
             if raw is None or sv is None or int(sv) != unit.state_version:
                 stale.append(unit.key)
@@ -624,8 +638,12 @@ class Processor:
         for unit in self._units:
             if unit.key in changed:
                 view, state = unit.encode(states[unit.key])
-                fields[SessionRow.view(unit.key)] = view
-                fields[SessionRow.state(unit.key)] = state
+                vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
+                if self.rows is not None:
+                    view = self.rows.seal(new.session_id, unit.key, vf, view)
+                    state = self.rows.seal(new.session_id, unit.key, sf, state)
+                fields[vf] = view
+                fields[sf] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
         fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
         fields[SessionRow.META] = dumps(new.meta())

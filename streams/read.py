@@ -38,19 +38,32 @@ class LiveSnapshot:
                 "quarantine": self.quarantine, "views": self.views}
 
 
+#: How a sealed row value starts (sessionstream.governance.rows.PREFIX).
+SEALED_PREFIX = "ss-aead1:"
+
+
 async def current_generation(redis: Redis, keys: KeySpace) -> int:
     """The generation readers use now (the tenant's pointer; absent: the first)."""
     return generation_of(await redis.get(keys.generation()))
 
 
 async def read_views(redis: Redis, keys: KeySpace, session_id: str, *,
-                     generation: int | None = None) -> LiveSnapshot | None:
-    """Every view of ``session_id`` at one ``as_of_seq``; None if the session is unknown."""
+                     generation: int | None = None, rows: Any = None) -> LiveSnapshot | None:
+    """Every view of ``session_id`` at one ``as_of_seq``; None if the session is unknown.
+
+    ``rows`` (a ``sessionstream.governance.rows.RowCipher``) opens the views sealed with
+    the session's keys; without it, or without the key, such a view reads
+    ``{"unavailable": …}``, never ciphertext.
+    """
     gen = generation if generation is not None else await current_generation(redis, keys)
     row = await redis.hgetall(keys.session_row(session_id, gen))
     if not row:
         return None
     fields: dict[str, str] = {_s(k): _s(v) for k, v in row.items()}
+    if any(v.startswith(SEALED_PREFIX) for v in fields.values()):
+        from sessionstream.governance.rows import open_fields
+
+        fields = open_fields(rows, session_id, fields, SessionRow.VIEW, SessionRow.STATE)
     return LiveSnapshot(
         session_id=session_id, generation=gen,
         as_of_seq=SessionRow.as_of_seq(fields),

@@ -77,6 +77,7 @@ async def replay(
     from_time_ms: int | None = None, switch: bool = True, batch: int = 1000,
     progress: Progress | None = None, progress_every: float = 1.0,
     pipeline: ReaderPipeline | None = None,
+    rows: Any = None,
     flush_every: int = 500_000, flush_sessions: int = 50_000, fold: str = "auto",
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``.
@@ -94,7 +95,7 @@ async def replay(
     sink = RedisSink(redis, keys, retry=Retry(attempts=20))
     pipeline = pipeline or ReaderPipeline.default()
     proc = Processor(pipeline=pipeline, sink=sink, group=f"replay-g{new}",
-                     log_reader=KafkaLogReader(bootstrap), generation=new)
+                     log_reader=KafkaLogReader(bootstrap), generation=new, rows=rows)
     driver = fold_driver(proc, fold)
     report.fold = "native" if isinstance(driver, NativeFold) else "python"
     conf = {"bootstrap.servers": bootstrap,
@@ -114,7 +115,7 @@ async def replay(
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions), folder=driver)
-        await _compare(redis, keys, live, new, report, views)
+        await _compare(redis, keys, live, new, report, views, rows)
         if switch and from_time_ms is None:
             await redis.set(keys.generation(), new)
             report.switched = True
@@ -201,7 +202,7 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
 
 
 async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
-                   report: ReplayReport, views: list[str]) -> None:
+                   report: ReplayReport, views: list[str], sealed: Any = None) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
     Reads only ``as_of_seq`` and the ``views`` fields (not the states, about as large)."""
@@ -217,8 +218,8 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                 pipe.hmget(keys.session_row(sid, live), fields)
             rows = await pipe.execute()
         for j, sid in enumerate(chunk):
-            a = _views(dict(zip(fields, rows[2 * j], strict=True)))
-            b = _views(dict(zip(fields, rows[2 * j + 1], strict=True)))
+            a = _views(dict(zip(fields, rows[2 * j], strict=True)), sid, sealed)
+            b = _views(dict(zip(fields, rows[2 * j + 1], strict=True)), sid, sealed)
             if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
@@ -227,13 +228,19 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                 report.different.append(sid)
 
 
-def _views(row: dict[Any, Any]) -> dict[str, Any]:
+def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, Any]:
+    """The views of a row, opened (sealed values use random nonces: compare clear text)."""
     out: dict[str, Any] = {}
+    clear: dict[str, str] = {}
     for k, v in row.items():
-        if v is None:
-            continue
-        k = k.decode() if isinstance(k, bytes) else k
-        v = v.decode() if isinstance(v, bytes) else v
+        if v is not None:
+            clear[k.decode() if isinstance(k, bytes) else k] = (
+                v.decode() if isinstance(v, bytes) else v)
+    if any(v.startswith("ss-aead1:") for v in clear.values()):
+        from sessionstream.governance.rows import open_fields
+
+        clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
+    for k, v in clear.items():
         if k.startswith(SessionRow.VIEW):
             out[k] = json.loads(v)
         elif k == SessionRow.AS_OF_SEQ:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
-from sessionstream.governance.wiring import reader_pipeline
+from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
 from streams.processor import Processor
@@ -74,8 +74,10 @@ def build_sink(cfg: WorkerConfig) -> RedisSink:
 
 
 def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
+    store = key_store(cfg.settings)  # one key cache for opening events and sealing rows
     return Processor(
-        pipeline=reader_pipeline(cfg.settings), sink=sink or build_sink(cfg), group=cfg.group,
+        pipeline=reader_pipeline(cfg.settings, store), sink=sink or build_sink(cfg),
+        group=cfg.group, rows=row_cipher(cfg.settings, store),
         log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
     )

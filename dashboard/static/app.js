@@ -158,6 +158,7 @@ function kv(obj) {
 }
 
 function renderDetail(snap) {
+  performance.mark("detail-start");
   const v = snap.views || {};
   const idx = v.index || {};
   const parts = [];
@@ -272,6 +273,7 @@ function renderDetail(snap) {
   $("#detail").replaceChildren(...parts.filter(Boolean));
   window.sessionTimeline?.load(snap.session_id);
   pane.scrollTop = top;
+  performance.measure("detail-render", "detail-start");
 }
 
 // ---------- live updates ----------

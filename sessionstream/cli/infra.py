@@ -173,7 +173,8 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
     if as_json:
         click.echo(json.dumps({"fleet": result.fleet, "sessions": result.sessions,
                                "caught_up_seconds": result.caught_up_seconds,
-                               "compaction": result.compaction}, indent=2))
+                               "compaction": result.compaction,
+                               "deletion": result.deletion}, indent=2))
         return
     click.echo(f"\nprojections read back from Redis ({len(result.sessions)} sessions, "
                f"caught up {result.caught_up_seconds:.1f}s after the fleet finished):")

@@ -128,6 +128,21 @@ LOSS: Mapping[DataClass, str] = {
 }
 
 
+#: The data class of each built-in projection unit's views and states: content a unit
+#: folds is sealed in Redis with the session's key of that class; None: metadata only.
+UNIT_CLASSES: Mapping[str, DataClass | None] = {
+    "surface": DataClass.SURFACE, "turns": DataClass.RAW, "business": DataClass.BUSINESS,
+    "todo": DataClass.BUSINESS, "plan": DataClass.BUSINESS, "goal": DataClass.BUSINESS,
+    "tools": None, "usage": None, "compaction": None, "index": None, "rejections": None,
+}
+
+
+def unit_class(unit_key: str) -> DataClass | None:
+    """The class a unit's rows are sealed with; a unit this table does not know (a
+    plugin's) is treated as surface content: sealed, never clear."""
+    return UNIT_CLASSES.get(unit_key, DataClass.SURFACE)
+
+
 def default_class(event_type: EventType | None, name: str = "") -> DataClass:
     """The class of a data field the catalog does not declare (sealed, never clear)."""
     if event_type is None:

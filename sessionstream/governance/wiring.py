@@ -9,6 +9,7 @@ from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore, KeyStore, RedisKeyStore, TenantKeys
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.governance.rows import RowCipher
 
 
 def tenant_keys(settings: Settings) -> TenantKeys:
@@ -41,6 +42,11 @@ def content_opener(settings: Settings, store: KeyStore | None = None) -> SealedC
     """The reader pipeline's opening stage for the settings' tenant (always on: a tenant
     that opted out still has sealed history to read)."""
     return SealedContentOpener(ContentCipher(store or key_store(settings), settings.tenant))
+
+
+def row_cipher(settings: Settings, store: KeyStore | None = None) -> RowCipher:
+    """Seals/opens the content-bearing Redis view and state fields of the tenant."""
+    return RowCipher(content_cipher(settings, store))
 
 
 def reader_pipeline(settings: Settings, store: KeyStore | None = None) -> ReaderPipeline:

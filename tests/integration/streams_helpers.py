@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -16,8 +17,11 @@ from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Record
 from sessionstream.core.projections import Registry, default_registry
-from sessionstream.core.rows import KeySpace
+from sessionstream.core.rows import KeySpace, SessionRow
+from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
+from sessionstream.governance.rows import RowCipher, open_fields
+from sessionstream.governance.wiring import row_cipher
 
 
 def fleet(n: int, seed: int = 11, turns: int = 2, prefix: str = "sess") -> dict[str, list[Event]]:
@@ -62,9 +66,22 @@ def expected_views(events: list[Event], registry: Registry | None = None) -> dic
 
 def stored_views(r: redis.Redis, prefix: str, tenant: str, sid: str, gen: int = 1
                  ) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """A session's row as readers see it: views sealed by a worker (whose key store is
+    the settings' one, like this process's) are opened first."""
     h = r.hgetall(KeySpace(tenant, prefix).session_row(sid, gen))
+    h = open_fields(_row_cipher(tenant), sid, h, SessionRow.VIEW, SessionRow.STATE)
     views = {k[5:]: json.loads(v) for k, v in h.items() if k.startswith("view:")}
     return int(h.get("as_of_seq", -1)), views, json.loads(h.get("meta", "{}"))
+
+
+_CIPHERS: dict[str, RowCipher] = {}
+
+
+def _row_cipher(tenant: str) -> RowCipher:
+    if tenant not in _CIPHERS:
+        settings = Settings.from_env()
+        _CIPHERS[tenant] = row_cipher(dataclasses.replace(settings, tenant=tenant))
+    return _CIPHERS[tenant]
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str,

@@ -91,7 +91,11 @@ def serve(procs: ProcessGroup, settings: Settings, prefix: str, topic: str) -> s
 def wait(driver: webdriver.Chrome, what: str, cond: Callable[[Any], Any],
          timeout: float = 30) -> Any:
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(cond, message=what)
+        # the live page redraws the detail on every change: an element found a moment ago
+        # may be gone, so a stale element only means "look again"
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=(StaleElementReferenceException,)
+                             ).until(cond, message=what)
     except TimeoutException:
         shot(driver, "failed-" + what.replace(" ", "-"))
         boxes = driver.find_elements(By.ID, "timeline-box")
@@ -137,13 +141,17 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
     browser.get(url)
     wait(browser, "the session list", lambda d: len(
         d.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")) >= len(logs) + 1)
-    listed = browser.find_element(By.ID, "sessions").text
+    listed = wait(browser, "the list text", lambda d: d.find_element(By.ID, "sessions").text)
     assert all(sid in listed for sid in logs)
     shot(browser, "dashboard-list")
 
     # a session's timeline updates live, without a reload
-    next(r for r in browser.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
-         if live_sid in r.text).click()
+    def open_live(d: Any) -> bool:
+        next(r for r in d.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
+             if live_sid in r.text).click()
+        return True
+
+    wait(browser, "a click on the live session", open_live)
     last_head = head[-1].seq
     wait(browser, "the timeline up to the head", lambda d: d.find_elements(
         By.ID, f"tl-seq-{last_head}"))
@@ -152,7 +160,8 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
     wait(browser, "the tail in the timeline", lambda d: d.find_elements(
         By.ID, f"tl-seq-{tail[-1].seq}"))
     assert browser.execute_script("return window.__sameDocument") == "yes", "page reloaded"
-    row = browser.find_element(By.ID, f"tl-seq-{tail[-1].seq}").text
+    row = wait(browser, "the tail's row text", lambda d: d.find_element(
+        By.ID, f"tl-seq-{tail[-1].seq}").text)
     assert tail[-1].type in row and "admitted" in row and f"e{tail[-1].writer.epoch}" in row
     wait(browser, "the views at the tail", lambda d: f"as_of_seq {tail[-1].seq}" in
          d.find_element(By.CSS_SELECTOR, ".facts").text)
@@ -179,10 +188,12 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
     wait(browser, "the compaction history link", click_link)
     wait(browser, "the evidence highlighted", lambda d: "evidence" in d.find_element(
         By.ID, f"tl-seq-{start.seq}").get_attribute("class"))
-    marked = [int(r.get_attribute("data-seq")) for r in
-              browser.find_elements(By.CSS_SELECTOR, "#timeline tr.shadowed")]
+    marked = wait(browser, "the shadowed rows", lambda d: [
+        int(r.get_attribute("data-seq")) for r in
+        d.find_elements(By.CSS_SELECTOR, "#timeline tr.shadowed")] or None)
     assert marked == sorted(shadowed)
-    assert "summary" in browser.find_element(By.ID, "detail").text
+    assert wait(browser, "the summary node", lambda d: "summary" in d.find_element(
+        By.ID, "detail").text)
     shot(browser, "dashboard-compacted")
 
     # hostile content is text, never markup
@@ -190,16 +201,16 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
     browser.refresh()
     wait(browser, "the hostile session", lambda d: HOSTILE[0] in d.find_element(
         By.ID, "detail").text)
-    detail = browser.find_element(By.ID, "detail")
-    assert HOSTILE[1] in detail.text
+    assert wait(browser, "the img text", lambda d: HOSTILE[1] in d.find_element(
+        By.ID, "detail").text)
     assert browser.execute_script("return window.__pwned") is None
-    assert not detail.find_elements(By.CSS_SELECTOR, "img, script")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#detail img, #detail script")
     shot(browser, "dashboard-hostile")
 
     # an unknown session shows the error
     browser.get(f"{url}#s=no-such-session")
     browser.refresh()
-    banner = wait(browser, "the 404 banner", lambda d: d.find_elements(
-        By.CSS_SELECTOR, "#detail .banner"))[0]
-    assert "Unknown session" in banner.text and "no-such-session" in banner.text
+    banner = wait(browser, "the 404 banner", lambda d: d.find_element(
+        By.CSS_SELECTOR, "#detail .banner").text)
+    assert "Unknown session" in banner and "no-such-session" in banner
     shot(browser, "dashboard-404")

@@ -21,12 +21,13 @@ from redis.asyncio import Redis
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.privacy import DELETED_TEXT
-from sessionstream.core.rows import KeySpace
+from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.session import Session
 from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.governance.rows import RowCipher, open_fields
 from sessionstream.governance.service import Governance
 from streams.kafka_io import KafkaLogReader
 from streams.processor import Processor
@@ -67,14 +68,37 @@ def _work(w: SessionWriter, n: int) -> None:
 
 
 async def _fold(proc: Processor, settings: Settings, topic: str, n: int, done: int) -> int:
-    records = read_topic(settings.kafka_bootstrap, topic, n)[done:]
+    # every record again: the processor skips what its progress covers (and ``done`` can
+    # not slice a (partition, offset)-sorted read whose new records land in any partition)
+    records = read_topic(settings.kafka_bootstrap, topic, n)
     for i in range(0, len(records), 50):
         await proc.process(records[i:i + 50])
     return n
 
 
-def _dump(r: redis.Redis, keys: KeySpace, sid: str, gen: int) -> dict[str, Any]:
-    return stored_views(r, keys.prefix, keys.tenant, sid, gen)[1]
+def _rows(root: Path) -> RowCipher:
+    return RowCipher(ContentCipher(_store(root), "default"))
+
+
+def _dump(r: redis.Redis, keys: KeySpace, sid: str, gen: int,
+          rows: RowCipher | None = None) -> dict[str, Any]:
+    """The session's views as readers get them (opened with ``rows``)."""
+    fields = r.hgetall(keys.session_row(sid, gen))
+    opened = open_fields(rows, sid, fields, SessionRow.VIEW, SessionRow.STATE)
+    return {k[len(SessionRow.VIEW):]: json.loads(v) for k, v in opened.items()
+            if k.startswith(SessionRow.VIEW)}
+
+
+def _raw(r: redis.Redis, keys: KeySpace, sid: str) -> str:
+    """Every value Redis holds about the session, as stored (what a dump would show)."""
+    out = []
+    for key in r.scan_iter(match=keys.session_key(sid, "*")):
+        kind = r.type(key)
+        if kind == "hash":
+            out.append(json.dumps(r.hgetall(key)))
+        elif kind == "stream":
+            out.append(json.dumps(r.xrange(key)))
+    return "".join(out)
 
 
 async def test_delete_mid_fleet_purges_content_keeps_metadata_and_replay_equals_live(
@@ -86,35 +110,40 @@ async def test_delete_mid_fleet_purges_content_keeps_metadata_and_replay_equals_
                               spill_threshold=100)
     keys = KeySpace("default", redis_prefix)
     aredis = Redis.from_url(settings.redis_url, decode_responses=True)
+    rows = _rows(root)
     proc = Processor(pipeline=_pipeline(root), sink=RedisSink(aredis, keys), group="g",
-                     log_reader=KafkaLogReader(settings.kafka_bootstrap))
+                     log_reader=KafkaLogReader(settings.kafka_bootstrap), rows=rows)
     doomed, kept = SessionWriter.create(cfg), SessionWriter.create(cfg)
     _work(doomed, 1)
     _work(kept, 1)
     total = doomed.next_seq + kept.next_seq
     done = await _fold(proc, settings, cfg.topic, total, 0)
-    assert CANARY in json.dumps(_dump(redis_client, keys, doomed.session_id, 1))  # opened
+    # readers with the keys see the content; Redis itself holds none in clear
+    assert CANARY in json.dumps(_dump(redis_client, keys, doomed.session_id, 1, rows))
+    assert CANARY not in _raw(redis_client, keys, doomed.session_id)
+    assert "unavailable" in json.dumps(_dump(redis_client, keys, doomed.session_id, 1))
     _work(doomed, 2)  # the fleet goes on while the deletion happens
     _work(kept, 2)
     total = doomed.next_seq + kept.next_seq
     done = await _fold(proc, settings, cfg.topic, total, done)
-    kept_before = _dump(redis_client, keys, kept.session_id, 1)
+    kept_before = _dump(redis_client, keys, kept.session_id, 1, rows)
 
     report = Governance(cfg, _store(root), redis_client, principal="dpo").delete(
         doomed.session_id, reason="erasure request")
     assert report.attachments_deleted == 2
     # purged at once: no content of the session is left in Redis
-    assert CANARY not in json.dumps(_dump(redis_client, keys, doomed.session_id, 1))
+    assert CANARY not in json.dumps(_dump(redis_client, keys, doomed.session_id, 1, rows))
     log = read_log(cfg, doomed.session_id).admitted
     done = await _fold(proc, settings, cfg.topic, total + 1, done)  # the audit event
 
     # live views: metadata folded normally, content as placeholders, audit visible
-    live = _dump(redis_client, keys, doomed.session_id, 1)
+    live = _dump(redis_client, keys, doomed.session_id, 1, rows)
     text = json.dumps(live)
     assert CANARY not in text and DELETED_TEXT in text
     assert stored_views(redis_client, redis_prefix, "default", doomed.session_id)[0] == (
         log[-1].seq)
-    assert _dump(redis_client, keys, kept.session_id, 1) == kept_before  # untouched
+    assert _dump(redis_client, keys, kept.session_id, 1, rows) == kept_before  # untouched
+    assert CANARY in json.dumps(kept_before)
     # nothing readable in Kafka, attachments gone; order, pairing and audit remain
     raw = read_topic(settings.kafka_bootstrap, cfg.topic, total + 1)
     assert all(CANARY.encode() not in (r.value or b"") for r in raw)
@@ -127,10 +156,12 @@ async def test_delete_mid_fleet_purges_content_keeps_metadata_and_replay_equals_
 
     # a replay (fresh processor, new generation) equals the live projections
     replay = Processor(pipeline=_pipeline(root), sink=RedisSink(aredis, keys), group="r",
-                       log_reader=KafkaLogReader(settings.kafka_bootstrap), generation=2)
+                       log_reader=KafkaLogReader(settings.kafka_bootstrap), generation=2,
+                       rows=_rows(root))
     await _fold(replay, settings, cfg.topic, total + 1, 0)
     for sid in (doomed.session_id, kept.session_id):
-        assert _dump(redis_client, keys, sid, 2) == _dump(redis_client, keys, sid, 1), sid
+        assert _dump(redis_client, keys, sid, 2, rows) == _dump(redis_client, keys, sid, 1,
+                                                                 rows), sid
     await aredis.aclose()
 
 

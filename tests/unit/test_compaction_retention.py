@@ -165,3 +165,37 @@ def test_a_call_without_a_result_keeps_its_key_with_status_no_result() -> None:
 ])
 def test_commitments_recognises_plain_statements_of_remaining_work(sentence: str) -> None:
     assert commitments(f"Done with the rest. {sentence}") == [sentence]
+
+
+def test_a_summary_copying_raw_only_content_is_refused_by_default() -> None:
+    """Executed tool arguments are raw: copying text the surface never carried widens it."""
+    s = busy_session(turns=2)
+    s.append("turn/start")
+    s.append("step/start")
+    s.append("user/message", {"content": "rotate the key"})
+    s.append("request/header", {"provider": "p", "model": "m"})
+    call = {"call_id": "call-rot", "name": "rotate_secret", "arguments": {"name": "billing"}}
+    s.append("assistant/message", {"content": "", "tool_calls": [call]})
+    secret = "new secret value hunter2-billing-prod"
+    call_event = s.append("tool/call", {**call, "arguments": {"name": "billing",
+                                                               "value": secret}})
+    s.append("tool/result", {"call_id": "call-rot", "status": "ok", "content": "rotated"})
+    s.append("step/end")
+    s.append("turn/end", {"reason": "completed"})
+    for i in range(5):
+        s.append("user/message", {"content": f"later {i}"})
+    reason = _refused(s, Editing(add=f"The new value is {secret}."))
+    assert f"exposes: raw content of seq {call_event.seq} (tool/call /arguments)" in reason
+
+
+def test_with_only_surface_allowed_business_text_is_refused_too() -> None:
+    from sessionstream.core.compaction.exposure import class_exposure
+    from sessionstream.core.sealed import DataClass
+
+    s = busy_session()
+    before = tuple(s.derive_messages())
+    events = apply(s, plan_compaction(s, trigger="manual",
+                                      exposure=class_exposure(s, {DataClass.SURFACE})))
+    assert events[-1].data["outcome"] == "failed"
+    assert "exposes: business content of seq" in events[-1].data["reason"]  # the goal
+    assert tuple(s.derive_messages()) == before

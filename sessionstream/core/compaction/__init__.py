@@ -9,6 +9,7 @@ One module per job:
 ``facts``          what the summary must keep, unfolded to the original events
 ``summarizer``     the summarizer protocol, its input, the offline summarizer
 ``gate``           the quality gate, category by category, no invented facts (§4.10.3)
+``exposure``       the gate's default exposure check: no raw-only content on the surface
 ``lifecycle``      the attempt and the drafts to append (:func:`plan_compaction`)
 ``report``         the six questions of §4.10.1 answered from a log, per attempt
 =================  ==========================================================================

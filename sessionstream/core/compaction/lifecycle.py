@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sessionstream.core.compaction.exposure import class_exposure
 from sessionstream.core.compaction.facts import Facts
 from sessionstream.core.compaction.gate import ExposureCheck, GateReport, gate
 from sessionstream.core.compaction.policy import (
@@ -117,7 +118,8 @@ def attempt_compaction(
         return _replace(base, range=rng, pruned=request.pruned, facts=request.facts,
                         failure=f"{REASON_SUMMARIZER}: {exc}")
     after = message_tokens(Message(Role.USER, Kind.SUMMARY, text, (session.next_seq,)))
-    verdict = gate(text, request.facts, rng.tokens_before, after, exposure=exposure)
+    check = exposure if exposure is not None else class_exposure(session)
+    verdict = gate(text, request.facts, rng.tokens_before, after, exposure=check)
     problems = verdict.problems
     failure = f"{REASON_QUALITY}: {'; '.join(problems)}" if problems else None
     return _replace(base, range=rng, summary=text, tokens_after=after, pruned=request.pruned,
