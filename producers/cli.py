@@ -10,7 +10,6 @@ import json
 
 import click
 
-from producers.compaction_watch_cli import compactor_cmd
 from sessionstream.cli.compaction import budget_option, compaction_options, echo_report
 from sessionstream.cli.context import command_error, settings
 from sessionstream.core.errors import SessionStreamError
@@ -95,4 +94,3 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
 def register(group: click.Group) -> None:
     group.add_command(fleet_cmd)
     group.add_command(compact_cmd)
-    group.add_command(compactor_cmd)

@@ -83,6 +83,8 @@ _DOWN_CODES = frozenset(
 )
 
 LIBRDKAFKA_LOGGER = "sessionstream.producers.librdkafka"
+#: The librdkafka setting naming the brokers (configs are built by producers.kafka_clients).
+BOOTSTRAP = "bootstrap.servers"
 
 
 class RateLimit(logging.Filter):
@@ -179,7 +181,7 @@ class _Pooled:
 
     def __init__(self, key: tuple[Any, ...], config: Mapping[str, Any]) -> None:
         self.key = key
-        self.bootstrap = str(config.get("bootstrap.servers", ""))
+        self.bootstrap = str(config.get(BOOTSTRAP, ""))
         self.pid = os.getpid()
         self.refs = 0
         self.fatal: KafkaProducerError | None = None
@@ -233,6 +235,7 @@ class ProducerPool:
         # The parent's handles, unusable in a child: kept referenced so that no
         # destructor runs rd_kafka_destroy() on threads that do not exist here.
         self._orphans: list[_Pooled] = []
+        self._hooked = False  # process hooks installed (on first use, not at import)
 
     @staticmethod
     def key(config: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -249,9 +252,21 @@ class ProducerPool:
         self._lock = threading.Lock()
         self._check_pid()
 
+    def _install_hooks(self) -> None:
+        """On first use: close this pool's producers at exit; reset it in a forked child.
+
+        Installed here rather than at import, so importing the package has no process-wide
+        side effects; a pool never used before a fork has nothing the child could touch.
+        """
+        if not self._hooked:
+            self._hooked = True
+            atexit.register(self.close_all)
+            os.register_at_fork(after_in_child=self.after_fork_in_child)
+
     def acquire(self, config: Mapping[str, Any]) -> _Pooled:
         """A shared producer for this config (created on first use: no network yet)."""
         with self._lock:
+            self._install_hooks()
             self._check_pid()
             k = self.key(config)
             entry = self._entries.get(k)
@@ -306,10 +321,8 @@ class ProducerPool:
                 logging.getLogger(__name__).exception("closing a pooled producer")
 
 
-#: The process's pool (closed at exit; reset in a forked child).
+#: The process's pool (closed at exit and reset in a forked child, once it was used).
 POOL = ProducerPool()
-atexit.register(POOL.close_all)
-os.register_at_fork(after_in_child=POOL.after_fork_in_child)
 
 
 class KafkaSender:
@@ -326,8 +339,9 @@ class KafkaSender:
     ) -> None:
         self.topic = topic
         self.bootstrap = bootstrap
-        self._config: dict[str, Any] = {**PRODUCER_DEFAULTS, **dict(config or {})}
-        self._config["bootstrap.servers"] = bootstrap
+        from producers.kafka_clients import producer_config  # it imports this module
+
+        self._config: dict[str, Any] = producer_config(bootstrap, config, route_logs=False)
         self._pool = pool if pool is not None else POOL
         self._entry: _Pooled | None = None
         self._producer: Producer | None = None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from producers.errors import map_kafka_error
-from producers.kafka import client_config
+from producers.kafka_clients import admin_config
 
 #: Bytes an envelope adds around ``data`` (ids, type, writer, Avro framing), generously.
 ENVELOPE_OVERHEAD = 2048
@@ -50,7 +50,7 @@ def topic_config_int(bootstrap: str, topic: str, key: str, timeout: float = 10.0
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}))
+    admin = AdminClient(admin_config(bootstrap))
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     deadline = time.monotonic() + timeout
     while True:

@@ -11,7 +11,6 @@ from the key hash).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
-from producers.kafka import _DOWN_CODES, FAIL_FAST_S, client_config
+from producers.kafka import _DOWN_CODES, FAIL_FAST_S
+from producers.kafka_clients import consumer_config, private_group
 from producers.partition import partition_for
 from sessionstream.core.admission import AdmissionState, Verdict, admit
 from sessionstream.core.events import Event
@@ -45,6 +45,7 @@ class Rejection:
     writer_id: str
     verdict: Verdict
     reason: str
+    type: str | None = None  # the refused event's type (the dashboard's timeline shows it)
 
 
 @dataclass
@@ -72,6 +73,9 @@ class ReadBack:
     records_scanned: int = 0
     #: The admission state after ``end`` (continue a later read from ``end`` with it).
     state: AdmissionState | None = None
+    #: Sealed parts the reader could not open (shredded or missing keys), with their seq
+    #: and class: what is no longer reconstructable (``sessionstream.core.privacy``).
+    unopened: list[Any] = field(default_factory=list)
 
     @property
     def next_seq(self) -> int:
@@ -91,6 +95,10 @@ class _Down:
             if self.since is None:
                 self.since = time.monotonic()
 
+    def answered(self) -> None:
+        """A broker answered: an earlier all-down report was a blip, not an outage."""
+        self.since = None
+
     def check(self, bootstrap: str, t0: float) -> None:
         """BrokerUnavailable once every broker was down for FAIL_FAST_S (as create's probe)."""
         if self.since is not None and time.monotonic() - self.since >= FAIL_FAST_S:
@@ -103,20 +111,16 @@ class _Down:
 
 def _consumer(bootstrap: str, config: dict[str, Any] | None = None,
               down: _Down | None = None) -> Consumer:
-    cfg: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        # assign() only, never subscribe: no group membership, no commits.
-        "group.id": f"sessionstream-readback-{uuid.uuid4()}",
-        "enable.auto.commit": False,
+    extra: dict[str, Any] = {
         "enable.partition.eof": True,
         "fetch.max.bytes": 52_428_800,
         "max.partition.fetch.bytes": 10_485_760,
-        "log_level": 3,
     }
     if down is not None:
-        cfg["error_cb"] = down
-    cfg.update(config or {})
-    return Consumer(client_config(cfg))  # librdkafka logs via Python logging
+        extra["error_cb"] = down
+    extra.update(config or {})
+    # assign() only, never subscribe: no group membership, no commits.
+    return Consumer(consumer_config(bootstrap, private_group("readback"), extra))
 
 
 def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0,
@@ -170,6 +174,7 @@ def scan_session(
         if partition is None:
             partition = partition_for(
                 key, partition_count(consumer, topic, timeout, down, bootstrap))
+            down.answered()
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -184,8 +189,11 @@ def scan_session(
                 err = exc.args[0]
                 # _TIMED_OUT: one short slice expired (a busy broker); the deadline and
                 # the all-brokers-down check decide when to give up.
+                # _ALL_BROKERS_DOWN and friends: connections dropped for a moment on a
+                # loaded machine; down.check raises once they stay down FAIL_FAST_S.
                 transient = (err.retriable() or err.code() in _LEADER_CODES
-                             or err.code() == KafkaError._TIMED_OUT)
+                             or err.code() == KafkaError._TIMED_OUT
+                             or err.code() in _DOWN_CODES)
                 if not transient or time.monotonic() > deadline:
                     raise BrokerUnavailable(
                         f"watermarks of {topic}[{partition}] from {bootstrap}: {exc}",
@@ -281,7 +289,7 @@ def read_session(
             rb.rejections.append(
                 Rejection(
                     record.offset, event.event_id, event.seq, event.writer.epoch,
-                    event.writer.id, decision.verdict, decision.reason,
+                    event.writer.id, decision.verdict, decision.reason, event.type,
                 )
             )
     rb.state = state

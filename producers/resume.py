@@ -43,7 +43,10 @@ def read_log(cfg: WriterConfig, session_id: str, *, use_index: bool = True,
     """
     edges = WriterEdges(cfg)
     try:
-        return read_back(edges, session_id, False, use_index, timeout)
+        rb = read_back(edges, session_id, False, use_index, timeout)
+        if edges.opener is not None:
+            rb.unopened = edges.opener.shredded(session_id)
+        return rb
     finally:
         edges.redis.close()
 

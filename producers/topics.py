@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from producers.kafka import client_config
+from producers.kafka_clients import admin_config
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
 
@@ -68,7 +68,7 @@ def durability_config(replication_factor: int) -> dict[str, str]:
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient(client_config({"bootstrap.servers": bootstrap, "log_level": 3}))
+    return AdminClient(admin_config(bootstrap))
 
 
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec],

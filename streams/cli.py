@@ -20,6 +20,7 @@ import click
 from sessionstream.cli.context import command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import ENGINES, Env
+from streams.compaction_watch_cli import compactor_cmd
 
 T = TypeVar("T")
 
@@ -176,5 +177,5 @@ def _parse_time(text: str) -> int:
 
 
 def register(group: click.Group) -> None:
-    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd):
+    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd, compactor_cmd):
         group.add_command(cmd)

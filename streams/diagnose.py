@@ -21,7 +21,7 @@ from sessionstream import redisconn
 from sessionstream.cli.context import ExitCode, command_error, settings, unreachable
 from sessionstream.core.diagnosis import (
     MATRIX,
-    Facts,
+    DiagnosisFacts,
     Finding,
     RejectedEvent,
     Status,
@@ -38,16 +38,16 @@ BAD_INPUT = ExitCode.BAD_INPUT
 _MARK = {Status.OK: "ok     ", Status.WARNING: "WARNING", Status.PROBLEM: "PROBLEM"}
 
 
-def offline_facts(file: Path) -> Facts:
+def offline_facts(file: Path) -> DiagnosisFacts:
     """The facts a JSONL file holds: the events only (no rejections, no projections)."""
     from sessionstream.core.jsonl import read_jsonl
 
     events = read_jsonl(file)
-    return Facts(events[0].session_id, events, source=str(file))
+    return DiagnosisFacts(events[0].session_id, events, source=str(file))
 
 
 def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None,
-               topic: str | None = None, timeout: float = 30.0) -> Facts | None:
+               topic: str | None = None, timeout: float = 30.0) -> DiagnosisFacts | None:
     """Read everything the diagnosis needs from Kafka and Redis; None: unknown session."""
     import redis
 
@@ -80,17 +80,17 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
         raise unreachable(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
     finally:
         r.close()
-    return Facts(
+    return DiagnosisFacts(
         session_id, rb.admitted,
         rejections=[RejectedEvent(x.seq, x.event_id, x.writer_id, x.epoch, x.verdict.value,
                                   x.offset) for x in rb.rejections],
         corrupt_offsets=[off for off, _ in rb.corrupt],
         projections_checked=True, stored=stored, code_versions=default_registry().versions(),
-        log_index=log_index, lease_held=lease_held,
+        log_index=log_index, lease_held=lease_held, unopened=rb.unopened,
     )
 
 
-def report_json(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
+def report_json(facts: DiagnosisFacts, findings: list[Finding]) -> dict[str, Any]:
     return {
         "session_id": facts.session_id, "source": facts.name,
         "projections_checked": facts.projections_checked,
@@ -100,7 +100,7 @@ def report_json(facts: Facts, findings: list[Finding]) -> dict[str, Any]:
     }
 
 
-def render_text(facts: Facts, findings: list[Finding]) -> list[str]:
+def render_text(facts: DiagnosisFacts, findings: list[Finding]) -> list[str]:
     lines = [f"session {facts.session_id} ({facts.source or 'live'})"]
     layer = None
     for f in findings:

@@ -22,9 +22,11 @@ import os
 import signal
 import sys
 import traceback
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from producers.kafka_clients import KafkaClients
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
@@ -55,10 +57,7 @@ class KafkaEngine:
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
             processor.on_stage = self.trace.mark
-        conf = {
-            "bootstrap.servers": cfg.settings.kafka_bootstrap,
-            "group.id": cfg.group,
-            "enable.auto.commit": False,
+        extra: dict[str, Any] = {
             "auto.offset.reset": "earliest",
             # How long a crashed member holds its partitions. librdkafka heartbeats from
             # its own thread, so a long batch never misses one: the broker's minimum
@@ -68,13 +67,13 @@ class KafkaEngine:
             "heartbeat.interval.ms": 1_000,
             "fetch.wait.max.ms": 5,  # latency: don't let the broker sit on small fetches
             "queued.min.messages": max(10_000, cfg.batch_max * 4),
-            "log_level": 3,
         }
         if cfg.instance_id:
             # Static membership: a restarted worker with the same name gets its own
             # partitions back at once (no rebalance, no waiting for the session timeout).
-            conf["group.instance.id"] = cfg.instance_id
-        self.consumer = Consumer(conf)
+            extra["group.instance.id"] = cfg.instance_id
+        clients = KafkaClients.from_settings(cfg.settings)
+        self.consumer = Consumer(clients.consumer(cfg.group, extra))
 
     def stop(self) -> None:
         self._stop.set()

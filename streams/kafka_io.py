@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from producers.kafka_clients import admin_config, producer_config
 from producers.readback import scan_session
 from sessionstream.core.pipeline import Record
 from streams.ports import DeadLetter
@@ -21,7 +22,7 @@ from streams.ports import DeadLetter
 
 def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> list[str]:
     """The topics of ``topics`` the cluster does not have (checked once at worker start)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient(admin_config(bootstrap))
     have = admin.list_topics(timeout=timeout).topics
     return [t for t in topics if t not in have or have[t].error is not None]
 
@@ -60,7 +61,7 @@ log = logging.getLogger("sessionstream.streams.worker")
 
 def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -> int | None:
     """The topic's ``max.message.bytes``, or None when it cannot be read now."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient(admin_config(bootstrap))
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         entries = admin.describe_configs([res], request_timeout=timeout)[res].result(timeout)
@@ -113,14 +114,13 @@ class KafkaDeadLetters:
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer({
-                "bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+            self._producer = Producer(producer_config(self.bootstrap, {
+                "enable.idempotence": True,
                 # librdkafka keeps a 1 MB default: a bigger undecodable record would be a
                 # poison pill (MSG_SIZE_TOO_LARGE on every restart). Allow the topic's size.
                 "message.max.bytes": max(self.limit, 1_000_000),
                 "message.timeout.ms": 30_000,
-                "log_level": 3,
-            })
+            }, defaults={}))
         return self._producer
 
     def fits(self, letter: DeadLetter) -> bool:

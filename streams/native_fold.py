@@ -16,7 +16,7 @@ cannot fold (a quarantine, data of an unexpected shape, a Python unit that raise
 sealed content: decryption is not in the extension yet, the pipeline's opener does it):
 their state moves to the Python processor through the same fields the sink stores.
 
-``SESSIONSTREAM_FOLD`` (``Settings.fold``): ``auto`` (native when the extension is
+The ``fold`` setting (``Settings.fold``): ``auto`` (native when the extension is
 installed and the pipeline uses the built-in units and codec, else Python), ``native`` (required:
 an error names the install command when it is missing) or ``python``.
 """
@@ -38,6 +38,7 @@ from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
 from sessionstream.core.rows import SessionRow
+from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, CachedSession, Processor
@@ -54,11 +55,11 @@ NATIVE_UNITS: dict[str, type] = {
 }
 FOLDS = ("auto", "native", "python")
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
-                "cargo), or set SESSIONSTREAM_FOLD=python")
+                f"cargo), or set {Env.FOLD}=python")
 
 
 class NativeUnavailable(StreamsError):
-    """SESSIONSTREAM_FOLD=native but the extension cannot serve this pipeline."""
+    """The fold setting says native but the extension cannot serve this pipeline."""
 
 
 def available() -> bool:
@@ -287,7 +288,7 @@ def _is_of(r: Record, sid: str, pipeline: ReaderPipeline) -> bool:
 def fold_driver(processor: Processor, fold: str) -> NativeFold | Processor:
     """What replay drives: the native fold or the processor itself, per ``fold``."""
     if fold not in FOLDS:
-        raise NativeUnavailable(f"SESSIONSTREAM_FOLD={fold!r}: use " + ", ".join(FOLDS))
+        raise NativeUnavailable(f"{Env.FOLD}={fold!r}: use " + ", ".join(FOLDS))
     if fold == "python":
         return processor
     reason = why_not(processor.pipeline)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 
+from producers.kafka_clients import consumer_config, private_group
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.rows import KeySpace, SessionRow
 from streams.errors import GenerationError
@@ -98,13 +98,12 @@ async def replay(
                      log_reader=KafkaLogReader(bootstrap), generation=new, rows=rows)
     driver = fold_driver(proc, fold)
     report.fold = "native" if isinstance(driver, NativeFold) else "python"
-    conf = {"bootstrap.servers": bootstrap,
-            "group.id": f"sessionstream-replay-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": False, "log_level": 3}
-    consumer = Consumer({**conf, "fetch.max.bytes": 64 * 1024 * 1024})
+    group = private_group("replay")
+    consumer = Consumer(consumer_config(bootstrap, group, {
+        "enable.partition.eof": False, "fetch.max.bytes": 64 * 1024 * 1024}))
     # Offsets are asked on a consumer that fetches nothing: on the reading one each
     # watermark query waits behind its fetches (~140 ms each, measured).
-    meta = Consumer(conf)
+    meta = Consumer(consumer_config(bootstrap, group, {"enable.partition.eof": False}))
     views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     started = time.monotonic()
     try:

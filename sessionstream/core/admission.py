@@ -1,6 +1,6 @@
 """The admission rule every reader applies, in partition order (brief §4, ADR 0001).
 
-Pure: ``admit(state, event) -> Decision``. Checked in this order:
+Pure: ``admit(state, event) -> AdmissionDecision``. Checked in this order:
 
 1. ``duplicate``        the event_id is in the window of recently admitted ids → dropped;
 2. ``stale_epoch``      writer epoch below the highest admitted epoch → a zombie writer;
@@ -256,7 +256,7 @@ class AdmissionState:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AdmissionDecision:
     verdict: Verdict
     # The sentence for a refusal; None for an admission, whose sentence ``reason``
     # formats from ``event`` only when asked (the admitted path is per event and hot).
@@ -302,7 +302,7 @@ class Decision:
         }
 
 
-def admit(state: AdmissionState, event: Event) -> Decision:
+def admit(state: AdmissionState, event: Event) -> AdmissionDecision:
     """Decide whether ``event`` is the next fact of the session ``state`` describes."""
     if event.session_id != state.session_id:
         raise ValueError(
@@ -320,30 +320,30 @@ def admit(state: AdmissionState, event: Event) -> Decision:
         # the common case first; the sentence is formatted only if someone reads it
         new = state._admitted(event.event_id, event.seq, max(state.max_epoch, epoch),
                               prev is not None)
-        return Decision(Verdict.ADMITTED, None, new, event)
+        return AdmissionDecision(Verdict.ADMITTED, None, new, event)
     where = f"session {state.session_id} seq {event.seq}"
     if seen is not None:
-        return Decision(
+        return AdmissionDecision(
             Verdict.DUPLICATE,
             f"{where}: event {event.event_id} was already admitted at seq {seen}; dropped",
             state,
         )
     if epoch < state.max_epoch:
-        return Decision(
+        return AdmissionDecision(
             Verdict.STALE_EPOCH,
             f"{where}: writer {event.writer.id!r} epoch {epoch} is below the admitted "
             f"epoch {state.max_epoch} (zombie writer); rejected",
             state,
         )
     if event.seq > state.next_seq:
-        return Decision(
+        return AdmissionDecision(
             Verdict.SEQ_GAP,
             f"{where}: expected seq {state.next_seq}, seqs {state.next_seq}..{event.seq - 1} "
             f"are missing (writer {event.writer.id!r} epoch {epoch}); rejected",
             state,
         )
     if event.seq < state.next_seq:
-        return Decision(
+        return AdmissionDecision(
             Verdict.SEQ_CONFLICT,
             f"{where}: seq {event.seq} is already taken (next is {state.next_seq}) and "
             f"event {event.event_id} is not the admitted one (writer {event.writer.id!r} "
@@ -352,7 +352,7 @@ def admit(state: AdmissionState, event: Event) -> Decision:
         )
     # event.seq == state.next_seq: it continues another history than the admitted one
     claim = "no previous event" if prev is None else f"event {prev}"
-    return Decision(
+    return AdmissionDecision(
         Verdict.HISTORY_CONFLICT,
         f"{where}: continues a history that was not admitted — it was written after "
         f"{claim}, but the admitted event at seq {event.seq - 1} is "

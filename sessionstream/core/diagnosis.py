@@ -1,6 +1,6 @@
 """Diagnose one session from facts already read: a list of findings, in the seed's order.
 
-Pure: :func:`diagnose` takes :class:`Facts` (the admitted events, the rejections, the
+Pure: :func:`diagnose` takes :class:`DiagnosisFacts` (the admitted events, the rejections, the
 stored projection row, the code's state versions) and returns :class:`Finding` s,
 walking seed §4.14's recommended order — durable raw events → surface → request
 header / prompt assembly → projection watermark (client rendering is out of reach).
@@ -123,7 +123,7 @@ class StoredProjection:
 
 
 @dataclass(frozen=True)
-class Facts:
+class DiagnosisFacts:
     """Everything the diagnosis looks at, read beforehand by an edge (or from a file).
 
     ``projections_checked`` False (offline): the projection layer is not checked.
@@ -140,6 +140,8 @@ class Facts:
     log_index: bool | None = None  # the writer's offset index exists (None: not looked at)
     lease_held: bool | None = None  # a writer holds the lease now (None: not looked at)
     source: str | None = None  # the JSONL file the events came from (None: live)
+    #: sealed parts the reader could not open (privacy.Unopened): exact lost sources
+    unopened: Sequence[Any] = ()
 
     @property
     def name(self) -> str:
@@ -147,7 +149,7 @@ class Facts:
         return self.source if self.source is not None else self.session_id
 
 
-def _cmd(facts: Facts, offline: str, view: str) -> str:
+def _cmd(facts: DiagnosisFacts, offline: str, view: str) -> str:
     """The next command: the offline one over the file, or the live view of the session."""
     if facts.source is not None:
         return f"sessionstream {offline} {facts.source}"
@@ -165,7 +167,7 @@ def implicated(findings: Sequence[Finding]) -> list[str]:
     return [k for k in MATRIX if k in hit]
 
 
-def diagnose(facts: Facts, catalog: Catalog | None = None) -> list[Finding]:
+def diagnose(facts: DiagnosisFacts, catalog: Catalog | None = None) -> list[Finding]:
     """Every check, in the seed's order; later layers are skipped if the log is unusable."""
     cat = catalog or default_catalog()
     out = _raw(facts, cat)
@@ -180,7 +182,7 @@ def diagnose(facts: Facts, catalog: Catalog | None = None) -> list[Finding]:
 
 # -- raw events ---------------------------------------------------------------------------
 
-def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
+def _raw(facts: DiagnosisFacts, cat: Catalog) -> list[Finding]:
     ev, out = facts.events, []
     seqs = [e.seq for e in ev]
     writers = sorted({(e.writer.id, e.writer.epoch) for e in ev}, key=lambda w: (w[1], w[0]))
@@ -209,7 +211,7 @@ def _raw(facts: Facts, cat: Catalog) -> list[Finding]:
     return out
 
 
-def _rejections(facts: Facts) -> Finding:
+def _rejections(facts: DiagnosisFacts) -> Finding:
     rej = [r for r in facts.rejections if r.verdict != "duplicate"]
     dup = len(facts.rejections) - len(rej)
     if not rej:
@@ -236,7 +238,7 @@ def _rejections(facts: Facts) -> Finding:
                    ("lost-after-restart",))
 
 
-def _formats(facts: Facts, cat: Catalog) -> Finding:
+def _formats(facts: DiagnosisFacts, cat: Catalog) -> Finding:
     ev = facts.events
     versions = Counter(e.format_version for e in ev)
     unknown = Counter(e.type for e in ev if e.type not in cat)
@@ -261,7 +263,7 @@ def _formats(facts: Facts, cat: Catalog) -> Finding:
                    evidence)
 
 
-def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
+def _session(facts: DiagnosisFacts, cat: Catalog, out: list[Finding]) -> Session | None:
     """Rebuild the session (every write-time rule); the open tail; recovery markers."""
     if not facts.events:
         return None
@@ -283,7 +285,7 @@ def _session(facts: Facts, cat: Catalog, out: list[Finding]) -> Session | None:
     return session
 
 
-def _open_tail(facts: Facts, s: Session) -> Finding:
+def _open_tail(facts: DiagnosisFacts, s: Session) -> Finding:
     comp = s.open_compaction
     evidence: dict[str, Any] = {"open_turn": s.open_turn, "open_turn_seq": s.open_turn_seq,
                 "open_step": s.open_step,
@@ -327,7 +329,7 @@ def _lifecycles(ev: Sequence[Event]) -> Finding:
 
 # -- surface ------------------------------------------------------------------------------
 
-def _surface(facts: Facts, s: Session) -> list[Finding]:
+def _surface(facts: DiagnosisFacts, s: Session) -> list[Finding]:
     messages = s.derive_messages()
     kinds = Counter(m.kind.value for m in messages)
     declared: dict[str, int] = {}
@@ -363,7 +365,7 @@ def _surface(facts: Facts, s: Session) -> list[Finding]:
     return out
 
 
-def _compaction(facts: Facts, s: Session) -> Finding:
+def _compaction(facts: DiagnosisFacts, s: Session) -> Finding:
     from sessionstream.core.compaction import gather_facts  # imports the summarizer machinery
 
     ev = s.events
@@ -421,7 +423,7 @@ def _compaction(facts: Facts, s: Session) -> Finding:
 
 # -- request ------------------------------------------------------------------------------
 
-def _request(facts: Facts, s: Session) -> list[Finding]:
+def _request(facts: DiagnosisFacts, s: Session) -> list[Finding]:
     ev = s.events
     headers = [e for e in ev if e.type == "request/header"]
     snaps = [e for e in ev if e.type == "context/snapshot"]
@@ -440,6 +442,7 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
                            f"last request/header at seq {h.seq} "
                            f"({h.data.get('provider')}/{h.data.get('model')})", evidence,
                            _cmd(facts, "explain", "surface")))
+    out.append(_reconstructable(facts, s))
     evidence = {"snapshots": len(snaps), "on_surface_seqs": on_surface,
                 "snapshot_ids": [e.data.get("snapshot_id") for e in snaps][-10:]}
     resumed = any(e.type == "session/end-seed" for e in ev)
@@ -455,9 +458,34 @@ def _request(facts: Facts, s: Session) -> list[Finding]:
     return out
 
 
+def _reconstructable(facts: DiagnosisFacts, s: Session) -> Finding:
+    """Seed §4.6.1: say which requests can no longer be rebuilt, and from what."""
+    from sessionstream.core.privacy import reconstructability
+
+    r = reconstructability(s.events, facts.unopened, s.catalog)
+    not_ok = [seq for seq, ok in sorted(r.requests.items()) if not ok]
+    by_class = Counter(x.data_class.value for x in r.lost)
+    evidence: dict[str, Any] = {
+        "fully_reconstructable": r.fully_reconstructable,
+        "lost_by_class": dict(sorted(by_class.items())),
+        "lost": [x.to_json() for x in r.lost[:50]],
+        "not_reconstructable_requests": not_ok[:50], "shredded": [dict(a) for a in r.shredded]}
+    if not r.lost:
+        return Finding(Layer.REQUEST, "reconstructable", Status.OK,
+                       f"every request ({len(r.requests)}) is fully reconstructable: no "
+                       "content was deleted", evidence)
+    classes = ", ".join(f"{k} {v}" for k, v in sorted(by_class.items()))
+    return Finding(
+        Layer.REQUEST, "reconstructable", Status.WARNING,
+        f"{len(r.lost)} source(s) no longer readable ({classes}); {len(not_ok)} of "
+        f"{len(r.requests)} request(s) not fully reconstructable (their surface rebuilds "
+        "with placeholders)", evidence,
+        _cmd(facts, "explain", "surface"), ("side-effects-after-delete",))
+
+
 # -- projections --------------------------------------------------------------------------
 
-def _projections(facts: Facts) -> list[Finding]:
+def _projections(facts: DiagnosisFacts) -> list[Finding]:
     sid, st = facts.session_id, facts.stored
     last = facts.events[-1].seq if facts.events else -1
     if st is None:
@@ -518,5 +546,5 @@ def _projections(facts: Facts) -> list[Finding]:
     return out
 
 
-__all__ = ["MATRIX", "Facts", "Finding", "Layer", "RejectedEvent", "Status", "StoredProjection",
-           "diagnose", "exit_code", "implicated"]
+__all__ = ["MATRIX", "DiagnosisFacts", "Finding", "Layer", "RejectedEvent", "Status",
+           "StoredProjection", "diagnose", "exit_code", "implicated"]

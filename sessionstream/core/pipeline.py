@@ -10,7 +10,7 @@ order. The stages, in order:
    readable envelope in a newer format is :class:`UnsupportedFormat`: it quarantines
    the session at stage 6 instead of being lost.
 2. **admission** (:func:`sessionstream.core.admission.admit`) — the admission
-   :class:`Decision`: a duplicate is dropped, ``stale_epoch`` / ``seq_gap`` /
+   :class:`AdmissionDecision`: a duplicate is dropped, ``stale_epoch`` / ``seq_gap`` /
    ``seq_conflict`` are refused and recorded in the ``rejections`` unit, an admitted
    event advances the :class:`AdmissionState`. Read-back stops here
    (:meth:`ReaderPipeline.admit`).
@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from sessionstream.core import codec
-from sessionstream.core.admission import AdmissionState, Decision, Verdict, admit
+from sessionstream.core.admission import AdmissionDecision, AdmissionState, Verdict, admit
 from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.errors import (
     CorruptRecord,
@@ -183,7 +183,7 @@ class Step:
     """
 
     outcome: Outcome
-    decision: Decision | None = None
+    decision: AdmissionDecision | None = None
     changed: tuple[str, ...] = ()
     quarantine: Quarantine | None = None
 
@@ -231,7 +231,7 @@ class ReaderPipeline:
 
     # stage 2 ---------------------------------------------------------------------------
     @staticmethod
-    def admit(state: AdmissionState, event: Event) -> Decision:
+    def admit(state: AdmissionState, event: Event) -> AdmissionDecision:
         """The admission stage alone (read-back: the log, not the projections)."""
         return admit(state, event)
 
@@ -303,7 +303,7 @@ class Reading:
         return Step(Outcome.FOLDED, decision, changed)
 
     def _stop(self, kind: QuarantineKind, reason: str, seq: int, offset: int,
-              decision: Decision | None) -> Step:
+              decision: AdmissionDecision | None) -> Step:
         q = Quarantine(kind, reason, seq, offset)
         self.quarantine = q
         if INDEX_UNIT not in self.states:

@@ -33,7 +33,6 @@ implementation must agree on — :func:`associated_data` and the plaintext layou
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,8 +40,15 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from sessionstream.core.catalog import Catalog, EventType, F, default_catalog
-from sessionstream.core.errors import MovedCiphertext, SealedContentError
-from sessionstream.core.jsonvalue import FrozenList, JsonValue, canonical_dumps, freeze, thaw
+from sessionstream.core.errors import InvalidData, MovedCiphertext, SealedContentError
+from sessionstream.core.jsonvalue import (
+    FrozenList,
+    FrozenMap,
+    JsonValue,
+    canonical_dumps,
+    freeze,
+    loads_frozen,
+)
 from sessionstream.core.sealed import DataClass, SealedPart
 
 ALL_CLASSES: tuple[DataClass, ...] = (DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS)
@@ -334,10 +340,9 @@ def split(
                 edits.append(((name,), placeholder(("any",), text)))
     if not edits:
         return Split(data, ())
-    clear = thaw(data)
+    clear: JsonValue = data
     for where, value in edits:
-        _set_at(clear, where, value)
-    clear = freeze(clear)
+        clear = _with(clear, where, _frozen(value))
     parts = tuple(
         ContentPart(cls, tuple(found[cls][0]), tuple(found[cls][1]))
         for cls in ALL_CLASSES if cls in found
@@ -345,33 +350,38 @@ def split(
     return Split(clear, parts)
 
 
-def _set_at(target: Any, where: Sequence[str | int], value: JsonValue) -> None:
-    for token in where[:-1]:
-        target = target[token]
-    target[where[-1]] = value
+def _frozen(value: JsonValue) -> JsonValue:
+    kind = type(value)
+    return freeze(value) if kind is dict or kind is list else value
+
+
+def _with(container: Any, where: Sequence[str | int], value: JsonValue) -> JsonValue:
+    """A frozen copy of ``container`` with ``value`` at ``where``; only the containers on
+    the path are copied (the rest is shared: frozen values never change)."""
+    head = where[0]
+    if isinstance(container, list | FrozenList):
+        items = list(container)
+        index = int(head)
+        items[index] = value if len(where) == 1 else _with(items[index], where[1:], value)
+        return FrozenList(items)
+    if not isinstance(container, Mapping):
+        raise TypeError(type(container).__name__)
+    copy = dict(container)
+    copy[head] = value if len(where) == 1 else _with(copy[head], where[1:], value)
+    return FrozenMap(copy)
 
 
 def merge(clear: JsonValue, replacements: Iterable[tuple[str, JsonValue]]) -> JsonValue:
     """``clear`` with each JSON pointer set to its value (a new, plain value)."""
-    out = thaw(clear)
+    out = clear
     for path, value in replacements:
-        tokens = pointer_tokens(path)
-        target: Any = out
         try:
-            for token in tokens[:-1]:
-                target = target[int(token)] if isinstance(target, list) else target[token]
-            last = tokens[-1]
-            if isinstance(target, list):
-                target[int(last)] = value
-            elif isinstance(target, dict):
-                target[last] = value
-            else:
-                raise TypeError(type(target).__name__)
+            out = _with(out, pointer_tokens(path), _frozen(value))
         except (KeyError, IndexError, ValueError, TypeError) as exc:
             raise SealedContentError(
                 f"sealed path {path!r} does not exist in the event's clear data ({exc})"
             ) from None
-    return freeze(out)
+    return out
 
 
 def placeholder_at(type_name: str, path: str, text: str,
@@ -388,6 +398,8 @@ def placeholder_at(type_name: str, path: str, text: str,
 
 
 AD_MAGIC = b"sessionstream-aead-v1"
+_LEN = struct.Struct(">I")
+_SEQ = struct.Struct(">q")
 
 
 def associated_data(
@@ -401,14 +413,14 @@ def associated_data(
     then seq as an 8-byte big-endian signed integer. Changing any of them (moving the
     ciphertext to another event, session, seq, class or field) fails authentication.
     """
-    out = bytearray(AD_MAGIC)
+    pieces = [AD_MAGIC]
     for text in (tenant, key_session, origin_event_id, event_type, data_class,
                  "\n".join(paths)):
         raw = text.encode("utf-8")
-        out += struct.pack(">I", len(raw))
-        out += raw
-    out += struct.pack(">q", seq)
-    return bytes(out)
+        pieces.append(_LEN.pack(len(raw)))
+        pieces.append(raw)
+    pieces.append(_SEQ.pack(seq))
+    return b"".join(pieces)
 
 
 def part_plaintext(values: Sequence[JsonValue]) -> bytes:
@@ -417,13 +429,14 @@ def part_plaintext(values: Sequence[JsonValue]) -> bytes:
 
 
 def part_values(plaintext: bytes, count: int) -> list[JsonValue]:
+    """The values of an opened part: lossless JSON (checked as the codec checks data)."""
     try:
-        values = json.loads(plaintext.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise SealedContentError(f"opened content is not JSON: {exc}") from None
-    if not isinstance(values, list) or len(values) != count:
+        values = loads_frozen(plaintext.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, InvalidData, RecursionError) as exc:
+        raise SealedContentError(f"opened content is not lossless JSON: {exc}") from None
+    if not isinstance(values, list | FrozenList) or len(values) != count:
         raise SealedContentError("opened content does not match its paths")
-    return values
+    return list(values)
 
 
 class Aead(Protocol):
@@ -543,6 +556,82 @@ def open_data(
     if not replacements:
         return Opened(clear, ())
     return Opened(merge(clear, replacements), tuple(unopened))
+
+
+# ------------------------------------------------------------ reconstructability
+
+
+@dataclass(frozen=True)
+class LostSource:
+    """Content of one event that can no longer be read: which event, class, when."""
+
+    seq: int
+    type: str
+    data_class: DataClass
+    shredded_at: int | None  # epoch ms (None: the key is missing, not shredded)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, "data_class": self.data_class.value,
+                "shredded_at": self.shredded_at}
+
+
+@dataclass(frozen=True)
+class Reconstructability:
+    """Seed §4.6.1: which model requests can still be rebuilt exactly, and why not.
+
+    ``requests``: each ``request/header`` seq → whether the surface it was built from is
+    still fully readable. Only ``surface`` content enters a request; ``raw`` and
+    ``business`` losses are listed (audit and state), they do not make a request
+    unreconstructable.
+    """
+
+    shredded: tuple[Mapping[str, Any], ...]  # the session/shred audit events
+    lost: tuple[LostSource, ...]
+    requests: Mapping[int, bool]
+
+    @property
+    def fully_reconstructable(self) -> bool:
+        return all(self.requests.values()) and not any(
+            s.data_class is DataClass.SURFACE for s in self.lost)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fully_reconstructable": self.fully_reconstructable,
+                "shredded": [dict(s) for s in self.shredded],
+                "lost": [s.to_json() for s in self.lost],
+                "requests": {str(k): v for k, v in sorted(self.requests.items())},
+                "not_reconstructable": sorted(k for k, v in self.requests.items() if not v)}
+
+
+def reconstructability(events: Sequence[Any], unopened: Sequence[Unopened] = (),
+                       catalog: Catalog | None = None) -> Reconstructability:
+    """What a log still lets us rebuild, from its audit events and what a reader could
+    not open (``unopened``, exact); without the latter (a file read elsewhere) every
+    content field of a shredded class written before the shred counts as lost."""
+    audits = [e for e in events if e.type == "session/shred"]
+    shredded = tuple({"seq": e.seq, "classes": list(e.data.get("classes", ())),
+                      "scope": e.data.get("scope"), "principal": e.data.get("principal"),
+                      "reason": e.data.get("reason"), "shredded_at": e.data.get("shredded_at")}
+                     for e in audits)
+    types = {e.seq: e.type for e in events}
+    lost: dict[tuple[int, DataClass], LostSource] = {}
+    for u in unopened:
+        lost[(u.seq, u.data_class)] = LostSource(u.seq, types.get(u.seq, "?"), u.data_class,
+                                                 u.shredded_at)
+    if not unopened:
+        for audit in audits:
+            classes = {DataClass(c) for c in audit.data.get("classes", ())}
+            for e in events:
+                if e.seq >= audit.seq:
+                    break
+                for part in split(e.type, e.data, catalog, classes).parts:
+                    lost.setdefault((e.seq, part.data_class), LostSource(
+                        e.seq, e.type, part.data_class, audit.data.get("shredded_at")))
+    surface_lost = sorted(s.seq for s in lost.values() if s.data_class is DataClass.SURFACE)
+    requests = {e.seq: not any(seq < e.seq for seq in surface_lost)
+                for e in events if e.type == "request/header"}
+    return Reconstructability(shredded, tuple(sorted(lost.values(),
+                                                     key=lambda s: (s.seq, s.data_class))),
+                              requests)
 
 
 # ------------------------------------------------------------------------- docs

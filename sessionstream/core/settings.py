@@ -70,6 +70,7 @@ class Env:
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
     RETENTION = "SESSIONSTREAM_RETENTION"
+    FOLD = "SESSIONSTREAM_FOLD"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).

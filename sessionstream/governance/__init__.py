@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.errors import ContentKeyShredded
@@ -56,9 +57,14 @@ class ContentCipher:
         """
         if not self.enabled:
             return event, ()
+        clear, sealed = self._seal(event, classes, origin)
+        return (event, ()) if clear is event.data else (event.replace(data=clear), sealed)
+
+    def _seal(self, event: Event, classes: Sequence[DataClass],
+              origin: tuple[str, str] | None) -> tuple[Any, tuple[SealedPart, ...]]:
         parts = split(event.type, event.data, self.catalog, classes)
         if not parts.parts:
-            return event, ()
+            return event.data, ()
         assert self.aead is not None
         key_session, origin_id = origin or (event.session_id, event.event_id)
         sealed: list[SealedPart] = []
@@ -77,14 +83,16 @@ class ContentCipher:
             clear = split(event.type, event.data, self.catalog, gone, text=DELETED_TEXT).clear
             clear = split(event.type, clear, self.catalog,
                           [c for c in classes if c not in gone]).clear
-        return event.replace(data=clear), tuple(sealed)
+        return clear, tuple(sealed)
 
     def seal_event(self, event: Event, *, origin: tuple[str, str] | None = None) -> Event:
         """The event as it goes on the wire: placeholders in ``data``, content in ``sealed``."""
         if event.sealed or not self.enabled:
             return event
-        clear, sealed = self.seal(event, origin=origin)
-        return clear.replace(sealed=sealed) if sealed else clear
+        clear, sealed = self._seal(event, ALL_CLASSES, origin)
+        if clear is event.data:
+            return event
+        return event.replace(data=clear, sealed=sealed)
 
     def open(self, event: Event, sealed: Sequence[SealedPart],
              seed_length: int | None = 0) -> Opened:

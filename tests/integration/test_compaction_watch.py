@@ -12,10 +12,10 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from producers.compaction_watch import CompactionWatcher
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.compaction import Budget
 from sessionstream.core.pipeline import ReaderPipeline
+from streams.compaction_watch import CompactionWatcher
 from streams.processor import Processor
 from streams.sink import RedisSink
 from tests.integration.streams_helpers import read_topic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.compaction_watch import AttemptLedger, WatchSummary, _session_of
+from streams.compaction_watch import AttemptLedger, WatchSummary, _session_of
 
 
 class Clock:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sessionstream.cli.main import main
 from sessionstream.core.diagnosis import (
     MATRIX,
-    Facts,
+    DiagnosisFacts,
     Finding,
     Layer,
     RejectedEvent,
@@ -50,8 +50,8 @@ def stored(events: list[Event], **kw: object) -> StoredProjection:
     return StoredProjection(**base)  # type: ignore[arg-type]
 
 
-def live(events: list[Event], **kw: object) -> Facts:
-    return Facts("s1", events, projections_checked=True, code_versions=VERSIONS,
+def live(events: list[Event], **kw: object) -> DiagnosisFacts:
+    return DiagnosisFacts("s1", events, projections_checked=True, code_versions=VERSIONS,
                  log_index=True, lease_held=False, **kw)  # type: ignore[arg-type]
 
 
@@ -70,11 +70,12 @@ def test_a_healthy_session_is_all_ok_in_the_seed_order() -> None:
 
 def test_a_simulated_session_is_healthy_and_its_placeholder_summaries_are_caught() -> None:
     events = simulate_session(random.Random(5), "s1", turns=3)
-    findings = diagnose(Facts("s1", events))
+    findings = diagnose(DiagnosisFacts("s1", events))
     assert exit_code(findings) == 0, [f.to_json() for f in findings if f.status != "ok"]
     # The simulator's summaries are placeholders that bypass the quality gate.
     compacted = simulate_session(random.Random(5), "s1", turns=3, compact_every=2)
-    assert by_check(diagnose(Facts("s1", compacted)))["compaction"].status is Status.PROBLEM
+    found = by_check(diagnose(DiagnosisFacts("s1", compacted)))
+    assert found["compaction"].status is Status.PROBLEM
 
 
 def test_findings_never_carry_message_content() -> None:
@@ -88,15 +89,15 @@ def test_rejections_name_writer_epoch_and_verdict() -> None:
     events = lab().events
     zombie = RejectedEvent(seq=4, event_id="z1", writer_id="old-node", epoch=1,
                            verdict="stale_epoch", offset=17)
-    f = by_check(diagnose(Facts("s1", events, rejections=[zombie])))["rejections"]
+    f = by_check(diagnose(DiagnosisFacts("s1", events, rejections=[zombie])))["rejections"]
     assert f.status is Status.WARNING  # fencing worked: visible, not a corruption
     assert "old-node@1" in f.summary and f.evidence["by_verdict"] == {"stale_epoch": 1}
     assert f.next == "sessionstream views s1 --view rejections"
     gap = dataclasses.replace(zombie, verdict="seq_gap", seq=99)
-    assert by_check(diagnose(Facts("s1", events, rejections=[gap])))["rejections"].status \
+    assert by_check(diagnose(DiagnosisFacts("s1", events, rejections=[gap])))["rejections"].status \
         is Status.PROBLEM
     dup = dataclasses.replace(zombie, verdict="duplicate")
-    assert by_check(diagnose(Facts("s1", events, rejections=[dup])))["rejections"].status \
+    assert by_check(diagnose(DiagnosisFacts("s1", events, rejections=[dup])))["rejections"].status \
         is Status.OK
 
 
@@ -108,44 +109,44 @@ def test_an_open_turn_at_the_tail_is_a_crash_tail_unless_a_writer_holds_the_leas
     b.header()
     b.assistant("", [("c1", "run_sql")])
     b.call("c1", "run_sql")
-    crashed = by_check(diagnose(Facts("s1", b.events)))["open-tail"]
+    crashed = by_check(diagnose(DiagnosisFacts("s1", b.events)))["open-tail"]
     assert crashed.status is Status.PROBLEM
     assert crashed.evidence["pending_calls"] == ["c1"] and "resume" in (crashed.next or "")
     assert "tool-protocol" in crashed.symptoms
-    running = by_check(diagnose(Facts("s1", b.events, lease_held=True)))["open-tail"]
+    running = by_check(diagnose(DiagnosisFacts("s1", b.events, lease_held=True)))["open-tail"]
     assert running.status is Status.WARNING
     session = Session.from_events(b.events)
     for d in recover(session):
         session.append(d)
-    assert by_check(diagnose(Facts("s1", list(session.events))))["open-tail"].status \
+    assert by_check(diagnose(DiagnosisFacts("s1", list(session.events))))["open-tail"].status \
         is Status.OK
 
 
 def test_an_unmatched_compaction_start_is_reported() -> None:
     b = lab()
     b.add("compaction/start", {"compaction_id": "k9", "trigger": "manual"})
-    f = by_check(diagnose(Facts("s1", b.events)))["open-tail"]
+    f = by_check(diagnose(DiagnosisFacts("s1", b.events)))["open-tail"]
     assert f.status is Status.PROBLEM and f.evidence["open_compaction"] == "k9"
 
 
 def test_unknown_ignorable_types_warn_and_a_newer_format_is_a_problem() -> None:
     b = lab()
     b.add("acme/ping", {"x": 1})
-    f = by_check(diagnose(Facts("s1", b.events)))["format"]
+    f = by_check(diagnose(DiagnosisFacts("s1", b.events)))["format"]
     assert f.status is Status.WARNING and f.evidence["unknown_types"] == {"acme/ping": 1}
     newer = [*lab().events]
     last = newer[-1]
     newer.append(make_event(session_id="s1", seq=last.seq + 1, event_id="n", time=1,
                             type="user/message", data={"content": "x"}, writer=last.writer,
                             format_version=99, surface_op="append"))
-    f = by_check(diagnose(Facts("s1", newer)))["format"]
+    f = by_check(diagnose(DiagnosisFacts("s1", newer)))["format"]
     assert f.status is Status.PROBLEM and "old-log-unreadable" in f.symptoms
 
 
 def test_a_broken_session_rule_stops_before_the_surface() -> None:
     events = lab().events
     bad = [*events[:5], *events[6:]]  # a hole: seqs stop being contiguous
-    findings = by_check(diagnose(Facts("s1", bad)))
+    findings = by_check(diagnose(DiagnosisFacts("s1", bad)))
     assert findings["log-readback"].status is Status.PROBLEM
     assert findings["session-rules"].status is Status.PROBLEM
     assert "tool-pairing" not in findings
@@ -156,14 +157,14 @@ def test_compaction_evidence_and_a_summary_that_lost_an_operation_id() -> None:
     b.tool_turn("again", [("c2", "send_invoice")])
     run = b.nodes[:5]
     b.compact(run, summary="kept op-c1 only", cid="k1")
-    f = by_check(diagnose(Facts("s1", b.events)))["compaction"]
+    f = by_check(diagnose(DiagnosisFacts("s1", b.events)))["compaction"]
     assert f.evidence["shadowed"] == 5 and f.evidence["tokens_before"] == 100
     assert f.evidence["summarizer"] == {"provider": "offline", "model": "det"}
     assert f.status is Status.OK and f.evidence["operation_ids_lost"] == []
     b2 = lab()
     b2.tool_turn("again", [("c2", "send_invoice")])
     b2.compact(b2.nodes[:5], summary="lost it", cid="k1")
-    f2 = by_check(diagnose(Facts("s1", b2.events)))["compaction"]
+    f2 = by_check(diagnose(DiagnosisFacts("s1", b2.events)))["compaction"]
     assert f2.status is Status.PROBLEM and f2.evidence["operation_ids_lost"] == ["op-c1"]
     assert f2.symptoms == ("repeats-operation",)
 
@@ -171,13 +172,13 @@ def test_compaction_evidence_and_a_summary_that_lost_an_operation_id() -> None:
 def test_request_header_and_context_snapshots_after_a_resume() -> None:
     b = LogBuilder("s1")
     b.add("session/end-seed", {"reason": "resume", "seed_length": 1})
-    findings = by_check(diagnose(Facts("s1", b.events)))
+    findings = by_check(diagnose(DiagnosisFacts("s1", b.events)))
     assert findings["request-header"].status is Status.WARNING
     ctx = findings["context-snapshots"]
     assert ctx.status is Status.WARNING and ctx.symptoms == ("forgot-constraint",)
     b.add("context/snapshot", {"snapshot_id": "ctx-1", "content": "policy"},
           surface_op="append")
-    ctx = by_check(diagnose(Facts("s1", b.events)))["context-snapshots"]
+    ctx = by_check(diagnose(DiagnosisFacts("s1", b.events)))["context-snapshots"]
     assert ctx.status is Status.OK and ctx.evidence["snapshot_ids"] == ["ctx-1"]
 
 
@@ -205,7 +206,7 @@ def test_watermark_lag_stale_state_versions_and_quarantine() -> None:
 
 
 def test_offline_facts_do_not_check_projections() -> None:
-    findings = diagnose(Facts("s1", lab().events))
+    findings = diagnose(DiagnosisFacts("s1", lab().events))
     assert Layer.PROJECTIONS not in {f.layer for f in findings}
 
 
@@ -273,5 +274,5 @@ def test_writer_epochs_are_evidence() -> None:
     b = LogBuilder("s1")
     b.session.set_writer(Writer("node-b", 2))
     b.user("hi")
-    f = by_check(diagnose(Facts("s1", b.events)))["log-readback"]
+    f = by_check(diagnose(DiagnosisFacts("s1", b.events)))["log-readback"]
     assert {"id": "node-b", "epoch": 2} in f.evidence["writers"]

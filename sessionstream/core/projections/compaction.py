@@ -18,7 +18,7 @@ from sessionstream.core.projections.vec import Vec
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
+class AttemptRecord:
     compaction_id: str
     trigger: str
     start_seq: int
@@ -55,19 +55,19 @@ class Attempt:
         }
 
     @classmethod
-    def from_json(cls, d: Any) -> Attempt:
+    def from_json(cls, d: Any) -> AttemptRecord:
         return cls(**{**d, "shadowed_seqs": tuple(d["shadowed_seqs"]),
                       "summarizer": freeze(d["summarizer"])})
 
 
 @dataclass(frozen=True, slots=True)
 class CompactionState:
-    attempts: Vec[Attempt]  # closed attempts, oldest first
-    open: Attempt | None
+    attempts: Vec[AttemptRecord]  # closed attempts, oldest first
+    open: AttemptRecord | None
     outcomes: FrozenMap  # outcome -> n
 
 
-def _with_open(state: CompactionState, attempt: Attempt) -> CompactionState:
+def _with_open(state: CompactionState, attempt: AttemptRecord) -> CompactionState:
     return CompactionState(state.attempts, attempt, state.outcomes)
 
 
@@ -89,7 +89,7 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
             if state.open is not None:  # unmatched start: keep it visible as abandoned
                 state = self._close(state, "abandoned", "superseded by a new start", event.seq)
             return CompactionState(state.attempts,
-                                   Attempt(data["compaction_id"], data["trigger"], event.seq),
+                                   AttemptRecord(data["compaction_id"], data["trigger"], event.seq),
                                    state.outcomes)
         opened = state.open
         if opened is None or (t.startswith("compaction/")
@@ -140,7 +140,7 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
 
     def load(self, data: JsonValue) -> CompactionState:
         return CompactionState(
-            Vec(Attempt.from_json(a) for a in data["attempts"]),
-            Attempt.from_json(data["open"]) if data["open"] else None,
+            Vec(AttemptRecord.from_json(a) for a in data["attempts"]),
+            AttemptRecord.from_json(data["open"]) if data["open"] else None,
             FrozenMap(data["outcomes"]),
         )

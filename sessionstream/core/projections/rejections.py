@@ -2,7 +2,7 @@
 
 Not fed by log events — a rejected event never enters the log — but by the
 admission decisions the stream processor computes: it calls :func:`record_rejection`
-with ``Decision.to_json(event)`` (extra keys such as the Kafka ``offset`` are kept).
+with ``AdmissionDecision.to_json(event)`` (extra keys such as the Kafka ``offset`` are kept).
 ``apply`` therefore always returns the state unchanged.
 """
 
@@ -32,16 +32,18 @@ _REQUIRED = ("verdict", "reason", "session_id", "seq", "event_id", "writer")
 
 
 def record_rejection(state: RejectionsState, decision: Any) -> RejectionsState:
-    """Fold one refusal, ``Decision.to_json(event)``, into the state; a new state.
+    """Fold one refusal, ``AdmissionDecision.to_json(event)``, into the state; a new state.
 
     Raises ValueError for anything else — an admitted or duplicate decision (not
     a rejection) or another shape — rather than counting it under a made-up key.
     """
     if not isinstance(decision, dict | FrozenMap):
-        raise ValueError(f"expected Decision.to_json(event), got {type(decision).__name__}")
+        raise ValueError("expected AdmissionDecision.to_json(event), got "
+                         f"{type(decision).__name__}")
     missing = [k for k in _REQUIRED if k not in decision]
     if missing:
-        raise ValueError(f"decision JSON lacks {', '.join(missing)} (use Decision.to_json)")
+        raise ValueError(f"decision JSON lacks {', '.join(missing)} "
+                         "(use AdmissionDecision.to_json)")
     verdict = decision["verdict"]
     if verdict not in _REJECTION_CODES:
         raise ValueError(f"verdict {verdict!r} is not a rejection "

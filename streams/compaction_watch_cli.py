@@ -1,6 +1,7 @@
 """``sessionstream compactor``: the automatic compaction trigger (see ``compaction_watch``).
 
-Registered by ``producers.cli.register``; clients are imported inside the command.
+Registered by ``streams.cli.register`` (with the other change-feed readers); clients
+are imported inside the command.
 Honours the key prefix and events topic settings like the worker.
 """
 
@@ -62,8 +63,8 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
                ) -> dict[str, Any]:
     from redis import exceptions as rexc
 
-    from producers.compaction_watch import AttemptLedger, CompactionWatcher
     from producers.writer import WriterConfig
+    from streams.compaction_watch import AttemptLedger, CompactionWatcher
 
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
     # the worker writes and takes leases under the same prefix.

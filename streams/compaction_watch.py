@@ -38,6 +38,7 @@ from sessionstream.core.rows import KeySpace, WatchCursorFields, read_change_ent
 from sessionstream.governance.rows import RowCipher
 from streams.read import LiveSnapshot, current_generation, read_views
 
+# The logger keeps the name it had before the module moved here, for log configs.
 log = logging.getLogger("sessionstream.producers.compaction_watch")
 
 
