@@ -5,8 +5,8 @@
 
 - Kafka: three combined broker+controller nodes (static quorum of three voters), internal
   topics with RF=3, ``min.insync.replicas=2`` and ``default.replication.factor=3``, so an
-  events topic created by ``sessionstream topics ensure`` with
-  ``SESSIONSTREAM_REPLICATION_FACTOR=3`` survives the loss of any one node without losing an
+  events topic created by ``sessionstream topics ensure`` with a replication factor of 3
+  survives the loss of any one node without losing an
   acknowledged (acks=all) write.
 - Redis: six ``redis-server`` processes in cluster mode, three masters each with one
   replica (``cluster-node-timeout`` 2 s, so a killed master fails over within seconds).
@@ -24,12 +24,12 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessionstream.core.settings import project_root
+from sessionstream.core.settings import Env, Settings, project_root
 from sessionstream.devstack import (
     MESSAGE_MAX_BYTES,
     Echo,
@@ -86,29 +86,14 @@ class ClusterConfig:
                                   f"and stay below 65536: {ports}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterConfig:
-        """``<SESSIONSTREAM_STATE_DIR>/cluster``; ports from ``SESSIONSTREAM_CLUSTER_*_PORTS``."""
-        env = os.environ if env is None else env
-
-        def ports(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
-            raw = env.get(name)
-            if not raw:
-                return default
-            try:
-                return tuple(int(p) for p in raw.split(","))
-            except ValueError:
-                raise LocalStackError(f"{name}={raw!r} is not a comma-separated list of "
-                                      "ports") from None
-
-        state = Path(env.get("SESSIONSTREAM_STATE_DIR") or project_root() / ".state")
+    def from_settings(cls, settings: Settings) -> ClusterConfig:
+        """``<state dir>/cluster``, with the cluster ports the settings give (else defaults)."""
         return cls(
-            state_dir=state / "cluster",
-            kafka_ports=ports("SESSIONSTREAM_CLUSTER_KAFKA_PORTS", DEFAULT_KAFKA_PORTS),
-            controller_ports=ports("SESSIONSTREAM_CLUSTER_CONTROLLER_PORTS",
-                                   DEFAULT_CONTROLLER_PORTS),
-            redis_ports=ports("SESSIONSTREAM_CLUSTER_REDIS_PORTS", DEFAULT_REDIS_PORTS),
-            cache_dir=Path(env.get("SESSIONSTREAM_CACHE_DIR")
-                           or Path.home() / ".cache" / "sessionstream"),
+            state_dir=settings.state_dir / "cluster",
+            kafka_ports=settings.cluster_kafka_ports or DEFAULT_KAFKA_PORTS,
+            controller_ports=settings.cluster_controller_ports or DEFAULT_CONTROLLER_PORTS,
+            redis_ports=settings.cluster_redis_ports or DEFAULT_REDIS_PORTS,
+            cache_dir=settings.cache_dir,
         )
 
     @property
@@ -121,12 +106,12 @@ class ClusterConfig:
         return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.redis_ports) + "/0"
 
     def settings_env(self) -> dict[str, str]:
-        """The ``SESSIONSTREAM_*`` settings that point the product at this cluster."""
+        """The environment settings that point the product at this cluster."""
         return {
-            "SESSIONSTREAM_KAFKA_BOOTSTRAP": self.bootstrap,
-            "SESSIONSTREAM_REDIS_URL": self.redis_url,
-            "SESSIONSTREAM_REDIS_CLUSTER": "true",
-            "SESSIONSTREAM_REPLICATION_FACTOR": "3",
+            Env.KAFKA_BOOTSTRAP: self.bootstrap,
+            Env.REDIS_URL: self.redis_url,
+            Env.REDIS_CLUSTER: "true",
+            Env.REPLICATION_FACTOR: "3",
         }
 
 
@@ -227,9 +212,9 @@ class KafkaNode:
         if self.pid() is not None:
             return
         check_port_free(self.port, f"Kafka node {self.node_id}",
-                        "SESSIONSTREAM_CLUSTER_KAFKA_PORTS")
+                        Env.CLUSTER_KAFKA_PORTS)
         check_port_free(self.controller_port, f"Kafka controller {self.node_id}",
-                        "SESSIONSTREAM_CLUSTER_CONTROLLER_PORTS")
+                        Env.CLUSTER_CONTROLLER_PORTS)
         self.props.write_text(self.properties())
         env = {**os.environ, "KAFKA_HEAP_OPTS": CLUSTER_JVM[0]}
         with self.log.open("ab") as out:
@@ -310,9 +295,9 @@ class RedisNode:
     def start(self, server: str) -> None:
         if self.pid() is not None:
             return
-        check_port_free(self.port, "Redis cluster node", "SESSIONSTREAM_CLUSTER_REDIS_PORTS")
+        check_port_free(self.port, "Redis cluster node", Env.CLUSTER_REDIS_PORTS)
         check_port_free(self.port + 10000, "Redis cluster bus",
-                        "SESSIONSTREAM_CLUSTER_REDIS_PORTS")
+                        Env.CLUSTER_REDIS_PORTS)
         self.home.mkdir(parents=True, exist_ok=True)
         conf = self.home / "redis.conf"
         conf.write_text(self.config())
@@ -460,12 +445,15 @@ class LocalCluster:
         """How many brokers every live node's metadata agrees on (0 when none answers)."""
         from confluent_kafka.admin import AdminClient
 
+        from producers.kafka_clients import admin_config
+
         seen: set[int] | None = None
         for node in self.kafka:
             if node.pid() is None:
                 return 0
-            admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0,
-                                 "socket.timeout.ms": 2000})
+            # log_level 0: refused connections to a node mid-restart are expected here.
+            admin = AdminClient(admin_config(node.bootstrap, {"log_level": 0,
+                                                              "socket.timeout.ms": 2000}))
             try:
                 brokers = set(admin.list_topics(timeout=2).brokers)
             except Exception:
@@ -499,7 +487,9 @@ class LocalCluster:
     def _admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 0})
+        from producers.kafka_clients import admin_config
+
+        return AdminClient(admin_config(self.cfg.bootstrap, {"log_level": 0}))
 
     # -- Redis Cluster -----------------------------------------------------------------
     def _redis_up(self) -> list[str]:

@@ -1,6 +1,6 @@
 """The one place Redis clients are built: a single node or a Redis Cluster, by settings.
 
-``SESSIONSTREAM_REDIS_CLUSTER=true`` makes ``SESSIONSTREAM_REDIS_URL`` name nodes of a
+With ``Settings.redis_cluster`` the Redis URL names nodes of a
 Redis Cluster (``redis://h1:p1,h2:p2/0``): any reachable one is enough, the client
 discovers the others and follows MOVED/ASK and failovers; list more than one so that a
 client can still start while a node is down. Every per-session script keeps to one hash

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 def _cluster() -> LocalCluster:
+    from sessionstream.core.settings import Settings
     from sessionstream.devcluster import ClusterConfig, LocalCluster
 
-    return LocalCluster(ClusterConfig.from_env(), click.echo)
+    return LocalCluster(ClusterConfig.from_settings(Settings.from_env()), click.echo)
 
 
 @click.group("cluster")
@@ -73,10 +74,11 @@ def status_cmd(as_json: bool) -> None:
 @cluster_group.command("env")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def env_cmd(as_json: bool) -> None:
-    """Print the SESSIONSTREAM_* settings that point every process at the cluster."""
+    """Print the environment settings that point every process at the cluster."""
+    from sessionstream.core.settings import Settings
     from sessionstream.devcluster import ClusterConfig
 
-    env = ClusterConfig.from_env().settings_env()
+    env = ClusterConfig.from_settings(Settings.from_env()).settings_env()
     if as_json:
         click.echo(json.dumps(env))
     else:
