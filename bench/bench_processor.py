@@ -37,7 +37,9 @@ from fastavro import schemaless_reader
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
+from streams import native_fold
 from streams.memory import MemorySink
+from streams.native_fold import NativeFold
 from streams.processor import Processor
 
 TOPIC = "bench.processor"
@@ -77,6 +79,17 @@ async def run(records: list[Record], batch: int) -> float:
     return len(records) / (time.perf_counter() - t0)
 
 
+async def run_fold(records: list[Record], batch: int, native: bool) -> float:
+    """Replay's path: fold in memory, flush once (Python processor or native fold)."""
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=MemorySink(), group="bench")
+    driver = NativeFold(proc) if native else proc
+    t0 = time.perf_counter()
+    for i in range(0, len(records), batch):
+        await driver.fold(records[i:i + batch])
+    await driver.flush()
+    return len(records) / (time.perf_counter() - t0)
+
+
 def raw_decode(records: list[Record]) -> float:
     """The baseline: events/s of a bare fastavro decode of the same records."""
     schema = default_codec().reader.parsed
@@ -89,12 +102,12 @@ def raw_decode(records: list[Record]) -> float:
     return len(records) / (time.perf_counter() - t0)
 
 
-def instructions(args: argparse.Namespace, fold: int) -> int | None:
+def instructions(args: argparse.Namespace, fold: int, mode: str) -> int | None:
     """Instructions callgrind counts for a run of this script folding ``fold`` records."""
     out = tempfile.mktemp(prefix="callgrind-")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
            __file__, "--events", str(args.events), "--live", str(args.live),
-           "--batch", str(args.batch), "--fold-only", str(fold)]
+           "--batch", str(args.batch), "--fold-only", str(fold), "--mode", mode]
     res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
     if os.path.exists(out):
         os.unlink(out)
@@ -106,12 +119,21 @@ def icount(args: argparse.Namespace) -> None:
     if shutil.which("valgrind") is None:
         print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
         return
-    base, full = instructions(args, 0), instructions(args, args.icount)
-    if base is None or full is None:
+    modes = ["process", "fold-python"] + (["fold-native"] if native_fold.available() else [])
+    base = instructions(args, 0, "process")
+    if base is None:
         print("instruction count: skipped (callgrind printed no total)")
         return
-    per = (full - base) / args.icount
-    print(f"instructions per event (callgrind, {args.icount} records folded): {per:,.0f}")
+    per: dict[str, float] = {}
+    for mode in modes:
+        full = instructions(args, args.icount, mode)
+        if full is not None:
+            per[mode] = (full - base) / args.icount
+            print(f"instructions per event, {mode} (callgrind, {args.icount} records): "
+                  f"{per[mode]:,.0f}")
+    if "fold-native" in per and "fold-python" in per:
+        print(f"instruction ratio fold-python / fold-native: "
+              f"{per['fold-python'] / per['fold-native']:.2f}x")
 
 
 def main() -> None:
@@ -124,11 +146,15 @@ def main() -> None:
     ap.add_argument("--icount", type=int, default=0, metavar="N",
                     help="also count instructions per event over N records (callgrind)")
     ap.add_argument("--fold-only", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="process", help=argparse.SUPPRESS)
     args = ap.parse_args()
     records = make_records(args.events, live=args.live)
     if args.fold_only is not None:  # one run under callgrind (see icount)
-        if args.fold_only:
-            asyncio.run(run(records[:args.fold_only], args.batch))
+        sub = records[:args.fold_only]
+        if args.fold_only and args.mode == "process":
+            asyncio.run(run(sub, args.batch))
+        elif args.fold_only:
+            asyncio.run(run_fold(sub, args.batch, args.mode == "fold-native"))
         return
     sessions = len({r.key for r in records})
     print(f"{len(records)} records, {sessions} sessions ({args.live} live at once), "
@@ -148,6 +174,18 @@ def main() -> None:
     print(f"processor in-process: {med:,.0f} events/s median of "
           f"{args.runs} (min {rates[0]:,.0f}, max {rates[-1]:,.0f}); ratio to the bare "
           f"decode {med / raw:.2f}x")
+    folds = sorted(asyncio.run(run_fold(records, args.batch, False)) for _ in range(args.runs))
+    fold_py = folds[len(folds) // 2]
+    print(f"in-memory fold + one flush (replay's path), Python: {fold_py:,.0f} events/s; "
+          f"ratio to the bare decode {fold_py / raw:.2f}x")
+    if native_fold.available():
+        nats = sorted(asyncio.run(run_fold(records, args.batch, True))
+                      for _ in range(args.runs))
+        fold_na = nats[len(nats) // 2]
+        print(f"in-memory fold + one flush, native: {fold_na:,.0f} events/s; ratio to the "
+              f"bare decode {fold_na / raw:.2f}x, to the Python fold {fold_na / fold_py:.2f}x")
+    else:
+        print("native fold: skipped (the extension is not built: make native)")
     if args.icount:
         icount(args)
 

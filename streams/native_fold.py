@@ -41,7 +41,8 @@ from sessionstream.core.rows import SessionRow
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
-from streams.processor import BatchReport, CachedSession, Processor
+from streams.processor import BatchReport, Processor
+from streams.session_row import CachedSession
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native

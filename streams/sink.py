@@ -209,20 +209,32 @@ class RedisSink:
         feed = self.keys.tenant_changes(gen)
         pkey = self.keys.progress(group)
 
+        args: list[Any] = []
+        for tp, off in progress.items():
+            args += [tp, off]
+        if not writes and not args:
+            return
+        if args and self._progress.sha is None:
+            self._progress.sha = await self.retry.run(
+                "script load", lambda: self.redis.script_load(self._progress.source))
+
         async def op() -> None:
-            if writes:
-                async with self.redis.pipeline(transaction=False) as pipe:
+            # One round trip: index, feed and progress share the tenant's hash tag (one
+            # slot), so this is one pipeline even on a cluster. Each part is idempotent.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                if writes:
                     # GT: an existing member's score never moves back; new members are added.
                     pipe.zadd(index, {w.session_id: w.activity_ms for w in writes}, gt=True)
                     for w in writes:
                         pipe.xadd(feed, {CHANGE_FIELD: _change_entry(w)},
                                   maxlen=self.feed_maxlen, approximate=True)
+                if args:
+                    pipe.evalsha(str(self._progress.sha), 1, pkey, *args)
+                try:
                     await pipe.execute()
-            if progress:
-                args: list[Any] = []
-                for tp, off in progress.items():
-                    args += [tp, off]
-                await self._progress(self.redis, [pkey], args)
+                except rexc.NoScriptError:
+                    self._progress.sha = await self.redis.script_load(self._progress.source)
+                    raise rexc.TryAgainError("script reloaded") from None
 
         await self.retry.run("tenant write", op)
 

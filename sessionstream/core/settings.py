@@ -197,7 +197,7 @@ class Settings:
                     "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
         if self.fold not in FOLDS:
             raise SettingsError(
-                f"SESSIONSTREAM_FOLD={self.fold!r} is not a fold path: use "
+                f"{Env.FOLD}={self.fold!r} is not a fold path: use "
                 + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
@@ -279,7 +279,7 @@ class Settings:
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
-            fold=env.get("SESSIONSTREAM_FOLD") or "auto",
+            fold=env.get(Env.FOLD) or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or None,
             batch_max=_int(env, Env.BATCH_MAX, 500),
