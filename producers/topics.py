@@ -67,8 +67,9 @@ def durability_config(replication_factor: int) -> dict[str, str]:
     return {"min.insync.replicas": str(min(2, replication_factor - 1))}
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient(admin_config(bootstrap))
+def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
+    """An admin client; ``security``: the principal's keys (``Settings.kafka_security()``)."""
+    return AdminClient(admin_config(bootstrap, security=security))
 
 
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec],

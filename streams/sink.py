@@ -220,7 +220,8 @@ class RedisSink:
 
         async def op() -> None:
             # One round trip: index, feed and progress share the tenant's hash tag (one
-            # slot), so this is one pipeline even on a cluster. Each part is idempotent.
+            # slot), so this is one pipeline. Each part is idempotent. On a cluster
+            # redis-py refuses EVALSHA in a pipeline: the progress script follows it.
             async with self.redis.pipeline(transaction=False) as pipe:
                 if writes:
                     # GT: an existing member's score never moves back; new members are added.
@@ -228,6 +229,11 @@ class RedisSink:
                     for w in writes:
                         pipe.xadd(feed, {CHANGE_FIELD: _change_entry(w)},
                                   maxlen=self.feed_maxlen, approximate=True)
+                if args and self._cluster:
+                    if writes:
+                        await pipe.execute()
+                    await self._progress(self.redis, [pkey], args)
+                    return
                 if args:
                     pipe.evalsha(str(self._progress.sha), 1, pkey, *args)
                 try:

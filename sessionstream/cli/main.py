@@ -346,6 +346,7 @@ def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
     from dashboard import cli as dashboard_cli
     from producers import cli as producers_cli
+    from sessionstream.cli import acl as cli_acl
     from sessionstream.cli import governance as cli_governance
     from sessionstream.cli import infra as cli_infra
     from streams import cli as streams_cli
@@ -353,6 +354,7 @@ def _register_edges() -> None:
 
     cli_infra.register(main)
     cli_governance.register(main)
+    cli_acl.register(main)
     producers_cli.register(main)
     streams_cli.register(main)
     dashboard_cli.register(main)
