@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from sessionstream.core.rows import SessionRow
+from sessionstream.core.rows import MetaFields, SessionRow
 from streams.ports import SessionWrite, Sink
 from streams.session_row import CachedSession, SessionRowCodec
 
@@ -113,4 +113,4 @@ class Convergence:
         """A stored session of one of the scheduled partitions."""
         if not row.get(SessionRow.META):
             return False
-        return int(SessionRow.meta(row).get("partition", -1)) in self.partitions
+        return int(SessionRow.meta(row).get(MetaFields.PARTITION, -1)) in self.partitions

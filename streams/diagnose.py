@@ -31,7 +31,7 @@ from sessionstream.core.diagnosis import (
     implicated,
 )
 from sessionstream.core.errors import LogFileError, SessionStreamError
-from sessionstream.core.rows import KeySpace, SessionRow, generation_of
+from sessionstream.core.rows import KeySpace, MetaFields, SessionRow, generation_of
 from sessionstream.core.settings import Settings
 
 BAD_INPUT = ExitCode.BAD_INPUT
@@ -71,7 +71,7 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
             stored = StoredProjection(
                 generation=gen, as_of_seq=SessionRow.as_of_seq(row),
                 state_versions=SessionRow.state_versions(row),
-                quarantine=meta.get("quarantine"),
+                quarantine=meta.get(MetaFields.QUARANTINE),
                 in_session_index=r.zscore(keys.sessions_index(gen), session_id) is not None,
             )
         log_index = bool(r.exists(keys.log_index(session_id)))

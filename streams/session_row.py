@@ -19,6 +19,7 @@ from sessionstream.core.admission import AdmissionState
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import Quarantine
 from sessionstream.core.projections import ProjectionUnit
+from sessionstream.core.rows import MetaFields as M
 from sessionstream.core.rows import SessionRow
 from streams.ports import SessionWrite
 
@@ -47,14 +48,14 @@ class CachedSession:
 
     def meta(self) -> dict[str, Any]:
         return {
-            "session_id": self.session_id,
-            "partition": self.partition,
-            "as_of_seq": self.as_of_seq,
-            "as_of_offset": self.as_of_offset,
-            "first_offset": self.first_offset,
-            "last_time": self.last_time,
-            "quarantine": self.quarantine.to_json() if self.quarantine else None,
-            "counts": dict(sorted(self.counts.items())),
+            M.SESSION_ID: self.session_id,
+            M.PARTITION: self.partition,
+            M.AS_OF_SEQ: self.as_of_seq,
+            M.AS_OF_OFFSET: self.as_of_offset,
+            M.FIRST_OFFSET: self.first_offset,
+            M.LAST_TIME: self.last_time,
+            M.QUARANTINE: self.quarantine.to_json() if self.quarantine else None,
+            M.COUNTS: dict(sorted(self.counts.items())),
         }
 
 
@@ -100,16 +101,16 @@ class SessionRowCodec:
                 states[unit.key] = unit.load(json.loads(raw))
         return CachedSession(
             session_id=sid,
-            partition=int(meta.get("partition", partition)),
+            partition=int(meta.get(M.PARTITION, partition)),
             admission=AdmissionState.from_json(json.loads(stored[SessionRow.ADMISSION])),
             states=states,
             as_of_seq=SessionRow.as_of_seq(stored),
             as_of_offset=SessionRow.as_of_offset(stored),
-            first_offset=meta.get("first_offset"),
-            last_time=meta.get("last_time"),
-            quarantine=Quarantine.from_json(meta["quarantine"]) if meta.get("quarantine")
+            first_offset=meta.get(M.FIRST_OFFSET),
+            last_time=meta.get(M.LAST_TIME),
+            quarantine=Quarantine.from_json(meta[M.QUARANTINE]) if meta.get(M.QUARANTINE)
             else None,
-            counts=dict(meta.get("counts", {})),
+            counts=dict(meta.get(M.COUNTS, {})),
             stale=tuple(stale),
             stored=True,
         )
