@@ -34,6 +34,7 @@ from dashboard.auth import TokenAuth
 from dashboard.auth import middleware as auth_middleware
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from dashboard.timeline import TimelineSource
+from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
 from streams.read import current_generation, list_sessions, read_views
@@ -52,6 +53,7 @@ class DashboardConfig:
     """What the dashboard reads and how often the live feed wakes up."""
 
     redis_url: str
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     keys: KeySpace = field(default_factory=lambda: KeySpace("default"))
     list_limit: int = 200  # sessions in the list when the page does not ask for a number
     block_ms: int = 5000  # one XREAD waits at most this long: keep-alive and generation check
@@ -75,9 +77,10 @@ def create_app(config: DashboardConfig) -> web.Application:
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.
-    app[REDIS] = Redis.from_url(config.redis_url, decode_responses=True,
-                                socket_timeout=config.block_ms / 1000 + 10,
-                                health_check_interval=30)
+    app[REDIS] = redisconn.async_redis(config.redis_url, cluster=config.redis_cluster,
+                                       decode_responses=True,
+                                       socket_timeout=config.block_ms / 1000 + 10,
+                                       health_check_interval=30)
 
     async def stop_feeds(app: web.Application) -> None:
         app[STOPPING].set()
