@@ -26,13 +26,15 @@ T = TypeVar("T")
 
 
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
-    from redis.asyncio import Redis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    url = settings().redis_url
+    from sessionstream import redisconn
+
+    s = settings()
+    url = s.redis_url
 
     async def run() -> T:
-        redis = Redis.from_url(url, decode_responses=True)
+        redis = redisconn.from_settings(s, asyncio=True, decode_responses=True)
         try:
             return await fn(redis)
         finally:

@@ -216,5 +216,8 @@ COMMANDS: tuple[click.Command, ...] = (
 
 def register(cli_group: click.Group) -> None:
     """Add the infrastructure commands to ``cli_group`` (the ``sessionstream`` group)."""
+    from sessionstream.cli.cluster import cluster_group
+
     for command in COMMANDS:
         cli_group.add_command(command)
+    cli_group.add_command(cluster_group)
