@@ -7,6 +7,7 @@ errors (NotAuthorized for Kafka, NOPERM for Redis).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 import uuid
@@ -238,14 +239,19 @@ def test_redis_users_reach_their_tenants_keys_only(settings: Settings,
 def test_the_projection_worker_runs_on_its_tenants_worker_principals_alone(
         tenants: dict[str, Tenant], settings: Settings, redis_client: redis.Redis,
         redis_prefix: str, procs: ProcessGroup, tmp_path: Path) -> None:
-    """The worker's Kafka and Redis grants are enough: it folds a session and writes a
-    poison record's dead letter as ``sessionstream.A.worker`` on both servers."""
+    """The writer's and the worker's Kafka and Redis grants are enough: a session written
+    as ``sessionstream.A.writer`` is folded, and a poison record dead-lettered, by a worker
+    that is ``sessionstream.A.worker`` on both servers."""
     a = tenants["a"]
     keys = KeySpace(a.name, redis_prefix)
     apply_redis(redis_client, keys, a.secrets.passwords)
     try:
-        cfg = _writer_cfg(a, a.settings.events_topic, a.kafka("writer"), settings,
-                          redis_prefix, tmp_path)
+        # the writer too runs as its tenant's principals only (leases, index: Redis writer)
+        cfg = dataclasses.replace(
+            _writer_cfg(a, a.settings.events_topic, a.kafka("writer"), settings, redis_prefix,
+                        tmp_path),
+            redis_url=redis_url_for(settings.redis_url, principal(a.name, "writer"),
+                                    a.secrets.passwords["writer"]))
         w = SessionWriter.create(cfg)
         w.append("turn/start", {})
         w.append("user/message", {"content": "fold me"})
