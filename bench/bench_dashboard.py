@@ -102,9 +102,13 @@ def measure(driver: Any, url: str, selector: str, runs: int) -> float:
     return statistics.median(times)
 
 
+BENCH_TOKEN = "bench-dashboard-token-0123456789"
+
+
 def serve(settings: Settings, prefix: str, topic: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
-    env = {**os.environ, Env.KEY_PREFIX: prefix, Env.EVENTS_TOPIC: topic}
+    env = {**os.environ, Env.KEY_PREFIX: prefix, Env.EVENTS_TOPIC: topic,
+           Env.DASHBOARD_TOKEN: BENCH_TOKEN}
     proc = subprocess.Popen([sys.executable, "-m", "sessionstream.cli.main", "dashboard",
                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -113,7 +117,7 @@ def serve(settings: Settings, prefix: str, topic: str) -> tuple[subprocess.Popen
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url + "healthz", timeout=1):
-                return proc, url
+                return proc, f"{url}?token={BENCH_TOKEN}"
         except OSError:
             time.sleep(0.2)
     proc.kill()

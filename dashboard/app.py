@@ -9,6 +9,10 @@ names (``sessionstream replay`` switches it), through ``streams.read``:
 - ``GET /api/events``          Server-Sent Events from the tenant's change feed (``feed.py``)
 - ``GET /healthz``             Redis reachable, and which generation readers use
 
+Every path but ``/healthz`` and ``/static/`` needs a token scoped to the dashboard's tenant
+when ``DashboardConfig.auth`` is set (``dashboard/auth.py``); ``sessionstream dashboard``
+always sets it.
+
 Nothing here logs session content: only ids, counts and generations.
 """
 
@@ -26,6 +30,8 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from dashboard import timeline
+from dashboard.auth import TokenAuth
+from dashboard.auth import middleware as auth_middleware
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from dashboard.timeline import TimelineSource
 from sessionstream.core.rows import KeySpace, read_change_entry
@@ -52,6 +58,9 @@ class DashboardConfig:
     retry_ms: int = 3000  # the browser waits this long before reconnecting the event stream
     timeline: TimelineSource | None = None  # where the event timeline reads (None: no timeline)
     rows: Any = None  # opens views sealed with the sessions' keys (governance.rows.RowCipher)
+    #: Tenant-scoped bearer tokens (None: no authentication, for an app embedded behind
+    #: its own; the ``sessionstream dashboard`` server always sets it).
+    auth: TokenAuth | None = None
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -61,7 +70,8 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 
 def create_app(config: DashboardConfig) -> web.Application:
     """The web application; it opens its Redis client here and closes it on cleanup."""
-    app = web.Application(middlewares=[_json_errors])
+    checks = [auth_middleware(config.auth)] if config.auth is not None else []
+    app = web.Application(middlewares=[*checks, _json_errors])
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.

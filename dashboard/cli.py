@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import click
@@ -15,6 +16,10 @@ import click
 from sessionstream.cli.context import settings as process_settings
 from sessionstream.cli.context import unreachable
 from sessionstream.core.settings import Env
+
+if TYPE_CHECKING:
+    from dashboard.auth import TokenAuth
+    from sessionstream.core.settings import Settings
 
 
 def _redacted(url: str) -> str:
@@ -42,7 +47,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     """
     settings = process_settings()
     if detach or stop:
-        _background(settings.state_dir, host, port, stop=stop)
+        _background(settings.state_dir, host, port, stop=stop, settings=settings)
         return
     import redis
     from aiohttp import web
@@ -60,12 +65,15 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from sessionstream.governance.wiring import row_cipher
 
+    auth, local = _auth(settings)
     config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
                                                      settings.events_topic),
-                             rows=row_cipher(settings))
-    click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key prefix "
-               f"{prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it", err=True)
+                             rows=row_cipher(settings), auth=auth)
+    login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
+    click.echo(f"dashboard on http://{host}:{port}/{login}  (tenant {settings.tenant}, key "
+               f"prefix {prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it",
+               err=True)
     try:
         web.run_app(create_app(config), host=host, port=port, print=None, shutdown_timeout=10)
     except OSError as exc:
@@ -74,7 +82,20 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
             "running? pass --port") from exc
 
 
-def _background(state_dir: Path, host: str, port: int, *, stop: bool) -> None:
+def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
+    """The server's tokens: from settings, else the tenant's local token (the local
+    stack's default, kept 0600 in the state dir); the second value is that local token."""
+    from dashboard.auth import TokenAuth
+    from sessionstream.governance.access import TenantSecrets
+
+    if settings.dashboard_tokens:
+        return TokenAuth(settings.tenant, dict(settings.dashboard_tokens)), None
+    local = TenantSecrets.load_or_create(settings.state_dir, settings.tenant).dashboard_token
+    return TokenAuth(settings.tenant, {local: settings.tenant}), local
+
+
+def _background(state_dir: Path, host: str, port: int, *, stop: bool,
+                settings: Settings | None = None) -> None:
     from dashboard import background
 
     if stop:
@@ -86,7 +107,11 @@ def _background(state_dir: Path, host: str, port: int, *, stop: bool) -> None:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     state = "already running" if d.already_running else "running"
-    click.echo(f"dashboard {state} at {d.url}  (pid {d.pid}, log {d.log})")
+    login = ""
+    if settings is not None:
+        _, local = _auth(settings)
+        login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
+    click.echo(f"dashboard {state} at {d.url}{login}  (pid {d.pid}, log {d.log})")
     click.echo("stop it with: make dashboard-stop   (or: sessionstream dashboard --stop)")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from sessionstream.core.rows import MetaFields
+
 #: Rows returned when the page does not ask for a number.
 DEFAULT_LIMIT = 2000
 MAX_LIMIT = 20_000
@@ -72,7 +74,7 @@ async def timeline(request: web.Request, snap: Any) -> web.Response:
             {"error": f"limit={raw!r} is not a number of rows from 1 to {MAX_LIMIT}"},
             status=400)
     meta = snap.meta
-    partition, first = meta.get("partition"), meta.get("first_offset")
+    partition, first = meta.get(MetaFields.PARTITION), meta.get(MetaFields.FIRST_OFFSET)
     end = snap.as_of_offset + 1 if snap.as_of_offset >= 0 else None
     rb = await asyncio.to_thread(_read, source, snap.session_id,
                                  partition if isinstance(partition, int) else None,

@@ -34,6 +34,9 @@ class WriterConfig:
     connect_timeout_s: float = 10.0  # the Kafka probe of create/open/fork (fails fast
     # in about a second when librdkafka reports every broker down)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: The principal's librdkafka keys (``Settings.kafka_security()``), for the producer,
+    #: the read-back consumer and the admin lookups alike.
+    kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: Seals event content and attachments with the session's data keys (None: clear);
     #: ``from_settings`` builds it (sealing unless the tenant opted out).
     cipher: ContentCipher | None = None
@@ -54,6 +57,8 @@ class WriterConfig:
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
         }
+        if hasattr(settings, "kafka_security"):
+            base["kafka_security"] = settings.kafka_security()
         if "cipher" not in overrides and hasattr(settings, "encryption"):
             # Always a cipher: it seals only when the tenant did not opt out, and it
             # opens sealed history on read-back either way.

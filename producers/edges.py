@@ -59,7 +59,8 @@ class WriterEdges:
         self.sender = KafkaSender(
             cfg.bootstrap,
             cfg.topic,
-            config={"message.max.bytes": CLIENT_MAX_MESSAGE_BYTES, **cfg.producer_config},
+            config={"message.max.bytes": CLIENT_MAX_MESSAGE_BYTES, **cfg.kafka_security,
+                    **cfg.producer_config},
         )
 
     def connect(self) -> None:
@@ -87,6 +88,6 @@ class WriterEdges:
     def limit(self) -> int:
         """Bytes one record (key + value) may take on the events topic."""
         topic_limit = self.cfg.max_message_bytes or topic_max_message_bytes(
-            self.cfg.bootstrap, self.cfg.topic
+            self.cfg.bootstrap, self.cfg.topic, security=self.cfg.kafka_security
         )
         return min(topic_limit, CLIENT_MAX_MESSAGE_BYTES) - RECORD_OVERHEAD

@@ -71,7 +71,10 @@ class TopicNotFound(KafkaProducerError):
 
 
 class NotAuthorized(KafkaProducerError):
-    hint = "the broker refused our credentials or ACLs: grant write on the tenant's topic prefix"
+    hint = (
+        f"the broker refused this principal ({Env.KAFKA_SASL_USERNAME}) its credentials "
+        "or ACLs: a tenant's principals reach only topics under sessionstream.<tenant>. "
+        "(`sessionstream acl apply --tenant T`, docs/operations.md \"Access scopes\")")
 
 
 class MessageTooLarge(KafkaProducerError):
@@ -278,6 +281,7 @@ KAFKA_ERROR_MAP: Mapping[int, type[KafkaProducerError]] = {
     _E.TOPIC_AUTHORIZATION_FAILED: NotAuthorized,
     _E.CLUSTER_AUTHORIZATION_FAILED: NotAuthorized,
     _E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: NotAuthorized,
+    _E.GROUP_AUTHORIZATION_FAILED: NotAuthorized,
     _E.SASL_AUTHENTICATION_FAILED: NotAuthorized,
     _E._AUTHENTICATION: NotAuthorized,
     _E._SSL: NotAuthorized,

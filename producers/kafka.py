@@ -389,6 +389,11 @@ class KafkaSender:
                     entry.up()
                     return
                 entry.down_since = None  # a broker answered: only the topic is missing
+                if t is not None and t.error is not None and t.error.code() in (
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                        KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                    # The authorizer hides the topic from this principal: say so, now.
+                    raise map_kafka_error(t.error, what=f"describing {self.topic}")
                 left = deadline - time.monotonic()
                 if time.monotonic() - t0 >= UNKNOWN_TOPIC_GRACE_S or left <= 0.06:
                     raise TopicNotFound(

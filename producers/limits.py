@@ -29,11 +29,12 @@ class TopicLimits:
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], int] = {}
 
-    def get(self, bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+    def get(self, bootstrap: str, topic: str, timeout: float = 10.0,
+            security: Mapping[str, str] | None = None) -> int:
         cached = self._known.get((bootstrap, topic))
         if cached is None:
             cached = self._known[(bootstrap, topic)] = topic_config_int(
-                bootstrap, topic, "max.message.bytes", timeout)
+                bootstrap, topic, "max.message.bytes", timeout, security)
         return cached
 
     def clear(self) -> None:
@@ -44,13 +45,14 @@ class TopicLimits:
 TOPIC_LIMITS = TopicLimits()
 
 
-def topic_config_int(bootstrap: str, topic: str, key: str, timeout: float = 10.0) -> int:
+def topic_config_int(bootstrap: str, topic: str, key: str, timeout: float = 10.0,
+                     security: Mapping[str, str] | None = None) -> int:
     """One integer setting of a topic, e.g. ``max.message.bytes`` (retried while the
     topic's metadata settles after its creation, up to ``timeout``)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient(admin_config(bootstrap))
+    admin = AdminClient(admin_config(bootstrap, security=security))
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     deadline = time.monotonic() + timeout
     while True:
@@ -64,9 +66,10 @@ def topic_config_int(bootstrap: str, topic: str, key: str, timeout: float = 10.0
             time.sleep(0.2)
 
 
-def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0,
+                            security: Mapping[str, str] | None = None) -> int:
     """The topic's ``max.message.bytes`` (cached per process)."""
-    return TOPIC_LIMITS.get(bootstrap, topic, timeout)
+    return TOPIC_LIMITS.get(bootstrap, topic, timeout, security)
 
 
 _SCALARS = frozenset({int, float, bool, type(None)})

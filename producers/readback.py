@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound
+from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound, map_kafka_error
 from producers.kafka import _DOWN_CODES, FAIL_FAST_S
 from producers.kafka_clients import consumer_config, private_group
 from producers.partition import partition_for
@@ -73,6 +73,9 @@ class ReadBack:
     records_scanned: int = 0
     #: The admission state after ``end`` (continue a later read from ``end`` with it).
     state: AdmissionState | None = None
+    #: Sealed parts the reader could not open (shredded or missing keys), with their seq
+    #: and class: what is no longer reconstructable (``sessionstream.core.privacy``).
+    unopened: list[Any] = field(default_factory=list)
 
     @property
     def next_seq(self) -> int:
@@ -136,6 +139,10 @@ def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0,
                 raise BrokerUnavailable(f"metadata for {topic} from {bootstrap}: {exc}") from exc
         consumer.poll(0.01)
         down.check(bootstrap, t0)
+    if meta is not None and meta.error is not None and meta.error.code() in (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+        # The authorizer hides a topic this principal may not describe: say which.
+        raise map_kafka_error(meta.error, what=f"reading {topic}")
     if meta is None or meta.error is not None or not meta.partitions:
         raise TopicNotFound(f"topic {topic!r} not found")
     return len(meta.partitions)

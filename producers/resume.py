@@ -30,9 +30,11 @@ def read_back(
         return read_session(
             cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
             partition=idx.partition, start=idx.first_offset, end=end, timeout=timeout,
+            consumer_config=dict(cfg.kafka_security),
         )
     # No index: scan the whole partition the key hashes to.
-    return read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode, timeout=timeout)
+    return read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
+                        timeout=timeout, consumer_config=dict(cfg.kafka_security))
 
 
 def read_log(cfg: WriterConfig, session_id: str, *, use_index: bool = True,
@@ -43,7 +45,10 @@ def read_log(cfg: WriterConfig, session_id: str, *, use_index: bool = True,
     """
     edges = WriterEdges(cfg)
     try:
-        return read_back(edges, session_id, False, use_index, timeout)
+        rb = read_back(edges, session_id, False, use_index, timeout)
+        if edges.opener is not None:
+            rb.unopened = edges.opener.shredded(session_id)
+        return rb
     finally:
         edges.redis.close()
 
@@ -85,6 +90,7 @@ class AdmissionProof:
         rb = read_session(
             cfg.bootstrap, cfg.topic, self.session_id, decode=edges.decode,
             partition=partition, start=start, end=last + 1, timeout=timeout, state=self.state,
+            consumer_config=dict(cfg.kafka_security),
         )
         if rb.state is not None:
             self.state = rb.state

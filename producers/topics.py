@@ -55,8 +55,9 @@ def tenant_topics(settings: Settings, partitions: int | None = None,
     ]
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient(admin_config(bootstrap))
+def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
+    """An admin client; ``security``: the principal's keys (``Settings.kafka_security()``)."""
+    return AdminClient(admin_config(bootstrap, security=security))
 
 
 def ensure_topics(admin: AdminClient, specs: list[TopicSpec],

@@ -6,6 +6,12 @@ file and log under the state directory. Only processes started here (by pid file
 ever stopped here.
 
 Run as ``sessionstream up|down|status|logs`` or ``python -m sessionstream.devstack``.
+
+``--secure`` (:func:`secure_stack`) is a second, separate Kafka profile: its own loopback
+ports and state directory, a SASL/SCRAM-SHA-512 listener, the KRaft StandardAuthorizer
+with ``allow.everyone.if.no.acl.found=false`` and ``admin`` as its only super user, whose
+SCRAM credential is written at format time (the password is generated once into a 0600
+file under the profile's state dir). The plaintext node stays the default.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -42,6 +49,9 @@ KAFKA_HEAP = "-Xmx512m"
 # Largest record batch the broker accepts. Events above the attachment threshold spill
 # to the attachment store, so 16 MiB is headroom for big batches, not for big events.
 MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+#: The secure profile's super user and its SASL mechanism.
+ADMIN_PRINCIPAL = "admin"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
 INSTALL_JAVA = "apt-get install -y openjdk-17-jre-headless maven"
 INSTALL_REDIS = "apt-get update && apt-get install -y redis-server"
 
@@ -62,6 +72,8 @@ class StackConfig:
     redis_port: int = DEFAULT_REDIS_PORT
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
     pom: Path = field(default_factory=lambda: project_root() / "deploy" / "local" / "pom.xml")
+    #: The secure profile: SASL/SCRAM listener and StandardAuthorizer (``up --secure``).
+    secure: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StackConfig:
@@ -78,6 +90,32 @@ class StackConfig:
             raise LocalStackError(f"Kafka, controller and Redis ports must differ, got {ports}")
         return cfg
 
+    @property
+    def admin_secret_file(self) -> Path:
+        """The secure profile's admin password (0600), generated at first format."""
+        return self.dir("kafka") / "admin.secret"
+
+    def admin_password(self) -> str:
+        """The secure profile's admin password (created, 0600, on first use)."""
+        path = self.admin_secret_file
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24) + "\n")
+        return path.read_text().strip()
+
+    def client_security(self) -> dict[str, str]:
+        """librdkafka keys of the profile's admin principal (none for the plaintext node)."""
+        if not self.secure:
+            return {}
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": ADMIN_PRINCIPAL, "sasl.password": self.admin_password()}
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
     def dir(self, service: str) -> Path:
         return self.state_dir / service
 
@@ -92,6 +130,26 @@ class StackConfig:
 
     def port(self, service: str) -> int:
         return self.kafka_port if service == "kafka" else self.redis_port
+
+
+def secure_stack(settings: Settings) -> StackConfig:
+    """The secure Kafka profile: its own ports and state dir (``<state dir>/secure``)."""
+    cfg = StackConfig(
+        state_dir=settings.state_dir / "secure",
+        kafka_port=settings.secure_kafka_port,
+        controller_port=settings.secure_kafka_controller_port,
+        redis_port=settings.redis_port,
+        cache_dir=settings.cache_dir,
+        secure=True,
+    )
+    taken = {settings.kafka_port, settings.kafka_controller_port, settings.redis_port}
+    ports = [cfg.kafka_port, cfg.controller_port]
+    if len(set(ports)) != 2 or taken & set(ports):
+        raise LocalStackError(
+            f"the secure Kafka's ports {ports} must differ from each other and from the "
+            f"plaintext stack's {sorted(taken)}: set {Env.SECURE_KAFKA_PORT} and "
+            f"{Env.SECURE_KAFKA_CONTROLLER_PORT}")
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -306,18 +364,57 @@ def _cluster_id() -> str:
             return cid
 
 
+def _secure_properties(cfg: StackConfig) -> list[str]:
+    """Listeners and authorizer of the secure profile.
+
+    Clients authenticate with SCRAM-SHA-512 on the broker listener; the controller
+    listener (same process, loopback) uses SASL/PLAIN with the admin's static password,
+    so no connection anywhere is anonymous. ACLs are enforced by the StandardAuthorizer,
+    which keeps them in the KRaft metadata log.
+    """
+    pw = cfg.admin_password()
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return [
+        f"listeners=SASL_PLAINTEXT://127.0.0.1:{cfg.kafka_port},"
+        f"CONTROLLER://127.0.0.1:{cfg.controller_port}",
+        f"advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{cfg.kafka_port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=SASL_PLAINTEXT",
+        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,"
+        "CONTROLLER:SASL_PLAINTEXT",
+        f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+        f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+        "sasl.mechanism.controller.protocol=PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        f'listener.name.controller.plain.sasl.jaas.config={plain} required '
+        f'username="{ADMIN_PRINCIPAL}" password="{pw}" user_{ADMIN_PRINCIPAL}="{pw}";',
+        f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={scram} "
+        f'required username="{ADMIN_PRINCIPAL}" password="{pw}";',
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        f"super.users=User:{ADMIN_PRINCIPAL}",
+        "allow.everyone.if.no.acl.found=false",
+    ]
+
+
 def kafka_properties(cfg: StackConfig) -> str:
+    if cfg.secure:
+        listeners = _secure_properties(cfg)
+    else:
+        listeners = [
+            f"listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port},"
+            f"CONTROLLER://127.0.0.1:{cfg.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ]
     return "\n".join([
         "# Written by sessionstream.devstack on every `up`; edits are overwritten.",
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{cfg.controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port},"
-        f"CONTROLLER://127.0.0.1:{cfg.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{cfg.kafka_port}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        *listeners,
         f"log.dirs={cfg.data_dir('kafka')}",
         "num.partitions=1",
         # One broker: every internal topic has one replica.
@@ -337,13 +434,15 @@ def kafka_properties(cfg: StackConfig) -> str:
     ])
 
 
-def kafka_ready(bootstrap: str, timeout: float = 2.0) -> bool:
+def kafka_ready(bootstrap: str, timeout: float = 2.0,
+                security: dict[str, str] | None = None) -> bool:
     """True when the broker answers a metadata request (not merely an open port)."""
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: connection-refused noise while the broker boots is expected, not news.
     admin = AdminClient({
         "bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000), "log_level": 0,
+        **(security or {}),
     })
     try:
         admin.list_topics(timeout=timeout)
@@ -358,14 +457,17 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     if pid is not None:
         echo(f"kafka: already running (pid {pid}, port {cfg.kafka_port})")
         return False
-    check_port_free(cfg.kafka_port, "Kafka", Env.KAFKA_PORT)
-    check_port_free(cfg.controller_port, "Kafka controller", Env.KAFKA_CONTROLLER_PORT)
+    port_env = Env.SECURE_KAFKA_PORT if cfg.secure else Env.KAFKA_PORT
+    ctl_env = Env.SECURE_KAFKA_CONTROLLER_PORT if cfg.secure else Env.KAFKA_CONTROLLER_PORT
+    check_port_free(cfg.kafka_port, "Kafka", port_env)
+    check_port_free(cfg.controller_port, "Kafka controller", ctl_env)
     java = require_java(echo)
     lib = kafka_lib(cfg, echo)
     home = cfg.dir("kafka")
     data = cfg.data_dir("kafka")
     data.mkdir(parents=True, exist_ok=True)
     props = home / "server.properties"
+    props.touch(mode=0o600)  # the secure profile's holds the admin password
     props.write_text(kafka_properties(cfg))
     log = cfg.log_file("kafka")
     classpath = f"{lib}/*"
@@ -375,11 +477,15 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
         if not cid_file.is_file():
             cid_file.write_text(_cluster_id() + "\n")
         echo(f"kafka: formatting storage in {data}")
+        # The secure profile's super user gets its SCRAM credential in the bootstrap
+        # metadata, so the broker can authenticate itself (and the admin) from the start.
+        scram = (["--add-scram", f"{SCRAM_MECHANISM}=[name={ADMIN_PRINCIPAL},"
+                  f"password={cfg.admin_password()}]"] if cfg.secure else [])
         fmt = subprocess.run(
             # A one-shot tool: C1-only JIT and serial GC start it ~35% faster on a busy box.
             [java, KAFKA_HEAP, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
              "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", cid_file.read_text().strip(), "-c", str(props)],
+             "-t", cid_file.read_text().strip(), "-c", str(props), *scram],
             capture_output=True, text=True, env=env,
         )
         if fmt.returncode != 0:
@@ -387,7 +493,8 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
                 f"formatting Kafka storage failed (exit {fmt.returncode}):\n"
                 f"{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}\nTry `sessionstream up --fresh`."
             )
-    echo(f"kafka: starting on 127.0.0.1:{cfg.kafka_port} (log {log})")
+    what = "SASL/SCRAM + ACLs" if cfg.secure else "plaintext"
+    echo(f"kafka: starting ({what}) on 127.0.0.1:{cfg.kafka_port} (log {log})")
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [java, KAFKA_HEAP, "-Dorg.slf4j.simpleLogger.showDateTime=true",
@@ -404,12 +511,15 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
             tail = "\n".join(_tail(log, 30))
             cfg.pid_file("kafka").unlink(missing_ok=True)
             raise LocalStackError(f"Kafka exited with {proc.returncode} while starting:\n{tail}")
-        if kafka_ready(bootstrap):
+        if kafka_ready(bootstrap, security=cfg.client_security()):
             break
         if time.monotonic() > deadline:
             raise LocalStackError(f"Kafka did not become ready within 120s; see {log}")
         time.sleep(0.5)
     echo(f"kafka: ready (pid {proc.pid})")
+    if cfg.secure:
+        echo(f"kafka: super user {ADMIN_PRINCIPAL!r}, password in {cfg.admin_secret_file} "
+             "(0600); create tenant principals with `sessionstream acl apply --tenant T`")
     return True
 
 

@@ -30,7 +30,7 @@ from sessionstream.core.diagnosis import (
     implicated,
 )
 from sessionstream.core.errors import LogFileError, SessionStreamError
-from sessionstream.core.rows import KeySpace, SessionRow, generation_of
+from sessionstream.core.rows import KeySpace, MetaFields, SessionRow, generation_of
 from sessionstream.core.settings import Settings
 
 BAD_INPUT = ExitCode.BAD_INPUT
@@ -70,7 +70,7 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
             stored = StoredProjection(
                 generation=gen, as_of_seq=SessionRow.as_of_seq(row),
                 state_versions=SessionRow.state_versions(row),
-                quarantine=meta.get("quarantine"),
+                quarantine=meta.get(MetaFields.QUARANTINE),
                 in_session_index=r.zscore(keys.sessions_index(gen), session_id) is not None,
             )
         log_index = bool(r.exists(keys.log_index(session_id)))
@@ -85,7 +85,7 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
                                   x.offset) for x in rb.rejections],
         corrupt_offsets=[off for off, _ in rb.corrupt],
         projections_checked=True, stored=stored, code_versions=default_registry().versions(),
-        log_index=log_index, lease_held=lease_held,
+        log_index=log_index, lease_held=lease_held, unopened=rb.unopened,
     )
 
 

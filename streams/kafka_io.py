@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -20,9 +20,10 @@ from sessionstream.core.pipeline import Record
 from streams.ports import DeadLetter
 
 
-def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> list[str]:
+def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0,
+                   security: Mapping[str, str] | None = None) -> list[str]:
     """The topics of ``topics`` the cluster does not have (checked once at worker start)."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = AdminClient(admin_config(bootstrap, security=security))
     have = admin.list_topics(timeout=timeout).topics
     return [t for t in topics if t not in have or have[t].error is not None]
 
@@ -34,9 +35,11 @@ class KafkaLogReader:
     resume and confirm: one reader, one error (``ReadBackError``), one timeout policy.
     """
 
-    def __init__(self, bootstrap: str, *, timeout: float = 60.0) -> None:
+    def __init__(self, bootstrap: str, *, timeout: float = 60.0,
+                 security: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout
+        self.security = dict(security or {})
 
     async def read_session(self, topic: str, partition: int, from_offset: int,
                            upto_offset: int, session_id: str) -> list[Record]:
@@ -44,7 +47,8 @@ class KafkaLogReader:
             return []
         scan = await asyncio.to_thread(
             scan_session, self.bootstrap, topic, session_id, partition=partition,
-            start=from_offset, end=upto_offset + 1, timeout=self.timeout)
+            start=from_offset, end=upto_offset + 1, timeout=self.timeout,
+            consumer_config=dict(self.security))
         return scan.records
 
 
@@ -59,9 +63,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 log = logging.getLogger("sessionstream.streams.worker")
 
 
-def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0) -> int | None:
+def topic_max_message_bytes(bootstrap: str, topic: str, timeout: float = 10.0,
+                            security: Mapping[str, str] | None = None) -> int | None:
     """The topic's ``max.message.bytes``, or None when it cannot be read now."""
-    admin = AdminClient(admin_config(bootstrap))
+    admin = AdminClient(admin_config(bootstrap, security=security))
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         entries = admin.describe_configs([res], request_timeout=timeout)[res].result(timeout)
@@ -96,7 +101,9 @@ class KafkaDeadLetters:
     """
 
     def __init__(self, bootstrap: str, topic: str, *, max_message_bytes: int | None = None,
-                 attempts: int = DEAD_LETTER_ATTEMPTS) -> None:
+                 attempts: int = DEAD_LETTER_ATTEMPTS,
+                 security: Mapping[str, str] | None = None) -> None:
+        self.security = dict(security or {})
         self.bootstrap = bootstrap
         self.topic = topic
         self.attempts = attempts
@@ -107,7 +114,8 @@ class KafkaDeadLetters:
     def limit(self) -> int:
         """The dead-letter topic's max message size (read from the broker on first use)."""
         if self._limit is None:
-            self._limit = topic_max_message_bytes(self.bootstrap, self.topic) or \
+            self._limit = topic_max_message_bytes(
+                self.bootstrap, self.topic, security=self.security) or \
                 DEFAULT_MAX_MESSAGE_BYTES
         return self._limit
 
@@ -120,7 +128,7 @@ class KafkaDeadLetters:
                 # poison pill (MSG_SIZE_TOO_LARGE on every restart). Allow the topic's size.
                 "message.max.bytes": max(self.limit, 1_000_000),
                 "message.timeout.ms": 30_000,
-            }, defaults={}))
+            }, defaults={}, security=self.security))
         return self._producer
 
     def fits(self, letter: DeadLetter) -> bool:

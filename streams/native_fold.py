@@ -37,11 +37,12 @@ from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
-from sessionstream.core.rows import SessionRow
+from sessionstream.core.rows import MetaFields, SessionRow
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
-from streams.processor import BatchReport, CachedSession, Processor
+from streams.processor import BatchReport, Processor
+from streams.session_row import CachedSession
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
@@ -205,7 +206,7 @@ class NativeFold:
             fields[SessionRow.state(unit.key)] = state
             fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
         meta = json.loads(fields[SessionRow.META])
-        cur = proc.cursor_from_fields(sid, int(meta["partition"]), fields)
+        cur = proc.cursor_from_fields(sid, int(meta[MetaFields.PARTITION]), fields)
         written = self._written.pop(sid, None)
         base = CachedSession(sid, cur.partition, cur.admission, cur.states,
                              as_of_offset=-1 if written is None else written,

@@ -19,61 +19,23 @@ quarantine decision); this module batches, caches and writes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
 
-from sessionstream.core.admission import AdmissionState
 from sessionstream.core.errors import UnsupportedFormat
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import canonical_dumps
-from sessionstream.core.pipeline import Outcome, Quarantine, ReaderPipeline, Record, Undecodable
+from sessionstream.core.pipeline import Outcome, ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import quarantine
-from sessionstream.core.rows import SessionRow
+from streams.convergence import Convergence
 from streams.ports import DeadLetter, DeadLetters, LogReader, SessionWrite, Sink
+from streams.session_row import CachedSession, RowSealer, SessionRowCodec
 
 log = logging.getLogger("sessionstream.streams")
 
 #: Conflicting writes (another worker moved a session under us) are re-folded from
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
-
-def dumps(value: Any) -> str:
-    return canonical_dumps(value)
-
-
-@dataclass
-class CachedSession:
-    """What the processor knows of one session between batches (cached per worker)."""
-
-    session_id: str
-    partition: int
-    admission: AdmissionState
-    states: dict[str, Any]
-    as_of_seq: int = -1
-    as_of_offset: int = -1
-    first_offset: int | None = None
-    last_time: int | None = None
-    quarantine: Quarantine | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    stale: tuple[str, ...] = ()  # units whose stored state_version differs: rebuild first
-    pending: frozenset[str] = frozenset()  # units to write even if no record changes them
-    stored: bool = False
-
-    def meta(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "partition": self.partition,
-            "as_of_seq": self.as_of_seq,
-            "as_of_offset": self.as_of_offset,
-            "first_offset": self.first_offset,
-            "last_time": self.last_time,
-            "quarantine": self.quarantine.to_json() if self.quarantine else None,
-            "counts": dict(sorted(self.counts.items())),
-        }
-
 
 @dataclass
 class BatchReport:
@@ -90,14 +52,6 @@ class BatchReport:
 _Item = tuple[Record, "Event | UnsupportedFormat"]
 #: The audit event of a deletion or retention run (sessionstream.governance.service).
 SHRED_TYPE = "session/shred"
-
-
-class RowSealer(Protocol):
-    """Seals and opens row fields that hold content (``sessionstream.governance.rows``)."""
-
-    def seal(self, session_id: str, unit: str, field: str, text: str) -> str: ...
-
-    def open(self, session_id: str, unit: str, field: str, stored: str) -> str | None: ...
 
 
 class Processor:
@@ -126,14 +80,12 @@ class Processor:
         self._gen: int | None = None
         self._cache: dict[str, CachedSession] = {}
         self._progress: dict[str, int] = {}
-        self._units = tuple(pipeline.registry.units)
-        self._versions: dict[str, int] = dict(pipeline.registry.versions())
+        self.codec = SessionRowCodec(pipeline.registry.units, rows)
+        self._units = self.codec.units
+        self._versions = self.codec.versions
         # process() and converge_step() share the cache: never interleave them.
         self._lock = asyncio.Lock()
-        self._conv_topic: str | None = None
-        self._conv_parts: set[int] = set()
-        self._conv_next = 0  # rank in the sessions index where the scan goes on
-        self._conv_stats = [0, 0]  # sessions checked, rebuilt (since the last schedule)
+        self.convergence = Convergence()
         # fold()/flush(): session id -> (cursor as stored, units to write, touched)
         self._deferred: dict[str, tuple[CachedSession, set[str], bool]] = {}
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
@@ -154,85 +106,39 @@ class Processor:
         for sid in [s for s, c in self._cache.items() if c.partition in nums]:
             del self._cache[sid]
 
-    # -- converging state_version bumps without new traffic --------------------------
+    # -- converging state_version bumps without new traffic (streams.convergence) ----
     def schedule_converge(self, topic: str, partitions: Iterable[int]) -> None:
-        """After an assignment: rebuild the bumped units of the sessions of ``partitions``.
-
-        Sessions with new events are rebuilt when their cursor loads anyway; this makes
-        the quiet ones converge too. The work is done in bounded steps
-        (:meth:`converge_step`) between batches, so the partitions keep flowing.
-        """
-        self._conv_topic = topic
-        self._conv_parts |= set(partitions)
-        self._conv_next = 0
-        self._conv_stats = [0, 0]
+        """After an assignment: rebuild the bumped units of the sessions of ``partitions``,
+        in bounded steps (:meth:`converge_step`) between batches."""
+        self.convergence.schedule(topic, partitions)
 
     @property
     def converging(self) -> bool:
-        return self._conv_topic is not None and bool(self._conv_parts)
+        return self.convergence.active
 
     async def converge_step(self, limit: int = 64, concurrency: int = 4) -> int:
-        """Check the next ``limit`` sessions of the index; rebuild and write the stale ones
-        (at most ``concurrency`` log read-backs at once). Returns the number rebuilt."""
+        """One bounded convergence step; returns the number of sessions rebuilt."""
         if not self.converging:
             return 0
         async with self._lock:
-            return await self._converge_step(limit, concurrency)
+            return await self.convergence.step(self, limit, concurrency)
 
-    async def _converge_step(self, limit: int, concurrency: int) -> int:
-        topic = self._conv_topic
-        assert topic is not None
-        gen = self._pinned_gen if self._pinned_gen is not None else await self.sink.generation()
-        if gen != self._gen:
-            self._cache.clear()
-            self._gen = gen
-        ids = await self.sink.session_ids(gen, self._conv_next, limit)
-        if not ids:
-            log.info("state_version convergence done: %d sessions checked, %d rebuilt",
-                     *self._conv_stats)
-            self._conv_topic, self._conv_parts = None, set()
-            return 0
-        self._conv_next += len(ids)
-        fields = [SessionRow.META, *(SessionRow.state_version(u.key) for u in self._units)]
-        rows = await self.sink.load_fields(gen, [s for s in ids if s not in self._cache], fields)
-        stale: list[str] = []
-        for sid, row in rows.items():
-            if not row.get(SessionRow.META):
-                continue
-            if int(SessionRow.meta(row).get("partition", -1)) not in self._conv_parts:
-                continue
-            if any(row.get(SessionRow.state_version(k)) != str(v)
-                   for k, v in self._versions.items()):
-                stale.append(sid)
-        self._conv_stats[0] += len(ids)
-        if not stale:
-            return 0
-        loaded = await self.sink.load(gen, stale)
-        sem = asyncio.Semaphore(concurrency)
+    # what a convergence step uses of this processor (streams.convergence.ConvergenceHost)
+    def is_cached(self, session_id: str) -> bool:
+        return session_id in self._cache
 
-        async def rebuild(sid: str) -> CachedSession | None:
-            cur = self._cursor(sid, -1, loaded.get(sid))
-            if not cur.stale or cur.quarantine is not None:
-                return None
-            async with sem:
-                return await self._rebuild(cur, topic)
+    async def rebuild(self, cur: CachedSession, topic: str) -> CachedSession:
+        return await self._rebuild(cur, topic)
 
-        cursors = [c for c in await asyncio.gather(*(rebuild(s) for s in stale)) if c]
-        report = BatchReport()
-        folded = [(c, r) for c in cursors if (r := self._fold(c, [], report)) is not None]
-        outcomes = await self.sink.write_sessions(gen, [w for _, (_, w) in folded])
-        writes = []
-        for (_, (new, write)), outcome in zip(folded, outcomes, strict=True):
-            if outcome.status == "applied":
-                self._cache[write.session_id] = new
-                writes.append(write)
-            else:  # moved meanwhile: its next batch loads and rebuilds it
-                self._cache.pop(write.session_id, None)
-        await self.sink.write_tenant(gen, writes, self.group, {})
-        self._conv_stats[1] += len(writes)
-        log.info("state_version convergence: %d sessions checked, %d rebuilt so far",
-                 *self._conv_stats)
-        return len(writes)
+    def fold_pending(self, cur: CachedSession) -> tuple[CachedSession, SessionWrite] | None:
+        """Fold no record onto ``cur``: the write of its pending (rebuilt) units."""
+        return self._fold(cur, [], BatchReport())
+
+    def keep(self, cur: CachedSession) -> None:
+        self._cache[cur.session_id] = cur
+
+    def drop(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
 
     # -- the batch ------------------------------------------------------------------
     async def process(self, records: Sequence[Record]) -> BatchReport:
@@ -450,38 +356,7 @@ class Processor:
 
     def _cursor(self, sid: str, partition: int, stored: Mapping[str, str] | None
                 ) -> CachedSession:
-        if not stored or SessionRow.AS_OF_OFFSET not in stored:
-            return CachedSession(sid, partition, AdmissionState(sid),
-                                 dict(self.pipeline.registry.init_states()))
-        meta = SessionRow.meta(stored)
-        states: dict[str, Any] = {}
-        stale: list[str] = []
-        for unit in self._units:
-            raw = stored.get(SessionRow.state(unit.key))
-            if raw is not None and self.rows is not None:
-                # a state that cannot be opened (key shredded) is rebuilt from the log
-                raw = self.rows.open(sid, unit.key, SessionRow.state(unit.key), raw)
-            sv = stored.get(SessionRow.state_version(unit.key))
-            if raw is None or sv is None or int(sv) != unit.state_version:
-                stale.append(unit.key)
-                states[unit.key] = unit.init()
-            else:
-                states[unit.key] = unit.load(json.loads(raw))
-        return CachedSession(
-            session_id=sid,
-            partition=int(meta.get("partition", partition)),
-            admission=AdmissionState.from_json(json.loads(stored[SessionRow.ADMISSION])),
-            states=states,
-            as_of_seq=SessionRow.as_of_seq(stored),
-            as_of_offset=SessionRow.as_of_offset(stored),
-            first_offset=meta.get("first_offset"),
-            last_time=meta.get("last_time"),
-            quarantine=Quarantine.from_json(meta["quarantine"]) if meta.get("quarantine")
-            else None,
-            counts=dict(meta.get("counts", {})),
-            stale=tuple(stale),
-            stored=True,
-        )
+        return self.codec.load(sid, partition, stored)
 
     async def _rebuild(self, cur: CachedSession, topic: str) -> CachedSession:
         """Refold the stale units of ``cur`` from the log, up to its ``as_of_offset``.
@@ -631,33 +506,7 @@ class Processor:
         self, base: CachedSession, new: CachedSession, changed: set[str], touched: bool
     ) -> SessionWrite:
         """The script call taking the session from ``base`` (as stored) to ``new``."""
-        if not base.stored:
-            changed = {u.key for u in self._units}
-        fields: dict[str, str] = {}
-        states = new.states
-        for unit in self._units:
-            if unit.key in changed:
-                view, state = unit.encode(states[unit.key])
-                vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
-                if self.rows is not None:
-                    view = self.rows.seal(new.session_id, unit.key, vf, view)
-                    state = self.rows.seal(new.session_id, unit.key, sf, state)
-                fields[vf] = view
-                fields[sf] = state
-                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
-        fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
-        fields[SessionRow.META] = dumps(new.meta())
-        return SessionWrite(
-            session_id=new.session_id,
-            partition=new.partition,
-            base_offset=base.as_of_offset if base.stored else -1,
-            last_offset=new.as_of_offset,
-            as_of_seq=new.as_of_seq,
-            fields=fields,
-            changed=tuple(sorted(k for k in changed if k in self._versions)),
-            activity_ms=new.last_time or 0,
-            force=not touched,
-        )
+        return self.codec.write(base, new, changed, touched)
 
 
 def _tp(topic: str, partition: int) -> str:

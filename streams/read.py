@@ -14,6 +14,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from sessionstream.core.rows import KeySpace, SessionRow, generation_of
+from sessionstream.core.rows import MetaFields as M
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class LiveSnapshot:
 
     @property
     def quarantine(self) -> dict[str, Any] | None:
-        q = self.meta.get("quarantine")
+        q = self.meta.get(M.QUARANTINE)
         return q if isinstance(q, dict) else None
 
     def to_json(self) -> dict[str, Any]:
@@ -95,10 +96,10 @@ async def list_sessions(redis: Redis, keys: KeySpace, *, limit: int = 100,
         out.append({
             "session_id": sid, "tenant": keys.tenant, "as_of_seq": int(as_of) if as_of else -1,
             "status": idx.get("status"), "turns": idx.get("turns"),
-            "events": idx.get("event_count"), "last_time": m.get("last_time"),
-            "partition": m.get("partition"), "first_offset": m.get("first_offset"),
-            "last_offset": m.get("as_of_offset"), "quarantine": m.get("quarantine"),
-            "counts": m.get("counts"), "open_turn": idx.get("open_turn"),
+            "events": idx.get("event_count"), "last_time": m.get(M.LAST_TIME),
+            "partition": m.get(M.PARTITION), "first_offset": m.get(M.FIRST_OFFSET),
+            "last_offset": m.get(M.AS_OF_OFFSET), "quarantine": m.get(M.QUARANTINE),
+            "counts": m.get(M.COUNTS), "open_turn": idx.get("open_turn"),
             "status_reason": idx.get("status_reason"),
             "rejections": rej.get("total", 0),
         })

@@ -60,7 +60,8 @@ class WorkerConfig:
 
 def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
     """Fail at start, not by retrying forever, when the events or dead-letter topic is missing."""
-    missing = missing_topics(cfg.settings.kafka_bootstrap, [cfg.topic, cfg.dlq_topic], timeout)
+    missing = missing_topics(cfg.settings.kafka_bootstrap, [cfg.topic, cfg.dlq_topic], timeout,
+                             cfg.settings.kafka_security())
     if missing:
         raise TopicMissing(
             f"topic(s) {', '.join(missing)} do not exist on {cfg.settings.kafka_bootstrap}; "
@@ -79,6 +80,8 @@ def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Process
     return Processor(
         pipeline=reader_pipeline(cfg.settings, store), sink=sink or build_sink(cfg),
         group=cfg.group, rows=row_cipher(cfg.settings, store),
-        log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap),
-        dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic),
+        log_reader=KafkaLogReader(cfg.settings.kafka_bootstrap,
+                                  security=cfg.settings.kafka_security()),
+        dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic,
+                                      security=cfg.settings.kafka_security()),
     )

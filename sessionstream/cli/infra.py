@@ -37,24 +37,34 @@ def _errors() -> Iterator[None]:
         raise command_error(exc) from exc
 
 
-def _stack() -> StackConfig:
-    from sessionstream.devstack import StackConfig
+def _stack(secure: bool = False) -> StackConfig:
+    from sessionstream.devstack import StackConfig, secure_stack
 
-    return StackConfig.from_settings(settings())
+    return secure_stack(settings()) if secure else StackConfig.from_settings(settings())
+
+
+_SECURE_HELP = ("The separate secure Kafka profile (SASL/SCRAM + ACLs, its own ports and "
+                "state dir) instead of the plaintext stack.")
 
 
 @click.command("up")
 @click.option("--fresh", is_flag=True, help="Stop, wipe Kafka and Redis data, then start.")
 @click.option("--started-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the names of the services this call started (one per line).")
-def up_cmd(fresh: bool, started_file: Path | None) -> None:
-    """Start the local Kafka (KRaft) and Redis; does nothing for those already running."""
+@click.option("--secure", is_flag=True, help=_SECURE_HELP)
+def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
+    """Start the local Kafka (KRaft) and Redis; does nothing for those already running.
+
+    With --secure, start only the secure Kafka profile (docs/operations.md, "Access
+    scopes"); the plaintext stack is left as it is."""
     from sessionstream import devstack as localstack
 
     started: list[str] = []
     try:
         with _errors():
-            localstack.up(_stack(), _echo, fresh=fresh, started=started)
+            services = ["kafka"] if secure else list(localstack.SERVICES)
+            localstack.up(_stack(secure), _echo, fresh=fresh, started=started,
+                          services=services)
     finally:
         if started_file is not None:
             started_file.write_text("".join(f"{s}\n" for s in started))
@@ -62,23 +72,30 @@ def up_cmd(fresh: bool, started_file: Path | None) -> None:
 
 @click.command("down")
 @click.argument("services", nargs=-1, type=click.Choice(["kafka", "redis"]))
-def down_cmd(services: tuple[str, ...]) -> None:
+@click.option("--secure", is_flag=True, help=_SECURE_HELP)
+def down_cmd(services: tuple[str, ...], secure: bool) -> None:
     """Stop the servers that `up` started (all, or the SERVICES named)."""
     from sessionstream import devstack as localstack
 
     with _errors():
-        localstack.down(_stack(), _echo, services or localstack.SERVICES)
+        if secure:
+            localstack.down(_stack(True), _echo, ["kafka"])
+        else:
+            localstack.down(_stack(), _echo, services or localstack.SERVICES)
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--check", is_flag=True, help="Exit 3 unless both servers are running.")
-def status_cmd(as_json: bool, check: bool) -> None:
+@click.option("--secure", is_flag=True, help=_SECURE_HELP)
+def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
     """Show whether the local Kafka and Redis are running, their ports and pids."""
     from sessionstream import devstack as localstack
 
     with _errors():
-        rows = localstack.status(_stack())
+        rows = localstack.status(_stack(secure))
+        if secure:
+            rows = [r for r in rows if r.name == "kafka"]
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows]))
     else:

@@ -191,6 +191,7 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | No
         with _errors():
             explain_provider(_load(file), provider, as_json)
         return
+    from sessionstream.core.privacy import reconstructability
     from sessionstream.core.request import (
         PromptRegistry,
         assemble,
@@ -214,10 +215,20 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | No
             replaced=replaced_seqs(events),
         )
         parts = explain(request)
+        lost = reconstructability(events)
+        if lost.lost:  # seed §4.6.1: say honestly what can no longer be rebuilt
+            parts.append({"part": "reconstructability", **lost.to_json()})
     if as_json:
         _print_json(parts)
         return
     for part in parts:
+        if part["part"] == "reconstructability":
+            by_class = sorted({x["data_class"] for x in part["lost"]})
+            click.echo(f"NOT fully reconstructable: {len(part['lost'])} source(s) deleted "
+                       f"({', '.join(by_class)}; seqs "
+                       f"{','.join(str(x['seq']) for x in part['lost'][:20])}); the surface "
+                       "above rebuilds with placeholders")
+            continue
         click.echo(_explain_line(part))
 
 
@@ -335,6 +346,7 @@ def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
     from dashboard import cli as dashboard_cli
     from producers import cli as producers_cli
+    from sessionstream.cli import acl as cli_acl
     from sessionstream.cli import governance as cli_governance
     from sessionstream.cli import infra as cli_infra
     from streams import cli as streams_cli
@@ -342,6 +354,7 @@ def _register_edges() -> None:
 
     cli_infra.register(main)
     cli_governance.register(main)
+    cli_acl.register(main)
     producers_cli.register(main)
     streams_cli.register(main)
     dashboard_cli.register(main)

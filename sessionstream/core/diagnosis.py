@@ -140,6 +140,8 @@ class DiagnosisFacts:
     log_index: bool | None = None  # the writer's offset index exists (None: not looked at)
     lease_held: bool | None = None  # a writer holds the lease now (None: not looked at)
     source: str | None = None  # the JSONL file the events came from (None: live)
+    #: sealed parts the reader could not open (privacy.Unopened): exact lost sources
+    unopened: Sequence[Any] = ()
 
     @property
     def name(self) -> str:
@@ -440,6 +442,7 @@ def _request(facts: DiagnosisFacts, s: Session) -> list[Finding]:
                            f"last request/header at seq {h.seq} "
                            f"({h.data.get('provider')}/{h.data.get('model')})", evidence,
                            _cmd(facts, "explain", "surface")))
+    out.append(_reconstructable(facts, s))
     evidence = {"snapshots": len(snaps), "on_surface_seqs": on_surface,
                 "snapshot_ids": [e.data.get("snapshot_id") for e in snaps][-10:]}
     resumed = any(e.type == "session/end-seed" for e in ev)
@@ -453,6 +456,31 @@ def _request(facts: DiagnosisFacts, s: Session) -> list[Finding]:
                            f"{len(snaps)} context snapshot(s), {len(on_surface)} on the surface",
                            evidence))
     return out
+
+
+def _reconstructable(facts: DiagnosisFacts, s: Session) -> Finding:
+    """Seed §4.6.1: say which requests can no longer be rebuilt, and from what."""
+    from sessionstream.core.privacy import reconstructability
+
+    r = reconstructability(s.events, facts.unopened, s.catalog)
+    not_ok = [seq for seq, ok in sorted(r.requests.items()) if not ok]
+    by_class = Counter(x.data_class.value for x in r.lost)
+    evidence: dict[str, Any] = {
+        "fully_reconstructable": r.fully_reconstructable,
+        "lost_by_class": dict(sorted(by_class.items())),
+        "lost": [x.to_json() for x in r.lost[:50]],
+        "not_reconstructable_requests": not_ok[:50], "shredded": [dict(a) for a in r.shredded]}
+    if not r.lost:
+        return Finding(Layer.REQUEST, "reconstructable", Status.OK,
+                       f"every request ({len(r.requests)}) is fully reconstructable: no "
+                       "content was deleted", evidence)
+    classes = ", ".join(f"{k} {v}" for k, v in sorted(by_class.items()))
+    return Finding(
+        Layer.REQUEST, "reconstructable", Status.WARNING,
+        f"{len(r.lost)} source(s) no longer readable ({classes}); {len(not_ok)} of "
+        f"{len(r.requests)} request(s) not fully reconstructable (their surface rebuilds "
+        "with placeholders)", evidence,
+        _cmd(facts, "explain", "surface"), ("side-effects-after-delete",))
 
 
 # -- projections --------------------------------------------------------------------------

@@ -558,6 +558,82 @@ def open_data(
     return Opened(merge(clear, replacements), tuple(unopened))
 
 
+# ------------------------------------------------------------ reconstructability
+
+
+@dataclass(frozen=True)
+class LostSource:
+    """Content of one event that can no longer be read: which event, class, when."""
+
+    seq: int
+    type: str
+    data_class: DataClass
+    shredded_at: int | None  # epoch ms (None: the key is missing, not shredded)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "type": self.type, "data_class": self.data_class.value,
+                "shredded_at": self.shredded_at}
+
+
+@dataclass(frozen=True)
+class Reconstructability:
+    """Seed §4.6.1: which model requests can still be rebuilt exactly, and why not.
+
+    ``requests``: each ``request/header`` seq → whether the surface it was built from is
+    still fully readable. Only ``surface`` content enters a request; ``raw`` and
+    ``business`` losses are listed (audit and state), they do not make a request
+    unreconstructable.
+    """
+
+    shredded: tuple[Mapping[str, Any], ...]  # the session/shred audit events
+    lost: tuple[LostSource, ...]
+    requests: Mapping[int, bool]
+
+    @property
+    def fully_reconstructable(self) -> bool:
+        return all(self.requests.values()) and not any(
+            s.data_class is DataClass.SURFACE for s in self.lost)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fully_reconstructable": self.fully_reconstructable,
+                "shredded": [dict(s) for s in self.shredded],
+                "lost": [s.to_json() for s in self.lost],
+                "requests": {str(k): v for k, v in sorted(self.requests.items())},
+                "not_reconstructable": sorted(k for k, v in self.requests.items() if not v)}
+
+
+def reconstructability(events: Sequence[Any], unopened: Sequence[Unopened] = (),
+                       catalog: Catalog | None = None) -> Reconstructability:
+    """What a log still lets us rebuild, from its audit events and what a reader could
+    not open (``unopened``, exact); without the latter (a file read elsewhere) every
+    content field of a shredded class written before the shred counts as lost."""
+    audits = [e for e in events if e.type == "session/shred"]
+    shredded = tuple({"seq": e.seq, "classes": list(e.data.get("classes", ())),
+                      "scope": e.data.get("scope"), "principal": e.data.get("principal"),
+                      "reason": e.data.get("reason"), "shredded_at": e.data.get("shredded_at")}
+                     for e in audits)
+    types = {e.seq: e.type for e in events}
+    lost: dict[tuple[int, DataClass], LostSource] = {}
+    for u in unopened:
+        lost[(u.seq, u.data_class)] = LostSource(u.seq, types.get(u.seq, "?"), u.data_class,
+                                                 u.shredded_at)
+    if not unopened:
+        for audit in audits:
+            classes = {DataClass(c) for c in audit.data.get("classes", ())}
+            for e in events:
+                if e.seq >= audit.seq:
+                    break
+                for part in split(e.type, e.data, catalog, classes).parts:
+                    lost.setdefault((e.seq, part.data_class), LostSource(
+                        e.seq, e.type, part.data_class, audit.data.get("shredded_at")))
+    surface_lost = sorted(s.seq for s in lost.values() if s.data_class is DataClass.SURFACE)
+    requests = {e.seq: not any(seq < e.seq for seq in surface_lost)
+                for e in events if e.type == "request/header"}
+    return Reconstructability(shredded, tuple(sorted(lost.values(),
+                                                     key=lambda s: (s.seq, s.data_class))),
+                              requests)
+
+
 # ------------------------------------------------------------------------- docs
 
 

@@ -107,6 +107,28 @@ class KeySpace:
     def compaction_watch(self, name: str) -> str:
         return self.tenant_key(f"compaction-watch:{name}")
 
+    # -- every generation (scans: a deletion purges them all) ------------------------------
+    def sessions_index_prefix(self) -> str:
+        """``sessions_index(gen)`` for every gen starts with this."""
+        return self.tenant_key("sessions:g")
+
+    def tenant_changes_prefix(self) -> str:
+        """``tenant_changes(gen)`` for every gen starts with this."""
+        return self.tenant_key("changes:g")
+
+    def session_key_role(self, session_id: str, key: str) -> str | None:
+        """Which of the session's keys ``key`` is: ``row``, ``changes`` (any generation),
+        ``lease``, ``epoch`` or ``log``; None for a key of another shape."""
+        head = self.session_key(session_id, "")
+        if not key.startswith(head):
+            return None
+        what = key[len(head):]
+        if what.startswith("changes:g") and what[len("changes:g"):].isdigit():
+            return "changes"
+        if what.startswith("g") and what[1:].isdigit():
+            return "row"
+        return what if what in ("lease", "epoch", "log") else None
+
     # -- governance (never purged by a deletion: the tombstones are its proof) ----------
     def data_keys(self, session_id: str) -> str:
         return self.session_key(session_id, "dkeys")
@@ -179,6 +201,19 @@ class SessionRow:
     def is_field(name: str) -> bool:
         return name in SessionRow.SCALARS or name.startswith(
             (SessionRow.VIEW, SessionRow.STATE, SessionRow.STATE_VERSION))
+
+
+class MetaFields:
+    """Keys of the session row's ``meta`` JSON (written by ``streams.session_row``)."""
+
+    SESSION_ID = "session_id"
+    PARTITION = "partition"
+    AS_OF_SEQ = "as_of_seq"
+    AS_OF_OFFSET = "as_of_offset"
+    FIRST_OFFSET = "first_offset"  # offset of the session's seq 0
+    LAST_TIME = "last_time"  # time of the last admitted event (ms)
+    QUARANTINE = "quarantine"  # null, or {kind, reason, seq, offset}
+    COUNTS = "counts"  # records by admission verdict, plus ignored / held
 
 
 class LeaseFields:

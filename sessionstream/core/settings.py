@@ -22,6 +22,12 @@ from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace
 DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
 DEFAULT_REDIS_PORT = 16379
+# The secure Kafka profile (`sessionstream up --secure`): SASL/SCRAM + StandardAuthorizer.
+DEFAULT_SECURE_KAFKA_PORT = 19192
+DEFAULT_SECURE_KAFKA_CONTROLLER_PORT = 19193
+#: librdkafka's security.protocol values we accept, and the SASL mechanisms.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 # A tenant becomes part of topic names (ACL prefixes) and of Redis hash tags, so it is
 # restricted to characters that are safe in both and cannot fake a separator.
@@ -70,6 +76,13 @@ class Env:
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
     RETENTION = "SESSIONSTREAM_RETENTION"
+    KAFKA_SECURITY_PROTOCOL = "SESSIONSTREAM_KAFKA_SECURITY_PROTOCOL"
+    KAFKA_SASL_MECHANISM = "SESSIONSTREAM_KAFKA_SASL_MECHANISM"
+    KAFKA_SASL_USERNAME = "SESSIONSTREAM_KAFKA_SASL_USERNAME"
+    KAFKA_SASL_PASSWORD = "SESSIONSTREAM_KAFKA_SASL_PASSWORD"
+    SECURE_KAFKA_PORT = "SESSIONSTREAM_SECURE_KAFKA_PORT"
+    SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
+    DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     FOLD = "SESSIONSTREAM_FOLD"
 
 
@@ -119,7 +132,17 @@ class Settings:
     engine: str = "faust"  # or "kafka" (docs/adr/0003-faust-limits.md)
     log_level: str = "info"
     trace_stages: Path | None = None  # append per-batch stage times here (streams.trace)
+    # Access scopes (docs/operations.md, "Access scopes"): the Kafka principal of this
+    # process. Empty username: the plaintext local default (no SASL).
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = "SCRAM-SHA-512"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = field(default=None, repr=False)
+    #: Dashboard bearer tokens, (token, tenant) pairs; empty: the dashboard refuses all.
+    dashboard_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # The local stack (sessionstream/devstack.py): loopback ports and the jar cache.
+    secure_kafka_port: int = DEFAULT_SECURE_KAFKA_PORT
+    secure_kafka_controller_port: int = DEFAULT_SECURE_KAFKA_CONTROLLER_PORT
     kafka_port: int = DEFAULT_KAFKA_PORT
     kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
     redis_port: int = DEFAULT_REDIS_PORT
@@ -185,6 +208,7 @@ class Settings:
                 + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
+        self._check_security()
         self._check_worker_and_stack()
 
     def _check_worker_and_stack(self) -> None:
@@ -206,6 +230,47 @@ class Settings:
                            (Env.REDIS_PORT, self.redis_port)):
             if not 0 < port < 65536:
                 raise SettingsError(f"{name}={port} is not a TCP port (1-65535)")
+
+    def _check_security(self) -> None:
+        if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
+            raise SettingsError(
+                f"{Env.KAFKA_SECURITY_PROTOCOL}={self.kafka_security_protocol!r} is not a "
+                "security protocol: use " + ", ".join(SECURITY_PROTOCOLS))
+        if self.kafka_sasl_mechanism not in SASL_MECHANISMS:
+            raise SettingsError(
+                f"{Env.KAFKA_SASL_MECHANISM}={self.kafka_sasl_mechanism!r} is not a SASL "
+                "mechanism: use " + ", ".join(SASL_MECHANISMS))
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise SettingsError(
+                f"{Env.KAFKA_SECURITY_PROTOCOL}={self.kafka_security_protocol} needs "
+                f"{Env.KAFKA_SASL_USERNAME} and {Env.KAFKA_SASL_PASSWORD} (the principal's "
+                "SCRAM credentials, e.g. from `sessionstream acl apply`)")
+        if not sasl and self.kafka_sasl_username:
+            raise SettingsError(
+                f"{Env.KAFKA_SASL_USERNAME} is set but {Env.KAFKA_SECURITY_PROTOCOL}="
+                f"{self.kafka_security_protocol}: set it to SASL_PLAINTEXT or SASL_SSL")
+        for token, tenant in self.dashboard_tokens:
+            if len(token) < 16 or not _TENANT_RE.match(tenant):
+                raise SettingsError(
+                    f"{Env.DASHBOARD_TOKEN}: each entry is <tenant>:<token> with a valid "
+                    "tenant and a token of at least 16 characters (e.g. from "
+                    "`sessionstream acl env --role reader`)")
+
+    def kafka_security(self) -> dict[str, str]:
+        """The librdkafka keys that authenticate this process's principal (none: plaintext).
+
+        Every Kafka client of the package (producers, consumers, admin clients) gets them
+        through ``producers.kafka.client_config``.
+        """
+        if self.kafka_security_protocol == "PLAINTEXT":
+            return {}
+        out = {"security.protocol": self.kafka_security_protocol}
+        if self.kafka_security_protocol.startswith("SASL_"):
+            out["sasl.mechanism"] = self.kafka_sasl_mechanism
+            out["sasl.username"] = self.kafka_sasl_username or ""
+            out["sasl.password"] = self.kafka_sasl_password or ""
+        return out
 
     @property
     def keys(self) -> KeySpace:
@@ -269,6 +334,16 @@ class Settings:
             engine=env.get(Env.ENGINE) or "faust",
             log_level=_log_level(env.get(Env.LOGLEVEL) or "info"),
             trace_stages=Path(env[Env.TRACE_STAGES]) if env.get(Env.TRACE_STAGES) else None,
+            kafka_security_protocol=(env.get(Env.KAFKA_SECURITY_PROTOCOL) or (
+                "SASL_PLAINTEXT" if env.get(Env.KAFKA_SASL_USERNAME) else "PLAINTEXT")).upper(),
+            kafka_sasl_mechanism=(env.get(Env.KAFKA_SASL_MECHANISM) or "SCRAM-SHA-512").upper(),
+            kafka_sasl_username=env.get(Env.KAFKA_SASL_USERNAME) or None,
+            kafka_sasl_password=env.get(Env.KAFKA_SASL_PASSWORD) or None,
+            dashboard_tokens=_tokens(env.get(Env.DASHBOARD_TOKEN) or "",
+                                     env.get("SESSIONSTREAM_TENANT") or "default"),
+            secure_kafka_port=_port(env, Env.SECURE_KAFKA_PORT, DEFAULT_SECURE_KAFKA_PORT),
+            secure_kafka_controller_port=_port(env, Env.SECURE_KAFKA_CONTROLLER_PORT,
+                                               DEFAULT_SECURE_KAFKA_CONTROLLER_PORT),
             kafka_port=kafka_port,
             kafka_controller_port=_port(env, Env.KAFKA_CONTROLLER_PORT,
                                         DEFAULT_KAFKA_CONTROLLER_PORT),
@@ -317,6 +392,23 @@ def _retention(value: str) -> tuple[tuple[str, int], ...]:
                 f"SESSIONSTREAM_RETENTION={value!r}: {item!r} is not <class>=<n>d|h|m|s "
                 "(class raw, surface or business), e.g. raw=30d,surface=365d")
         out.append((cls, int(number) * _UNITS[unit]))
+    return tuple(out)
+
+
+def _tokens(value: str, tenant: str) -> tuple[tuple[str, str], ...]:
+    """``tok`` (for the process's tenant) or ``acme:tok1,globex:tok2`` →
+    (token, tenant) pairs."""
+    items = [p.strip() for p in value.split(",") if p.strip()]
+    if len(items) == 1 and ":" not in items[0]:
+        return ((items[0], tenant),)
+    out = []
+    for item in items:
+        scope, sep, token = item.partition(":")
+        if not sep or not token:
+            raise SettingsError(
+                f"{Env.DASHBOARD_TOKEN}: an entry is not <tenant>:<token> (entries are "
+                "comma-separated; a single token alone is scoped to SESSIONSTREAM_TENANT)")
+        out.append((token, scope))
     return tuple(out)
 
 

@@ -42,7 +42,6 @@ from typing import Any
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
 from sessionstream.core.rows import KeySpace
-from sessionstream.core.settings import Env
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
 
 Clock = Callable[[], int]
@@ -338,9 +337,9 @@ class KeyStore(ABC):
         ring = self.tenant_keys.ring(tenant, create=True)
         if ring is None:
             raise KeyConfigError(
-                f"no tenant key for tenant {tenant!r} on this node: set "
-                f"{Env.TENANT_KEY}_{tenant.upper().replace('-', '_')} or provide "
-                "its key file (see docs/operations.md, 'Key hierarchy')"
+                f"no tenant key for tenant {tenant!r} on this node: give every node the same "
+                "key ring (the tenant key setting, or the tenant's key file under the key "
+                "directory; see docs/operations.md, 'Key hierarchy')"
             )
         if self._tombstone(tenant, session_id, data_class) is not None:
             raise ContentKeyShredded(tenant, session_id, data_class.value)

@@ -179,19 +179,19 @@ class Governance:
         deleted = 0
         for key in (_text(k) for k in r.scan_iter(
                 match=_glob_escape(self.keys.session_key(session_id, "*")), count=500)):
-            what = key[len(self.keys.session_key(session_id, "")):]
-            if what.startswith("changes:") or what == "lease":
+            role = self.keys.session_key_role(session_id, key)
+            if role in ("changes", "lease"):
                 deleted += r.delete(key)
-            elif what.startswith("g") and what[1:].isdigit():
+            elif role == "row":
                 fields = [f for f in (_text(f) for f in r.hkeys(key))
                           if f.startswith((SessionRow.VIEW, SessionRow.STATE,
                                            SessionRow.STATE_VERSION))]
                 if fields:
                     deleted += r.hdel(key, *fields)
-        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_key("sessions:g")) + "*"):
+        for key in r.scan_iter(match=_glob_escape(self.keys.sessions_index_prefix()) + "*"):
             r.zrem(key, session_id)
         feed = 0
-        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_key("changes:g")) + "*"):
+        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_changes_prefix()) + "*"):
             ids = [eid for eid, fields in r.xrange(key)
                    if _names_session(fields, session_id)]
             if ids:

@@ -105,13 +105,16 @@ def test_a_canary_in_every_content_field_is_in_no_log_segment_dump_or_attachment
     wait_until(at(last + 4), 90, "the worker folding the compaction")
 
     port = _free_port()
+    token = "canary-reader-token-0123456789"
     dash = procs.start_module("sessionstream.cli.main", "dashboard", "--port", str(port),
-                              env=env, name="dashboard")
+                              env={**env, "SESSIONSTREAM_DASHBOARD_TOKEN": token},
+                              name="dashboard")
     url = f"http://127.0.0.1:{port}/api/sessions/{w.session_id}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
 
     def shown() -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(request, timeout=2) as r:
                 return canary in r.read().decode()
         except OSError:
             return False

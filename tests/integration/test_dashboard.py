@@ -228,7 +228,9 @@ def test_the_cli_serves_the_page_and_health_on_loopback(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {"SESSIONSTREAM_KEY_PREFIX": redis_prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url}
+    token = "cli-test-token-0123456789"
+    env = {"SESSIONSTREAM_KEY_PREFIX": redis_prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
+           "SESSIONSTREAM_DASHBOARD_TOKEN": token}
     proc = procs.start_module("sessionstream.cli.main", "dashboard", "--port", str(port), env=env)
 
     def up() -> bool:
@@ -239,7 +241,9 @@ def test_the_cli_serves_the_page_and_health_on_loopback(
             return False
 
     proc.wait_for(up, 30, "the dashboard to answer /healthz")
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+    page_request = urllib.request.Request(f"http://127.0.0.1:{port}/",
+                                          headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(page_request, timeout=5) as r:
         page = r.read().decode()
     assert "<script src=\"/static/app.js\">" in page
     assert proc.stop() == 0

@@ -68,11 +68,15 @@ def browser() -> Iterator[webdriver.Chrome]:
     driver.quit()
 
 
+BROWSER_TOKEN = "browser-test-token-0123456789"
+
+
 def serve(procs: ProcessGroup, settings: Settings, prefix: str, topic: str) -> str:
     port = _free_port()
     env = {"SESSIONSTREAM_KEY_PREFIX": prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
            "SESSIONSTREAM_EVENTS_TOPIC": topic,
-           "SESSIONSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+           "SESSIONSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "SESSIONSTREAM_DASHBOARD_TOKEN": BROWSER_TOKEN}
     proc = procs.start_module("sessionstream.cli.main", "dashboard", "--port", str(port),
                               env=env)
     url = f"http://127.0.0.1:{port}/"
@@ -85,7 +89,7 @@ def serve(procs: ProcessGroup, settings: Settings, prefix: str, topic: str) -> s
             return False
 
     proc.wait_for(up, 30, "the dashboard to answer /healthz")
-    return url
+    return f"{url}?token={BROWSER_TOKEN}"  # the page sets its cookie and drops the token
 
 
 def wait(driver: webdriver.Chrome, what: str, cond: Callable[[Any], Any],

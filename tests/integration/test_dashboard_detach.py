@@ -7,8 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from sessionstream.core.settings import Settings
 
@@ -33,6 +36,16 @@ def test_detach_prints_a_url_that_answers_and_stop_ends_that_process(
         assert url in started.stdout and "dashboard --stop" in started.stdout
         with urllib.request.urlopen(url + "healthz", timeout=5) as r:
             assert json.load(r)["prefix"] == redis_prefix
+        # The local default: a token of the tenant, kept in the state dir, in the URL.
+        token = json.loads((tmp_path / "secrets" / "default.json").read_text())[
+            "dashboard_token"]
+        assert f"{url}?token={token}" in started.stdout
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(url + "api/sessions", timeout=5)
+        authed = urllib.request.Request(url + "api/sessions",
+                                        headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(authed, timeout=5) as r:
+            assert json.load(r)["tenant"] == "default"
         pid = int((tmp_path / "dashboard" / "dashboard.pid").read_text().split()[0])
         again = _cli("dashboard", "--detach", "--port", str(port), env=env)
         assert "already running" in again.stdout and str(pid) in again.stdout

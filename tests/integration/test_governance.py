@@ -234,3 +234,39 @@ def test_the_cli_deletes_refuses_under_hold_and_runs_retention(
     assert json.loads(rotated.output)["version"] == 2
     cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
     assert read_log(cfg, w.session_id).admitted == log  # still readable after rotation
+
+
+def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis, settings: object,
+        tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sessionstream.cli.main import main
+    from sessionstream.core.diagnosis import diagnose
+    from sessionstream.core.jsonl import write_jsonl
+    from streams.diagnose import live_facts
+
+    w = _session(sealed_cfg, 2)
+    w.close()
+    mine = dataclasses.replace(settings, key_dir=tmp_path / "keys")  # type: ignore[type-var]
+
+    def finding() -> dict:
+        facts = live_facts(mine, w.session_id, prefix=sealed_cfg.key_prefix,
+                           topic=sealed_cfg.topic)
+        assert facts is not None
+        return next(f for f in diagnose(facts) if f.check == "reconstructable").to_json()
+
+    assert finding()["status"] == "ok"
+    _gov(sealed_cfg, redis_client).delete(w.session_id, [DataClass.SURFACE])
+    after = finding()
+    assert after["status"] == "warning"
+    assert set(after["evidence"]["lost_by_class"]) == {"surface"}
+    assert after["evidence"]["not_reconstructable_requests"]  # the requests after seq 2
+    assert after["evidence"]["shredded"][0]["classes"] == ["surface"]
+    assert CANARY not in json.dumps(after)
+    exported = tmp_path / "deleted.jsonl"
+    write_jsonl(read_log(sealed_cfg, w.session_id).admitted, exported)
+    out = CliRunner().invoke(main, ["explain", str(exported), "--json"])
+    assert out.exit_code == 0, out.output
+    part = json.loads(out.output)[-1]
+    assert part["part"] == "reconstructability" and part["fully_reconstructable"] is False

@@ -281,3 +281,41 @@ def test_sealed_events_round_trip_through_jsonl_and_the_codec(tmp_path: Path) ->
     assert [decode(encode(e)) for e in sealed] == sealed
     with pytest.raises(Exception, match=":4: malformed sealed part"):
         parse_jsonl(text.replace('"data_class":"surface"', '"data_class":"secret"', 1))
+
+
+def test_reconstructability_names_the_lost_sources_and_the_requests_they_break(
+        tmp_path: Path) -> None:
+    from sessionstream.core.privacy import reconstructability
+
+    b = LogBuilder("s1")
+    b.add("turn/start")
+    b.add("step/start")
+    b.user("private question")
+    b.add("request/header", {"provider": "p", "model": "m"})
+    b.assistant("answer")
+    b.add("assistant/chunk", {"text": "raw chunk"})
+    b.add("step/end")
+    b.add("turn/end", {"reason": "completed"})
+    before = reconstructability(b.events)
+    assert before.fully_reconstructable and before.lost == ()
+    cipher = _cipher(tmp_path)
+    sealed = [cipher.seal_event(e) for e in b.events]
+    cipher.store.shred("default", "s1", (DataClass.SURFACE,), principal="p", reason="r")
+    opener_events, unopened = [], []
+    for e in sealed:
+        opened = cipher.open(e, e.sealed)
+        opener_events.append(e.replace(data=opened.data, sealed=()))
+        unopened += opened.unopened
+    r = reconstructability(opener_events, unopened)
+    assert not r.fully_reconstructable
+    assert [(x.seq, x.data_class) for x in r.lost] == [(3, DataClass.SURFACE),
+                                                        (5, DataClass.SURFACE)]
+    assert r.requests == {4: False}  # the request after the lost user message
+    # offline (a file with the audit event, no reader's knowledge): derived from it
+    audit = b.session.append("session/shred", {"classes": ["raw"], "scope": "delete",
+                                               "principal": "p", "reason": "r",
+                                               "shredded_at": 5})
+    offline = reconstructability([*b.events[:-1], audit])
+    assert [(x.seq, x.data_class) for x in offline.lost] == [(6, DataClass.RAW)]
+    assert offline.requests == {4: True}  # raw content never enters a request
+    assert offline.shredded[0]["classes"] == ["raw"]

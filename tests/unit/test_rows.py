@@ -54,6 +54,17 @@ def test_tenant_keys_share_the_tenant_hash_tag() -> None:
     assert KEYS.compaction_watch("w") == "ss:{acme}:compaction-watch:w"
 
 
+def test_every_generation_of_a_key_starts_with_its_prefix_and_roles_are_named() -> None:
+    assert KEYS.sessions_index(7).startswith(KEYS.sessions_index_prefix())
+    assert KEYS.tenant_changes(7).startswith(KEYS.tenant_changes_prefix())
+    roles = {KEYS.session_key_role("s1", k) for k in (
+        KEYS.session_row("s1", 2), KEYS.session_changes("s1", 2), KEYS.lease("s1"),
+        KEYS.epoch("s1"), KEYS.log_index("s1"))}
+    assert roles == {"row", "changes", "lease", "epoch", "log"}
+    assert KEYS.session_key_role("s1", KEYS.session_key("s1", "other")) is None
+    assert KEYS.session_key_role("s1", KEYS.session_row("s2", 1)) is None
+
+
 def test_an_absent_generation_pointer_means_the_first_generation() -> None:
     assert generation_of(None) == 1
     assert generation_of("") == 1

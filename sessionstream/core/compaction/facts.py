@@ -95,7 +95,7 @@ def looks_like_correction(text: str, steering: bool = False) -> bool:
 # -- the facts ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ToolOutcome:
+class CallOutcome:
     """A tool call done in the shadowed history, with what the summary must keep."""
 
     call_id: str
@@ -156,7 +156,7 @@ class Facts:
     requests: tuple[tuple[int, str], ...]  # (seq, text) of user messages not read as corrections
     corrections: tuple[tuple[int, str], ...]  # (seq, text) of those read as corrections
     contexts: tuple[tuple[int, str], ...]  # (seq, pruned content) of context snapshots
-    tools: tuple[ToolOutcome, ...]
+    tools: tuple[CallOutcome, ...]
     open_tasks: tuple[OpenTask, ...]
     conclusion: str | None  # the last assistant text
     source_seqs: tuple[int, ...]  # the original node events behind the run
@@ -252,7 +252,7 @@ def gather_facts(session: Session, seqs: Sequence[int], *, prune_chars: int = 60
     corrections: list[tuple[int, str]] = []
     contexts: list[tuple[int, str]] = []
     next_steps: list[tuple[int, str]] = []
-    tools: list[ToolOutcome] = []
+    tools: list[CallOutcome] = []
     seen_calls: set[str] = set()
     conclusion: str | None = None
     for e in nodes:
@@ -280,7 +280,7 @@ def gather_facts(session: Session, seqs: Sequence[int], *, prune_chars: int = 60
                               if "attachment" in res.data else None,
                               (res.seq,), call_id=call["call_id"], status=res.data["status"])
                 preview = text_of(prune_message(msg, prune_chars)[0].content)
-                tools.append(ToolOutcome(
+                tools.append(CallOutcome(
                     call["call_id"], call["name"], call["arguments"], res.data["status"],
                     res.data.get("operation_id"), preview, res.seq,
                     keys.get(call["call_id"]),
@@ -291,7 +291,7 @@ def gather_facts(session: Session, seqs: Sequence[int], *, prune_chars: int = 60
         if e.type == "tool/call" and e.data["call_id"] not in seen_calls:
             seen_calls.add(e.data["call_id"])
             res = results.get(e.data["call_id"])
-            tools.append(ToolOutcome(
+            tools.append(CallOutcome(
                 e.data["call_id"], e.data["name"], e.data["arguments"],
                 res.data["status"] if res is not None else NO_RESULT,
                 res.data.get("operation_id") if res is not None else None, "",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sessionstream.core.compaction.facts import Facts, ToolOutcome, gather_facts
+from sessionstream.core.compaction.facts import CallOutcome, Facts, gather_facts
 from sessionstream.core.compaction.pruning import Pruned, prune_message, text_of
 from sessionstream.core.compaction.ranges import Range
 from sessionstream.core.jsonvalue import JsonValue
@@ -111,7 +111,7 @@ class OfflineSummarizer:
                 break
         return text
 
-    def _tool_line(self, t: ToolOutcome, level: int) -> str:
+    def _tool_line(self, t: CallOutcome, level: int) -> str:
         parts = [f"- [seq {t.seq}] call={t.call_id} tool={t.name} status={t.status}"]
         if t.operation_id:
             parts.append(f"op={t.operation_id}")

@@ -44,9 +44,9 @@ class StreamParser(Protocol):
 
 
 _STREAMS: dict[str, type[StreamParser]] = {
-    openai_chat.API: openai_chat.StreamParser,
-    openai_responses.API: openai_responses.StreamParser,
-    anthropic.API: anthropic.StreamParser,
+    openai_chat.API: openai_chat.ChatStreamParser,
+    openai_responses.API: openai_responses.ResponsesStreamParser,
+    anthropic.API: anthropic.AnthropicStreamParser,
 }
 
 

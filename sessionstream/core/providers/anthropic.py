@@ -181,7 +181,7 @@ def parse_response(body: Mapping[str, Any]) -> ModelOutput:
     return _output(body, get(API, body, "content", "$", list), "$.content", body.get("usage"))
 
 
-class StreamParser:
+class AnthropicStreamParser:
     """Folds Messages stream events (``RawMessageStreamEvent`` as JSON) into a ModelOutput.
 
     ``tool_use`` input arrives as ``input_json_delta`` fragments; a block that never
@@ -258,4 +258,4 @@ class StreamParser:
         return _output(self._msg, blocks, "stream.content", self._usage, tuple(self._text))
 
 
-__all__ = ["API", "DEFAULT_MAX_TOKENS", "StreamParser", "build", "parse_response"]
+__all__ = ["API", "DEFAULT_MAX_TOKENS", "AnthropicStreamParser", "build", "parse_response"]

@@ -166,7 +166,7 @@ def parse_response(body: Mapping[str, Any]) -> ModelOutput:
                        _usage(body.get("usage")), refusal, withheld)
 
 
-class StreamParser:
+class ChatStreamParser:
     """Folds ``ChatCompletionChunk`` events (as JSON) into a ModelOutput."""
 
     api = API
@@ -233,4 +233,4 @@ class StreamParser:
                            self._usage, refusal, withheld, tuple(self._text))
 
 
-__all__ = ["API", "StreamParser", "build", "parse_response"]
+__all__ = ["API", "ChatStreamParser", "build", "parse_response"]

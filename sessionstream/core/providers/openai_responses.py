@@ -206,7 +206,7 @@ def parse_response(body: Mapping[str, Any]) -> ModelOutput:
     return _output(body, get(API, body, "output", "$", list), "$.output")
 
 
-class StreamParser:
+class ResponsesStreamParser:
     """Folds Responses stream events (``ResponseStreamEvent`` as JSON) into a ModelOutput.
 
     Items are assembled from ``response.output_item.added`` and the deltas, and taken
@@ -291,4 +291,4 @@ class StreamParser:
         return _output(self._final, items, "stream.output", tuple(self._text))
 
 
-__all__ = ["API", "StreamParser", "build", "parse_response"]
+__all__ = ["API", "ResponsesStreamParser", "build", "parse_response"]

@@ -1,0 +1,84 @@
+"""Bearer tokens scoped to a tenant, for the dashboard (docs/operations.md, "Access scopes").
+
+A request carries its token as ``Authorization: Bearer <token>`` or in the
+``ss_dashboard_token`` cookie, which ``GET /?token=<token>`` sets (HttpOnly,
+SameSite=Strict) before redirecting to ``/`` so the token leaves the address bar; the
+page's own requests (``fetch``, ``EventSource``) then carry the cookie. ``/healthz`` and
+``/static/`` are open. A missing or unknown token is refused with 401, a token of another
+tenant with 403, both as JSON saying what to do.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from sessionstream.core.settings import Env
+
+COOKIE = "ss_dashboard_token"
+OPEN_PATHS = ("/healthz",)
+OPEN_PREFIXES = ("/static/",)
+
+
+@dataclass(frozen=True)
+class TokenAuth:
+    """The tokens the dashboard accepts (token → tenant) and the tenant it serves."""
+
+    tenant: str
+    tokens: Mapping[str, str]
+
+    def scope_of(self, token: str) -> str | None:
+        """The tenant ``token`` is scoped to, or None (compared in constant time)."""
+        found = None
+        for known, tenant in self.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = tenant
+        return found
+
+
+def _token_of(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.query.get("token") or request.cookies.get(COOKIE) or None
+
+
+def _refuse(status: int, message: str, auth: TokenAuth, path: str) -> web.Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="sessionstream"'} if status == 401 else {}
+    return web.json_response({"error": message, "tenant": auth.tenant, "path": path},
+                             status=status, headers=headers)
+
+
+def middleware(auth: TokenAuth) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def check(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        path = request.path
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            return await handler(request)
+        token = _token_of(request)
+        if token is None:
+            return _refuse(401, "this dashboard needs a token: open the URL `sessionstream "
+                                "dashboard` printed (…/?token=…), or send Authorization: "
+                                "Bearer <token> (`sessionstream acl env --role reader`)",
+                           auth, path)
+        scope = auth.scope_of(token)
+        if scope is None:
+            return _refuse(401, "the token is not valid for this dashboard: check "
+                                f"{Env.DASHBOARD_TOKEN} of the server", auth, path)
+        if scope != auth.tenant:
+            return _refuse(403, f"the token is scoped to tenant {scope!r}; this dashboard "
+                                f"serves tenant {auth.tenant!r}", auth, path)
+        if path == "/" and "token" in request.query:
+            # Keep the token out of the address bar and history: a cookie, then the page.
+            resp = web.HTTPFound("/")
+            resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
+            return resp
+        return await handler(request)
+
+    return check

@@ -1,0 +1,149 @@
+"""``sessionstream acl apply|env``: a tenant's access scopes on Kafka and Redis.
+
+``apply`` creates the tenant's principals (SCRAM users, Redis ACL users) and their ACLs
+(docs/operations.md, "Access scopes"); ``env`` prints the settings one role's process
+needs. Clients are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+from sessionstream.cli.context import bad_input, command_error, settings
+from sessionstream.core.access import KAFKA_ROLES, REDIS_ROLES, ROLES, principal
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.settings import Env, Settings
+
+
+@click.group("acl")
+def acl_group() -> None:
+    """Access scopes: per-tenant Kafka principals and ACLs, Redis ACL users."""
+
+
+def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str]]:
+    if local_secure:
+        from sessionstream.devstack import secure_stack
+
+        cfg = secure_stack(s)
+        if not cfg.admin_secret_file.is_file():
+            raise bad_input("the secure Kafka profile has not been started: run "
+                            "`sessionstream up --secure` first")
+        return cfg.bootstrap, cfg.client_security()
+    return s.kafka_bootstrap, s.kafka_security()
+
+
+@acl_group.command("apply")
+@click.option("--tenant", help=f"Tenant (default: {Env.TENANT} or 'default').")
+@click.option("--kafka/--no-kafka", default=True, show_default=True,
+              help="Create the SCRAM users and ACLs on Kafka.")
+@click.option("--redis/--no-redis", default=True, show_default=True,
+              help="Create the Redis ACL users.")
+@click.option("--local-secure", is_flag=True,
+              help="Talk to the local secure Kafka (`up --secure`) as its admin; otherwise "
+                   f"to {Env.KAFKA_BOOTSTRAP} with the {Env.KAFKA_SASL_USERNAME} principal.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bool,
+                  as_json: bool) -> None:
+    """Create (or re-apply) the tenant's principals and their ACLs.
+
+    Passwords are generated once per tenant into <state dir>/secrets/<tenant>.json
+    (0600, with the dashboard token) and reused on every apply; they are never printed
+    (`sessionstream acl env --role R` prints one role's settings)."""
+    from sessionstream.governance.access import (
+        AccessError,
+        TenantSecrets,
+        apply_kafka,
+        apply_redis,
+    )
+
+    s = settings()
+    if tenant:
+        try:
+            s = dataclasses.replace(s, tenant=tenant)
+        except SessionStreamError as exc:
+            raise command_error(exc) from exc
+    report: dict[str, Any] = {"tenant": s.tenant}
+    try:
+        secrets = TenantSecrets.load_or_create(s.state_dir, s.tenant)
+        report["secrets_file"] = str(TenantSecrets.path(s.state_dir, s.tenant))
+        if kafka:
+            from producers.topics import admin_client
+
+            bootstrap, security = _admin_security(s, local_secure)
+            admin = admin_client(bootstrap, security)
+            report["kafka"] = {"bootstrap": bootstrap, **apply_kafka(
+                admin, s.tenant, secrets.passwords, dlq_topic=s.dlq_topic)}
+            if not s.streams_group.startswith(f"sessionstream.{s.tenant}."):
+                # A shared group name would let one tenant's worker join (and disturb)
+                # another's group: the ACLs grant only groups under the tenant's prefix.
+                report["warnings"] = [
+                    f"{Env.STREAMS_GROUP}={s.streams_group!r} is not under the tenant's "
+                    f"prefix: the worker is allowed only groups sessionstream.{s.tenant}.*; "
+                    f"set {Env.STREAMS_GROUP}=sessionstream.{s.tenant}.projections"]
+        if redis:
+            import redis as redis_lib
+
+            client = redis_lib.Redis.from_url(s.redis_url, socket_timeout=10)
+            try:
+                report["redis"] = apply_redis(client, s.keys, secrets.passwords)
+            finally:
+                client.close()
+    except (AccessError, SessionStreamError) as exc:
+        raise command_error(exc) from exc
+    except Exception as exc:  # a client library's own error: name the server, no trace
+        raise command_error(exc, f"applying access scopes failed: {type(exc).__name__}: "
+                                 f"{exc}") from exc
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"tenant {s.tenant}: credentials in {report['secrets_file']} (0600)")
+    for acl in report.get("kafka", {}).get("acls", []):
+        click.echo(f"  kafka allow {acl}")
+    for user, rules in report.get("redis", {}).get("users", {}).items():
+        click.echo(f"  redis user {user}: {' '.join(rules)}")
+    for warning in report.get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+
+
+@acl_group.command("env")
+@click.option("--tenant", help=f"Tenant (default: {Env.TENANT} or 'default').")
+@click.option("--role", type=click.Choice(list(ROLES)), required=True)
+@click.option("--local-secure", is_flag=True,
+              help="Point the Kafka bootstrap at the local secure profile.")
+def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
+    """Print the environment of one role's process (shell `export` lines, secrets
+    included: pipe it into the process's environment, not into a log)."""
+    from sessionstream.governance.access import TenantSecrets, redis_url_for
+
+    s = settings()
+    tenant = tenant or s.tenant
+    path = TenantSecrets.path(s.state_dir, tenant)
+    if not path.is_file():
+        raise bad_input(f"no credentials for tenant {tenant!r} yet: run "
+                        f"`sessionstream acl apply --tenant {tenant}`")
+    secrets = TenantSecrets.load_or_create(s.state_dir, tenant)
+    env = {Env.TENANT: tenant}
+    if role in KAFKA_ROLES:
+        if local_secure:
+            from sessionstream.devstack import secure_stack
+
+            env[Env.KAFKA_BOOTSTRAP] = secure_stack(s).bootstrap
+        env[Env.KAFKA_SECURITY_PROTOCOL] = "SASL_PLAINTEXT"
+        env[Env.KAFKA_SASL_MECHANISM] = "SCRAM-SHA-512"
+        env[Env.KAFKA_SASL_USERNAME] = principal(tenant, role)
+        env[Env.KAFKA_SASL_PASSWORD] = secrets.passwords[role]
+    if role in REDIS_ROLES:
+        env[Env.REDIS_URL] = redis_url_for(s.redis_url, principal(tenant, role),
+                                           secrets.passwords[role])
+    if role == "reader":
+        env[Env.DASHBOARD_TOKEN] = f"{tenant}:{secrets.dashboard_token}"
+    for name, value in env.items():
+        click.echo(f"export {name}='{value}'")
+
+
+def register(cli_group: click.Group) -> None:
+    cli_group.add_command(acl_group)

@@ -1,0 +1,168 @@
+"""Apply a tenant's access scopes (``sessionstream.core.access``) to Kafka and Redis.
+
+Kafka: SCRAM-SHA-512 users through ``AdminClient.alter_user_scram_credentials`` and ALLOW
+ACLs through ``create_acls`` (the broker's StandardAuthorizer denies everything else).
+Redis: one ``ACL SETUSER`` per role. Both are idempotent: applying again re-sets the same
+passwords and bindings.
+
+Passwords are generated once per tenant and kept in ``<state dir>/secrets/<tenant>.json``
+(0600) with the dashboard token; nothing here logs or prints them unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sessionstream.core.access import (
+    KAFKA_ROLES,
+    REDIS_ROLES,
+    ROLES,
+    KafkaAcl,
+    kafka_acls,
+    principal,
+    redis_acl_rules,
+)
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.rows import KeySpace
+from sessionstream.core.settings import Env
+
+SCRAM_ITERATIONS = 8192
+
+
+class AccessError(SessionStreamError):
+    """Applying access scopes failed; the message names the server, the principal, why."""
+
+
+@dataclass
+class TenantSecrets:
+    """A tenant's principals' passwords and its dashboard token (kept 0600 on disk)."""
+
+    tenant: str
+    passwords: dict[str, str] = field(default_factory=dict)
+    dashboard_token: str = ""
+
+    @staticmethod
+    def path(state_dir: Path, tenant: str) -> Path:
+        return state_dir / "secrets" / f"{tenant}.json"
+
+    @classmethod
+    def load_or_create(cls, state_dir: Path, tenant: str) -> TenantSecrets:
+        """The tenant's secrets; the missing ones are generated and the file rewritten."""
+        path = cls.path(state_dir, tenant)
+        data: dict[str, Any] = {}
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except ValueError as exc:
+                raise AccessError(f"{path} is not JSON ({exc}); move it away to "
+                                  "generate new credentials") from exc
+        out = cls(tenant, dict(data.get("passwords") or {}), str(data.get("dashboard_token")
+                                                                 or ""))
+        changed = False
+        for role in ROLES:
+            if not out.passwords.get(role):
+                out.passwords[role] = secrets.token_urlsafe(24)
+                changed = True
+        if not out.dashboard_token:
+            out.dashboard_token = secrets.token_urlsafe(32)
+            changed = True
+        if changed or not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"tenant": tenant, "passwords": out.passwords,
+                           "dashboard_token": out.dashboard_token}, fh, indent=2)
+            os.replace(tmp, path)
+        return out
+
+
+# --- Kafka --------------------------------------------------------------------------------
+
+
+def _binding(acl: KafkaAcl) -> Any:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBinding(
+        ResourceType[acl.resource.upper()], acl.name,
+        ResourcePatternType[acl.pattern.upper()], f"User:{acl.principal}", "*",
+        AclOperation[acl.operation.upper()], AclPermissionType.ALLOW)
+
+
+def apply_kafka(admin: Any, tenant: str, passwords: dict[str, str], *,
+                dlq_topic: str | None = None, groups: tuple[str, ...] = (),
+                timeout: float = 30.0) -> dict[str, Any]:
+    """Upsert the tenant's SCRAM users and create its ACLs; returns what was applied."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    users = [principal(tenant, r) for r in KAFKA_ROLES]
+    upserts = [UserScramCredentialUpsertion(
+        principal(tenant, r), ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512,
+                                                  SCRAM_ITERATIONS),
+        passwords[r].encode()) for r in KAFKA_ROLES]
+    acls = kafka_acls(tenant, dlq_topic=dlq_topic, groups=groups)
+    try:
+        for _user, fut in admin.alter_user_scram_credentials(
+                upserts, request_timeout=timeout).items():
+            fut.result()
+        for _, fut in admin.create_acls([_binding(a) for a in acls],
+                                        request_timeout=timeout).items():
+            fut.result()
+    except KafkaException as exc:
+        err = exc.args[0]
+        raise AccessError(
+            f"Kafka refused the access scopes of tenant {tenant!r}: {err.name()}: {err.str()}"
+            f" — run as the cluster's admin (a super user: set {Env.KAFKA_SASL_USERNAME} and "
+            f"{Env.KAFKA_SASL_PASSWORD}, or use --local-secure for `sessionstream up --secure`)"
+        ) from exc
+    return {"users": users, "acls": [a.describe() for a in acls]}
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+
+def apply_redis(client: Any, keys: KeySpace, passwords: dict[str, str]) -> dict[str, Any]:
+    """``ACL SETUSER`` for each Redis role of the tenant; returns users and rules (no
+    passwords)."""
+    import redis
+
+    applied: dict[str, list[str]] = {}
+    for role in REDIS_ROLES:
+        user = principal(keys.tenant, role)
+        rules = redis_acl_rules(keys, role, passwords[role])
+        try:
+            client.execute_command("ACL", "SETUSER", user, *rules)
+        except redis.ResponseError as exc:
+            raise AccessError(
+                f"Redis refused ACL SETUSER {user}: {exc} — connect as a Redis user allowed "
+                "to run ACL (the default user of the local stack is)") from exc
+        applied[user] = [r for r in rules if not r.startswith(">")]
+    return {"users": applied}
+
+
+def redis_url_for(base_url: str, user: str, password: str) -> str:
+    """``base_url`` with ``user:password@`` put in front of its host."""
+    scheme, sep, rest = base_url.partition("://")
+    if not sep or scheme not in ("redis", "rediss"):
+        raise AccessError(f"cannot put credentials into {base_url!r}: use redis:// or "
+                          "rediss:// URLs")
+    rest = rest.rpartition("@")[2]
+    from urllib.parse import quote
+
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest}"

@@ -1,0 +1,74 @@
+"""The dashboard's tenant-scoped tokens, on the real Redis: a missing or unknown token is
+refused (401), another tenant's token too (403), the right one is served; the page turns
+``?token=`` into an HttpOnly cookie its own requests carry."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dashboard.app import DashboardConfig, create_app
+from dashboard.auth import COOKIE, TokenAuth
+from sessionstream.core.rows import KeySpace
+from sessionstream.core.settings import Settings
+
+MINE = "tenant-a-token-0123456789abcdef"
+THEIRS = "tenant-b-token-0123456789abcdef"
+
+
+@pytest.fixture
+async def client(settings: Settings, redis_prefix: str) -> AsyncIterator[TestClient[Any, Any]]:
+    config = DashboardConfig(redis_url=settings.redis_url, keys=KeySpace("a", redis_prefix),
+                             auth=TokenAuth("a", {MINE: "a", THEIRS: "b"}))
+    async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as c:
+        yield c
+
+
+@pytest.mark.parametrize("path", ["/api/sessions", "/api/sessions/s1", "/api/events", "/"])
+async def test_a_request_without_a_token_is_refused_with_401_and_what_to_do(
+        client: TestClient[Any, Any], path: str) -> None:
+    resp = await client.get(path)
+    assert resp.status == 401
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    body = await resp.json()
+    assert "needs a token" in body["error"] and body["tenant"] == "a"
+
+
+async def test_an_unknown_token_is_refused_with_401(client: TestClient[Any, Any]) -> None:
+    resp = await client.get("/api/sessions", headers={"Authorization": "Bearer nope-nope"})
+    assert resp.status == 401
+    assert "not valid" in (await resp.json())["error"]
+
+
+async def test_another_tenants_token_is_refused_with_403_naming_both_tenants(
+        client: TestClient[Any, Any]) -> None:
+    resp = await client.get("/api/sessions", headers={"Authorization": f"Bearer {THEIRS}"})
+    assert resp.status == 403
+    error = (await resp.json())["error"]
+    assert "'b'" in error and "'a'" in error
+    assert (await client.get(f"/?token={THEIRS}", allow_redirects=False)).status == 403
+
+
+async def test_the_tenants_token_is_served(client: TestClient[Any, Any]) -> None:
+    resp = await client.get("/api/sessions", headers={"Authorization": f"Bearer {MINE}"})
+    assert resp.status == 200
+    assert (await resp.json())["tenant"] == "a"
+
+
+async def test_the_login_url_sets_an_httponly_cookie_and_drops_the_token_from_the_url(
+        client: TestClient[Any, Any]) -> None:
+    login = await client.get(f"/?token={MINE}", allow_redirects=False)
+    assert login.status == 302 and login.headers["Location"] == "/"
+    cookie = login.cookies[COOKIE]
+    assert cookie.value == MINE and cookie["httponly"] and cookie["samesite"] == "Strict"
+    page = await client.get("/")  # the client's cookie jar now carries it
+    assert page.status == 200 and "text/html" in page.headers["Content-Type"]
+    assert (await client.get("/api/sessions")).status == 200
+
+
+async def test_health_and_static_files_need_no_token(client: TestClient[Any, Any]) -> None:
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/static/app.js")).status == 200
