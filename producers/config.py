@@ -23,7 +23,7 @@ class WriterConfig:
 
     bootstrap: str
     topic: str
-    redis_url: str
+    redis_url: str = field(repr=False)  # may carry a Redis ACL user's password
     tenant: str = "default"
     redis_cluster: bool = False  # redis_url names nodes of a Redis Cluster
     key_prefix: str = DEFAULT_KEY_PREFIX

@@ -109,7 +109,8 @@ class Settings:
     """Where the servers are and which tenant's topics to use."""
 
     kafka_bootstrap: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
-    redis_url: str = f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0"
+    # repr=False: the URL may carry a Redis ACL user's password (access scopes).
+    redis_url: str = field(default=f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0", repr=False)
     tenant: str = "default"
     partitions: int = 12
     replication_factor: int = 1

@@ -8,7 +8,11 @@ errors (NotAuthorized for Kafka, NOPERM for Redis).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -49,7 +53,9 @@ def _free_port() -> int:
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory,
                  settings: Settings) -> Iterator[StackConfig]:
     """The secure Kafka profile on free loopback ports in a temporary state dir."""
-    cfg = StackConfig(state_dir=tmp_path_factory.mktemp("secure"), kafka_port=_free_port(),
+    # <base>/secure, as `up --secure` lays it out for SESSIONSTREAM_STATE_DIR=<base>
+    cfg = StackConfig(state_dir=tmp_path_factory.mktemp("acl") / "secure",
+                      kafka_port=_free_port(),
                       controller_port=_free_port(), redis_port=settings.redis_port,
                       cache_dir=settings.cache_dir, secure=True)
     started: list[str] = []
@@ -294,3 +300,49 @@ def test_the_projection_worker_runs_on_its_tenants_worker_principals_alone(
 def _check_alive(proc: Any) -> None:
     if not proc.running():
         raise AssertionError(f"the worker exited: {proc.log_tail()}")
+
+
+def test_the_acl_cli_applies_a_tenants_scopes_on_the_local_secure_broker(
+        secure_kafka: StackConfig, settings: Settings, redis_client: redis.Redis,
+        redis_prefix: str) -> None:
+    tenant = f"aclcli{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(secure_kafka.state_dir.parent),
+           "SESSIONSTREAM_SECURE_KAFKA_PORT": str(secure_kafka.kafka_port),
+           "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT": str(secure_kafka.controller_port),
+           "SESSIONSTREAM_REDIS_URL": settings.redis_url, "SESSIONSTREAM_KEY_PREFIX": redis_prefix,
+           "SESSIONSTREAM_STREAMS_GROUP": f"sessionstream.{tenant}.projections"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sessionstream.cli.main", *args],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    try:
+        done = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert f"User:sessionstream.{tenant}.writer write topic prefixed:sessionstream.{tenant}." \
+            in report["kafka"]["acls"]
+        assert set(report["redis"]["users"]) == {
+            f"sessionstream.{tenant}.{r}" for r in ("writer", "worker", "reader")}
+        assert "warnings" not in report
+        secrets = json.loads(Path(report["secrets_file"]).read_text())
+        assert secrets["passwords"]["writer"] not in done.stdout  # never printed
+        again = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+        assert again.returncode == 0 and json.loads(Path(report["secrets_file"]).read_text()) \
+            == secrets  # idempotent: the same credentials
+        exports = cli("acl", "env", "--tenant", tenant, "--role", "writer", "--local-secure")
+        assert f"SESSIONSTREAM_KAFKA_SASL_USERNAME='sessionstream.{tenant}.writer'" \
+            in exports.stdout
+        assert f"127.0.0.1:{secure_kafka.kafka_port}" in exports.stdout
+        # the admin principal of a plain (non-admin) user is refused, named, exit 1
+        env.update({"SESSIONSTREAM_KAFKA_BOOTSTRAP": secure_kafka.bootstrap,
+                    "SESSIONSTREAM_KAFKA_SASL_USERNAME": f"sessionstream.{tenant}.auditor",
+                    "SESSIONSTREAM_KAFKA_SASL_PASSWORD": secrets["passwords"]["auditor"]})
+        refused = cli("acl", "apply", "--tenant", tenant, "--no-redis")
+        assert refused.returncode == 1
+        assert "Kafka refused the access scopes" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    finally:
+        redis_client.execute_command(
+            "ACL", "DELUSER", *(f"sessionstream.{tenant}.{r}" for r in ("writer", "worker",
+                                                                         "reader")))

@@ -70,6 +70,8 @@ def test_sasl_settings_come_from_the_environment_and_reach_every_client_config()
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "sessionstream.a.writer", "sasl.password": "pw"}
     assert "pw" not in repr(s)
+    with_user = Settings(redis_url="redis://sessionstream.a.reader:s3cret@h:1/0")
+    assert "s3cret" not in repr(with_user)
     clients = KafkaClients.from_settings(s)
     for cfg in (clients.admin(), clients.producer(), clients.consumer("g")):
         assert cfg["sasl.username"] == "sessionstream.a.writer"
