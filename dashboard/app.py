@@ -162,7 +162,24 @@ async def _session(request: web.Request) -> web.Response:
                      "worker (`sessionstream worker`) has reached it",
             "session_id": sid, "tenant": config.keys.tenant, "generation": gen,
         }, status=404)
-    return web.json_response({**snap.to_json(), "meta": snap.meta})
+    body = {**snap.to_json(), "meta": snap.meta}
+    recon = _reconstructability(config, sid)
+    if recon is not None:
+        body["reconstructability"] = recon
+    return web.json_response(body)
+
+
+def _reconstructability(config: DashboardConfig, sid: str) -> dict[str, Any] | None:
+    """Seed §4.6.1 on the page: which classes of the session were deleted, when, by whom
+    (the key store's tombstones; without surface content no request rebuilds exactly)."""
+    rows = config.rows
+    if rows is None:
+        return None
+    shredded = rows.cipher.store.shredded(rows.tenant, sid)
+    return {"fully_reconstructable": not any(s.data_class.value == "surface"
+                                             for s in shredded),
+            "shredded": [{"data_class": s.data_class.value, "at": s.at,
+                          "principal": s.principal, "reason": s.reason} for s in shredded]}
 
 
 async def _events(request: web.Request) -> web.StreamResponse:

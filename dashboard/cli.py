@@ -70,7 +70,8 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
                              keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
-                                                     settings.events_topic),
+                                                     settings.events_topic,
+                                                     settings.kafka_security()),
                              rows=row_cipher(settings), auth=auth)
     login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
     click.echo(f"dashboard on http://{host}:{port}/{login}  (tenant {settings.tenant}, key "

@@ -150,7 +150,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold))
+        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold,
+        security=s.kafka_security()))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

@@ -47,7 +47,8 @@ def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
     from producers.writer import WriterConfig
 
     echo(f"topics: ensuring {settings.events_topic} and its dead-letter topic")
-    ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))
+    ensure_topics(admin_client(settings.kafka_bootstrap, settings.kafka_security()),
+                  tenant_topics(settings))
 
     log_path = settings.state_dir / "demo-worker.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -151,7 +151,8 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
         if bootstrap:
             overrides["kafka_bootstrap"] = bootstrap
         chosen = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
-        results = ensure_topics(admin_client(chosen.kafka_bootstrap), tenant_topics(chosen))
+        results = ensure_topics(admin_client(chosen.kafka_bootstrap, chosen.kafka_security()),
+                               tenant_topics(chosen))
     if as_json:
         click.echo(json.dumps([{**asdict(r), "config": dict(r.config)} for r in results]))
     else:
