@@ -34,6 +34,7 @@ from dashboard.auth import TokenAuth
 from dashboard.auth import middleware as auth_middleware
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from dashboard.timeline import TimelineSource
+from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
 from streams.read import current_generation, list_sessions, read_views
@@ -52,6 +53,7 @@ class DashboardConfig:
     """What the dashboard reads and how often the live feed wakes up."""
 
     redis_url: str
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     keys: KeySpace = field(default_factory=lambda: KeySpace("default"))
     list_limit: int = 200  # sessions in the list when the page does not ask for a number
     block_ms: int = 5000  # one XREAD waits at most this long: keep-alive and generation check
@@ -75,9 +77,10 @@ def create_app(config: DashboardConfig) -> web.Application:
     app[CONFIG] = config
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.
-    app[REDIS] = Redis.from_url(config.redis_url, decode_responses=True,
-                                socket_timeout=config.block_ms / 1000 + 10,
-                                health_check_interval=30)
+    app[REDIS] = redisconn.async_redis(config.redis_url, cluster=config.redis_cluster,
+                                       decode_responses=True,
+                                       socket_timeout=config.block_ms / 1000 + 10,
+                                       health_check_interval=30)
 
     async def stop_feeds(app: web.Application) -> None:
         app[STOPPING].set()
@@ -159,7 +162,24 @@ async def _session(request: web.Request) -> web.Response:
                      "worker (`sessionstream worker`) has reached it",
             "session_id": sid, "tenant": config.keys.tenant, "generation": gen,
         }, status=404)
-    return web.json_response({**snap.to_json(), "meta": snap.meta})
+    body = {**snap.to_json(), "meta": snap.meta}
+    recon = _reconstructability(config, sid)
+    if recon is not None:
+        body["reconstructability"] = recon
+    return web.json_response(body)
+
+
+def _reconstructability(config: DashboardConfig, sid: str) -> dict[str, Any] | None:
+    """Seed §4.6.1 on the page: which classes of the session were deleted, when, by whom
+    (the key store's tombstones; without surface content no request rebuilds exactly)."""
+    rows = config.rows
+    if rows is None:
+        return None
+    shredded = rows.cipher.store.shredded(rows.tenant, sid)
+    return {"fully_reconstructable": not any(s.data_class.value == "surface"
+                                             for s in shredded),
+            "shredded": [{"data_class": s.data_class.value, "at": s.at,
+                          "principal": s.principal, "reason": s.reason} for s in shredded]}
 
 
 async def _events(request: web.Request) -> web.StreamResponse:

@@ -54,10 +54,11 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
 
     from dashboard.app import DashboardConfig, create_app
     from dashboard.timeline import TimelineSource
+    from sessionstream import redisconn
 
     prefix = settings.key_prefix
     try:
-        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3).ping()
+        redisconn.from_settings(settings, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
         raise unreachable(
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
@@ -66,9 +67,11 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     from sessionstream.governance.wiring import row_cipher
 
     auth, local = _auth(settings)
-    config = DashboardConfig(redis_url=settings.redis_url, keys=settings.keys,
+    config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
+                             keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
-                                                     settings.events_topic),
+                                                     settings.events_topic,
+                                                     settings.kafka_security()),
                              rows=row_cipher(settings), auth=auth)
     login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
     click.echo(f"dashboard on http://{host}:{port}/{login}  (tenant {settings.tenant}, key "

@@ -11,7 +11,8 @@ step, writer and epoch, verdict and reason. Metadata only: never the event data.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,9 @@ class TimelineSource:
 
     bootstrap: str
     topic: str
+    #: The dashboard's Kafka principal (``Settings.kafka_security()``; its tenant's
+    #: ``auditor`` under access scopes: the timeline reads the raw log's metadata).
+    security: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 SOURCE = web.AppKey("timeline_source", TimelineSource)
@@ -62,7 +66,8 @@ def _read(source: TimelineSource, session_id: str, partition: int | None, start:
     from sessionstream.core import codec
 
     return read_session(source.bootstrap, source.topic, session_id, decode=codec.decode,
-                        partition=partition, start=start, end=end, timeout=15.0)
+                        partition=partition, start=start, end=end, timeout=15.0,
+                        consumer_config=dict(source.security))
 
 
 async def timeline(request: web.Request, snap: Any) -> web.Response:

@@ -63,7 +63,7 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
 def _ensure_topics(s: Settings) -> None:
     from producers.topics import admin_client, ensure_topics, tenant_topics
 
-    ensure_topics(admin_client(s.kafka_bootstrap), tenant_topics(s))
+    ensure_topics(admin_client(s.kafka_bootstrap, s.kafka_security()), tenant_topics(s))
 
 
 @click.command("compact")

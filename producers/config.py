@@ -25,6 +25,7 @@ class WriterConfig:
     topic: str
     redis_url: str
     tenant: str = "default"
+    redis_cluster: bool = False  # redis_url names nodes of a Redis Cluster
     key_prefix: str = DEFAULT_KEY_PREFIX
     lease_ttl_ms: int = DEFAULT_TTL_MS
     attachment_dir: Path | None = None
@@ -53,6 +54,7 @@ class WriterConfig:
             "bootstrap": settings.kafka_bootstrap,
             "topic": settings.events_topic,
             "redis_url": settings.redis_url,
+            "redis_cluster": getattr(settings, "redis_cluster", False),
             "tenant": settings.tenant,
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),

@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -22,6 +21,7 @@ from producers.index import SessionIndex
 from producers.kafka import KafkaSender
 from producers.lease import Lease, LeaseStore
 from producers.limits import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, topic_max_message_bytes
+from sessionstream import redisconn
 from sessionstream.core.events import Event
 from sessionstream.governance.opener import SealedContentOpener
 
@@ -45,8 +45,9 @@ class WriterEdges:
         if cfg.cipher is not None:
             self.opener = SealedContentOpener(cfg.cipher)
             self.decode = self.opener.decoder(codec.decode)
-        self.redis = redis.Redis.from_url(
+        self.redis = redisconn.sync_redis(
             cfg.redis_url,
+            cluster=cfg.redis_cluster,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),

@@ -48,11 +48,23 @@ def tenant_topics(settings: Settings, partitions: int | None = None,
     """The canonical events topic and the dead-letter topic of ``settings.tenant``."""
     parts = partitions or settings.partitions
     rf = replication_factor or settings.replication_factor
+    config = {**EVENT_LOG_CONFIG, **durability_config(rf)}
     return [
-        TopicSpec(settings.events_topic, parts, rf),
+        TopicSpec(settings.events_topic, parts, rf, config),
         # Same partitioning as the events topic, so a session's rejects stay in order too.
-        TopicSpec(settings.dlq_topic, parts, rf),
+        TopicSpec(settings.dlq_topic, parts, rf, dict(config)),
     ]
+
+
+def durability_config(replication_factor: int) -> dict[str, str]:
+    """``min.insync.replicas`` for a replicated topic: 2 of 3 (a majority, at most 2).
+
+    With the writers' acks=all, an acknowledged event is then on at least two brokers, and
+    one broker may be down without stopping appends. One replica needs no setting.
+    """
+    if replication_factor < 3:
+        return {}
+    return {"min.insync.replicas": str(min(2, replication_factor - 1))}
 
 
 def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:

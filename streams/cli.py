@@ -26,13 +26,15 @@ T = TypeVar("T")
 
 
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
-    from redis.asyncio import Redis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    url = settings().redis_url
+    from sessionstream import redisconn
+
+    s = settings()
+    url = s.redis_url
 
     async def run() -> T:
-        redis = Redis.from_url(url, decode_responses=True)
+        redis = redisconn.from_settings(s, asyncio=True, decode_responses=True)
         try:
             return await fn(redis)
         finally:
@@ -148,7 +150,8 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold))
+        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold,
+        security=s.kafka_security()))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from sessionstream import redisconn
 from sessionstream.cli.context import command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
@@ -61,7 +62,6 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
 async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
                ) -> dict[str, Any]:
     from redis import exceptions as rexc
-    from redis.asyncio import Redis
 
     from producers.writer import WriterConfig
     from streams.compaction_watch import AttemptLedger, CompactionWatcher
@@ -69,7 +69,7 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
     # the worker writes and takes leases under the same prefix.
     cfg = WriterConfig.from_settings(settings)
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     watcher = CompactionWatcher(cfg, budget=budget, keys=cfg.keys, redis=redis,
                                 ledger=AttemptLedger(cooldown_s=cooldown))
     try:

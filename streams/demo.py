@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sessionstream import redisconn
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
 
@@ -46,7 +47,8 @@ def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
     from producers.writer import WriterConfig
 
     echo(f"topics: ensuring {settings.events_topic} and its dead-letter topic")
-    ensure_topics(admin_client(settings.kafka_bootstrap), tenant_topics(settings))
+    ensure_topics(admin_client(settings.kafka_bootstrap, settings.kafka_security()),
+                  tenant_topics(settings))
 
     log_path = settings.state_dir / "demo-worker.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +95,6 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
                 compaction: dict[str, Any] | None, echo: Echo, timeout_s: float,
                 worker: subprocess.Popen[bytes], log_path: Path) -> dict[str, Any] | None:
     """Delete one session (crypto-shred) and show its content gone, its audit trail kept."""
-    import redis as redis_sync
 
     from producers.writer import WriterConfig, read_log
     from sessionstream.governance.service import Governance
@@ -107,7 +108,7 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
     cfg = WriterConfig.from_settings(settings)
     first = _first_user_text(read_log(cfg, target).admitted)
     echo(f"deletion: session {target} before: first user message {first!r}")
-    client = redis_sync.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = redisconn.from_settings(settings, decode_responses=True)
     try:
         gov = Governance(cfg, key_store(settings, client), client,
                          principal=settings.principal)
@@ -166,13 +167,12 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
                           echo: Echo, worker: subprocess.Popen[bytes],
                           log_path: Path) -> list[dict[str, Any]]:
     """Poll the views until every session's as_of_seq reached its last admitted seq."""
-    from redis.asyncio import Redis
 
     from sessionstream.governance.wiring import row_cipher
     from streams.read import read_views
 
     rows = row_cipher(settings)
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from sessionstream import redisconn
 from sessionstream.cli.context import ExitCode, command_error, settings, unreachable
 from sessionstream.core.diagnosis import (
     MATRIX,
@@ -60,10 +61,10 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
     rb = read_log(cfg, session_id, timeout=timeout)
     if not rb.admitted and not rb.rejections and not rb.corrupt:
         return None
-    r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    r = redisconn.from_settings(settings, decode_responses=True)
     try:
         gen = generation_of(r.get(keys.generation()))
-        row: dict[str, str] = r.hgetall(keys.session_row(session_id, gen))  # type: ignore[assignment]
+        row: dict[str, str] = r.hgetall(keys.session_row(session_id, gen))
         stored = None
         if row:
             meta = SessionRow.meta(row)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -79,11 +79,13 @@ async def replay(
     pipeline: ReaderPipeline | None = None,
     rows: Any = None,
     flush_every: int = 500_000, flush_sessions: int = 50_000, fold: str = "auto",
+    security: Mapping[str, str] | None = None,
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``.
 
     ``fold`` (``Settings.fold``): ``auto``/``native``/``python``, the in-memory fold's
     path (``streams.native_fold``); the catch-up after the switch is the live path.
+    ``security`` (``Settings.kafka_security()``): the principal its consumers use.
     """
     live = await current_generation(redis, keys)
     counter = await redis.incr(keys.generation_counter())
@@ -95,15 +97,17 @@ async def replay(
     sink = RedisSink(redis, keys, retry=Retry(attempts=20))
     pipeline = pipeline or ReaderPipeline.default()
     proc = Processor(pipeline=pipeline, sink=sink, group=f"replay-g{new}",
-                     log_reader=KafkaLogReader(bootstrap), generation=new, rows=rows)
+                     log_reader=KafkaLogReader(bootstrap, security=security),
+                     generation=new, rows=rows)
     driver = fold_driver(proc, fold)
     report.fold = "native" if isinstance(driver, NativeFold) else "python"
     group = private_group("replay")
     consumer = Consumer(consumer_config(bootstrap, group, {
-        "enable.partition.eof": False, "fetch.max.bytes": 64 * 1024 * 1024}))
+        "enable.partition.eof": False, "fetch.max.bytes": 64 * 1024 * 1024}, security=security))
     # Offsets are asked on a consumer that fetches nothing: on the reading one each
     # watermark query waits behind its fetches (~140 ms each, measured).
-    meta = Consumer(consumer_config(bootstrap, group, {"enable.partition.eof": False}))
+    meta = Consumer(consumer_config(bootstrap, group, {"enable.partition.eof": False},
+                                    security=security))
     views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     started = time.monotonic()
     try:

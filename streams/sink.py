@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from sessionstream.core.rows import (
     CHANGE_FIELD,
@@ -88,9 +89,10 @@ class Script:
             self.sha = await redis.script_load(self.source)
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
-        except rexc.NoScriptError:  # server restarted or SCRIPT FLUSH: load and run again
+        except rexc.NoScriptError:  # server restarted, SCRIPT FLUSH, or a promoted replica
             self.sha = await redis.script_load(self.source)
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            # EVAL, not EVALSHA: on a Redis Cluster the load may have reached another node.
+            return await redis.eval(self.source, len(keys), *keys, *args)
 
 
 class Retry:
@@ -135,6 +137,7 @@ class RedisSink:
         self.change_maxlen = change_maxlen
         self.feed_maxlen = feed_maxlen
         self._write = Script(WRITE_SESSION_LUA)
+        self._cluster = isinstance(redis, RedisCluster)
         self._progress = Script(PROGRESS_MAX_LUA)
 
     async def generation(self) -> int:
@@ -168,6 +171,8 @@ class RedisSink:
 
         async def op() -> list[Any]:
             # Re-sending after a lost reply is safe: each call is idempotent by offset.
+            if self._cluster:
+                return await self._cluster_calls(calls)
             async with self.redis.pipeline(transaction=False) as pipe:
                 for keys, args in calls:
                     pipe.evalsha(str(self._write.sha), len(keys), *keys, *args)
@@ -180,6 +185,23 @@ class RedisSink:
         rows = await self.retry.run("session writes", op)
         names = {1: "applied", 0: "stale", -1: "conflict"}
         return [WriteOutcome(names[int(status)], int(stored)) for status, stored in rows]
+
+    async def _cluster_calls(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """The script calls on a Redis Cluster: concurrent, each routed to its slot's master.
+
+        redis-py refuses EVALSHA in a cluster pipeline; every call's keys share one hash
+        tag, so each is one slot. A master promoted by a failover may lack the script:
+        EVAL sends the source (and caches it there).
+        """
+        sha, source = str(self._write.sha), self._write.source
+
+        async def one(keys: list[str], args: list[Any]) -> Any:
+            try:
+                return await self.redis.evalsha(sha, len(keys), *keys, *args)
+            except rexc.NoScriptError:
+                return await self.redis.eval(source, len(keys), *keys, *args)
+
+        return list(await asyncio.gather(*(one(k, a) for k, a in calls)))
 
     async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
                            progress: Mapping[str, int]) -> None:
@@ -198,7 +220,8 @@ class RedisSink:
 
         async def op() -> None:
             # One round trip: index, feed and progress share the tenant's hash tag (one
-            # slot), so this is one pipeline even on a cluster. Each part is idempotent.
+            # slot), so this is one pipeline. Each part is idempotent. On a cluster
+            # redis-py refuses EVALSHA in a pipeline: the progress script follows it.
             async with self.redis.pipeline(transaction=False) as pipe:
                 if writes:
                     # GT: an existing member's score never moves back; new members are added.
@@ -206,6 +229,11 @@ class RedisSink:
                     for w in writes:
                         pipe.xadd(feed, {CHANGE_FIELD: _change_entry(w)},
                                   maxlen=self.feed_maxlen, approximate=True)
+                if args and self._cluster:
+                    if writes:
+                        await pipe.execute()
+                    await self._progress(self.redis, [pkey], args)
+                    return
                 if args:
                     pipe.evalsha(str(self._progress.sha), 1, pkey, *args)
                 try:

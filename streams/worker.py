@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
+from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
@@ -70,7 +69,7 @@ def check_topics(cfg: WorkerConfig, timeout: float = 30.0) -> None:
 
 
 def build_sink(cfg: WorkerConfig) -> RedisSink:
-    redis = Redis.from_url(cfg.settings.redis_url, decode_responses=True)
+    redis = redisconn.from_settings(cfg.settings, asyncio=True, decode_responses=True)
     return RedisSink(redis, KeySpace(cfg.settings.tenant, cfg.prefix),
                      retry=Retry(attempts=None))
 

@@ -178,6 +178,16 @@ function renderDetail(snap) {
       h("div", { class: "content" }, q.reason),
       h("div", { class: "muted" }, "Later events of this session are held; other sessions go on.")));
   }
+  const rc = snap.reconstructability;
+  if (rc && rc.shredded && rc.shredded.length) {
+    parts.push(h("div", { class: rc.fully_reconstructable ? "banner warn" : "banner bad" },
+      h("strong", {}, rc.fully_reconstructable
+        ? "Some content was deleted; every model request is still reconstructable"
+        : "Content deleted: model requests of this session are no longer fully reconstructable"),
+      table(["class", "deleted", "by", "why"], rc.shredded.map((s) => [
+        badge(s.data_class, "bad"), ago(s.at), h("code", {}, s.principal), s.reason])),
+      h("div", { class: "muted" }, "The log keeps order, ids, pairing and the audit event; deleted content reads as placeholders. `sessionstream diagnose` lists the sources.")));
+  }
   const rej = v.rejections;
   // What each admission verdict means (sessionstream.core.admission.MEANING).
   const VERDICTS = {

@@ -44,14 +44,13 @@ def _errors() -> Iterator[None]:
 
 
 def _governance() -> Any:
-    import redis
-
     from producers.writer import WriterConfig
+    from sessionstream import redisconn
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import content_cipher, key_store
 
     s = settings()
-    client = redis.Redis.from_url(s.redis_url, decode_responses=True)
+    client = redisconn.from_settings(s, decode_responses=True)
     store = key_store(s, client)
     # Deletion and holds open sessions as writers: the cipher is needed even for a tenant
     # that opted out of encryption (older sealed content), and it seals nothing new here.

@@ -151,7 +151,8 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
         if bootstrap:
             overrides["kafka_bootstrap"] = bootstrap
         chosen = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
-        results = ensure_topics(admin_client(chosen.kafka_bootstrap), tenant_topics(chosen))
+        results = ensure_topics(admin_client(chosen.kafka_bootstrap, chosen.kafka_security()),
+                               tenant_topics(chosen))
     if as_json:
         click.echo(json.dumps([{**asdict(r), "config": dict(r.config)} for r in results]))
     else:
@@ -215,5 +216,8 @@ COMMANDS: tuple[click.Command, ...] = (
 
 def register(cli_group: click.Group) -> None:
     """Add the infrastructure commands to ``cli_group`` (the ``sessionstream`` group)."""
+    from sessionstream.cli.cluster import cluster_group
+
     for command in COMMANDS:
         cli_group.add_command(command)
+    cli_group.add_command(cluster_group)

@@ -99,14 +99,15 @@ def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
 #: Commands no tenant user gets: key-space listing (SCAN/KEYS would show other tenants'
 #: key names), server administration and anything that flushes or reconfigures.
 _DENIED = ("-@dangerous", "-@admin", "-scan", "-keys", "-randomkey")
-#: What each Redis role may run (ACL categories, then explicit denials).
+#: What each Redis role may run (ACL categories, then explicit denials). ``TIME`` is in
+#: no data category, and the lease scripts read the server clock with it.
 REDIS_COMMANDS: dict[str, tuple[str, ...]] = {
     # leases (Lua scripts), session index, epochs, data keys (the fleet key store)
     "writer": ("+@read", "+@write", "+@scripting", "+@connection", "+@transaction",
-               *_DENIED),
+               "+time", *_DENIED),
     # projections (hashes), change feeds (streams), progress, generations
     "worker": ("+@read", "+@write", "+@scripting", "+@connection", "+@transaction",
-               "+@stream", *_DENIED),
+               "+@stream", "+time", *_DENIED),
     # views, indexes and the change feed, read-only (XREAD BLOCK included)
     "reader": ("+@read", "+@connection", "-@write", "-@scripting", *_DENIED),
 }

@@ -84,6 +84,13 @@ class Env:
     SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
     DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     FOLD = "SESSIONSTREAM_FOLD"
+    REDIS_CLUSTER = "SESSIONSTREAM_REDIS_CLUSTER"
+    WIRE = "SESSIONSTREAM_WIRE"
+    SCHEMA_REGISTRY_URL = "SESSIONSTREAM_SCHEMA_REGISTRY_URL"
+    METRICS_PORT = "SESSIONSTREAM_METRICS_PORT"
+    CLUSTER_KAFKA_PORTS = "SESSIONSTREAM_CLUSTER_KAFKA_PORTS"
+    CLUSTER_CONTROLLER_PORTS = "SESSIONSTREAM_CLUSTER_CONTROLLER_PORTS"
+    CLUSTER_REDIS_PORTS = "SESSIONSTREAM_CLUSTER_REDIS_PORTS"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
@@ -115,6 +122,10 @@ class Settings:
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
+    # The local cluster profile's loopback ports (sessionstream.devcluster); empty: defaults.
+    cluster_kafka_ports: tuple[int, ...] = ()
+    cluster_controller_ports: tuple[int, ...] = ()
+    cluster_redis_ports: tuple[int, ...] = ()
     # Governance (docs/operations.md, "Sensitive data"):
     encryption: bool = True  # SESSIONSTREAM_ENCRYPTION=off: this tenant opts out explicitly
     key_store: str = "file"  # "file" (under key_dir) or "redis" (a fleet of nodes)
@@ -176,6 +187,11 @@ class Settings:
                 "use 1 locally, 3 on a real cluster"
             )
 
+        hosts = self.redis_url.split("://", 1)[-1].split("/", 1)[0]
+        if "," in hosts and not self.redis_cluster:
+            raise SettingsError(
+                f"SESSIONSTREAM_REDIS_URL={self.redis_url!r} lists several nodes: that is a "
+                "Redis Cluster, set SESSIONSTREAM_REDIS_CLUSTER=true (or name one node)")
         if self.wire not in WIRES:
             raise SettingsError(
                 f"SESSIONSTREAM_WIRE={self.wire!r} is not a wire format: use "
@@ -318,6 +334,9 @@ class Settings:
             schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
             metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
                           if env.get("SESSIONSTREAM_METRICS_PORT") else None),
+            cluster_kafka_ports=_ports(env, Env.CLUSTER_KAFKA_PORTS),
+            cluster_controller_ports=_ports(env, Env.CLUSTER_CONTROLLER_PORTS),
+            cluster_redis_ports=_ports(env, Env.CLUSTER_REDIS_PORTS),
             encryption=(_bool(env, "SESSIONSTREAM_ENCRYPTION")
                         if env.get("SESSIONSTREAM_ENCRYPTION") else True),
             key_store=env.get("SESSIONSTREAM_KEY_STORE") or "file",
@@ -393,6 +412,16 @@ def _retention(value: str) -> tuple[tuple[str, int], ...]:
                 "(class raw, surface or business), e.g. raw=30d,surface=365d")
         out.append((cls, int(number) * _UNITS[unit]))
     return tuple(out)
+
+
+def _ports(env: Mapping[str, str], name: str) -> tuple[int, ...]:
+    raw = env.get(name) or ""
+    if not raw:
+        return ()
+    parts = [p.strip() for p in raw.split(",")]
+    if not all(p.isdigit() and 0 < int(p) < 65536 for p in parts):
+        raise SettingsError(f"{name}={raw!r} is not a comma-separated list of TCP ports")
+    return tuple(int(p) for p in parts)
 
 
 def _tokens(value: str, tenant: str) -> tuple[tuple[str, str], ...]:

@@ -26,9 +26,9 @@ def tenant_keys(settings: Settings) -> TenantKeys:
 def key_store(settings: Settings, redis_client: Any = None) -> KeyStore:
     if settings.key_store == "redis":
         if redis_client is None:
-            import redis
+            from sessionstream import redisconn
 
-            redis_client = redis.Redis.from_url(settings.redis_url)
+            redis_client = redisconn.from_settings(settings)
         return RedisKeyStore(redis_client, tenant_keys(settings), prefix=settings.key_prefix)
     return FileKeyStore(settings.key_dir, tenant_keys(settings))
 

@@ -7,12 +7,14 @@ errors (NotAuthorized for Kafka, NOPERM for Redis).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -33,6 +35,8 @@ from sessionstream.governance.access import (
     apply_redis,
     redis_url_for,
 )
+from tests.integration.procs import ProcessGroup
+from tests.integration.streams_helpers import wait_until
 
 
 def _free_port() -> int:
@@ -230,3 +234,63 @@ def test_redis_users_reach_their_tenants_keys_only(settings: Settings,
                 c.close()
     finally:
         redis_client.execute_command("ACL", "DELUSER", *users)  # keys: redis_prefix's
+
+
+def test_the_projection_worker_runs_on_its_tenants_worker_principals_alone(
+        tenants: dict[str, Tenant], settings: Settings, redis_client: redis.Redis,
+        redis_prefix: str, procs: ProcessGroup, tmp_path: Path) -> None:
+    """The writer's and the worker's Kafka and Redis grants are enough: a session written
+    as ``sessionstream.A.writer`` is folded, and a poison record dead-lettered, by a worker
+    that is ``sessionstream.A.worker`` on both servers."""
+    a = tenants["a"]
+    keys = KeySpace(a.name, redis_prefix)
+    apply_redis(redis_client, keys, a.secrets.passwords)
+    try:
+        # the writer too runs as its tenant's principals only (leases, index: Redis writer)
+        cfg = dataclasses.replace(
+            _writer_cfg(a, a.settings.events_topic, a.kafka("writer"), settings, redis_prefix,
+                        tmp_path),
+            redis_url=redis_url_for(settings.redis_url, principal(a.name, "writer"),
+                                    a.secrets.passwords["writer"]))
+        w = SessionWriter.create(cfg)
+        w.append("turn/start", {})
+        w.append("user/message", {"content": "fold me"})
+        w.flush()
+        w.close()
+        # an undecodable record for the dead-letter path (keyed like a session)
+        p = Producer(producer_config(a.settings.kafka_bootstrap, {}, security=a.kafka("writer")))
+        p.produce(a.settings.events_topic, b"\x00\x01poison", key=b"poison-session")
+        assert p.flush(15) == 0
+        worker = a.kafka("worker")
+        env = {
+            "SESSIONSTREAM_STATE_DIR": str(tmp_path), "SESSIONSTREAM_TENANT": a.name,
+            "SESSIONSTREAM_KAFKA_BOOTSTRAP": a.settings.kafka_bootstrap,
+            "SESSIONSTREAM_KAFKA_SECURITY_PROTOCOL": worker["security.protocol"],
+            "SESSIONSTREAM_KAFKA_SASL_USERNAME": worker["sasl.username"],
+            "SESSIONSTREAM_KAFKA_SASL_PASSWORD": worker["sasl.password"],
+            "SESSIONSTREAM_STREAMS_GROUP": f"sessionstream.{a.name}.projections-{tmp_path.name}",
+            "SESSIONSTREAM_KEY_PREFIX": redis_prefix,
+            "SESSIONSTREAM_REDIS_URL": redis_url_for(
+                settings.redis_url, principal(a.name, "worker"), a.secrets.passwords["worker"]),
+        }
+        proc = procs.start_module("streams.engine_kafka", env=env, name="acl-worker")
+        row = keys.session_row(w.session_id, 1)
+        wait_until(lambda: redis_client.hget(row, "as_of_seq") is not None, 60,
+                   "the worker folding the session as its tenant's principal",
+                   alive=lambda: _check_alive(proc))
+        def dead_letters() -> int:  # read as the auditor, on every partition
+            return sum(len(scan_session(a.settings.kafka_bootstrap, a.settings.dlq_topic,
+                                        "poison-session", partition=part, timeout=10,
+                                        consumer_config=a.kafka("auditor")).records)
+                       for part in (0, 1))
+
+        wait_until(lambda: dead_letters() > 0, 30, "the worker's dead letter",
+                   alive=lambda: _check_alive(proc))
+    finally:
+        redis_client.execute_command(
+            "ACL", "DELUSER", *(principal(a.name, r) for r in ("writer", "worker", "reader")))
+
+
+def _check_alive(proc: Any) -> None:
+    if not proc.running():
+        raise AssertionError(f"the worker exited: {proc.log_tail()}")

@@ -4,7 +4,9 @@ refused (401), another tenant's token too (403), the right one is served; the pa
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,3 +74,32 @@ async def test_the_login_url_sets_an_httponly_cookie_and_drops_the_token_from_th
 async def test_health_and_static_files_need_no_token(client: TestClient[Any, Any]) -> None:
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/static/app.js")).status == 200
+
+
+async def test_the_dashboard_serves_as_its_tenants_read_only_redis_user(
+        settings: Settings, redis_prefix: str, tmp_path: Path) -> None:
+    import redis as redis_lib
+
+    from sessionstream.core.access import principal
+    from sessionstream.governance.access import TenantSecrets, apply_redis, redis_url_for
+
+    tenant = f"dash{uuid.uuid4().hex[:8]}"
+    keys = KeySpace(tenant, redis_prefix)
+    secrets = TenantSecrets.load_or_create(tmp_path, tenant)
+    admin = redis_lib.Redis.from_url(settings.redis_url)
+    apply_redis(admin, keys, secrets.passwords)
+    try:
+        url = redis_url_for(settings.redis_url, principal(tenant, "reader"),
+                            secrets.passwords["reader"])
+        config = DashboardConfig(redis_url=url, keys=keys, block_ms=200,
+                                 auth=TokenAuth(tenant, {MINE: tenant}))
+        auth = {"Authorization": f"Bearer {MINE}"}
+        async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as c:
+            assert (await c.get("/healthz")).status == 200
+            listing = await c.get("/api/sessions", headers=auth)
+            assert listing.status == 200 and (await listing.json())["sessions"] == []
+            assert (await c.get("/api/sessions/none", headers=auth)).status == 404
+    finally:
+        admin.execute_command("ACL", "DELUSER",
+                              *(principal(tenant, r) for r in ("writer", "worker", "reader")))
+        admin.close()

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.pipeline import ReaderPipeline
-from sessionstream.core.privacy import DELETED_TEXT
+from sessionstream.core.privacy import DELETED_TEXT, DataClass
 from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.session import Session
 from sessionstream.core.settings import Settings
@@ -182,3 +182,37 @@ def test_the_deleted_surface_is_a_valid_provider_request(writer_cfg: WriterConfi
     request = request_of(session)
     for api in APIS:
         validate(api, build(api, request).body)
+
+
+async def test_the_dashboard_says_a_deleted_session_is_no_longer_fully_reconstructable(
+    settings: Settings, writer_cfg: WriterConfig, redis_client: redis.Redis,
+    redis_prefix: str, tmp_path: Path,
+) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from dashboard.app import DashboardConfig, create_app
+
+    root = tmp_path / "keys"
+    cfg = dataclasses.replace(writer_cfg, cipher=ContentCipher(_store(root), "default"))
+    w = SessionWriter.create(cfg)
+    _work(w, 1)
+    w.close()
+    keys = KeySpace("default", redis_prefix)
+    aredis = Redis.from_url(settings.redis_url, decode_responses=True)
+    proc = Processor(pipeline=_pipeline(root), sink=RedisSink(aredis, keys), group="g",
+                     log_reader=KafkaLogReader(settings.kafka_bootstrap), rows=_rows(root))
+    await _fold(proc, settings, cfg.topic, w.next_seq, 0)
+    config = DashboardConfig(redis_url=settings.redis_url, keys=keys, rows=_rows(root))
+    async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as c:
+        before = await (await c.get(f"/api/sessions/{w.session_id}")).json()
+        assert before["reconstructability"] == {"fully_reconstructable": True, "shredded": []}
+        Governance(cfg, _store(root), redis_client, principal="dpo").delete(
+            w.session_id, [DataClass.SURFACE], reason="erasure")
+        await _fold(proc, settings, cfg.topic, w.next_seq + 1, 0)
+        after = await (await c.get(f"/api/sessions/{w.session_id}")).json()
+    assert after["reconstructability"]["fully_reconstructable"] is False
+    assert [(s["data_class"], s["principal"], s["reason"])
+            for s in after["reconstructability"]["shredded"]] == [("surface", "dpo", "erasure")]
+    assert CANARY not in json.dumps(after["views"]["surface"])  # only surface was deleted
+    assert CANARY in json.dumps(after["views"]["todo"])
+    await aredis.aclose()

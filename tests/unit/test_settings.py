@@ -157,3 +157,12 @@ def test_key_store_and_retention_are_validated() -> None:
 def test_the_tenant_key_never_appears_in_the_settings_repr() -> None:
     s = Settings.from_env({"SESSIONSTREAM_TENANT_KEY": "1:c2VjcmV0"})
     assert s.tenant_key == "1:c2VjcmV0" and "c2VjcmV0" not in repr(s)
+
+
+def test_a_redis_url_listing_several_nodes_needs_the_cluster_setting() -> None:
+    url = "redis://127.0.0.1:17001,127.0.0.1:17002/0"
+    with pytest.raises(SettingsError) as exc:
+        Settings.from_env({"SESSIONSTREAM_REDIS_URL": url})
+    assert "SESSIONSTREAM_REDIS_CLUSTER=true" in str(exc.value)
+    s = Settings.from_env({"SESSIONSTREAM_REDIS_URL": url, "SESSIONSTREAM_REDIS_CLUSTER": "1"})
+    assert s.redis_cluster and s.redis_url == url

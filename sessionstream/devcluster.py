@@ -1,0 +1,616 @@
+"""The local cluster profile: three KRaft Kafka nodes and a Redis Cluster on 127.0.0.1.
+
+``sessionstream cluster up`` starts it beside (never instead of) the single-node stack of
+:mod:`sessionstream.devstack`, on other ports, under ``<state dir>/cluster``:
+
+- Kafka: three combined broker+controller nodes (static quorum of three voters), internal
+  topics with RF=3, ``min.insync.replicas=2`` and ``default.replication.factor=3``, so an
+  events topic created by ``sessionstream topics ensure`` with a replication factor of 3
+  survives the loss of any one node without losing an
+  acknowledged (acks=all) write.
+- Redis: six ``redis-server`` processes in cluster mode, three masters each with one
+  replica (``cluster-node-timeout`` 2 s, so a killed master fails over within seconds).
+
+The product runs on it by settings alone (:meth:`ClusterConfig.settings_env`). Fault tests
+drive the nodes through :class:`LocalCluster` (SIGKILL a partition leader, rolling
+restarts, kill a Redis master). Only processes started here (pid file + state dir on their
+command line or working directory) are ever signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sessionstream.core.settings import Env, Settings, project_root
+from sessionstream.devstack import (
+    MESSAGE_MAX_BYTES,
+    Echo,
+    LocalStackError,
+    StackConfig,
+    _alive,
+    _cluster_id,
+    _cmdline,
+    _tail,
+    _wait_gone,
+    check_port_free,
+    kafka_lib,
+    read_pid,
+    redis_ready,
+    require_java,
+    require_redis,
+)
+
+DEFAULT_KAFKA_PORTS = (29092, 29093, 29094)
+DEFAULT_CONTROLLER_PORTS = (29192, 29193, 29194)
+# Redis Cluster also listens on port + 10000 (the cluster bus): 27001..27006 here.
+DEFAULT_REDIS_PORTS = (17001, 17002, 17003, 17004, 17005, 17006)
+# Three JVMs share a small machine: a smaller heap, serial GC and C1-only JIT keep their
+# start-up CPU down (the brokers move test-sized traffic; peak throughput is not the point).
+CLUSTER_JVM = ["-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+REDIS_NODE_TIMEOUT_MS = 2000
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where the cluster profile lives and which loopback ports its nodes use."""
+
+    state_dir: Path
+    kafka_ports: tuple[int, ...] = DEFAULT_KAFKA_PORTS
+    controller_ports: tuple[int, ...] = DEFAULT_CONTROLLER_PORTS
+    redis_ports: tuple[int, ...] = DEFAULT_REDIS_PORTS
+    redis_replicas: int = 1  # replicas per Redis master
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
+    pom: Path = field(default_factory=lambda: project_root() / "deploy" / "local" / "pom.xml")
+
+    def __post_init__(self) -> None:
+        if len(self.kafka_ports) != 3 or len(self.controller_ports) != 3:
+            raise LocalStackError("the cluster profile has exactly three Kafka nodes: give "
+                                  "three broker ports and three controller ports")
+        masters, rest = divmod(len(self.redis_ports), 1 + self.redis_replicas)
+        if masters < 3 or rest:
+            raise LocalStackError(
+                f"{len(self.redis_ports)} Redis ports do not make at least three masters with "
+                f"{self.redis_replicas} replica(s) each")
+        ports = [*self.kafka_ports, *self.controller_ports, *self.redis_ports,
+                 *(p + 10000 for p in self.redis_ports)]
+        if len(set(ports)) != len(ports) or max(ports) > 65535:
+            raise LocalStackError(f"cluster ports must all differ (Redis also uses port+10000) "
+                                  f"and stay below 65536: {ports}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClusterConfig:
+        """``<state dir>/cluster``, with the cluster ports the settings give (else defaults)."""
+        return cls(
+            state_dir=settings.state_dir / "cluster",
+            kafka_ports=settings.cluster_kafka_ports or DEFAULT_KAFKA_PORTS,
+            controller_ports=settings.cluster_controller_ports or DEFAULT_CONTROLLER_PORTS,
+            redis_ports=settings.cluster_redis_ports or DEFAULT_REDIS_PORTS,
+            cache_dir=settings.cache_dir,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
+
+    @property
+    def redis_url(self) -> str:
+        """Every node: a client starts as long as any one of them answers."""
+        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.redis_ports) + "/0"
+
+    def settings_env(self) -> dict[str, str]:
+        """The environment settings that point the product at this cluster."""
+        return {
+            Env.KAFKA_BOOTSTRAP: self.bootstrap,
+            Env.REDIS_URL: self.redis_url,
+            Env.REDIS_CLUSTER: "true",
+            Env.REPLICATION_FACTOR: "3",
+        }
+
+
+def _owned(pid_file: Path, home: Path) -> int | None:
+    """The pid in ``pid_file`` if alive and ours (``home`` on its command line or as cwd)."""
+    pid = read_pid(pid_file)
+    if pid is None or not _alive(pid):
+        return None
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = ""
+    return pid if str(home) in _cmdline(pid) or cwd.startswith(str(home)) else None
+
+
+def _signal_and_wait(pid: int, sig: signal.Signals, timeout: float) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    if not _wait_gone(pid, timeout) and sig != signal.SIGKILL:
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 10)
+
+
+class KafkaNode:
+    """One combined broker+controller of the cluster profile."""
+
+    def __init__(self, cfg: ClusterConfig, node_id: int) -> None:
+        self.cfg = cfg
+        self.node_id = node_id
+        self.port = cfg.kafka_ports[node_id - 1]
+        self.controller_port = cfg.controller_ports[node_id - 1]
+        self.home = cfg.state_dir / f"kafka-{node_id}"
+        self.data = self.home / "data"
+        self.props = self.home / "server.properties"
+        self.pid_file = self.home / "kafka.pid"
+        self.log = self.home / "kafka.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def properties(self) -> str:
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.cfg.controller_ports))
+        return "\n".join([
+            "# Written by sessionstream.devcluster on every start; edits are overwritten.",
+            "process.roles=broker,controller",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={self.data}",
+            "num.partitions=1",
+            # Three replicas, two in sync for an acks=all write: any one node may be lost.
+            "default.replication.factor=3",
+            "min.insync.replicas=2",
+            "offsets.topic.replication.factor=3",
+            "offsets.topic.num.partitions=10",
+            "transaction.state.log.replication.factor=3",
+            "transaction.state.log.min.isr=2",
+            "share.coordinator.state.topic.replication.factor=3",
+            "share.coordinator.state.topic.min.isr=2",
+            "unclean.leader.election.enable=false",
+            # A dead broker is fenced (its partitions move) after 4 s, not the default 9 s.
+            "broker.session.timeout.ms=4000",
+            "broker.heartbeat.interval.ms=1000",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            f"message.max.bytes={MESSAGE_MAX_BYTES}",
+            f"replica.fetch.max.bytes={MESSAGE_MAX_BYTES}",
+            "",
+        ])
+
+    def pid(self) -> int | None:
+        return _owned(self.pid_file, self.home)
+
+    def format(self, java: str, lib: Path, cluster_id: str) -> subprocess.Popen[str] | None:
+        """Start formatting the storage (once); returns the formatter, or None if formatted."""
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.props.write_text(self.properties())
+        if (self.data / "meta.properties").is_file():
+            return None
+        return subprocess.Popen(
+            [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
+             f"{lib}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
+             "-c", str(self.props)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+
+    def start(self, java: str, lib: Path) -> None:
+        """Start the node (no wait); its storage must be formatted."""
+        if self.pid() is not None:
+            return
+        check_port_free(self.port, f"Kafka node {self.node_id}",
+                        Env.CLUSTER_KAFKA_PORTS)
+        check_port_free(self.controller_port, f"Kafka controller {self.node_id}",
+                        Env.CLUSTER_CONTROLLER_PORTS)
+        self.props.write_text(self.properties())
+        env = {**os.environ, "KAFKA_HEAP_OPTS": CLUSTER_JVM[0]}
+        with self.log.open("ab") as out:
+            self._proc = subprocess.Popen(
+                [java, *CLUSTER_JVM, "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                 "-cp", f"{lib}/*", "kafka.Kafka", str(self.props)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env, cwd=self.home,
+            )
+        self.pid_file.write_text(f"{self._proc.pid}\n")
+
+    def check_alive(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            tail = "\n".join(_tail(self.log, 30))
+            raise LocalStackError(
+                f"Kafka node {self.node_id} exited with {self._proc.returncode}:\n{tail}")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """SIGTERM (a controlled shutdown: leadership moves first), SIGKILL after timeout."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_and_wait(pid, signal.SIGTERM, timeout)
+        self._reap()
+        return True
+
+    def kill(self) -> bool:
+        """SIGKILL: a crash, no controlled shutdown."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_and_wait(pid, signal.SIGKILL, 10)
+        self._reap()
+        return True
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            self._proc.poll()
+            self._proc = None
+
+
+class RedisNode:
+    """One ``redis-server`` in cluster mode."""
+
+    def __init__(self, cfg: ClusterConfig, port: int) -> None:
+        self.port = port
+        self.home = cfg.state_dir / f"redis-{port}"
+        self.pid_file = self.home / "redis.pid"
+        self.log = self.home / "redis.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def config(self) -> str:
+        return "\n".join([
+            "# Written by sessionstream.devcluster on every start; edits are overwritten.",
+            "bind 127.0.0.1",
+            "protected-mode yes",
+            f"port {self.port}",
+            "daemonize no",
+            f"pidfile {self.pid_file}",
+            f"logfile {self.log}",
+            f"dir {self.home}",
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            f"cluster-node-timeout {REDIS_NODE_TIMEOUT_MS}",
+            "appendonly yes",
+            "appendfsync everysec",
+            "save \"\"",
+            "",
+        ])
+
+    def pid(self) -> int | None:
+        return _owned(self.pid_file, self.home)
+
+    def start(self, server: str) -> None:
+        if self.pid() is not None:
+            return
+        check_port_free(self.port, "Redis cluster node", Env.CLUSTER_REDIS_PORTS)
+        check_port_free(self.port + 10000, "Redis cluster bus",
+                        Env.CLUSTER_REDIS_PORTS)
+        self.home.mkdir(parents=True, exist_ok=True)
+        conf = self.home / "redis.conf"
+        conf.write_text(self.config())
+        self._proc = subprocess.Popen(
+            [server, str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, cwd=self.home,
+        )
+        self.pid_file.write_text(f"{self._proc.pid}\n")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not redis_ready(self.port):
+            if self._proc is not None and self._proc.poll() is not None:
+                tail = "\n".join(_tail(self.log, 20))
+                raise LocalStackError(f"redis-server :{self.port} exited:\n{tail}")
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"Redis :{self.port} did not answer within {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_and_wait(pid, signal.SIGTERM, timeout)
+        self._reap()
+        return True
+
+    def kill(self) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_and_wait(pid, signal.SIGKILL, 10)
+        self._reap()
+        return True
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            self._proc.poll()
+            self._proc = None
+
+
+class LocalCluster:
+    """Start, stop, inspect and break the cluster profile's nodes."""
+
+    def __init__(self, cfg: ClusterConfig, echo: Echo = print) -> None:
+        self.cfg = cfg
+        self.echo = echo
+        self.kafka = [KafkaNode(cfg, i + 1) for i in range(3)]
+        self.redis = [RedisNode(cfg, p) for p in cfg.redis_ports]
+        self._java: str | None = None
+        self._lib: Path | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def up(self, timeout: float = 180.0) -> list[str]:
+        """Start every node not running; form the Redis Cluster once. Returns what started."""
+        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        started = self._redis_up()
+        started += self._kafka_up(timeout)
+        return started
+
+    def down(self) -> list[str]:
+        stopped = []
+        for node in self.kafka:
+            if node.stop():
+                stopped.append(f"kafka-{node.node_id}")
+        for rnode in self.redis:
+            if rnode.stop():
+                stopped.append(f"redis-{rnode.port}")
+        return stopped
+
+    def wipe(self) -> None:
+        """Delete the cluster's data (every node must be stopped)."""
+        if any(n.pid() for n in self.kafka) or any(r.pid() for r in self.redis):
+            raise LocalStackError("stop the cluster (`sessionstream cluster down`) before wiping")
+        shutil.rmtree(self.cfg.state_dir, ignore_errors=True)
+
+    def status(self) -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = []
+        for node in self.kafka:
+            rows.append({"name": f"kafka-{node.node_id}", "port": node.port,
+                         "pid": node.pid(), "log": str(node.log)})
+        for rnode in self.redis:
+            rows.append({"name": f"redis-{rnode.port}", "port": rnode.port,
+                         "pid": rnode.pid(), "log": str(rnode.log)})
+        return rows
+
+    def _tools(self) -> tuple[str, Path]:
+        if self._java is None or self._lib is None:
+            self._java = require_java(self.echo)
+            self._lib = kafka_lib(self._stack_like(), self.echo)
+        return self._java, self._lib
+
+    def _stack_like(self) -> StackConfig:
+        # kafka_lib only reads the jar cache and the pom of a stack config.
+        return StackConfig(state_dir=self.cfg.state_dir, cache_dir=self.cfg.cache_dir,
+                           pom=self.cfg.pom)
+
+    def _kafka_up(self, timeout: float) -> list[str]:
+        todo = [n for n in self.kafka if n.pid() is None]
+        if not todo:
+            self.echo(f"kafka cluster: already running ({self.cfg.bootstrap})")
+            return []
+        java, lib = self._tools()
+        cid_file = self.cfg.state_dir / "kafka-cluster-id"
+        if not cid_file.is_file():
+            cid_file.write_text(_cluster_id() + "\n")
+        cid = cid_file.read_text().strip()
+        formatters = [(n, n.format(java, lib, cid)) for n in self.kafka]
+        for node, proc in formatters:
+            if proc is None:
+                continue
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise LocalStackError(f"formatting Kafka node {node.node_id} failed:\n"
+                                      f"{out[-2000:]}\nTry `sessionstream cluster up --fresh`.")
+        for node in todo:
+            self.echo(f"kafka-{node.node_id}: starting on {node.bootstrap} (log {node.log})")
+            node.start(java, lib)
+        self.wait_kafka(timeout)
+        self.echo(f"kafka cluster: ready, 3 brokers ({self.cfg.bootstrap})")
+        return [f"kafka-{n.node_id}" for n in todo]
+
+    def start_kafka(self, node_id: int, wait: bool = True, timeout: float = 120.0) -> None:
+        """(Re)start one Kafka node; with ``wait``, until the cluster has three brokers."""
+        java, lib = self._tools()
+        self.kafka[node_id - 1].start(java, lib)
+        if wait:
+            self.wait_kafka(timeout)
+
+    def wait_kafka(self, timeout: float = 120.0) -> None:
+        """Until every node answers and the metadata lists all three brokers."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in self.kafka:
+                node.check_alive()
+            if self.brokers_up() == 3:
+                return
+            if time.monotonic() > deadline:
+                raise LocalStackError(
+                    f"the Kafka cluster did not show three brokers within {timeout:.0f}s; "
+                    f"see {', '.join(str(n.log) for n in self.kafka)}")
+            time.sleep(0.5)
+
+    def brokers_up(self) -> int:
+        """How many brokers every live node's metadata agrees on (0 when none answers)."""
+        from confluent_kafka.admin import AdminClient
+
+        from producers.kafka_clients import admin_config
+
+        seen: set[int] | None = None
+        for node in self.kafka:
+            if node.pid() is None:
+                return 0
+            # log_level 0: refused connections to a node mid-restart are expected here.
+            admin = AdminClient(admin_config(node.bootstrap, {"log_level": 0,
+                                                              "socket.timeout.ms": 2000}))
+            try:
+                brokers = set(admin.list_topics(timeout=2).brokers)
+            except Exception:
+                return 0
+            seen = brokers if seen is None else seen & brokers
+        return len(seen or ())
+
+    def partition_leader(self, topic: str, partition: int) -> int:
+        """The node id leading ``topic[partition]`` now."""
+        meta = self._admin().list_topics(topic=topic, timeout=10).topics[topic]
+        return int(meta.partitions[partition].leader)
+
+    def wait_in_sync(self, topics: Iterable[str], timeout: float = 120.0) -> None:
+        """Until every partition of ``topics`` has all three replicas in sync."""
+        deadline = time.monotonic() + timeout
+        names = list(topics)
+        while True:
+            try:
+                md = self._admin().list_topics(timeout=5).topics
+                lagging = [f"{t}[{p}]" for t in names for p, pm in md[t].partitions.items()
+                           if len(pm.isrs) < 3 or pm.leader < 0]
+            except Exception as exc:  # a node mid-restart: ask again
+                lagging = [f"metadata unavailable ({type(exc).__name__})"]
+            if not lagging:
+                return
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"partitions not back in sync after {timeout:.0f}s: "
+                                      f"{', '.join(lagging[:10])}")
+            time.sleep(0.5)
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        from producers.kafka_clients import admin_config
+
+        return AdminClient(admin_config(self.cfg.bootstrap, {"log_level": 0}))
+
+    # -- Redis Cluster -----------------------------------------------------------------
+    def _redis_up(self) -> list[str]:
+        server = require_redis(self.echo)
+        todo = [r for r in self.redis if r.pid() is None]
+        for rnode in todo:
+            self.echo(f"redis-{rnode.port}: starting (cluster mode, log {rnode.log})")
+            rnode.start(server)
+        for rnode in self.redis:
+            rnode.wait_ready()
+        if not self._redis_formed():
+            self._create_redis_cluster()
+        self.wait_redis()
+        self.echo(f"redis cluster: ready, {len(self.redis) // (1 + self.cfg.redis_replicas)} "
+                  f"masters ({', '.join(r.address for r in self.redis)})")
+        return [f"redis-{r.port}" for r in todo]
+
+    def _info(self, port: int) -> dict[str, str]:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                             socket_connect_timeout=2, decode_responses=True)
+        try:
+            raw = client.execute_command("CLUSTER", "INFO")
+        finally:
+            client.close()
+        text = raw if isinstance(raw, str) else raw.decode()
+        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+    def _redis_formed(self) -> bool:
+        try:
+            info = self._info(self.redis[0].port)
+        except Exception:
+            return False
+        return int(info.get("cluster_known_nodes", "1")) == len(self.redis)
+
+    def _create_redis_cluster(self) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise LocalStackError("redis-cli is missing (it ships with redis-server: "
+                                  "apt-get install -y redis-server)")
+        self.echo("redis cluster: assigning slots and replicas")
+        done = subprocess.run(
+            [cli, "--cluster", "create", *(r.address for r in self.redis),
+             "--cluster-replicas", str(self.cfg.redis_replicas), "--cluster-yes"],
+            capture_output=True, text=True, timeout=120,
+        )
+        if done.returncode != 0:
+            raise LocalStackError(f"redis-cli --cluster create failed:\n{done.stdout[-2000:]}"
+                                  f"{done.stderr[-1000:]}\nTry `sessionstream cluster up --fresh`.")
+
+    def wait_redis(self, timeout: float = 60.0) -> None:
+        """Until every live node reports cluster_state:ok and all slots assigned."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for rnode in self.redis:
+                if rnode.pid() is None:
+                    continue
+                try:
+                    info = self._info(rnode.port)
+                    states.append(info.get("cluster_state") == "ok"
+                                  and info.get("cluster_slots_assigned") == "16384")
+                except Exception:
+                    states.append(False)
+            if states and all(states):
+                return
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"the Redis Cluster is not ok after {timeout:.0f}s; "
+                                      f"see {self.redis[0].log}")
+            time.sleep(0.2)
+
+    def wait_failover(self, lost_port: int, timeout: float = 60.0) -> None:
+        """Until a replica has taken over ``lost_port``'s slots and the cluster is ok again."""
+        masters = len(self.redis) // (1 + self.cfg.redis_replicas)
+        deadline = time.monotonic() + timeout
+        while True:
+            roles = self.redis_roles()
+            if lost_port not in roles and list(roles.values()).count("master") == masters:
+                break
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"no replica took over from :{lost_port} within "
+                                      f"{timeout:.0f}s (roles: {roles})")
+            time.sleep(0.2)
+        self.wait_redis(max(1.0, deadline - time.monotonic()))
+
+    def redis_roles(self) -> dict[int, str]:
+        """port -> "master" | "slave" for every live node (as each node sees itself)."""
+        import redis
+
+        out: dict[int, str] = {}
+        for rnode in self.redis:
+            if rnode.pid() is None:
+                continue
+            client = redis.Redis(host="127.0.0.1", port=rnode.port, socket_timeout=2,
+                                 decode_responses=True)
+            try:
+                out[rnode.port] = str(client.info("replication")["role"])
+            except Exception:
+                continue
+            finally:
+                client.close()
+        return out
+
+    def redis_master_for(self, key: str) -> RedisNode:
+        """The node serving ``key``'s slot as master now."""
+        import redis
+
+        live = next(r for r in self.redis if r.pid() is not None)
+        client = redis.Redis(host="127.0.0.1", port=live.port, decode_responses=True)
+        try:
+            slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+            for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if int(start) <= slot <= int(end):
+                    port = int(master[1])
+                    return next(r for r in self.redis if r.port == port)
+        finally:
+            client.close()
+        raise LocalStackError(f"no master serves the slot of {key!r}")
+
+    def start_redis(self, port: int) -> None:
+        rnode = next(r for r in self.redis if r.port == port)
+        rnode.start(require_redis(self.echo))
+        rnode.wait_ready()
