@@ -255,14 +255,20 @@ class CompactionWatcher:
                             "surface_tokens_after": report.surface_tokens_after})
 
     async def run(self, stop: asyncio.Event | None = None, *,
-                  max_seconds: float | None = None) -> WatchSummary:
-        """Step until ``stop`` is set or ``max_seconds`` have passed; the summed counts."""
+                  max_seconds: float | None = None,
+                  on_step: Callable[[WatchSummary], None] | None = None) -> WatchSummary:
+        """Step until ``stop`` is set or ``max_seconds`` have passed; the summed counts.
+
+        ``on_step`` sees each step's counts (the compactor's metrics)."""
         total = WatchSummary()
         deadline = None if max_seconds is None else self.clock() + max_seconds
         while not (stop is not None and stop.is_set()):
             if deadline is not None and self.clock() >= deadline:
                 break
-            total.add(await self.step(block_ms=self.block_ms))
+            got = await self.step(block_ms=self.block_ms)
+            if on_step is not None:
+                on_step(got)
+            total.add(got)
         return total
 
     async def drain(self) -> WatchSummary:

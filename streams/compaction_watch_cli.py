@@ -79,7 +79,16 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return (await watcher.run(stop)).to_json()
+        if settings.metrics_port is None:
+            return (await watcher.run(stop)).to_json()
+        from streams.metrics import CompactorMetrics, start_server
+
+        metrics = CompactorMetrics(settings.tenant)
+        runner = await start_server(metrics, settings.metrics_port, metrics.ready)
+        try:
+            return (await watcher.run(stop, on_step=metrics.observe_step)).to_json()
+        finally:
+            await runner.cleanup()
     except (rexc.ConnectionError, rexc.TimeoutError) as exc:
         raise unreachable(
             f"Redis at {settings.redis_url} unavailable ({type(exc).__name__}); "

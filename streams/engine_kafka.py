@@ -21,8 +21,9 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -32,6 +33,9 @@ from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.processor import Processor
 from streams.trace import StageTrace
+
+if TYPE_CHECKING:
+    from streams.metrics import WorkerMetrics
 from streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
@@ -54,6 +58,8 @@ class KafkaEngine:
         self.processor = processor
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
+        self.assigned: set[int] = set()
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
             processor.on_stage = self.trace.mark
@@ -75,6 +81,15 @@ class KafkaEngine:
         clients = KafkaClients.from_settings(cfg.settings)
         self.consumer = Consumer(clients.consumer(cfg.group, extra))
 
+    def ready(self) -> bool:
+        """Readiness: the group gave this worker partitions (the assignment read its
+        progress from Redis, so Redis answered too)."""
+        return bool(self.assigned)
+
+    def _count_partitions(self) -> None:
+        if self.metrics is not None:
+            self.metrics.partitions.set(len(self.assigned))
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -82,6 +97,8 @@ class KafkaEngine:
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         assert self._loop is not None
         nums = [tp.partition for tp in parts]
+        self.assigned |= set(nums)
+        self._count_partitions()
         self.processor.forget((self.cfg.topic, p) for p in nums)
         keys = [f"{tp.topic}:{tp.partition}" for tp in parts]
         fut = asyncio.run_coroutine_threadsafe(
@@ -96,6 +113,8 @@ class KafkaEngine:
                  {k: v + 1 for k, v in progress.items()})
 
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        self.assigned -= {tp.partition for tp in parts}
+        self._count_partitions()
         self.processor.forget((tp.topic, tp.partition) for tp in parts)
         consumer.unassign()
 
@@ -138,6 +157,7 @@ class KafkaEngine:
         return out
 
     async def _process(self, records: list[Record]) -> None:
+        began = time.monotonic()
         try:
             report = await self.processor.process(records)
         except Exception:
@@ -153,6 +173,10 @@ class KafkaEngine:
                                           for (t, p), o in high.items()], asynchronous=True)
         except KafkaException as exc:
             log.warning("offset commit failed (harmless, progress is in Redis): %s", exc)
+        if self.metrics is not None:
+            self.metrics.observe_batch(time.monotonic() - began, report.records,
+                                       report.skipped, len(report.dead_letters),
+                                       len(report.quarantined), report.conflicts)
         if report.dead_letters or report.quarantined:
             log.warning("batch: %d records, %d dead letters, %d sessions quarantined",
                         report.records, len(report.dead_letters), len(report.quarantined))
@@ -163,7 +187,19 @@ async def _main(cfg: WorkerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, engine.stop)
-    await engine.run()
+    runner = None
+    port = cfg.settings.metrics_port
+    if port is not None:
+        from streams.metrics import WorkerMetrics, start_server
+
+        engine.metrics = WorkerMetrics(cfg.settings.tenant)
+        runner = await start_server(engine.metrics, port, engine.ready)
+        log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
+    try:
+        await engine.run()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
 
 
 def main(settings: Settings) -> None:

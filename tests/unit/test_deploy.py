@@ -334,3 +334,19 @@ def test_dockerfile_builds_one_non_root_image_with_the_cli_as_entrypoint() -> No
     # Every package directory the distribution ships is copied into the build stage.
     for pkg in ("sessionstream", "producers", "streams", "dashboard"):
         assert f"COPY {pkg} ./{pkg}" in text, pkg
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_one_the_worker_exports() -> None:
+    import json
+
+    from prometheus_client import CollectorRegistry
+
+    from streams.metrics import WorkerMetrics
+
+    registry = CollectorRegistry()
+    WorkerMetrics("t", registry)
+    exported = {s.name for fam in registry.collect() for s in fam.samples}
+    dash = json.loads((DEPLOY / "grafana" / "sessionstream.json").read_text())
+    queried = {name for p in dash["panels"] for t in p["targets"]
+               for name in re.findall(r"sessionstream_[a-z_]+", t["expr"])}
+    assert queried and queried <= exported, queried - exported

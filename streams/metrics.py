@@ -1,0 +1,121 @@
+"""Prometheus metrics of the worker and the compactor, and their HTTP server.
+
+Served on ``Settings.metrics_port`` (off when unset) by the kafka engine and the compactor:
+``/metrics``, ``/healthz`` (the event loop runs) and ``/readyz`` (worker: partitions
+assigned; compactor: a step of the change feed done). Names follow the Prometheus
+conventions (``sessionstream_`` prefix, base units, ``_total`` counters); the tenant is a
+label, session ids and content never are (unbounded cardinality, and content must not
+leave the process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class WorkerMetrics:
+    """One worker's collectors, in their own registry (tests can run several workers)."""
+
+    def __init__(self, tenant: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.tenant = tenant
+        r = self.registry
+        self.events = Counter("sessionstream_worker_records_total",
+                              "Records read from the events topic and processed",
+                              ["tenant"], registry=r).labels(tenant)
+        self.skipped = Counter("sessionstream_worker_records_skipped_total",
+                               "Records at or below the stored progress (redelivered)",
+                               ["tenant"], registry=r).labels(tenant)
+        self.batch = Histogram("sessionstream_worker_batch_duration_seconds",
+                               "Time to fold one batch and write it to Redis",
+                               ["tenant"], registry=r).labels(tenant)
+        self.dead_letters = Counter("sessionstream_worker_dead_letters_total",
+                                    "Undecodable records sent to the dead-letter topic",
+                                    ["tenant"], registry=r).labels(tenant)
+        self.quarantines = Counter("sessionstream_worker_quarantines_total",
+                                   "Sessions stopped by a newer format or unknown required type",
+                                   ["tenant"], registry=r).labels(tenant)
+        self.conflicts = Counter("sessionstream_worker_redis_conflicts_total",
+                                 "Per-session writes refused by the Redis script (re-folded)",
+                                 ["tenant"], registry=r).labels(tenant)
+        self.partitions = Gauge("sessionstream_worker_assigned_partitions",
+                                "Partitions of the events topic this worker folds",
+                                ["tenant"], registry=r).labels(tenant)
+        self.last_batch = Gauge("sessionstream_worker_last_batch_timestamp_seconds",
+                                "When the last batch reached Redis (Unix time)",
+                                ["tenant"], registry=r).labels(tenant)
+
+    def observe_batch(self, seconds: float, records: int, skipped: int, dead_letters: int,
+                      quarantined: int, conflicts: int) -> None:
+        self.batch.observe(seconds)
+        self.events.inc(records)
+        self.skipped.inc(skipped)
+        self.dead_letters.inc(dead_letters)
+        self.quarantines.inc(quarantined)
+        self.conflicts.inc(conflicts)
+        self.last_batch.set(time.time())
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class CompactorMetrics:
+    """The compaction watcher's attempts by outcome (``compacted``, ``not_needed``,
+    ``skipped``, ``failed``), and whether it has completed a step (readiness)."""
+
+    OUTCOMES = ("compacted", "not_needed", "skipped", "failed")
+
+    def __init__(self, tenant: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._outcomes = Counter("sessionstream_compactor_compactions_total",
+                                 "Compaction decisions by outcome", ["tenant", "outcome"],
+                                 registry=self.registry)
+        self.tenant = tenant
+        for outcome in self.OUTCOMES:
+            self._outcomes.labels(tenant, outcome)
+        self.feed_entries = Counter("sessionstream_compactor_feed_entries_total",
+                                    "Change-feed entries the compactor read",
+                                    ["tenant"], registry=self.registry).labels(tenant)
+        self.steps = 0
+
+    def observe_step(self, summary: object) -> None:
+        for outcome in self.OUTCOMES:
+            self._outcomes.labels(self.tenant, outcome).inc(int(getattr(summary, outcome)))
+        self.feed_entries.inc(int(getattr(summary, "entries")))  # noqa: B009
+        self.steps += 1
+
+    def ready(self) -> bool:
+        return self.steps > 0
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def start_server(metrics: WorkerMetrics | CompactorMetrics, port: int,
+                       ready: Callable[[], bool], host: str = "0.0.0.0") -> web.AppRunner:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port``; returns the runner."""
+
+    async def metrics_view(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = ready()
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

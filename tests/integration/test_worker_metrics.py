@@ -1,0 +1,100 @@
+"""A real kafka-engine worker exposes Prometheus metrics and readiness after folding events."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from sessionstream.core.settings import Settings
+from tests.integration.procs import ProcessGroup
+from tests.integration.streams_helpers import (
+    caught_up,
+    fleet,
+    interleave,
+    produce,
+    wait_until,
+    worker_env,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_a_worker_serves_metrics_that_count_what_it_folded_and_turns_ready(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_prefix: str, redis_client: redis.Redis, procs: ProcessGroup,
+) -> None:
+    topic, dlq = unique_topic(3), unique_topic(3)
+    logs = fleet(4, seed=5, turns=1)
+    events = interleave(logs)
+    port = _free_port()
+    env = worker_env(settings, topic, dlq, consumer_group, redis_prefix,
+                     SESSIONSTREAM_METRICS_PORT=str(port))
+    worker = procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+    base = f"http://127.0.0.1:{port}"
+    worker.wait_for(lambda: _get(f"{base}/healthz")[0] == 200, 60, "/healthz")
+    worker.wait_for(lambda: _get(f"{base}/readyz")[0] == 200, 60, "/readyz (an assignment)")
+    produce(settings.kafka_bootstrap, topic, events, raw=[(b"bad", b"not avro")])
+    wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,
+               "the worker to fold every event")
+
+    def counted() -> bool:
+        got = _samples(_get(f"{base}/metrics")[1])
+        return got.get(("sessionstream_worker_records_total",
+                        (("tenant", settings.tenant),)), 0) >= len(events) + 1
+    wait_until(counted, 30, "the records counter")
+    status, text = _get(f"{base}/metrics")
+    assert status == 200
+    got = _samples(text)
+    tenant = (("tenant", settings.tenant),)
+    assert got[("sessionstream_worker_records_total", tenant)] == len(events) + 1
+    assert got[("sessionstream_worker_dead_letters_total", tenant)] == 1
+    assert got[("sessionstream_worker_assigned_partitions", tenant)] == 3
+    assert got[("sessionstream_worker_batch_duration_seconds_count", tenant)] >= 1
+    # Tenant as a label, never a session id or content.
+    assert not any(sid in text for sid in logs)
+
+
+def test_the_compactor_serves_its_outcome_counters_and_turns_ready_after_a_step(
+    settings: Settings, unique_topic: Callable[..., str], redis_prefix: str,
+    procs: ProcessGroup,
+) -> None:
+    port = _free_port()
+    env = {"SESSIONSTREAM_KEY_PREFIX": redis_prefix, "SESSIONSTREAM_METRICS_PORT": str(port),
+           "SESSIONSTREAM_EVENTS_TOPIC": unique_topic(1),
+           "SESSIONSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "SESSIONSTREAM_REDIS_URL": settings.redis_url}
+    proc = procs.start_module("sessionstream.cli.main", "compactor", env=env, name="compactor")
+    base = f"http://127.0.0.1:{port}"
+    proc.wait_for(lambda: _get(f"{base}/readyz")[0] == 200, 60, "/readyz (one feed step)")
+    got = _samples(_get(f"{base}/metrics")[1])
+    for outcome in ("compacted", "not_needed", "skipped", "failed"):
+        key = ("sessionstream_compactor_compactions_total",
+               (("outcome", outcome), ("tenant", settings.tenant)))
+        assert got[key] == 0, outcome
