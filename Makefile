@@ -76,9 +76,9 @@ test: $(STAMP) $(NATIVE_STAMP)
 	exit $$rc
 
 lint: $(STAMP)
+	$(NATIVE_ENV) cargo test -q --release --lib --manifest-path native/Cargo.toml
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(NATIVE_ENV) cargo test -q --release --manifest-path native/Cargo.toml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
