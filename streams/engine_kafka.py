@@ -90,6 +90,23 @@ class KafkaEngine:
         if self.metrics is not None:
             self.metrics.partitions.set(len(self.assigned))
 
+    def _observe_lag(self) -> None:
+        """Per assigned partition: the high watermark last fetched minus the consumer's
+        position (both local to the client, no broker round trip)."""
+        assert self.metrics is not None
+        parts = [TopicPartition(self.cfg.topic, p) for p in sorted(self.assigned)]
+        lags: dict[int, int] = {}
+        try:
+            for tp in self.consumer.position(parts):
+                if tp.offset < 0:
+                    continue  # nothing fetched yet: no position to measure from
+                _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+                if high >= 0:
+                    lags[tp.partition] = high - tp.offset
+        except KafkaException as exc:
+            log.debug("lag not measured: %s", exc)
+        self.metrics.observe_lag(lags, self.assigned)
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -135,6 +152,8 @@ class KafkaEngine:
                     await self._process(records)
                     if self.trace is not None:
                         self.trace.done()
+                if self.metrics is not None:
+                    self._observe_lag()
                 if self.processor.converging:
                     await self.processor.converge_step(cfg.converge_sessions)
         finally:
@@ -177,6 +196,7 @@ class KafkaEngine:
             self.metrics.observe_batch(time.monotonic() - began, report.records,
                                        report.skipped, len(report.dead_letters),
                                        len(report.quarantined), report.conflicts)
+            self.metrics.observe_verdicts(report.verdicts)
         if report.dead_letters or report.quarantined:
             log.warning("batch: %d records, %d dead letters, %d sessions quarantined",
                         report.records, len(report.dead_letters), len(report.quarantined))

@@ -11,11 +11,14 @@ leave the process).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: The admission verdicts other than ``admitted`` (sessionstream.core.admission.Verdict).
+VERDICTS = ("duplicate", "history_conflict", "seq_conflict", "seq_gap", "stale_epoch")
 
 
 class WorkerMetrics:
@@ -46,6 +49,16 @@ class WorkerMetrics:
         self.partitions = Gauge("sessionstream_worker_assigned_partitions",
                                 "Partitions of the events topic this worker folds",
                                 ["tenant"], registry=r).labels(tenant)
+        self._verdicts = Counter("sessionstream_worker_rejections_total",
+                                 "Records the admission rule did not admit, by verdict "
+                                 "(refusals and dropped duplicates)",
+                                 ["tenant", "verdict"], registry=r)
+        for verdict in VERDICTS:
+            self._verdicts.labels(tenant, verdict)
+        self._lag = Gauge("sessionstream_worker_consumer_lag_offsets",
+                          "Records on the partition past this worker's position "
+                          "(high watermark - position)", ["tenant", "partition"], registry=r)
+        self._lagging: set[str] = set()
         self.last_batch = Gauge("sessionstream_worker_last_batch_timestamp_seconds",
                                 "When the last batch reached Redis (Unix time)",
                                 ["tenant"], registry=r).labels(tenant)
@@ -59,6 +72,20 @@ class WorkerMetrics:
         self.quarantines.inc(quarantined)
         self.conflicts.inc(conflicts)
         self.last_batch.set(time.time())
+
+    def observe_verdicts(self, verdicts: Mapping[str, int]) -> None:
+        for verdict, n in verdicts.items():
+            self._verdicts.labels(self.tenant, verdict).inc(n)
+
+    def observe_lag(self, lags: Mapping[int, int], assigned: Iterable[int]) -> None:
+        """Set each partition's lag; drop the gauges of partitions no longer assigned."""
+        keep = {str(p) for p in assigned}
+        for partition, lag in lags.items():
+            self._lag.labels(self.tenant, str(partition)).set(max(0, lag))
+            self._lagging.add(str(partition))
+        for gone in self._lagging - keep:
+            self._lag.remove(self.tenant, gone)
+        self._lagging &= keep
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

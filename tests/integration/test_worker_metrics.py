@@ -11,6 +11,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from sessionstream.core.events import Writer, make_event
 from sessionstream.core.settings import Settings
 from tests.integration.procs import ProcessGroup
 from tests.integration.streams_helpers import (
@@ -79,6 +80,58 @@ def test_a_worker_serves_metrics_that_count_what_it_folded_and_turns_ready(
     assert got[("sessionstream_worker_batch_duration_seconds_count", tenant)] >= 1
     # Tenant as a label, never a session id or content.
     assert not any(sid in text for sid in logs)
+
+
+def test_a_worker_counts_a_zombie_writers_refused_event_by_verdict_and_its_lag_drains_to_0(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_prefix: str, redis_client: redis.Redis, procs: ProcessGroup,
+) -> None:
+    topic, dlq = unique_topic(2), unique_topic(1)
+    logs = fleet(3, seed=7, turns=1)
+    events = interleave(logs)
+    sid, other = list(logs)[:2]
+    # A zombie (an old writer that missed its fencing) appends at a seq already taken,
+    # and, after an heir with a newer epoch took the other session, with its old epoch.
+    zombie = make_event(session_id=sid, seq=3, event_id="zombie", time=1, type="todo/add",
+                        data={"id": "z", "text": "zombie"}, writer=Writer("old", 0))
+    last = logs[other][-1].seq
+    heir = make_event(session_id=other, seq=last + 1, event_id="heir", time=2,
+                      type="todo/add", data={"id": "h", "text": "heir"},
+                      writer=Writer("heir", 7), prev_event_id=logs[other][-1].event_id)
+    stale = make_event(session_id=other, seq=last + 2, event_id="stale", time=3,
+                       type="todo/add", data={"id": "s", "text": "stale"},
+                       writer=Writer("old", 0), prev_event_id="heir")
+    produce(settings.kafka_bootstrap, topic, events)
+    logs[other] = [*logs[other], heir]  # admitted: a newer epoch continuing the history
+    produce(settings.kafka_bootstrap, topic, [zombie, heir, stale, events[0]])
+    port = _free_port()
+    env = worker_env(settings, topic, dlq, consumer_group, redis_prefix,
+                     SESSIONSTREAM_METRICS_PORT=str(port))
+    worker = procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+    base = f"http://127.0.0.1:{port}"
+    worker.wait_for(lambda: _get(f"{base}/readyz")[0] == 200, 60, "/readyz (an assignment)")
+    wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,
+               "the worker to fold every event")
+    tenant = settings.tenant
+
+    def verdict(name: str) -> float:
+        got = _samples(_get(f"{base}/metrics")[1])
+        return got.get(("sessionstream_worker_rejections_total",
+                        (("tenant", tenant), ("verdict", name))), -1)
+
+    def drained() -> bool:
+        got = _samples(_get(f"{base}/metrics")[1])
+        lags = {k: v for k, v in got.items()
+                if k[0] == "sessionstream_worker_consumer_lag_offsets"}
+        return len(lags) == 2 and all(v == 0 for v in lags.values())
+
+    wait_until(lambda: verdict("stale_epoch") == 1, 30, "the stale_epoch counter")
+    wait_until(drained, 30, "the lag gauge of both partitions to reach 0")
+    assert verdict("seq_conflict") == 1  # the zombie's event at a taken seq
+    assert verdict("duplicate") == 1  # the redelivered copy of an admitted event
+    assert verdict("seq_gap") == 0  # every verdict is exported, zero until seen
+    text = _get(f"{base}/metrics")[1]
+    assert not any(s in text for s in (sid, other, "zombie"))
 
 
 def test_the_compactor_serves_its_outcome_counters_and_turns_ready_after_a_step(
