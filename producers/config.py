@@ -41,6 +41,10 @@ class WriterConfig:
     #: Seals event content and attachments with the session's data keys (None: clear);
     #: ``from_settings`` builds it (sealing unless the tenant opted out).
     cipher: ContentCipher | None = None
+    #: Record framing (``Settings.wire``): "confluent" registers the schema and frames
+    #: with its id at ``schema_registry_url``; readers detect either.
+    wire: str = "single-object"
+    schema_registry_url: str | None = None
 
     @property
     def keys(self) -> KeySpace:
@@ -58,6 +62,8 @@ class WriterConfig:
             "tenant": settings.tenant,
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
+            "wire": getattr(settings, "wire", "single-object"),
+            "schema_registry_url": getattr(settings, "schema_registry_url", None),
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()
