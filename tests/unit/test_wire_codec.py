@@ -76,3 +76,10 @@ def test_confluent_record_without_a_registry_names_the_setting() -> None:
 def test_a_registry_schema_that_is_not_avro_is_a_corrupt_record() -> None:
     with pytest.raises(CorruptRecord, match="is not an Avro schema"):
         _wire({5: '{"type": "nonsense"}'}).decode(codec.confluent_header(5) + b"\x00")
+
+
+def test_schemas_readme_fingerprint_table_matches_the_shipped_files() -> None:
+    text = (codec.SCHEMA_DIR / "README.md").read_text(encoding="utf-8")
+    for path in codec.schema_files():
+        fp = codec.load_schema(json.loads(path.read_text())).fingerprint.hex()
+        assert f"| `{path.name}` | `{fp}` |" in text
