@@ -76,9 +76,9 @@ def middleware(auth: TokenAuth) -> Callable[..., Awaitable[web.StreamResponse]]:
                                 f"serves tenant {auth.tenant!r}", auth, path)
         if path == "/" and "token" in request.query:
             # Keep the token out of the address bar and history: a cookie, then the page.
-            resp = web.HTTPFound("/")
-            resp.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
-            return resp
+            login = web.HTTPFound("/")
+            login.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
+            raise login
         return await handler(request)
 
     return check

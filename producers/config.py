@@ -58,6 +58,10 @@ class WriterConfig:
     cipher: ContentCipher | None = None
     #: Told of fencings and delivery errors (e.g. ``producers.metrics.WriterMetrics``).
     stats: WriterStats | None = field(default=None, repr=False, compare=False)
+    #: Record framing (``Settings.wire``): "confluent" registers the schema and frames
+    #: with its id at ``schema_registry_url``; readers detect either.
+    wire: str = "single-object"
+    schema_registry_url: str | None = None
 
     @property
     def keys(self) -> KeySpace:
@@ -75,6 +79,8 @@ class WriterConfig:
             "tenant": settings.tenant,
             "key_prefix": getattr(settings, "key_prefix", DEFAULT_KEY_PREFIX),
             "attachment_dir": getattr(settings, "attachment_dir", None),
+            "wire": getattr(settings, "wire", "single-object"),
+            "schema_registry_url": getattr(settings, "schema_registry_url", None),
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()

@@ -39,12 +39,18 @@ class WriterEdges:
         from sessionstream.core import codec  # the Avro codec; imported at the edge
 
         self.cfg = cfg
-        self.encode = codec.encode
-        self.decode: Callable[[Any], Event] = codec.decode
+        self.encode: Callable[[Event], bytes] = codec.encode
+        decode: Callable[[Any], Event] = codec.decode
+        if cfg.wire == "confluent" or cfg.schema_registry_url:
+            from sessionstream.registry import wire_codec  # registers <topic>-value
+
+            wire = wire_codec(cfg.wire, cfg.schema_registry_url, cfg.topic, writing=True)
+            self.encode, decode = wire.encode, wire.decode
+        self.decode: Callable[[Any], Event] = decode
         self.opener: SealedContentOpener | None = None
         if cfg.cipher is not None:
             self.opener = SealedContentOpener(cfg.cipher)
-            self.decode = self.opener.decoder(codec.decode)
+            self.decode = self.opener.decoder(decode)
         self.redis = redisconn.sync_redis(
             cfg.redis_url,
             cluster=cfg.redis_cluster,

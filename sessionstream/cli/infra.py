@@ -217,7 +217,9 @@ COMMANDS: tuple[click.Command, ...] = (
 def register(cli_group: click.Group) -> None:
     """Add the infrastructure commands to ``cli_group`` (the ``sessionstream`` group)."""
     from sessionstream.cli.cluster import cluster_group
+    from sessionstream.cli.registry import registry_group
 
     for command in COMMANDS:
         cli_group.add_command(command)
     cli_group.add_command(cluster_group)
+    cli_group.add_command(registry_group)

@@ -23,7 +23,7 @@ import copy
 import io
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -46,6 +46,9 @@ from sessionstream.core.sealed import MalformedSealedPart, SealedPart
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8  # magic + CRC-64-AVRO fingerprint
+#: Schema Registry ("Confluent") framing: magic byte 0 + 4-byte big-endian schema id.
+CONFLUENT_MAGIC = 0
+CONFLUENT_HEADER_LEN = 5
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 _FILE_RE = re.compile(r"session_event\.v(\d+)\.avsc")
 
@@ -127,8 +130,9 @@ class AvroCodec:
     def fingerprints(self) -> tuple[bytes, ...]:
         return tuple(self._by_fp)
 
-    def encode(self, event: Event) -> bytes:
-        """The event as one single-object-encoded Avro record."""
+    def encode(self, event: Event, header: bytes | None = None) -> bytes:
+        """The event as one single-object-encoded Avro record (``header``: another framing's
+        header before the same body, e.g. :func:`confluent_header`)."""
         w = event.writer
         record = {
             "format_version": event.format_version,
@@ -148,7 +152,7 @@ class AvroCodec:
             "sealed": [p.to_record() for p in event.sealed] if event.sealed else (),
         }
         out = io.BytesIO()
-        out.write(self._header)
+        out.write(self._header if header is None else header)
         try:
             schemaless_writer(out, self.writer.parsed, record)
         except _WRITE_ERRORS as exc:
@@ -181,9 +185,17 @@ class AvroCodec:
                 f"unknown schema fingerprint {fp.hex()}: written with an envelope schema "
                 "this build does not know (upgrade sessionstream) or not a sessionstream record"
             )
+        return self.read_body(payload, HEADER_LEN, writer)
+
+    def known(self, schema: SchemaVersion) -> SchemaVersion:
+        """The shipped version with this schema's fingerprint, else ``schema`` itself."""
+        return self._by_fp.get(schema.fingerprint, schema)
+
+    def read_body(self, payload: bytes, start: int, writer: SchemaVersion) -> dict[str, Any]:
+        """The Avro body at ``payload[start:]`` written with ``writer``, resolved to the reader."""
         reader = None if writer is self.reader else self.reader.parsed
         body = io.BytesIO(payload)
-        body.seek(HEADER_LEN)
+        body.seek(start)
         try:
             record: Any = schemaless_reader(body, writer.parsed, reader)
         except _READ_ERRORS as exc:
@@ -195,6 +207,60 @@ class AvroCodec:
                 f"{len(payload) - body.tell()} trailing bytes after the record"
             )
         return record
+
+
+def confluent_header(schema_id: int) -> bytes:
+    """The Schema Registry framing's 5-byte header for ``schema_id``."""
+    if not 0 <= schema_id < 2**32:
+        raise CodecError(f"schema id {schema_id} does not fit the 4-byte Confluent header")
+    return bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4, "big")
+
+
+class WireCodec:
+    """Either framing on read (by the first byte), one framing on write.
+
+    ``lookup`` (a port: the registry client implements it outside the core) gives the
+    writer schema (the JSON text) of a Confluent schema id; it raises CorruptRecord for
+    an id the registry does not know. Results are cached per id. ``write_id``: the
+    registered id writers frame with (None: single-object records).
+    """
+
+    def __init__(self, base: AvroCodec, lookup: Callable[[int], str] | None,
+                 write_id: int | None = None) -> None:
+        self.base = base
+        self._lookup = lookup
+        self._by_id: dict[int, SchemaVersion] = {}
+        self._header = None if write_id is None else confluent_header(write_id)
+
+    def encode(self, event: Event) -> bytes:
+        return self.base.encode(event, self._header)
+
+    def decode(self, payload: bytes | bytearray | memoryview) -> Event:
+        data = payload if type(payload) is bytes else bytes(payload)
+        if not data or data[0] != CONFLUENT_MAGIC:
+            return self.base.decode(data)
+        if len(data) < CONFLUENT_HEADER_LEN:
+            raise CorruptRecord(f"{len(data)} bytes is shorter than the 5-byte Confluent "
+                                "header (magic 00 + schema id)")
+        schema_id = int.from_bytes(data[1:CONFLUENT_HEADER_LEN], "big")
+        writer = self._by_id.get(schema_id)
+        if writer is None:
+            writer = self._by_id[schema_id] = self._resolve(schema_id)
+        return _to_event(self.base.read_body(data, CONFLUENT_HEADER_LEN, writer))
+
+    def _resolve(self, schema_id: int) -> SchemaVersion:
+        if self._lookup is None:
+            raise CorruptRecord(
+                f"Confluent-framed record (schema id {schema_id}) but no schema registry is "
+                "configured (the schema registry URL setting)")
+        text = self._lookup(schema_id)
+        try:
+            schema = load_schema(json.loads(text))
+        except Exception as exc:  # fastavro's parse errors share no base class but Exception
+            raise CorruptRecord(
+                f"schema id {schema_id} from the registry is not an Avro schema: "
+                f"{type(exc).__name__}: {exc}"[:300]) from exc
+        return self.base.known(schema)
 
 
 _SURFACE_OPS = {op.value: op for op in SurfaceOp}

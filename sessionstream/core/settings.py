@@ -202,12 +202,6 @@ class Settings:
             raise SettingsError(
                 f"SESSIONSTREAM_SCHEMA_REGISTRY_URL={self.schema_registry_url!r} is not an "
                 "http(s) URL, e.g. http://127.0.0.1:18081/apis/ccompat/v7")
-        if self.wire == "confluent":
-            # Accepted by name so deploy files can say it, refused until writers and readers
-            # frame with it (issue #12, "Schema Registry framing"): never silently ignored.
-            raise SettingsError(
-                "SESSIONSTREAM_WIRE=confluent (Schema Registry framing) is not implemented in "
-                "this build yet; use SESSIONSTREAM_WIRE=single-object (the default)")
         if self.wire == "confluent" and self.schema_registry_url is None:
             raise SettingsError(
                 "SESSIONSTREAM_WIRE=confluent needs SESSIONSTREAM_SCHEMA_REGISTRY_URL (the "

@@ -50,5 +50,13 @@ def row_cipher(settings: Settings, store: KeyStore | None = None) -> RowCipher:
 
 
 def reader_pipeline(settings: Settings, store: KeyStore | None = None) -> ReaderPipeline:
-    """The default reader pipeline with the tenant's content opener."""
-    return ReaderPipeline.default(opener=content_opener(settings, store))
+    """The default reader pipeline with the tenant's content opener (and, with a schema
+    registry configured, a codec that also reads Confluent-framed records)."""
+    pipeline = ReaderPipeline.default(opener=content_opener(settings, store))
+    if settings.wire == "confluent" or settings.schema_registry_url:
+        from sessionstream.registry import wire_codec
+
+        wire = wire_codec(settings.wire, settings.schema_registry_url, None, writing=False)
+        pipeline = ReaderPipeline(pipeline.registry, pipeline.catalog, decode=wire.decode,
+                                  opener=pipeline.opener)
+    return pipeline

@@ -123,7 +123,7 @@ def test_operations_settings_are_read_from_the_environment() -> None:
 
 @pytest.mark.parametrize("env,needle", [
     ({"SESSIONSTREAM_WIRE": "protobuf"}, "SESSIONSTREAM_WIRE='protobuf'"),
-    ({"SESSIONSTREAM_WIRE": "confluent"}, "is not implemented in this build yet"),
+    ({"SESSIONSTREAM_WIRE": "confluent"}, "needs SESSIONSTREAM_SCHEMA_REGISTRY_URL"),
     ({"SESSIONSTREAM_SCHEMA_REGISTRY_URL": "registry:8081"}, "is not an http(s) URL"),
     ({"SESSIONSTREAM_REDIS_CLUSTER": "maybe"}, "SESSIONSTREAM_REDIS_CLUSTER='maybe'"),
     ({"SESSIONSTREAM_METRICS_PORT": "70000"}, "SESSIONSTREAM_METRICS_PORT=70000"),
