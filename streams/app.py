@@ -23,11 +23,20 @@ from typing import Any
 
 import faust
 
+from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
 from streams.processor import Processor
-from streams.worker import EXIT_BUG, EXIT_CONFIG, WorkerConfig, build_processor, check_topics
+from streams.worker import (
+    EXIT_BUG,
+    EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
+    WorkerConfig,
+    build_processor,
+    check_topics,
+    process_retrying,
+)
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -92,7 +101,10 @@ async def _converge() -> None:
     """Rebuild bumped units of quiet sessions, a bounded step at a time."""
     proc = processor()
     if proc.converging:
-        await proc.converge_step(cfg.converge_sessions)
+        try:
+            await proc.converge_step(cfg.converge_sessions)
+        except SchemaUnavailable as exc:  # those sessions refold on their next event
+            log.warning("state_version convergence step postponed: %s", exc)
 
 
 @app.agent(events)
@@ -107,12 +119,16 @@ async def project(stream: Any) -> None:
         ]
         # faust acknowledges the batch when this body returns, raises or is cancelled
         # (shutdown, rebalance): finish the batch first, and die on a bug instead.
-        task = asyncio.ensure_future(proc.process(records))
+        task = asyncio.ensure_future(process_retrying(proc, records))
         try:
             report = await asyncio.shield(task)
         except asyncio.CancelledError:
             await task
             raise
+        except SchemaUnavailable as exc:
+            log.critical("the schema registry stayed unavailable (%s); exiting before the "
+                         "batch is acknowledged, a restart re-reads it", exc)
+            os._exit(EXIT_UNAVAILABLE)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from producers.kafka_clients import KafkaClients
+from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
@@ -39,9 +40,11 @@ if TYPE_CHECKING:
 from streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
     WorkerConfig,
     build_processor,
     check_topics,
+    process_retrying,
 )
 
 log = logging.getLogger("sessionstream.streams.worker")
@@ -155,7 +158,10 @@ class KafkaEngine:
                 if self.metrics is not None:
                     self._observe_lag()
                 if self.processor.converging:
-                    await self.processor.converge_step(cfg.converge_sessions)
+                    try:
+                        await self.processor.converge_step(cfg.converge_sessions)
+                    except SchemaUnavailable as exc:  # those sessions refold on their next event
+                        log.warning("state_version convergence step postponed: %s", exc)
         finally:
             await asyncio.to_thread(self.consumer.close)
 
@@ -177,8 +183,13 @@ class KafkaEngine:
 
     async def _process(self, records: list[Record]) -> None:
         began = time.monotonic()
+        retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
-            report = await self.processor.process(records)
+            report = await process_retrying(self.processor, records, on_retry=retried)
+        except SchemaUnavailable as exc:
+            log.critical("the schema registry stayed unavailable (%s); exiting before the "
+                         "batch is acknowledged, a restart re-reads it", exc)
+            os._exit(EXIT_UNAVAILABLE)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())

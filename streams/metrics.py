@@ -59,6 +59,10 @@ class WorkerMetrics:
                           "Records on the partition past this worker's position "
                           "(high watermark - position)", ["tenant", "partition"], registry=r)
         self._lagging: set[str] = set()
+        self.schema_retries = Counter("sessionstream_worker_schema_retries_total",
+                                      "Batches retried because the schema registry did "
+                                      "not answer (never dead-lettered)",
+                                      ["tenant"], registry=r).labels(tenant)
         self.last_batch = Gauge("sessionstream_worker_last_batch_timestamp_seconds",
                                 "When the last batch reached Redis (Unix time)",
                                 ["tenant"], registry=r).labels(tenant)
