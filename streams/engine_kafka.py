@@ -36,6 +36,7 @@ from streams.processor import Processor
 from streams.trace import StageTrace
 
 if TYPE_CHECKING:
+    from streams.lag import LagProbe
     from streams.metrics import WorkerMetrics
 from streams.worker import (
     EXIT_BUG,
@@ -62,6 +63,9 @@ class KafkaEngine:
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
+        self.lag_probe: LagProbe | None = None  # with metrics: the as_of_seq lag
+        self._probing: asyncio.Task[None] | None = None
+        self._positioned: set[int] = set()  # partitions whose offsets lag the consumer knows
         self.assigned: set[int] = set()
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
@@ -102,13 +106,38 @@ class KafkaEngine:
         try:
             for tp in self.consumer.position(parts):
                 if tp.offset < 0:
-                    continue  # nothing fetched yet: no position to measure from
+                    continue  # nothing fetched yet: the lag probe measures it (below)
                 _, high = self.consumer.get_watermark_offsets(tp, cached=True)
                 if high >= 0:
                     lags[tp.partition] = high - tp.offset
         except KafkaException as exc:
             log.debug("lag not measured: %s", exc)
+        self._positioned = set(lags)
         self.metrics.observe_lag(lags, self.assigned)
+
+    def _maybe_probe(self) -> None:
+        """Start a measurement of the as_of_seq lag when one is due (in the background:
+        a slow broker answer never delays a batch)."""
+        probe = self.lag_probe
+        if probe is None or not self.assigned or not probe.due():
+            return
+        if self._probing is not None and not self._probing.done():
+            return
+        self._probing = asyncio.create_task(self._probe_seq_lag(probe))
+
+    async def _probe_seq_lag(self, probe: LagProbe) -> None:
+        assert self.metrics is not None
+        try:
+            lags = await probe.measure(sorted(self.assigned))
+        except Exception as exc:  # a metric must never stop the fold
+            log.warning("as_of_seq lag not measured: %s: %s", type(exc).__name__, exc)
+            return
+        self.metrics.observe_seq_lag({lag.partition: lag.seq for lag in lags
+                                      if lag.seq is not None}, self.assigned)
+        # A partition the consumer has no position in yet (nothing fetched: e.g. empty):
+        # its offsets lag from the stored progress instead.
+        self.metrics.observe_lag({lag.partition: lag.offsets for lag in lags
+                                  if lag.partition not in self._positioned}, self.assigned)
 
     def stop(self) -> None:
         self._stop.set()
@@ -157,12 +186,17 @@ class KafkaEngine:
                         self.trace.done()
                 if self.metrics is not None:
                     self._observe_lag()
+                    self._maybe_probe()
                 if self.processor.converging:
                     try:
                         await self.processor.converge_step(cfg.converge_sessions)
                     except SchemaUnavailable as exc:  # those sessions refold on their next event
                         log.warning("state_version convergence step postponed: %s", exc)
         finally:
+            if self._probing is not None:
+                self._probing.cancel()
+            if self.lag_probe is not None:
+                await asyncio.to_thread(self.lag_probe.close)
             await asyncio.to_thread(self.consumer.close)
 
     def _records(self, msgs: list[Message]) -> list[Record]:
@@ -221,9 +255,12 @@ async def _main(cfg: WorkerConfig) -> None:
     runner = None
     port = cfg.settings.metrics_port
     if port is not None:
+        from streams.lag import probe_from_settings
         from streams.metrics import WorkerMetrics, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
+        engine.lag_probe = probe_from_settings(cfg.settings, engine.processor.sink,
+                                               engine.processor.pipeline, cfg.topic, cfg.group)
         runner = await start_server(engine.metrics, port, engine.ready)
         log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
     try:

@@ -21,6 +21,26 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 VERDICTS = ("duplicate", "history_conflict", "seq_conflict", "seq_gap", "stale_epoch")
 
 
+class PartitionGauge:
+    """A per-partition gauge of one tenant: set for measured partitions, removed for
+    partitions no longer assigned (no stale series after a rebalance)."""
+
+    def __init__(self, gauge: Gauge, tenant: str) -> None:
+        self.gauge = gauge
+        self.tenant = tenant
+        self._set: set[str] = set()
+
+    def observe(self, values: Mapping[int, int], assigned: Iterable[int]) -> None:
+        keep = {str(p) for p in assigned}
+        for partition, value in values.items():
+            if str(partition) in keep:
+                self.gauge.labels(self.tenant, str(partition)).set(max(0, value))
+                self._set.add(str(partition))
+        for gone in self._set - keep:
+            self.gauge.remove(self.tenant, gone)
+        self._set &= keep
+
+
 class WorkerMetrics:
     """One worker's collectors, in their own registry (tests can run several workers)."""
 
@@ -55,10 +75,15 @@ class WorkerMetrics:
                                  ["tenant", "verdict"], registry=r)
         for verdict in VERDICTS:
             self._verdicts.labels(tenant, verdict)
-        self._lag = Gauge("sessionstream_worker_consumer_lag_offsets",
-                          "Records on the partition past this worker's position "
-                          "(high watermark - position)", ["tenant", "partition"], registry=r)
-        self._lagging: set[str] = set()
+        self._lag = PartitionGauge(Gauge(
+            "sessionstream_worker_consumer_lag_offsets",
+            "Records on the partition past this worker's position (high watermark - "
+            "position)", ["tenant", "partition"], registry=r), tenant)
+        self._seq_lag = PartitionGauge(Gauge(
+            "sessionstream_worker_consumer_lag_seq",
+            "Events of the partition's newest record's session not yet visible to readers "
+            "(its seq - the session's as_of_seq; 0 once folded)",
+            ["tenant", "partition"], registry=r), tenant)
         self.schema_retries = Counter("sessionstream_worker_schema_retries_total",
                                       "Batches retried because the schema registry did "
                                       "not answer (never dead-lettered)",
@@ -82,14 +107,12 @@ class WorkerMetrics:
             self._verdicts.labels(self.tenant, verdict).inc(n)
 
     def observe_lag(self, lags: Mapping[int, int], assigned: Iterable[int]) -> None:
-        """Set each partition's lag; drop the gauges of partitions no longer assigned."""
-        keep = {str(p) for p in assigned}
-        for partition, lag in lags.items():
-            self._lag.labels(self.tenant, str(partition)).set(max(0, lag))
-            self._lagging.add(str(partition))
-        for gone in self._lagging - keep:
-            self._lag.remove(self.tenant, gone)
-        self._lagging &= keep
+        """Set each partition's lag in offsets; drop partitions no longer assigned."""
+        self._lag.observe(lags, assigned)
+
+    def observe_seq_lag(self, lags: Mapping[int, int], assigned: Iterable[int]) -> None:
+        """Set each partition's lag in ``as_of_seq`` (streams.lag); drop unassigned ones."""
+        self._seq_lag.observe(lags, assigned)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
