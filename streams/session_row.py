@@ -85,6 +85,7 @@ class SessionRowCodec:
         self.units = tuple(units)
         #: False: every unit written whole, as before ADR 0013 (the benches' baseline)
         self.chunked = chunked
+        self.chunk = CHUNK_ITEMS  # items per chunk of the rows this codec writes
         self.versions: dict[str, int] = {u.key: u.state_version for u in self.units}
         self.rows = rows
 
@@ -167,7 +168,7 @@ class SessionRowCodec:
                     usable = base.stored and unit.key not in base.pending
                     chunks[unit.key], memo[unit.key] = chunked_fields(
                         unit, base.states[unit.key] if usable else None,
-                        states[unit.key], chunks.get(unit.key), fields, deletes,
+                        states[unit.key], chunks.get(unit.key), fields, deletes, self.chunk,
                         memo=base.memo.get(unit.key) if usable else None)
                     view, state = unit.heads(states[unit.key])
                 else:
