@@ -22,7 +22,7 @@ from streams import sink
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
-LUA_TOKENS = {"HGET", "HSET", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
+LUA_TOKENS = {"HGET", "HSET", "HDEL", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
               "~", "*", "-1", "0", "1", ""}
 
 SCRIPTS = {
