@@ -453,7 +453,16 @@ class SessionWriter:
         self._mine.append(event)
         self._sender.produce(self._key, value, event.event_id)
 
+    def _mark_fenced(self, reason: str) -> None:
+        if not self._fenced and self._e.cfg.stats is not None:
+            self._e.cfg.stats.fenced(reason)
+        self._fenced = True
+
     def _delivered(self, d: Delivery) -> None:
+        stats = self._e.cfg.stats
+        if stats is not None and d.state in (DeliveryState.FAILED,
+                                             DeliveryState.POSSIBLY_PERSISTED):
+            stats.delivery_error(d.state.value)
         if d.state is DeliveryState.OK and d.offset is not None:
             self._bytes.pop(d.event_id, None)
             self._offsets[d.event_id] = d.offset
@@ -478,7 +487,7 @@ class SessionWriter:
         try:
             self._e.leases.renew(self.lease)
         except Fenced:
-            self._fenced = True
+            self._mark_fenced("lease_renewal")
             raise
         except RedisUnavailable as exc:
             # Safety never depends on Redis (readers apply the admission rule), but the
@@ -564,7 +573,7 @@ class SessionWriter:
         got = set(verdicts.mine_admitted)
         refused = [e.event_id for e in todo if e.event_id not in got]
         if refused:
-            self._fenced = True
+            self._mark_fenced("not_admitted")
             first = next(e for e in todo if e.event_id not in got)
             kinds = sorted({r.verdict.value for r in verdicts.mine_refused})
             log.warning("session %s epoch %d: %d event(s) from seq %d not admitted (%s)",
@@ -590,7 +599,7 @@ class SessionWriter:
         if not self._fenced:
             try:
                 if not self._e.leases.hand_off(self.lease, self.next_seq, release=False):
-                    self._fenced = True
+                    self._mark_fenced("hand_off")
             except RedisUnavailable:
                 log.warning("session %s: could not record next-seq hand-off", self.session_id)
 
