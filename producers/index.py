@@ -19,16 +19,21 @@ import redis
 from producers.errors import Fenced, RedisUnavailable
 from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, LogIndexFields, lua
 
+#: Fold offsets [lo, hi] of one partition into the index hash ``key`` (Lua expressions):
+#: ``first_offset`` only falls, ``last_offset`` only grows. Shared with the lease's
+#: flush settlement (``producers.lease``), which records the index in the same call.
+RECORD_BODY = """
+redis.call('HSET', {key}, $PARTITION, {partition})
+redis.call('HSETNX', {key}, $FIRST_OFFSET, {lo})
+local first = tonumber(redis.call('HGET', {key}, $FIRST_OFFSET))
+if tonumber({lo}) < first then redis.call('HSET', {key}, $FIRST_OFFSET, {lo}) end
+local last = tonumber(redis.call('HGET', {key}, $LAST_OFFSET) or '-1')
+if tonumber({hi}) > last then redis.call('HSET', {key}, $LAST_OFFSET, {hi}) end
+"""
+
 # KEYS: log. ARGV: partition, min_offset, max_offset.
-_RECORD = lua("""
-redis.call('HSET', KEYS[1], $PARTITION, ARGV[1])
-redis.call('HSETNX', KEYS[1], $FIRST_OFFSET, ARGV[2])
-local first = tonumber(redis.call('HGET', KEYS[1], $FIRST_OFFSET))
-if tonumber(ARGV[2]) < first then redis.call('HSET', KEYS[1], $FIRST_OFFSET, ARGV[2]) end
-local last = tonumber(redis.call('HGET', KEYS[1], $LAST_OFFSET) or '-1')
-if tonumber(ARGV[3]) > last then redis.call('HSET', KEYS[1], $LAST_OFFSET, ARGV[3]) end
-return 1
-""")
+_RECORD = lua(RECORD_BODY.format(key="KEYS[1]", partition="ARGV[1]", lo="ARGV[2]",
+                                 hi="ARGV[3]") + "return 1\n")
 
 # KEYS: log, lease. ARGV: owner, epoch. Marks clean only if the lease is still ours.
 _MARK_CLEAN = lua("""

@@ -50,6 +50,8 @@ FAIL_FAST_S = 1.0
 #: connect(): how long a topic missing from the metadata is retried (a topic created a
 #: moment ago may not be in the metadata yet) before TopicNotFound.
 UNKNOWN_TOPIC_GRACE_S = 3.0
+#: produce() serves delivery reports (poll(0)) once per this many records.
+POLL_EVERY = 16
 #: flush()/close() of one sender on a shared producer serve callbacks in slices this
 #: long, so one writer's barrier never waits for another writer's backlog.
 FLUSH_SLICE_S = 0.005
@@ -85,8 +87,17 @@ class Delivery:
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         sender = self._sender
-        if sender is not None:
-            sender._settle(self, err, msg)
+        if sender is None:
+            return
+        if err is None and sender._plain and sender._up():
+            # The common case, inline (this runs once per record): acknowledged, no
+            # listener, no resent copy to reconcile, the producer known to be up.
+            sender._inflight -= 1
+            self.state = DeliveryState.OK
+            self.partition = msg.partition()
+            self.offset = msg.offset()
+            return
+        sender._settle(self, err, msg)
 
     def __repr__(self) -> str:
         return (f"Delivery({self.event_id!r}, {self.state.value}, partition={self.partition}, "
@@ -265,7 +276,31 @@ class KafkaSender:
         self._producer: Producer | None = None
         self._deliveries: dict[str, Delivery] = {}
         self._inflight = 0  # our records produced and not yet reported
-        self.on_delivery = on_delivery
+        self._resent = False  # some event was produced twice (reports to reconcile)
+        self._since_poll = 0  # records produced since the last poll(0)
+        self._on_delivery = on_delivery
+        #: Delivery reports may take the inline path (see Delivery.__call__).
+        self._plain = False
+
+    @property
+    def on_delivery(self) -> DeliveryListener | None:
+        """Called with each record's Delivery once it is reported (None: nobody)."""
+        return self._on_delivery
+
+    @on_delivery.setter
+    def on_delivery(self, listener: DeliveryListener | None) -> None:
+        self._on_delivery = listener
+        self._replan()
+
+    def _replan(self) -> None:
+        entry = self._entry
+        self._plain = (self._on_delivery is None and not self._resent and entry is not None
+                       and entry.verified)
+
+    def _up(self) -> bool:
+        """No "all brokers down" seen since the last success (else _settle clears it)."""
+        entry = self._entry
+        return entry is not None and entry.down_since is None
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -278,6 +313,7 @@ class KafkaSender:
             entry = self._entry = self._pool.acquire(self._config)
             self._producer = entry.producer
             self._inflight = 0
+            self._replan()
         return entry.producer
 
     def connect(self, timeout: float = 10.0) -> None:
@@ -305,6 +341,7 @@ class KafkaSender:
                 t = md.topics.get(self.topic)
                 if t is not None and t.error is None and t.partitions:
                     entry.up()
+                    self._replan()
                     return
                 entry.down_since = None  # a broker answered: only the topic is missing
                 if t is not None and t.error is not None and t.error.code() in (
@@ -341,7 +378,9 @@ class KafkaSender:
             entry = self._entry
             if entry is not None and (entry.down_since is not None or not entry.verified):
                 entry.up()
+            self._replan()
         elif d.state is not DeliveryState.OK:
+            self._plain = False  # the next success re-checks whether the producer is up
             d.error = map_kafka_error(err, what=f"delivering event {d.event_id}")
             d.state = (
                 DeliveryState.POSSIBLY_PERSISTED
@@ -354,8 +393,8 @@ class KafkaSender:
             current.state, current.partition, current.offset = d.state, d.partition, d.offset
             current.error = None
             d = current
-        if self.on_delivery is not None:
-            self.on_delivery(d)
+        if self._on_delivery is not None:
+            self._on_delivery(d)
 
     def produce(
         self,
@@ -383,8 +422,16 @@ class KafkaSender:
         except KafkaException as exc:
             raise map_kafka_error(exc.args[0], what="produce") from exc
         self._inflight += 1
+        if event_id in self._deliveries:
+            self._resent, self._plain = True, False  # _settle reconciles the copies
         self._deliveries[event_id] = d
-        p.poll(0)
+        # Serve delivery reports every few records rather than after each one: a poll
+        # costs about as much as the rest of produce(), flush() serves them anyway and
+        # the local queue holds far more than POLL_EVERY records.
+        self._since_poll += 1
+        if self._since_poll >= POLL_EVERY:
+            self._since_poll = 0
+            p.poll(0)
         return d
 
     def _produce_when_room(self, p: Producer, key: bytes, value: bytes, d: Delivery,
@@ -449,6 +496,9 @@ class KafkaSender:
         """Stop tracking records (after their outcome was handled)."""
         for e in event_ids:
             self._deliveries.pop(e, None)
+        if self._resent and not self._deliveries:
+            self._resent = False  # no copies left to reconcile
+            self._replan()
 
     def deliveries(self) -> list[Delivery]:
         return list(self._deliveries.values())

@@ -44,7 +44,7 @@ from producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
-from producers.kafka import Delivery, DeliveryState
+from producers.kafka import DeliveryState
 from producers.lease import Lease
 from producers.limits import ENVELOPE_OVERHEAD, size_bound
 from producers.readback import ReadBack, Rejection, read_session
@@ -130,11 +130,12 @@ class SessionWriter:
                                                 session.session_id)
         self._limit = edges.limit()
         self._sender = edges.sender
-        self._sender.on_delivery = self._delivered
         self._key = session.session_id.encode()
         self._bytes: dict[str, bytes] = {}  # event_id -> record, until acknowledged
         self._mine: list[Event] = []  # every event this writer produced, in seq order
         self._offsets: dict[str, int] = {}  # acknowledged event_id -> offset
+        #: Produced, acknowledgement not yet taken in (by _harvest), in produce order.
+        self._unharvested: list[str] = []
         self._partition: int | None = readback.partition if readback else None
         self._idx_lo: int | None = None
         self._idx_hi: int | None = None
@@ -452,14 +453,33 @@ class SessionWriter:
         self._bytes[event.event_id] = value
         self._mine.append(event)
         self._sender.produce(self._key, value, event.event_id)
+        self._unharvested.append(event.event_id)
 
-    def _delivered(self, d: Delivery) -> None:
-        if d.state is DeliveryState.OK and d.offset is not None:
-            self._bytes.pop(d.event_id, None)
-            self._offsets[d.event_id] = d.offset
+    def _harvest(self) -> list[str]:
+        """Take in the acknowledgements reported since the last call: offsets, partition,
+        the index range; returns the event ids taken in (done here, once per flush, rather
+        than in a callback per record)."""
+        sender = self._sender
+        offsets, records = self._offsets, self._bytes
+        lo, hi = self._idx_lo, self._idx_hi
+        taken: list[str] = []
+        waiting: list[str] = []
+        for eid in self._unharvested:
+            d = sender.delivery(eid)
+            if d is None or d.state is not DeliveryState.OK or d.offset is None:
+                if eid not in offsets:
+                    waiting.append(eid)
+                continue
+            off = d.offset
+            offsets[eid] = off
+            records.pop(eid, None)
             self._partition = d.partition
-            self._idx_lo = d.offset if self._idx_lo is None else min(self._idx_lo, d.offset)
-            self._idx_hi = d.offset if self._idx_hi is None else max(self._idx_hi, d.offset)
+            lo = off if lo is None or off < lo else lo
+            hi = off if hi is None or off > hi else hi
+            taken.append(eid)
+        self._idx_lo, self._idx_hi = lo, hi
+        self._unharvested = waiting
+        return taken
 
     def _maybe_renew(self) -> None:
         # Renew when a third of the TTL has passed: a writer paused past its TTL finds
@@ -527,14 +547,41 @@ class SessionWriter:
         """
         if self._closed is not None and self._closed != "closed":
             raise WriterClosed(self.session_id, self._closed)
-        self._flush_acks(timeout)
+        self._flush_acks(timeout, index_later=True)
+        if self._settle():
+            return
         self._prove_admitted(timeout)
         self._hand_off()
 
-    def _flush_acks(self, timeout: float) -> None:
-        """The broker half of the barrier: every record acknowledged, else raise."""
-        self._sender.flush(timeout)
-        unconfirmed = self._sender.unconfirmed()
+    def _settle(self) -> bool:
+        """The common end of a flush in one Redis round trip (index, epoch, hand-off).
+
+        True when the epoch is still ours and this writer's earlier events were proven
+        admitted: then every event flushed is admitted too (see flush) and the next seq
+        is handed off. False: the caller proves by reading the log (the epoch changed,
+        nothing of ours was proven yet, or Redis cannot say).
+        """
+        offsets = None
+        if self._idx_lo is not None and self._idx_hi is not None and self._partition is not None:
+            offsets = (self._partition, self._idx_lo, self._idx_hi)
+        if self._fenced or not self._established:
+            self._update_index_quietly()
+            return False
+        try:
+            epoch, handed = self._e.leases.settle(self.lease, self.next_seq, offsets)
+        except RedisUnavailable:
+            log.warning("session %s: session index not updated (Redis unreachable)",
+                        self.session_id)
+            return False  # the index offsets are kept for a later flush
+        self._idx_lo = self._idx_hi = None
+        if epoch != self.lease.epoch:
+            return False
+        self._proven = len(self._mine)
+        if not handed:
+            self._fenced = True  # the lease hash is not ours at our epoch any more
+        return True
+
+    def _update_index_quietly(self) -> None:
         try:
             self._update_index()
         except RedisUnavailable:
@@ -542,9 +589,20 @@ class SessionWriter:
             # offsets are kept and folded in on a later flush.
             log.warning("session %s: session index not updated (Redis unreachable)",
                         self.session_id)
+
+    def _flush_acks(self, timeout: float, *, index_later: bool = False) -> None:
+        """The broker half of the barrier: every record acknowledged, else raise.
+
+        ``index_later``: the caller records the index itself once all is acknowledged
+        (flush's settlement); with records unconfirmed it is recorded here all the same."""
+        self._sender.flush(timeout)
+        taken = self._harvest()
+        unconfirmed = self._sender.unconfirmed()
+        if unconfirmed or not index_later:
+            self._update_index_quietly()
         if unconfirmed:
             raise UnconfirmedEvents(unconfirmed, timeout=timeout)
-        self._sender.forget([e for e in list(self._offsets) if self._sender.delivery(e)])
+        self._sender.forget(taken)
 
     def _prove_admitted(self, timeout: float) -> None:
         """The admission half of the barrier (see flush)."""
