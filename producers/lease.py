@@ -78,16 +78,17 @@ return 1
 
 
 # KEYS: lease, epoch, log. ARGV: owner, epoch, next_seq, partition ('' : no offsets),
-# min_offset, max_offset. One round trip at the end of a flush: record the index, read the
-# session's epoch and, if the lease is still ours at that epoch, hand off the next seq.
-# Returns {current epoch, 1 if handed off else 0}.
+# min_offset, max_offset. One round trip at the end of a flush: read the session's epoch
+# and, if the lease is still ours at that epoch (so the flushed records are admitted, see
+# SessionWriter.flush), record them in the index and hand off the next seq.
+# Returns {current epoch, 1 if recorded and handed off else 0}.
 _SETTLE = lua("""
-if ARGV[4] ~= '' then
-""" + RECORD_BODY.format(key="KEYS[3]", partition="ARGV[4]", lo="ARGV[5]", hi="ARGV[6]") + """
-end
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 local v = redis.call('HMGET', KEYS[1], $OWNER, $EPOCH)
 if cur ~= tonumber(ARGV[2]) or v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return {cur, 0} end
+if ARGV[4] ~= '' then
+""" + RECORD_BODY.format(key="KEYS[3]", partition="ARGV[4]", lo="ARGV[5]", hi="ARGV[6]") + """
+end
 redis.call('HSET', KEYS[1], $NEXT_SEQ, ARGV[3])
 return {cur, 1}
 """)
@@ -189,9 +190,9 @@ class LeaseStore:
 
     def settle(self, lease: Lease, next_seq: int,
                offsets: tuple[int, int, int] | None = None) -> tuple[int, bool]:
-        """A flush's Redis half in one round trip: fold ``offsets`` (partition, lo, hi)
-        into the session's log index, read the session's epoch and, if the lease is still
-        ours at it, record the next-seq hand-off. Returns (epoch, handed off)."""
+        """A flush's Redis half in one round trip: read the session's epoch and, if the
+        lease is still ours at it, fold ``offsets`` (partition, lo, hi) into the session's
+        log index and record the next-seq hand-off. Returns (epoch, done)."""
         part, lo, hi = offsets if offsets is not None else ("", 0, 0)
         try:
             res = self._settle(

@@ -156,6 +156,10 @@ class SessionWriter:
         #: How many times open() wrote this lifecycle's first events (1 unless it lost
         #: a race to an older writer and wrote them again).
         self.start_attempts = 1
+        #: How open() found the session's records ("index": the verified runs of the
+        #: session index; "scan": the partition) and how many records it read.
+        self.read_via: str | None = readback.via if readback is not None else None
+        self.records_read = readback.records_scanned if readback is not None else 0
         for event in seeded:
             self._produce(event)
         if seeded:
@@ -174,6 +178,7 @@ class SessionWriter:
             raise _LostRace(verdicts.mine_refused, verdicts.admitted)
         self._proven = len(self._mine)
         self._established = True
+        self._update_index_quietly()  # proven admitted: now they may be indexed
         self._hand_off()
 
     # -- construction ---------------------------------------------------------------------
@@ -254,7 +259,8 @@ class SessionWriter:
                 cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
                 steal=steal,
             )
-            rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout)
+            rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout,
+                           next_seq_hint=lease.next_seq_hint, repair=True)
             if not rb.admitted:
                 raise SessionNotFound(session_id)
             writer = Writer(lease.writer_id, lease.epoch)
@@ -292,10 +298,10 @@ class SessionWriter:
                              session_id, lease.epoch, why, attempt)
                     continue
                 log.info(
-                    "resumed session %s at epoch %d: %d events read (%d records scanned), "
-                    "%d rejected, %d repair events, attempt %d",
-                    session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
-                    session.next_seq - before - 1, attempt,
+                    "resumed session %s at epoch %d: %d events read (%d records scanned, "
+                    "via %s), %d rejected, %d repair events, attempt %d",
+                    session_id, lease.epoch, before, rb.records_scanned, rb.via,
+                    len(rb.rejections), session.next_seq - before - 1, attempt,
                 )
                 w.start_attempts = attempt
                 return w
@@ -547,7 +553,7 @@ class SessionWriter:
         """
         if self._closed is not None and self._closed != "closed":
             raise WriterClosed(self.session_id, self._closed)
-        self._flush_acks(timeout, index_later=True)
+        self._flush_acks(timeout)
         if self._settle():
             return
         self._prove_admitted(timeout)
@@ -561,23 +567,21 @@ class SessionWriter:
         is handed off. False: the caller proves by reading the log (the epoch changed,
         nothing of ours was proven yet, or Redis cannot say).
         """
+        if self._fenced or not self._established:
+            return False
         offsets = None
         if self._idx_lo is not None and self._idx_hi is not None and self._partition is not None:
             offsets = (self._partition, self._idx_lo, self._idx_hi)
-        if self._fenced or not self._established:
-            self._update_index_quietly()
-            return False
         try:
-            epoch, handed = self._e.leases.settle(self.lease, self.next_seq, offsets)
+            epoch, done = self._e.leases.settle(self.lease, self.next_seq, offsets)
         except RedisUnavailable:
-            log.warning("session %s: session index not updated (Redis unreachable)",
-                        self.session_id)
             return False  # the index offsets are kept for a later flush
-        self._idx_lo = self._idx_hi = None
         if epoch != self.lease.epoch:
             return False
         self._proven = len(self._mine)
-        if not handed:
+        if done:
+            self._idx_lo = self._idx_hi = None
+        else:
             self._fenced = True  # the lease hash is not ours at our epoch any more
         return True
 
@@ -590,16 +594,14 @@ class SessionWriter:
             log.warning("session %s: session index not updated (Redis unreachable)",
                         self.session_id)
 
-    def _flush_acks(self, timeout: float, *, index_later: bool = False) -> None:
+    def _flush_acks(self, timeout: float) -> None:
         """The broker half of the barrier: every record acknowledged, else raise.
 
-        ``index_later``: the caller records the index itself once all is acknowledged
-        (flush's settlement); with records unconfirmed it is recorded here all the same."""
+        Acknowledged is not admitted: the offsets go into the session index only once
+        the records are proven admitted (flush's settlement or proof, open's proof)."""
         self._sender.flush(timeout)
         taken = self._harvest()
         unconfirmed = self._sender.unconfirmed()
-        if unconfirmed or not index_later:
-            self._update_index_quietly()
         if unconfirmed:
             raise UnconfirmedEvents(unconfirmed, timeout=timeout)
         self._sender.forget(taken)
@@ -616,6 +618,7 @@ class SessionWriter:
                 epoch = None  # cannot tell: read back instead
             if epoch == self.lease.epoch:
                 self._proven = len(self._mine)
+                self._update_index_quietly()
                 return
         verdicts = self._proof.read(self._e, todo, self._offsets,
                                     self._partition_or_raise(), timeout)
@@ -638,6 +641,7 @@ class SessionWriter:
             )
         self._proven = len(self._mine)
         self._established = True
+        self._update_index_quietly()
 
     def _partition_or_raise(self) -> int:
         if self._partition is None:  # every record acknowledged carries one
@@ -704,9 +708,9 @@ class SessionWriter:
     def close(self, timeout: float = 30.0, *, confirm: bool = False) -> Confirmation | None:
         """Flush, hand the next seq to the next holder, release the lease.
 
-        With ``confirm`` the log is read back first; if every event of ours is admitted
-        the index is marked clean, so the next resume reads no further than our last
-        offset.
+        Once the flush proved every event admitted (and, with ``confirm``, the log read
+        back says so too) the index is marked clean, so the next resume reads no further
+        than our last offset.
         """
         if self._closed == "closed":
             return None
@@ -716,11 +720,8 @@ class SessionWriter:
                 self.flush(timeout)
                 if confirm:
                     result = self.confirm(timeout)
-                    if result.ok:
-                        self._e.index.mark_clean(
-                            self._e.cfg.tenant, self.session_id, self.lease.writer_id,
-                            self.lease.epoch,
-                        )
+                if (result is None or result.ok) and self._established and not self._fenced:
+                    self._mark_clean()
                 try:
                     self._e.leases.release(self.lease, self.next_seq)
                 except RedisUnavailable:
@@ -734,6 +735,21 @@ class SessionWriter:
             self._sender.close(0 if self._fenced else timeout)
             self._e.redis.close()
         return result
+
+    def _mark_clean(self) -> None:
+        """After a flush that proved every event admitted, with the lease still ours: no
+        record a reader would admit lies beyond the index's last offset (a newer writer
+        must acquire first, which the script sees and acquiring resets), so the next
+        resume reads no further than that offset."""
+        try:
+            self._e.index.mark_clean(self._e.cfg.tenant, self.session_id,
+                                     self.lease.writer_id, self.lease.epoch)
+        except Fenced:
+            log.info("session %s epoch %d: lease taken before close; index left unclean",
+                     self.session_id, self.lease.epoch)
+        except RedisUnavailable:
+            log.warning("session %s: index not marked clean (Redis unreachable)",
+                        self.session_id)
 
     def abandon(self) -> None:
         """Drop this writer without flushing or releasing (tests: a crashed process).

@@ -23,7 +23,7 @@ KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
 LUA_TOKENS = {"GET", "HGET", "HSET", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
-              "~", "*", "-1", "0", "1", ""}
+              "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
