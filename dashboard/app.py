@@ -96,9 +96,15 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.router.add_get("/api/sessions/{session_id}", _session)
     app.router.add_get("/api/events", _events)
     if config.timeline is not None:
-        timeline.setup(app, config.timeline)
+        timeline.setup(app, config.timeline, _snapshot)
     app.router.add_static("/static", STATIC_DIR)
     return app
+
+
+async def _snapshot(request: web.Request, sid: str) -> Any:
+    """The session's views as readers see them (None: no projections)."""
+    config = request.app[CONFIG]
+    return await read_views(request.app[REDIS], config.keys, sid, rows=config.rows)
 
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:

@@ -279,6 +279,9 @@ class KafkaSender:
         self._resent = False  # some event was produced twice (reports to reconcile)
         self._since_poll = 0  # records produced since the last poll(0)
         self._on_delivery = on_delivery
+        #: Called with the Delivery of each record reported failed or possibly persisted
+        #: (failures never take the inline path, so this costs nothing per success).
+        self.on_error: DeliveryListener | None = None
         #: Delivery reports may take the inline path (see Delivery.__call__).
         self._plain = False
 
@@ -387,6 +390,8 @@ class KafkaSender:
                 if isinstance(d.error, PossiblyPersisted)
                 else DeliveryState.FAILED
             )
+            if self.on_error is not None:
+                self.on_error(d)
         current = self._deliveries.get(d.event_id)
         if current is not None and current is not d and d.state is DeliveryState.OK:
             # An earlier copy of a resent record landed: the event is in the log.

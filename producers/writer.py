@@ -130,6 +130,9 @@ class SessionWriter:
                                                 session.session_id)
         self._limit = edges.limit()
         self._sender = edges.sender
+        stats = edges.cfg.stats
+        if stats is not None:
+            self._sender.on_error = lambda d: stats.delivery_error(d.state.value)
         self._key = session.session_id.encode()
         self._bytes: dict[str, bytes] = {}  # event_id -> record, until acknowledged
         self._mine: list[Event] = []  # every event this writer produced, in seq order
@@ -461,6 +464,11 @@ class SessionWriter:
         self._sender.produce(self._key, value, event.event_id)
         self._unharvested.append(event.event_id)
 
+    def _mark_fenced(self, reason: str) -> None:
+        if not self._fenced and self._e.cfg.stats is not None:
+            self._e.cfg.stats.fenced(reason)
+        self._fenced = True
+
     def _harvest(self) -> list[str]:
         """Take in the acknowledgements reported since the last call: offsets, partition,
         the index range; returns the event ids taken in (done here, once per flush, rather
@@ -504,7 +512,7 @@ class SessionWriter:
         try:
             self._e.leases.renew(self.lease)
         except Fenced:
-            self._fenced = True
+            self._mark_fenced("lease_renewal")
             raise
         except RedisUnavailable as exc:
             # Safety never depends on Redis (readers apply the admission rule), but the
@@ -582,7 +590,7 @@ class SessionWriter:
         if done:
             self._idx_lo = self._idx_hi = None
         else:
-            self._fenced = True  # the lease hash is not ours at our epoch any more
+            self._mark_fenced("hand_off")  # the lease hash is not ours at our epoch any more
         return True
 
     def _update_index_quietly(self) -> None:
@@ -625,7 +633,7 @@ class SessionWriter:
         got = set(verdicts.mine_admitted)
         refused = [e.event_id for e in todo if e.event_id not in got]
         if refused:
-            self._fenced = True
+            self._mark_fenced("not_admitted")
             first = next(e for e in todo if e.event_id not in got)
             kinds = sorted({r.verdict.value for r in verdicts.mine_refused})
             log.warning("session %s epoch %d: %d event(s) from seq %d not admitted (%s)",
@@ -652,7 +660,7 @@ class SessionWriter:
         if not self._fenced:
             try:
                 if not self._e.leases.hand_off(self.lease, self.next_seq, release=False):
-                    self._fenced = True
+                    self._mark_fenced("hand_off")
             except RedisUnavailable:
                 log.warning("session %s: could not record next-seq hand-off", self.session_id)
 
