@@ -42,7 +42,7 @@ from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
-from streams.session_row import CachedSession
+from streams.session_row import CachedSession, chunked_fields, whole_fields
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
@@ -121,6 +121,15 @@ class NativeFold:
         self._written: dict[str, int] = {}  # as_of_offset last written, per session
         self._dirty: dict[str, None] = {}  # native sessions folded since the last flush
         self._python: set[str] = set()  # sessions the Python processor owns now
+        # Chunked units (ADR 0013), per session, as last written: the Python units'
+        # states and chunk counts, the native units' chunk texts (they come back whole).
+        self._native_chunked = tuple(u for u in reg.units
+                                     if u.key in NATIVE_UNITS and u.collections)
+        self._py_base: dict[str, dict[str, Any]] = {}
+        self._chunks: dict[str, dict[str, dict[str, int]]] = {}
+        self._texts: dict[str, dict[str, dict[str, list[str]]]] = {}
+        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]],
+                                    dict[str, dict[str, list[str]]]]] = {}
 
     @property
     def unflushed_sessions(self) -> int:
@@ -208,9 +217,17 @@ class NativeFold:
         meta = json.loads(fields[SessionRow.META])
         cur = proc.cursor_from_fields(sid, int(meta[MetaFields.PARTITION]), fields)
         written = self._written.pop(sid, None)
-        base = CachedSession(sid, cur.partition, cur.admission, cur.states,
+        # The base is the row as written: the Python units' states as last written; the
+        # native chunked units (no such state here) are rewritten whole when changed.
+        py_base = self._py_base.pop(sid, {})
+        chunks = self._chunks.pop(sid, {})
+        for key, texts in self._texts.pop(sid, {}).items():
+            chunks[key] = {c: len(t) for c, t in texts.items()}
+        base = CachedSession(sid, cur.partition, cur.admission, {**cur.states, **py_base},
                              as_of_offset=-1 if written is None else written,
-                             stored=written is not None)
+                             stored=written is not None, chunks=chunks,
+                             pending=frozenset(u.key for u in proc.codec.units
+                                               if u.collections and u.key not in py_base))
         proc.adopt(cur, base, set(self._all_keys) if written is None else changed)
 
     async def _hand_over(self, gen: int, records: Sequence[Record],
@@ -238,9 +255,13 @@ class NativeFold:
             outcomes = await proc.sink.write_sessions(gen, writes)
             done = []
             for w, outcome in zip(writes, outcomes, strict=True):
+                memo = self._memo.pop(w.session_id)
                 if outcome.status == "applied":
                     report.sessions_written += 1
                     self._written[w.session_id] = w.last_offset
+                    self._py_base.setdefault(w.session_id, {}).update(memo[0])
+                    self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                    self._texts.setdefault(w.session_id, {}).update(memo[2])
                     done.append(w)
                 else:
                     report.conflicts += 1
@@ -260,19 +281,39 @@ class NativeFold:
         fields.pop(SessionRow.AS_OF_OFFSET, None)
         py_changed = self._py_changed.pop(sid, set())
         states = self._py_states.get(sid) or self._py_registry.init_states()
+        deletes: list[str] = []
+        bases: dict[str, Any] = {}
+        counts: dict[str, dict[str, int]] = {}
+        texts: dict[str, dict[str, list[str]]] = {}
+        for unit in self._native_chunked:  # whole texts from the extension: chunk here
+            vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
+            if vf in fields:
+                before = None if first else self._texts.get(sid, {}).get(unit.key)
+                texts[unit.key] = whole_fields(unit, fields.pop(vf), fields.pop(sf), before,
+                                               fields, deletes)
         for unit in self._py_units:
             if first or unit.key in py_changed:
-                view, state = unit.encode(states[unit.key])
+                state_now = states[unit.key]
+                if unit.collections:
+                    counts[unit.key], _ = chunked_fields(
+                        unit, None if first else self._py_base.get(sid, {}).get(unit.key),
+                        state_now, None if first else self._chunks.get(sid, {}).get(unit.key),
+                        fields, deletes)
+                    bases[unit.key] = state_now
+                    view, state = unit.heads(state_now)
+                else:
+                    view, state = unit.encode(state_now)
                 fields[SessionRow.view(unit.key)] = view
                 fields[SessionRow.state(unit.key)] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        self._memo[sid] = (bases, counts, texts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
-            activity_ms=last_time or 0, force=False,
+            activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
 
 

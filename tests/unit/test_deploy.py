@@ -336,15 +336,18 @@ def test_dockerfile_builds_one_non_root_image_with_the_cli_as_entrypoint() -> No
         assert f"COPY {pkg} ./{pkg}" in text, pkg
 
 
-def test_every_metric_the_grafana_dashboard_queries_is_one_the_worker_exports() -> None:
+def test_every_metric_the_grafana_dashboard_queries_is_one_a_component_exports() -> None:
     import json
 
     from prometheus_client import CollectorRegistry
 
-    from streams.metrics import WorkerMetrics
+    from dashboard.metrics import DashboardMetrics
+    from streams.metrics import CompactorMetrics, WorkerMetrics
 
     registry = CollectorRegistry()
     WorkerMetrics("t", registry)
+    CompactorMetrics("t", registry)
+    DashboardMetrics("t", registry)
     exported = declared_series(registry)
     dash = json.loads((DEPLOY / "grafana" / "sessionstream.json").read_text())
     queried = {name for p in dash["panels"] for t in p["targets"]

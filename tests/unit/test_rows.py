@@ -22,8 +22,8 @@ from streams import sink
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
-LUA_TOKENS = {"GET", "HGET", "HSET", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
-              "~", "*", "-1", "0", "1", "", ":", " "}
+LUA_TOKENS = {"GET", "HGET", "HSET", "HDEL", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS",
+              "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
