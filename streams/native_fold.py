@@ -37,12 +37,12 @@ from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
-from sessionstream.core.rows import MetaFields, SessionRow
+from sessionstream.core.rows import CHUNK_ITEMS, MetaFields, SessionRow, Stored
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
-from streams.session_row import CachedSession, chunked_fields, whole_fields
+from streams.session_row import CachedSession, TextMemo, chunked_fields, whole_fields
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
@@ -126,10 +126,10 @@ class NativeFold:
         self._native_chunked = tuple(u for u in reg.units
                                      if u.key in NATIVE_UNITS and u.collections)
         self._py_base: dict[str, dict[str, Any]] = {}
-        self._chunks: dict[str, dict[str, dict[str, int]]] = {}
-        self._texts: dict[str, dict[str, dict[str, list[str]]]] = {}
-        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]],
-                                    dict[str, dict[str, list[str]]]]] = {}
+        self._chunks: dict[str, dict[str, Stored]] = {}
+        self._texts: dict[str, dict[str, TextMemo]] = {}
+        self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored],
+                                    dict[str, TextMemo]]] = {}
 
     @property
     def unflushed_sessions(self) -> int:
@@ -222,7 +222,7 @@ class NativeFold:
         py_base = self._py_base.pop(sid, {})
         chunks = self._chunks.pop(sid, {})
         for key, texts in self._texts.pop(sid, {}).items():
-            chunks[key] = {c: len(t) for c, t in texts.items()}
+            chunks[key] = (CHUNK_ITEMS, {c: len(t) for c, (t, _) in texts.items()})
         base = CachedSession(sid, cur.partition, cur.admission, {**cur.states, **py_base},
                              as_of_offset=-1 if written is None else written,
                              stored=written is not None, chunks=chunks,
@@ -283,8 +283,8 @@ class NativeFold:
         states = self._py_states.get(sid) or self._py_registry.init_states()
         deletes: list[str] = []
         bases: dict[str, Any] = {}
-        counts: dict[str, dict[str, int]] = {}
-        texts: dict[str, dict[str, list[str]]] = {}
+        counts: dict[str, Stored] = {}
+        texts: dict[str, TextMemo] = {}
         for unit in self._native_chunked:  # whole texts from the extension: chunk here
             vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
             if vf in fields:

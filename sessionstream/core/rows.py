@@ -248,7 +248,7 @@ class SessionRow:
 
 #: Items per chunk. A stored format: chunk ``i`` of a manifest holds items ``i*C..``;
 #: readers use the manifest's ``chunk``, so a change only affects rows written after it.
-CHUNK_ITEMS = 32
+CHUNK_ITEMS = 16
 MANIFEST_VERSION = 1
 _OPEN = {"list": ("[", "]"), "object": ("{", "}")}
 
@@ -269,18 +269,24 @@ def manifest(lists: Mapping[str, tuple[str, int]], view: Mapping[str, str],
     })
 
 
-def stored_chunks(row: Mapping[str, str]) -> dict[str, dict[str, int]]:
-    """Unit key -> {collection: chunks stored}, from the row's manifests (the writer
-    deletes the chunks past a collection's new count)."""
-    out: dict[str, dict[str, int]] = {}
+#: What a row's manifest says is stored for a unit: (items per chunk, collection -> chunks).
+Stored = tuple[int, dict[str, int]]
+
+
+def stored_chunks(row: Mapping[str, str]) -> dict[str, Stored]:
+    """Unit key -> (chunk size, {collection: chunks stored}), from the row's manifests:
+    the writer deletes the chunks past a collection's new count, and rewrites every chunk
+    when the size differs from its own."""
+    out: dict[str, Stored] = {}
     n = len(SessionRow.PARTS)
     for name, raw in row.items():
         if name.startswith(SessionRow.PARTS):
             try:
-                lists = json.loads(raw)["lists"]
-                out[name[n:]] = {c: int(v["chunks"]) for c, v in lists.items()}
+                spec = json.loads(raw)
+                out[name[n:]] = (int(spec["chunk"]),
+                                 {c: int(v["chunks"]) for c, v in spec["lists"].items()})
             except (ValueError, KeyError, TypeError):
-                out[name[n:]] = {}
+                out[name[n:]] = (0, {})
     return out
 
 
