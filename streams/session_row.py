@@ -106,7 +106,8 @@ class SessionRowCodec:
             return self.fresh(sid, partition)
         meta = SessionRow.meta(stored)
         chunks = stored_chunk_counts(stored)
-        stored = assemble(self._opened_states(sid, stored), unavailable="null")
+        stored = assemble(self._opened_states(sid, stored), unavailable="null",
+                          sides=("state",))
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self.units:

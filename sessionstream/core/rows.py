@@ -211,7 +211,8 @@ class SessionRow:
     def views(row: Mapping[str, str]) -> dict[str, Any]:
         """The decoded views of a row (chunked units reassembled), by unit key, in key order."""
         n = len(SessionRow.VIEW)
-        whole = assemble(row, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}))
+        whole = assemble(row, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}),
+                         sides=("view",))
         return {k[n:]: json.loads(v) for k, v in sorted(whole.items())
                 if k.startswith(SessionRow.VIEW)}
 
@@ -294,14 +295,16 @@ class BrokenRow(ValueError):
     """A chunked unit's row misses a chunk its manifest names (never written so)."""
 
 
-def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str, str]:
+def assemble(row: Mapping[str, str], unavailable: str | None = None,
+             sides: tuple[str, ...] = ("view", "state")) -> dict[str, str]:
     """``row`` with every chunked unit made whole: ``view:<u>`` / ``state:<u>`` hold the
     full JSON text again, the ``parts:`` / ``part:`` fields are gone. Rows and units
     written whole pass through unchanged.
 
     A unit whose chunks are missing (a sealed chunk that did not open) reads as
     ``unavailable`` (a JSON text) for its view, and without its state; with
-    ``unavailable`` None that raises :class:`BrokenRow` naming the field.
+    ``unavailable`` None that raises :class:`BrokenRow` naming the field. ``sides``:
+    which of ``view`` / ``state`` to make whole (the other keeps its head).
     """
     if not any(k.startswith(SessionRow.PARTS) for k in row):
         return dict(row)
@@ -314,8 +317,9 @@ def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str
         unit = name[n:]
         try:
             spec = json.loads(raw)
+            used = {c for side in sides for c in (spec.get(side) or {}).values()}
             texts = {c: _collection_text(row, unit, c, v, int(spec["chunk"]))
-                     for c, v in spec["lists"].items()}
+                     for c, v in spec["lists"].items() if c in used}
         except BrokenRow:
             if unavailable is None:
                 raise
@@ -327,7 +331,7 @@ def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str
             raise BrokenRow(f"row field {name!r} is not a chunk manifest ({exc})") from exc
         for side, field in (("view", SessionRow.view(unit)), ("state", SessionRow.state(unit))):
             head = out.get(field)
-            if head is None or not spec.get(side):
+            if head is None or side not in sides or not spec.get(side):
                 continue
             spliced = ",".join(f"{canonical_dumps(key)}:{texts[c]}"
                                for key, c in spec[side].items())

@@ -247,3 +247,40 @@ def test_a_sealed_chunk_without_its_key_makes_the_view_unavailable_never_ciphert
     views = SessionRow.views(opened)
     assert views["surface"] == {"unavailable": "[content unavailable]"}
     assert views["todo"] == json.loads(canonical_dumps(views["todo"]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=lab_sessions(max_turns=12), chunk=st.integers(1, 4),
+       every=st.integers(1, 9))
+def test_whole_texts_split_in_place_give_the_rows_the_python_path_writes(
+        events: list[Event], chunk: int, every: int) -> None:
+    """The native fold hands back whole texts: splitting them against the chunks stored
+    (reusing those that reappear verbatim) keeps the row equal to a fresh split."""
+    from sessionstream.core.projections.turns import TurnsUnit
+    from streams.session_row import whole_fields
+
+    unit = TurnsUnit()
+    state = unit.init()
+    row: dict[str, str] = {}
+    memo = None
+    for n, e in enumerate(events):
+        state = unit.apply(state, e)
+        if n % every and n != len(events) - 1:
+            continue
+        view, dump = unit.encode(state)
+        fields: dict[str, str] = {}
+        deletes: list[str] = []
+        memo = whole_fields(unit, view, dump, memo, fields, deletes, chunk)
+        row.update(fields)
+        for name in deletes:
+            del row[name]
+        fresh: dict[str, str] = {}
+        whole_fields(unit, view, dump, None, fresh, [], chunk)
+        assert row == fresh
+        reference: dict[str, str] = {}
+        chunked_fields(unit, None, state, None, reference, [], chunk)
+        reference[SessionRow.view("turns")], reference[SessionRow.state("turns")] = \
+            unit.heads(state)
+        assert row == reference
+        assert _whole(row) == ({SessionRow.view("turns"): json.loads(view)},
+                               {SessionRow.state("turns"): json.loads(dump)})
