@@ -2,11 +2,12 @@
 
 ``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
 a batch's Avro records by schema fingerprint, applies the admission rule and folds the
-built-in units it implements (index, turns, usage, plan, goal, rejections) without a
-Python object per event, and hands back each session's Redis fields as text. The other
-units of the registry (the surface, tools, todo, business and compaction units, and any
-custom unit) stay Python: the extension returns the record indices of the admitted
-events of the types they read, and only those records are decoded in Python.
+built-in units it implements (all but the surface: index, turns, tools, usage, todo,
+plan, goal, business, compaction, rejections) without a Python object per event, and
+hands back each session's Redis fields as text. The other units of the registry (the
+surface unit and any custom unit) stay Python: the extension returns the record indices
+of the admitted events of the types they read, and only those records are decoded in
+Python.
 
 The Python processor stays the reference and takes over whatever the extension does
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
@@ -32,9 +33,12 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION, Event
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
-from sessionstream.core.projections.domain import GoalUnit, PlanUnit
+from sessionstream.core.projections.business import BusinessUnit
+from sessionstream.core.projections.compaction import CompactionUnit
+from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
 from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
 from sessionstream.core.rows import CHUNK_ITEMS, MetaFields, SessionRow, Stored
@@ -52,7 +56,8 @@ except ImportError:  # pragma: no cover - depends on the install
 #: The built-in unit classes the extension folds, by key.
 NATIVE_UNITS: dict[str, type] = {
     "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
-    "goal": GoalUnit, "rejections": RejectionsUnit,
+    "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
+    "business": BusinessUnit, "compaction": CompactionUnit,
 }
 FOLDS = ("auto", "native", "python")
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "

@@ -3,7 +3,8 @@
 //! Bytes in, text out: `Folder.fold(records, progress)` takes one poll's records (the
 //! Kafka values as they came), decodes each Avro single-object record by its schema
 //! fingerprint, applies the admission rule per session and folds the built-in units
-//! it implements (index, turns, usage, plan, goal, rejections); `Folder.fields(sid)`
+//! it implements (all built-in units but the surface: index, turns, usage, plan, goal,
+//! rejections in units.rs; tools, todo, business, compaction in units_more.rs); `Folder.fields(sid)`
 //! hands back the session's Redis fields (view/state texts, admission, meta). No
 //! Python object is made per event, except for events whose type a Python unit reads
 //! (their record indices are returned, so the caller decodes just those).
@@ -18,6 +19,7 @@
 mod avro;
 mod json;
 mod units;
+mod units_more;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -25,14 +27,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
+use crate::units_more::More;
 
-pub const NATIVE_UNITS: [&str; 6] = ["index", "turns", "usage", "plan", "goal", "rejections"];
-const INDEX: u8 = 1;
-const TURNS: u8 = 2;
-const USAGE: u8 = 4;
-const PLAN: u8 = 8;
-const GOAL: u8 = 16;
-const REJECTIONS: u8 = 32;
+pub const NATIVE_UNITS: [&str; 10] = ["index", "turns", "usage", "plan", "goal", "rejections",
+                                      "tools", "todo", "business", "compaction"];
+const INDEX: u16 = 1;
+const TURNS: u16 = 2;
+const USAGE: u16 = 4;
+const PLAN: u16 = 8;
+const GOAL: u16 = 16;
+const REJECTIONS: u16 = 32;
 
 #[derive(Clone)]
 struct Sess {
@@ -49,7 +53,8 @@ struct Sess {
     plan: Plan,
     goal: Goal,
     rejections: Rejections,
-    changed: u8,
+    more: More,
+    changed: u16,
 }
 
 impl Sess {
@@ -68,6 +73,7 @@ impl Sess {
             plan: Plan::default(),
             goal: Goal::default(),
             rejections: Rejections::default(),
+            more: More::default(),
             changed: 0,
         }
     }
@@ -237,6 +243,7 @@ impl Folder {
                 format_version: env.format_version,
                 prev_event_id: env.prev_event_id.map(str::to_string),
                 sealed: env.sealed_parts > 0,
+                surface_op: env.surface_op,
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -307,7 +314,7 @@ impl Folder {
                     }
                     _ => 0,
                 };
-                sess.changed |= bit;
+                sess.changed |= bit | sess.more.apply(ev);
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
                 }
@@ -347,10 +354,11 @@ impl Folder {
                    -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
         let Some(s) = self.sessions.get_mut(session_id) else { return Ok(None) };
         let d = PyDict::new(py);
-        let mask = if changed_only { s.changed } else { 0xff };
+        let mask = if changed_only { s.changed } else { 0xffff };
         let mut changed = Vec::new();
         for (bit, key) in [(INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"),
-                           (GOAL, "goal"), (REJECTIONS, "rejections")] {
+                           (GOAL, "goal"), (REJECTIONS, "rejections")]
+                           .into_iter().chain(units_more::KEYS) {
             if s.changed & bit != 0 {
                 changed.push(key);
             }
@@ -369,10 +377,11 @@ impl Folder {
                     (t.clone(), t)
                 }
                 GOAL => (s.goal.view(), s.goal.dump()),
-                _ => {
+                REJECTIONS => {
                     let t = s.rejections.text();
                     (t.clone(), t)
                 }
+                _ => s.more.encode(bit).unwrap_or_default(),
             };
             d.set_item(format!("view:{key}"), view)?;
             d.set_item(format!("state:{key}"), state)?;
@@ -421,7 +430,7 @@ impl Folder {
         if !self.catalog.contains(&ev.etype) && !ev.ignorable {
             return false; // unknown required type: quarantine
         }
-        units::prescan(ev)
+        units::prescan(ev) && units_more::prescan(ev)
     }
 }
 

@@ -662,6 +662,7 @@ pub struct Ev {
     pub format_version: i64,
     pub prev_event_id: Option<String>,
     pub sealed: bool,
+    pub surface_op: u8, // SurfaceOp symbol index: 0 none, 1 append, 2 replace
 }
 
 fn plain_str(v: Option<&Value>) -> bool {
