@@ -269,17 +269,21 @@ def whole_fields(unit: ProjectionUnit[Any], view_text: str, state_text: str,
 
     Cost: the heads are parsed; a collection's stored chunks are compared in place with
     the new text (memcmp, no copy); only the items from the first differing chunk on are
-    parsed, to find their boundaries. So O(unit size / chunk) Python steps and O(change)
-    parsing, not a JSON parse of the whole unit per batch.
+    parsed, to find their boundaries (and derived collections, e.g. tools'
+    ``results_by_id``, are derived from those items only). So O(unit size / chunk)
+    Python steps and O(change) parsing, not a JSON parse of the whole unit per batch.
     """
     key = unit.key
     lists: dict[str, tuple[str, int]] = {}
     out: TextMemo = {}
-    heads: list[str] = []
-    for side, text in (("view", view_text), ("state", state_text)):
+    fresh: dict[str, tuple[int, list[str]]] = {}  # list -> (first new chunk, its items on)
+    heads: dict[str, str] = {}
+    sides = (("state", state_text),) if unit.view_from_state else (
+        ("view", view_text), ("state", state_text))
+    for side, text in sides:
         wanted = {(c.view_key if side == "view" else c.state_key): c
-                  for c in unit.collections
-                  if (c.view_key if side == "view" else c.state_key) is not None}
+                  for c in unit.collections if c.source is None
+                  and (c.view_key if side == "view" else c.state_key) is not None}
         members: list[str] = []
         i = 1  # after "{"
         while text[i] != "}":
@@ -289,38 +293,54 @@ def whole_fields(unit: ProjectionUnit[Any], view_text: str, state_text: str,
                 _, end = _DECODER.raw_decode(text, j + 1)
                 members.append(text[i:end])
             elif c.name in out:  # the other side of a shared collection: the same items
-                texts, n, end = _split_list(text, j + 1, out[c.name], chunk)
+                texts, n, end, _, _ = _split_list(text, j + 1, out[c.name], chunk)
                 if (texts, n) != out[c.name]:
                     raise ValueError(f"unit {key!r}: collection {c.name!r} differs between "
                                      "its view and its state")
             else:
-                texts, n, end = _split_list(text, j + 1, (before or {}).get(c.name), chunk)
+                texts, n, end, first, items = _split_list(
+                    text, j + 1, (before or {}).get(c.name), chunk)
                 out[c.name] = (texts, n)
+                fresh[c.name] = (first, items)
                 lists[c.name] = (c.kind, n)
             i = end + 1 if text[end] == "," else end
-        heads.append("{" + ",".join(members) + "}")
+        heads[side] = "{" + ",".join(members) + "}"
+    if unit.view_from_state:
+        heads["view"] = heads["state"]
     for c in unit.collections:
+        if c.source is not None and c.source in out:
+            first, items = fresh[c.source]
+            old = (before or {}).get(c.name, ([], 0))[0]
+            first = min(first, len(old))
+            texts = list(old[:first])
+            derived = [unit.derive(c.name, t) for t in items]
+            texts += [",".join(t for t in derived[k:k + chunk] if t)
+                      for k in range(0, len(derived), chunk)]
+            out[c.name] = (texts, out[c.source][1])
+            lists[c.name] = (c.kind, out[c.source][1])
         if c.name not in out:
             raise ValueError(f"unit {key!r}: collection {c.name!r} ({c.kind}) is not a list "
-                             "of the whole text; the native fold cannot hand it over whole")
+                             "of the whole texts; the native fold cannot hand it over whole")
         texts, _ = out[c.name]
-        old = (before or {}).get(c.name, ([], 0))[0] if before is not None else None
+        old_texts = (before or {}).get(c.name, ([], 0))[0] if before is not None else None
         for n_, t in enumerate(texts):
-            if old is None or n_ >= len(old) or old[n_] is not t:
+            if old_texts is None or n_ >= len(old_texts) or old_texts[n_] is not t:
                 fields[SessionRow.part(key, c.name, n_)] = t
         deletes.extend(SessionRow.part(key, c.name, n_)
-                       for n_ in range(len(texts), len(old or ())))
+                       for n_ in range(len(texts), len(old_texts or ())))
     fields[SessionRow.parts(key)] = manifest(
-        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
+        {c.name: lists[c.name] for c in unit.collections},
+        {c.view_key: c.name for c in unit.collections if c.view_key is not None},
         {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
-    fields[SessionRow.view(key)], fields[SessionRow.state(key)] = heads
+    fields[SessionRow.view(key)], fields[SessionRow.state(key)] = heads["view"], heads["state"]
     return out
 
 
 def _split_list(text: str, at: int, before: tuple[list[str], int] | None, chunk: int
-                ) -> tuple[list[str], int, int]:
-    """The chunk texts and item count of the list at ``text[at]`` (``[``), and the
-    offset just past its ``]``. Stored chunks that reappear verbatim at their place are
+                ) -> tuple[list[str], int, int, int, list[str]]:
+    """The chunk texts and item count of the list at ``text[at]`` (``[``), the offset
+    just past its ``]``, the index of the first chunk not reused and the item texts from
+    it on. Stored chunks that reappear verbatim at their place are
     reused (the same objects: not rewritten); parsing starts at the first that does not
     (a JSON value's end is fixed by its prefix, so a verbatim chunk is the same items)."""
     pos = at + 1
@@ -334,10 +354,11 @@ def _split_list(text: str, at: int, before: tuple[list[str], int] | None, chunk:
         else:
             break
     n = len(texts) * chunk
+    reused = len(texts)
     if text[pos - 1] == "]" and texts:  # the list ended with the last reused chunk
-        return texts, n, pos
+        return texts, n, pos, reused, []
     if text[pos] == "]":
-        return texts, n, pos + 1
+        return texts, n, pos + 1, reused, []
     items: list[str] = []
     while True:
         _, end = _DECODER.raw_decode(text, pos)
@@ -346,4 +367,4 @@ def _split_list(text: str, at: int, before: tuple[list[str], int] | None, chunk:
         if text[end] == "]":
             break
     texts += [",".join(items[k:k + chunk]) for k in range(0, len(items), chunk)]
-    return texts, n + len(items), pos
+    return texts, n + len(items), pos, reused, items

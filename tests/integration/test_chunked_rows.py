@@ -142,7 +142,7 @@ def test_chunked_rows_on_a_redis_cluster_stay_in_their_sessions_slot(
             await client.aclose()
 
     try:
-        local._redis_up()  # the Redis Cluster only: no brokers needed here
+        local.up_redis()  # the Redis Cluster only: no brokers needed here
         snaps = asyncio.run(run())
         masters = {local.redis_master_for(KeySpace("default", "cl").session_row(s, 1)).port
                    for s in logs}

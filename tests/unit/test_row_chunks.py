@@ -249,17 +249,18 @@ def test_a_sealed_chunk_without_its_key_makes_the_view_unavailable_never_ciphert
     assert views["todo"] == json.loads(canonical_dumps(views["todo"]))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("unit", CHUNKED, ids=lambda u: u.key)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=lab_sessions(max_turns=12), chunk=st.integers(1, 4),
        every=st.integers(1, 9))
 def test_whole_texts_split_in_place_give_the_rows_the_python_path_writes(
-        events: list[Event], chunk: int, every: int) -> None:
+        unit: Any, events: list[Event], chunk: int, every: int) -> None:
     """The native fold hands back whole texts: splitting them against the chunks stored
-    (reusing those that reappear verbatim) keeps the row equal to a fresh split."""
-    from sessionstream.core.projections.turns import TurnsUnit
+    (reusing those that reappear verbatim, deriving tools' objects from the state's
+    results) gives the row the Python path writes for the same state."""
     from streams.session_row import whole_fields
 
-    unit = TurnsUnit()
+    key = unit.key
     state = unit.init()
     row: dict[str, str] = {}
     memo = None
@@ -279,8 +280,7 @@ def test_whole_texts_split_in_place_give_the_rows_the_python_path_writes(
         assert row == fresh
         reference: dict[str, str] = {}
         chunked_fields(unit, None, state, None, reference, [], chunk)
-        reference[SessionRow.view("turns")], reference[SessionRow.state("turns")] = \
-            unit.heads(state)
+        reference[SessionRow.view(key)], reference[SessionRow.state(key)] = unit.heads(state)
         assert row == reference
-        assert _whole(row) == ({SessionRow.view("turns"): json.loads(view)},
-                               {SessionRow.state("turns"): json.loads(dump)})
+        assert _whole(row) == ({SessionRow.view(key): json.loads(view)},
+                               {SessionRow.state(key): json.loads(dump)})
