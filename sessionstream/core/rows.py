@@ -376,6 +376,12 @@ class LogIndexFields:
     LAST_OFFSET = "last_offset"
     CLEAN = "clean"  # "1": closed with every record confirmed admitted
     EPOCH = "epoch"  # the epoch that marked it clean
+    #: Where the session's admitted records lie: closed runs ``"lo:hi "`` (offsets,
+    #: inclusive) and the open run (``run_lo``/``run_hi``), which grows while flushes land
+    #: near it. Absent in an index written before runs: one run, first..last.
+    RUNS = "runs"
+    RUN_LO = "run_lo"
+    RUN_HI = "run_hi"
 
 
 class WatchCursorFields:
@@ -418,6 +424,9 @@ LUA_FIELDS: dict[str, str] = {
     "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
     "LAST_OFFSET": LogIndexFields.LAST_OFFSET,
     "CLEAN": LogIndexFields.CLEAN,
+    "RUNS": LogIndexFields.RUNS,
+    "RUN_LO": LogIndexFields.RUN_LO,
+    "RUN_HI": LogIndexFields.RUN_HI,
     "CHANGE": CHANGE_FIELD,
 }
 

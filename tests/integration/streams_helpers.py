@@ -12,7 +12,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from producers.kafka import PRODUCER_DEFAULTS
+from producers.kafka_clients import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Record
