@@ -33,6 +33,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION, Event
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
+from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
 from sessionstream.core.projections.compaction import CompactionUnit
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
@@ -41,7 +42,6 @@ from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
-from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.rows import CHUNK_ITEMS, MetaFields, SessionRow, chunk_count, manifest
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
