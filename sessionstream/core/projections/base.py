@@ -34,9 +34,6 @@ class Collection:
     view_key: str | None
     state_key: str | None
     kind: str = "list"
-    #: a state collection this one derives from, item by item at the same positions
-    #: (``ProjectionUnit.derive``): tools' ``results_by_id`` from ``results``
-    source: str | None = None
 
 
 class ProjectionUnit(ABC, Generic[S]):
@@ -107,16 +104,6 @@ class ProjectionUnit(ABC, Generic[S]):
     def items(self, state: S, name: str, start: int, stop: int) -> Sequence[str]:
         """Canonical JSON texts of items ``start..stop-1`` of collection ``name``."""
         raise NotImplementedError(f"unit {self.key!r} declares collections but no items()")
-
-    #: The view head equals the state head and every view collection is shared with the
-    #: state or derived from a state collection: a unit handed over as whole texts is
-    #: then split from its state text alone.
-    view_from_state: ClassVar[bool] = False
-
-    def derive(self, name: str, item: str) -> str:
-        """The item of collection ``name`` (which has a ``source``) for one item text of
-        its source collection."""
-        raise NotImplementedError(f"unit {self.key!r}: collection {name!r} has no derive()")
 
     def unchanged(self, base: S, new: S, name: str) -> int:
         """How many leading items of ``name`` are the same in ``new`` as in ``base``

@@ -7,7 +7,6 @@ starts it, *answered* by ``tool/result`` (status, operation id, version), or
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -159,8 +158,8 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
     #: for a result without an operation id); abandoned calls, the same in view and state
     collections = (
         Collection("results", None, "results"),
-        Collection("results_by_id", "results", None, "object", source="results"),
-        Collection("operation_ids", "operation_ids", None, "object", source="results"),
+        Collection("results_by_id", "results", None, "object"),
+        Collection("operation_ids", "operation_ids", None, "object"),
         Collection("abandoned", "abandoned", "abandoned"),
     )
 
@@ -171,15 +170,6 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
             "counts": dict(state.counts),
         }
         return canonical_dumps(head), canonical_dumps(head)
-
-    view_from_state = True
-
-    def derive(self, name: str, item: str) -> str:
-        row = json.loads(item)  # a result row of the state's list
-        if name == "results_by_id":
-            return f"{canonical_dumps(row['call_id'])}:{item}"
-        op = row["operation_id"]
-        return "" if op is None else f"{canonical_dumps(op)}:{canonical_dumps(row['call_id'])}"
 
     def length(self, state: ToolsState, name: str) -> int:
         return len(state.abandoned) if name == "abandoned" else len(state.results)
