@@ -90,6 +90,9 @@ def test_a_worker_of_either_engine_serves_metrics_that_count_what_it_folded_and_
     assert got[("sessionstream_worker_batch_duration_seconds_count", tenant)] >= 1
     assert got[("sessionstream_worker_rejections_total",
                 (("tenant", settings.tenant), ("verdict", "stale_epoch")))] == 0
+    for op in ("session_writes", "tenant_write"):  # the sink's Redis calls, timed
+        assert got[("sessionstream_worker_redis_duration_seconds_count",
+                    (("op", op), ("tenant", settings.tenant)))] >= 1
 
     def lags(name: str) -> dict[str, float]:
         got = _samples(_get(f"{base}/metrics")[1])
