@@ -12,9 +12,17 @@ The Python processor stays the reference and takes over whatever the extension d
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises,
-sealed content: decryption is not in the extension yet, the pipeline's opener does it):
-their state moves to the Python processor through the same fields the sink stores.
+cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises, a
+deletion's audit event): their state moves to the Python processor through the same
+fields the sink stores.
+
+Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
+governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
+store and the unwrapping stay here, the extension asks :func:`_key_lookup` for each
+(key session, class) once per batch and gets the unwrapped data key or "shredded" /
+"missing" (its content then reads as the reference placeholders). A part the
+extension does not open on the plain success path (moved, tampered, not lossless
+JSON) hands its session to the Python opener, which quarantines it with its reason.
 
 The ``fold`` setting (``Settings.fold``): ``auto`` (native when the extension is
 installed and the pipeline uses the built-in units and codec, else Python), ``native`` (required:
@@ -30,6 +38,7 @@ from typing import Any
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION, Event
+from sessionstream.core.jsonvalue import canonical_dumps, loads_frozen
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit
@@ -116,6 +125,9 @@ class NativeFold:
         versions = {k: v for k, v in reg.versions().items() if k in NATIVE_UNITS}
         self.folder = _native.Folder(schema_fingerprints(), FORMAT_VERSION, catalog,
                                      sorted(py_types), versions, WINDOW)
+        cipher = _cipher_of(self._opener)
+        if cipher is not None:
+            self.folder.set_opener(cipher.tenant, _key_lookup(cipher), _placeholder(cipher))
         self._py_states: dict[str, dict[str, Any]] = {}  # Python units' states per session
         self._py_changed: dict[str, set[str]] = {}
         self._written: dict[str, int] = {}  # as_of_offset last written, per session
@@ -136,14 +148,15 @@ class NativeFold:
         await proc.load_progress_of(records)
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
-        dead, native, handed, high, skipped = self.folder.fold(records, progress, self._python)
+        dead, native, handed, high, skipped, opened = self.folder.fold(
+            records, progress, self._python)
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
             if item is not None:  # Python reads what the extension refused: Python folds all
                 return await self._fold_in_python(records, native, report)
         for sid, _partition, idxs in native:
-            if idxs and not self._apply_python_units(sid, records, idxs):
+            if idxs and not self._apply_python_units(sid, records, idxs, opened):
                 self.folder.restore(sid)
                 handed.append((sid, [i for i, r in enumerate(records)
                                      if _is_of(r, sid, proc.pipeline)]))
@@ -156,7 +169,8 @@ class NativeFold:
         proc.note_unflushed(high_tp)
         return report
 
-    def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int]) -> bool:
+    def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int],
+                            opened: Mapping[int, str]) -> bool:
         proc = self.proc
         states: Mapping[str, Any] = self._py_states.get(sid) or self._py_registry.init_states()
         changed = self._py_changed.setdefault(sid, set())
@@ -165,7 +179,10 @@ class NativeFold:
             for i in idxs:
                 ev = proc.pipeline.decode(records[i])
                 assert isinstance(ev, Event)
-                if self._opener is not None:
+                text = opened.get(i)
+                if text is not None:  # sealed: the extension opened it
+                    ev = ev.replace(data=loads_frozen(text), sealed=())
+                elif self._opener is not None:
                     ev = self._opener.open(ev)  # clear content: learns, returns it as is
                 states, ch = self._py_registry.apply(states, ev)
                 new_changed.update(ch)
@@ -274,6 +291,39 @@ class NativeFold:
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False,
         )
+
+
+def _cipher_of(opener: Any) -> Any:
+    """The governance opener's cipher (None: no opener, or another kind of opener,
+    whose sealed sessions the extension hands back)."""
+    try:
+        from sessionstream.governance.opener import SealedContentOpener
+    except ImportError:  # pragma: no cover - the governance extra is part of the install
+        return None
+    return opener.cipher if isinstance(opener, SealedContentOpener) else None
+
+
+def _key_lookup(cipher: Any) -> Any:
+    """What the extension asks per (key session, class): (state, unwrapped key)."""
+    from sessionstream.core.privacy import DataClass, KeyState
+
+    store, tenant = cipher.store, cipher.tenant
+
+    def lookup(key_session: str, data_class: str) -> tuple[str, bytes | None]:
+        found = store.lookup(tenant, key_session, DataClass(data_class))
+        if found.state is KeyState.ACTIVE and found.key is not None:
+            return "active", bytes(found.key)
+        return found.state.value, None
+    return lookup
+
+
+def _placeholder(cipher: Any) -> Any:
+    """The reference placeholder at a path, as canonical JSON text."""
+    from sessionstream.core.privacy import placeholder_at
+
+    def placeholder(type_name: str, path: str, text: str) -> str:
+        return canonical_dumps(placeholder_at(type_name, path, text, cipher.catalog))
+    return placeholder
 
 
 def _partition_of(tp: str, topic: str) -> int | None:

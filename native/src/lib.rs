@@ -14,8 +14,13 @@
 //! Python codec's message), and sessions whose events it cannot fold exactly
 //! (a quarantine, data of an unexpected shape): `Folder.export(sid)` gives their state
 //! as the same fields, from which the Python processor loads a cursor.
+//!
+//! Sealed content (ADR 0011) is opened here (crate::crypto) once `set_opener` gave the
+//! tenant and the key store's lookup; the opened data of events a Python unit reads
+//! is handed back as text, so they are not opened twice.
 
 mod avro;
+mod crypto;
 mod json;
 mod units;
 
@@ -33,6 +38,18 @@ const USAGE: u8 = 4;
 const PLAN: u8 = 8;
 const GOAL: u8 = 16;
 const REJECTIONS: u8 = 32;
+/// The audit event of a deletion (streams.processor.SHRED_TYPE).
+const SHRED_TYPE: &str = "session/shred";
+
+/// The opener's seed length of a `session/start` (governance.opener._learn): an int
+/// `lineage.seed_length` (Python's bool is an int), else 0.
+fn seed_length(data: &serde_json::Value) -> i64 {
+    match data.get("lineage").and_then(|l| l.as_object()).and_then(|l| l.get("seed_length")) {
+        Some(serde_json::Value::Bool(b)) => *b as i64,
+        Some(v) => json::as_int(v).unwrap_or(0),
+        None => 0,
+    }
+}
 
 #[derive(Clone)]
 struct Sess {
@@ -50,6 +67,9 @@ struct Sess {
     goal: Goal,
     rejections: Rejections,
     changed: u8,
+    /// The seed length learnt from this session's `session/start` (the opener's rule
+    /// for inherited parts; None: not seen by this process, as the Python opener).
+    seed: Option<i64>,
 }
 
 impl Sess {
@@ -69,6 +89,7 @@ impl Sess {
             goal: Goal::default(),
             rejections: Rejections::default(),
             changed: 0,
+            seed: None,
         }
     }
 
@@ -121,6 +142,61 @@ pub struct Folder {
     window: i64,
     sessions: HashMap<String, Sess>,
     snapshots: HashMap<String, Option<Sess>>,
+    opener: Option<OpenerConfig>,
+}
+
+/// The tenant and the Python callables the opener asks (see `set_opener`).
+struct OpenerConfig {
+    tenant: String,
+    lookup: Py<PyAny>,
+    placeholder: Py<PyAny>,
+    cache: crypto::Cache,
+}
+
+/// The batch's keys: a cache over the Python key store's lookup.
+struct PyKeys<'a, 'py> {
+    py: Python<'py>,
+    cfg: &'a mut OpenerConfig,
+}
+
+impl crypto::Keys for PyKeys<'_, '_> {
+    fn lookup(&mut self, key_session: &str, data_class: &str)
+              -> Result<crypto::KeyLookup, crypto::Refuse> {
+        let k = (key_session.to_string(), data_class.to_string());
+        if let Some(found) = self.cfg.cache.keys.get(&k) {
+            return Ok(found.clone());
+        }
+        let got: (String, Option<Vec<u8>>) = self.cfg.lookup
+            .call1(self.py, (key_session, data_class))
+            .and_then(|r| r.extract(self.py))
+            .map_err(|_| crypto::Refuse)?;
+        let found = match (got.0.as_str(), got.1) {
+            ("active", Some(key)) => crypto::KeyLookup::Active(
+                Box::new(crypto::cipher(&key).ok_or(crypto::Refuse)?)),
+            ("shredded", _) => crypto::KeyLookup::Shredded,
+            ("active", None) | ("missing", _) => crypto::KeyLookup::Missing,
+            _ => return Err(crypto::Refuse),
+        };
+        self.cfg.cache.keys.insert(k, found.clone());
+        Ok(found)
+    }
+
+    fn placeholder(&mut self, event_type: &str, path: &str, text: &str)
+                   -> Result<serde_json::Value, crypto::Refuse> {
+        let tag: &'static str = if text == crypto::DELETED_TEXT { crypto::DELETED_TEXT }
+                                else { crypto::UNAVAILABLE_TEXT };
+        let k = (event_type.to_string(), path.to_string(), tag);
+        if let Some(v) = self.cfg.cache.placeholders.get(&k) {
+            return Ok(v.clone());
+        }
+        let got: String = self.cfg.placeholder
+            .call1(self.py, (event_type, path, tag))
+            .and_then(|r| r.extract(self.py))
+            .map_err(|_| crypto::Refuse)?;
+        let v = json::parse_checked(&got).ok_or(crypto::Refuse)?;
+        self.cfg.cache.placeholders.insert(k, v.clone());
+        Ok(v)
+    }
 }
 
 #[pymethods]
@@ -140,7 +216,18 @@ impl Folder {
             window,
             sessions: HashMap::new(),
             snapshots: HashMap::new(),
+            opener: None,
         }
+    }
+
+    /// Open sealed content here: `tenant` binds the associated data; `lookup(key_session,
+    /// data_class)` returns ("active", key) / ("shredded", None) / ("missing", None)
+    /// from the key store (asked once per key per batch); `placeholder(type, path, text)`
+    /// the canonical JSON text of the reference placeholder (cached). Without it, a
+    /// session with sealed content is handed to the caller.
+    fn set_opener(&mut self, tenant: String, lookup: Py<PyAny>, placeholder: Py<PyAny>) {
+        self.opener = Some(OpenerConfig { tenant, lookup, placeholder,
+                                          cache: crypto::Cache::default() });
     }
 
     /// The schema layouts this build decodes natively (by the given fingerprints).
@@ -152,11 +239,12 @@ impl Folder {
     /// Fold one batch. `records`: objects with `partition`, `offset`, `key`, `value`;
     /// `progress`: partition -> last offset already in the sink (skipped).
     /// `python_owned`: sessions the caller folds itself (left alone here).
-    /// Returns (python_decode, sessions, python_sessions, high, skipped):
+    /// Returns (python_decode, sessions, python_sessions, high, skipped, opened):
     /// record indices the caller must decode (dead letters); per natively folded
     /// session (session id, indices of its admitted records a Python unit reads);
     /// per session handed to the caller (session id, indices of its records); the
-    /// highest offset per partition; records skipped by progress or as_of_offset.
+    /// highest offset per partition; records skipped by progress or as_of_offset;
+    /// the opened data text of each sealed record a Python unit reads, by index.
     #[allow(clippy::type_complexity)]
     fn fold(
         &mut self,
@@ -165,8 +253,12 @@ impl Folder {
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize)> {
+                   HashMap<i64, i64>, usize, HashMap<usize, String>)> {
         self.snapshots.clear();
+        if let Some(o) = self.opener.as_mut() {
+            o.cache = crypto::Cache::default(); // keys are asked again each batch
+        }
+        let mut opened_text: HashMap<usize, String> = HashMap::new();
         let mut dead = Vec::new();
         let mut high: HashMap<i64, i64> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -236,7 +328,14 @@ impl Folder {
                 step_id: env.step_id.map(str::to_string),
                 format_version: env.format_version,
                 prev_event_id: env.prev_event_id.map(str::to_string),
-                sealed: env.sealed_parts > 0,
+                sealed: env.sealed.iter().map(|p| crypto::Part {
+                    data_class: p.data_class.to_string(),
+                    key_session: p.key_session.to_string(),
+                    origin_event_id: p.origin_event_id.to_string(),
+                    paths: p.paths.iter().map(|x| x.to_string()).collect(),
+                    nonce: p.nonce.to_vec(),
+                    ciphertext: p.ciphertext.to_vec(),
+                }).collect(),
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -247,7 +346,7 @@ impl Folder {
         let mut native = Vec::new();
         let mut handed = Vec::new();
         for sid in order {
-            let (partition, items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
+            let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
             if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
                 continue;
@@ -258,7 +357,9 @@ impl Folder {
                 .or_insert_with(|| Sess::new(&sid, partition, window));
             let mut py_idx = Vec::new();
             let mut touched = false;
-            for it in &items {
+            let mut aborted = false;
+            let mut batch_opened: Vec<(usize, String)> = Vec::new();
+            for it in items.iter_mut() {
                 if it.offset <= sess.as_of_offset {
                     skipped += 1;
                     continue;
@@ -289,6 +390,40 @@ impl Folder {
                     sess.as_of_seq = ev.seq;
                     continue;
                 }
+                if ev.etype == "session/start" {
+                    sess.seed = Some(seed_length(&ev.data));
+                }
+                if !it.ev.sealed.is_empty() {
+                    // stage 4 (open), after admission and readability as in the pipeline
+                    let Some(cfg) = self.opener.as_mut() else {
+                        aborted = true;
+                        break;
+                    };
+                    let tenant = cfg.tenant.clone();
+                    let opener = crypto::Opener { tenant: &tenant, session_id: &sid,
+                                                  seed_length: sess.seed };
+                    let mut keys = PyKeys { py, cfg };
+                    let data = std::mem::take(&mut it.ev.data);
+                    match opener.open(&mut keys, it.ev.seq, &it.ev.event_id, &it.ev.etype,
+                                      data, &it.ev.sealed) {
+                        Ok(o) => {
+                            it.ev.data = o.data;
+                            it.ev.sealed.clear();
+                        }
+                        Err(_) => {
+                            aborted = true; // the Python opener gives the verdict
+                            break;
+                        }
+                    }
+                    if !units::prescan(&it.ev) {
+                        aborted = true;
+                        break;
+                    }
+                    if self.python_types.contains(it.ev.etype.as_str()) {
+                        batch_opened.push((it.idx, json::dumps(&it.ev.data)));
+                    }
+                }
+                let ev = &it.ev;
                 sess.index.apply(ev);
                 sess.changed |= INDEX;
                 let t = ev.etype.as_str();
@@ -313,12 +448,25 @@ impl Folder {
                 }
                 sess.as_of_seq = ev.seq;
             }
+            if aborted {
+                match before {
+                    Some(b) => {
+                        self.sessions.insert(sid.clone(), b);
+                    }
+                    None => {
+                        self.sessions.remove(&sid);
+                    }
+                }
+                handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            opened_text.extend(batch_opened);
             if touched {
                 self.snapshots.insert(sid.clone(), before);
                 native.push((sid, partition, py_idx));
             }
         }
-        Ok((dead, native, handed, high, skipped))
+        Ok((dead, native, handed, high, skipped, opened_text))
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -415,13 +563,19 @@ impl Folder {
 
 impl Folder {
     fn foldable(&self, ev: &Ev) -> bool {
-        if ev.format_version > self.format_version || ev.sealed {
-            return false; // quarantine, or sealed content: the Python reference does it
+        if ev.format_version > self.format_version {
+            return false; // quarantine: the Python reference does it
+        }
+        if ev.etype == SHRED_TYPE {
+            // a deletion: the Python processor drops what it folded and refolds the
+            // session from the log, where the shredded content reads as placeholders
+            return false;
         }
         if !self.catalog.contains(&ev.etype) && !ev.ignorable {
             return false; // unknown required type: quarantine
         }
-        units::prescan(ev)
+        // sealed data holds placeholders: its shapes are checked once it is opened
+        !ev.sealed.is_empty() || units::prescan(ev)
     }
 }
 

@@ -661,7 +661,8 @@ pub struct Ev {
     pub step_id: Option<String>,
     pub format_version: i64,
     pub prev_event_id: Option<String>,
-    pub sealed: bool,
+    /// Sealed content parts (schema v2), opened by the fold before the units read `data`.
+    pub sealed: Vec<crate::crypto::Part>,
 }
 
 fn plain_str(v: Option<&Value>) -> bool {
