@@ -37,8 +37,8 @@ from typing import Any
 
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
-from sessionstream.core.events import FORMAT_VERSION, Event
-from sessionstream.core.jsonvalue import canonical_dumps, loads_frozen
+from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
+from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit
@@ -148,7 +148,7 @@ class NativeFold:
         await proc.load_progress_of(records)
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
-        dead, native, handed, high, skipped, opened = self.folder.fold(
+        dead, native, handed, high, skipped, envelopes = self.folder.fold(
             records, progress, self._python)
         report.skipped += skipped
         for i in dead:
@@ -156,7 +156,7 @@ class NativeFold:
             if item is not None:  # Python reads what the extension refused: Python folds all
                 return await self._fold_in_python(records, native, report)
         for sid, _partition, idxs in native:
-            if idxs and not self._apply_python_units(sid, records, idxs, opened):
+            if idxs and not self._apply_python_units(sid, idxs, envelopes):
                 self.folder.restore(sid)
                 handed.append((sid, [i for i, r in enumerate(records)
                                      if _is_of(r, sid, proc.pipeline)]))
@@ -169,21 +169,16 @@ class NativeFold:
         proc.note_unflushed(high_tp)
         return report
 
-    def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int],
-                            opened: Mapping[int, str]) -> bool:
-        proc = self.proc
+    def _apply_python_units(self, sid: str, idxs: list[int],
+                            envelopes: Mapping[int, tuple[Any, ...]]) -> bool:
         states: Mapping[str, Any] = self._py_states.get(sid) or self._py_registry.init_states()
         changed = self._py_changed.setdefault(sid, set())
         new_changed: set[str] = set()
         try:
             for i in idxs:
-                ev = proc.pipeline.decode(records[i])
-                assert isinstance(ev, Event)
-                text = opened.get(i)
-                if text is not None:  # sealed: the extension opened it
-                    ev = ev.replace(data=loads_frozen(text), sealed=())
-                elif self._opener is not None:
-                    ev = self._opener.open(ev)  # clear content: learns, returns it as is
+                ev = _event(envelopes[i])  # opened by the extension when it was sealed
+                if self._opener is not None and ev.type == "session/start":
+                    self._opener.open(ev)  # learns the lineage (for a later hand-over)
                 states, ch = self._py_registry.apply(states, ev)
                 new_changed.update(ch)
         except Exception:  # ProjectionError or a bad record: the Python reference decides
@@ -291,6 +286,25 @@ class NativeFold:
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False,
         )
+
+
+_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order
+_WRITERS: dict[tuple[str, int], Writer] = {}
+
+
+def _event(t: tuple[Any, ...]) -> Event:
+    """The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
+    there, with the codec's rules)."""
+    (sid, seq, eid, time, typ, text, op, seqs, wid, epoch, version, ignorable, turn, step,
+     prev) = t
+    writer = _WRITERS.get((wid, epoch))
+    if writer is None:
+        if len(_WRITERS) > 4096:
+            _WRITERS.clear()
+        writer = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
+    value, frozen = loads_checked(text)
+    return decoded_event(sid, seq, eid, time, typ, text, value, frozen, _OPS[op], seqs,
+                         writer, version, ignorable, turn, step, prev, ())
 
 
 def _cipher_of(opener: Any) -> Any:

@@ -22,6 +22,7 @@
 //! reason), so the two paths cannot drift on the failure cases.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
@@ -50,7 +51,7 @@ pub struct Part {
 /// What the key store says of one (key session, class).
 #[derive(Clone)]
 pub enum KeyLookup {
-    Active(Box<Aes256Gcm>),
+    Active(Arc<Aes256Gcm>),
     Shredded,
     Missing,
 }
@@ -94,7 +95,11 @@ pub fn decrypt(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8]) -
 /// The tokens of an RFC 6901 pointer, unescaped as `privacy.pointer_tokens` does.
 fn tokens(path: &str) -> Option<Vec<String>> {
     let rest = path.strip_prefix('/')?;
-    Some(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
+    Some(rest.split('/').map(|t| if t.contains('~') {
+        t.replace("~1", "/").replace("~0", "~")
+    } else {
+        t.to_string()
+    }).collect())
 }
 
 /// `value` set at `where` (privacy._with): an object gets the key set (the last token
@@ -193,10 +198,20 @@ impl Opener<'_> {
     }
 }
 
+/// The index of a data class in a per-session key slot.
+pub fn class_index(data_class: &str) -> usize {
+    match data_class {
+        "raw" => 0,
+        "surface" => 1,
+        _ => 2,
+    }
+}
+
 /// A per-batch cache of key lookups and placeholders over two Python callables.
 #[derive(Default)]
 pub struct Cache {
-    pub keys: HashMap<(String, String), KeyLookup>,
+    /// key session -> the lookup of each class (raw, surface, business)
+    pub keys: HashMap<String, [Option<KeyLookup>; 3]>,
     pub placeholders: HashMap<(String, String, &'static str), Value>,
 }
 
@@ -210,7 +225,7 @@ mod tests {
     impl Keys for Fixed {
         fn lookup(&mut self, _: &str, _: &str) -> Result<KeyLookup, Refuse> {
             Ok(match &self.0 {
-                Some(c) => KeyLookup::Active(Box::new(c.clone())),
+                Some(c) => KeyLookup::Active(Arc::new(c.clone())),
                 None => KeyLookup::Shredded,
             })
         }

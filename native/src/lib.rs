@@ -27,7 +27,7 @@ mod units;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
 
@@ -162,8 +162,8 @@ struct PyKeys<'a, 'py> {
 impl crypto::Keys for PyKeys<'_, '_> {
     fn lookup(&mut self, key_session: &str, data_class: &str)
               -> Result<crypto::KeyLookup, crypto::Refuse> {
-        let k = (key_session.to_string(), data_class.to_string());
-        if let Some(found) = self.cfg.cache.keys.get(&k) {
+        let ci = crypto::class_index(data_class);
+        if let Some(Some(found)) = self.cfg.cache.keys.get(key_session).map(|s| &s[ci]) {
             return Ok(found.clone());
         }
         let got: (String, Option<Vec<u8>>) = self.cfg.lookup
@@ -172,12 +172,12 @@ impl crypto::Keys for PyKeys<'_, '_> {
             .map_err(|_| crypto::Refuse)?;
         let found = match (got.0.as_str(), got.1) {
             ("active", Some(key)) => crypto::KeyLookup::Active(
-                Box::new(crypto::cipher(&key).ok_or(crypto::Refuse)?)),
+                std::sync::Arc::new(crypto::cipher(&key).ok_or(crypto::Refuse)?)),
             ("shredded", _) => crypto::KeyLookup::Shredded,
             ("active", None) | ("missing", _) => crypto::KeyLookup::Missing,
             _ => return Err(crypto::Refuse),
         };
-        self.cfg.cache.keys.insert(k, found.clone());
+        self.cfg.cache.keys.entry(key_session.to_string()).or_default()[ci] = Some(found.clone());
         Ok(found)
     }
 
@@ -244,7 +244,11 @@ impl Folder {
     /// session (session id, indices of its admitted records a Python unit reads);
     /// per session handed to the caller (session id, indices of its records); the
     /// highest offset per partition; records skipped by progress or as_of_offset;
-    /// the opened data text of each sealed record a Python unit reads, by index.
+    /// per admitted record a Python unit reads, by index, its envelope as a tuple
+    /// (session_id, seq, event_id, time, type, data text, surface op 0/1/2,
+    /// source_event_seqs, writer id, writer epoch, format_version, ignorable, turn_id,
+    /// step_id, prev_event_id), data opened when it was sealed: the caller builds the
+    /// Python event from it instead of decoding the record again.
     #[allow(clippy::type_complexity)]
     fn fold(
         &mut self,
@@ -253,12 +257,12 @@ impl Folder {
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize, HashMap<usize, String>)> {
+                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>)> {
         self.snapshots.clear();
         if let Some(o) = self.opener.as_mut() {
             o.cache = crypto::Cache::default(); // keys are asked again each batch
         }
-        let mut opened_text: HashMap<usize, String> = HashMap::new();
+        let mut opened_text: HashMap<usize, Py<PyTuple>> = HashMap::new();
         let mut dead = Vec::new();
         let mut high: HashMap<i64, i64> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -336,6 +340,17 @@ impl Folder {
                     nonce: p.nonce.to_vec(),
                     ciphertext: p.ciphertext.to_vec(),
                 }).collect(),
+                py: if self.python_types.contains(env.etype) {
+                    Some(Box::new(units::PyParts {
+                        // sealed: the opened data's text replaces it (see below)
+                        text: if env.sealed.is_empty() { env.data.to_string() }
+                              else { String::new() },
+                        surface_op: env.surface_op,
+                        source_event_seqs: env.source_event_seqs,
+                    }))
+                } else {
+                    None
+                },
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -358,7 +373,7 @@ impl Folder {
             let mut py_idx = Vec::new();
             let mut touched = false;
             let mut aborted = false;
-            let mut batch_opened: Vec<(usize, String)> = Vec::new();
+            let mut batch_opened: Vec<(usize, Py<PyTuple>)> = Vec::new();
             for it in items.iter_mut() {
                 if it.offset <= sess.as_of_offset {
                     skipped += 1;
@@ -419,8 +434,8 @@ impl Folder {
                         aborted = true;
                         break;
                     }
-                    if self.python_types.contains(it.ev.etype.as_str()) {
-                        batch_opened.push((it.idx, json::dumps(&it.ev.data)));
+                    if let Some(p) = it.ev.py.as_mut() {
+                        p.text = json::dumps(&it.ev.data); // the opened data, canonical
                     }
                 }
                 let ev = &it.ev;
@@ -445,6 +460,7 @@ impl Folder {
                 sess.changed |= bit;
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
+                    batch_opened.push((it.idx, py_event(py, ev)?));
                 }
                 sess.as_of_seq = ev.seq;
             }
@@ -579,6 +595,29 @@ impl Folder {
     }
 }
 
+/// The envelope of an event a Python unit reads, as `Folder.fold` documents it.
+fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
+    let p = ev.py.as_ref().expect("python_types events keep their PyParts");
+    let t = PyTuple::new(py, [
+        ev.session_id.as_str().into_pyobject(py)?.into_any(),
+        ev.seq.into_pyobject(py)?.into_any(),
+        ev.event_id.as_str().into_pyobject(py)?.into_any(),
+        ev.time.into_pyobject(py)?.into_any(),
+        ev.etype.as_str().into_pyobject(py)?.into_any(),
+        p.text.as_str().into_pyobject(py)?.into_any(),
+        p.surface_op.into_pyobject(py)?.into_any(),
+        PyTuple::new(py, &p.source_event_seqs)?.into_any(),
+        ev.writer_id.as_str().into_pyobject(py)?.into_any(),
+        ev.writer_epoch.into_pyobject(py)?.into_any(),
+        ev.format_version.into_pyobject(py)?.into_any(),
+        pyo3::types::PyBool::new(py, ev.ignorable).to_owned().into_any(),
+        ev.turn_id.as_deref().into_pyobject(py)?.into_any(),
+        ev.step_id.as_deref().into_pyobject(py)?.into_any(),
+        ev.prev_event_id.as_deref().into_pyobject(py)?.into_any(),
+    ])?;
+    Ok(t.unbind())
+}
+
 /// The unit keys folded natively.
 #[pyfunction]
 fn native_units() -> Vec<&'static str> {
@@ -587,6 +626,16 @@ fn native_units() -> Vec<&'static str> {
 
 #[pymodule]
 fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Built with AES-NI/PCLMULQDQ enabled (the Makefile on x86-64): refuse a CPU
+    // without them instead of faulting on the first sealed part.
+    #[cfg(all(target_arch = "x86_64", target_feature = "aes"))]
+    if !(std::arch::is_x86_feature_detected!("aes")
+         && std::arch::is_x86_feature_detected!("pclmulqdq")) {
+        return Err(pyo3::exceptions::PyImportError::new_err(
+            "sessionstream_native was built for CPUs with AES-NI and PCLMULQDQ and this one \
+             lacks them: rebuild it without the Makefile's RUSTFLAGS \
+             (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
+    }
     m.add_class::<Folder>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     Ok(())
