@@ -12,6 +12,10 @@ processor. Same guarantees as the faust worker:
   offset, which may lag), caches of moved partitions are dropped, and sessions whose
   unit ``state_version`` was bumped are rebuilt in bounded steps between batches;
 - a processor bug ends the process (status 70) before the batch is committed.
+
+The fold setting (``Settings.fold``: auto | native | python) picks the fold:
+``streams.native_fold.NativeFold`` (the Rust extension; the default when it is
+installed) or the Python processor; both keep the guarantees above.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from producers.kafka_clients import KafkaClients
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
+from streams.native_fold import NativeFold, NativeUnavailable, live_driver
 from streams.processor import Processor
 from streams.trace import StageTrace
 
@@ -56,6 +61,9 @@ class KafkaEngine:
     def __init__(self, cfg: WorkerConfig, processor: Processor) -> None:
         self.cfg = cfg
         self.processor = processor
+        #: What folds each batch: the native fold or the processor itself (both have
+        #: process() and forget()); raises NativeUnavailable for fold=native without it.
+        self.driver: NativeFold | Processor = live_driver(processor, cfg.settings.fold)
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
@@ -99,7 +107,7 @@ class KafkaEngine:
         nums = [tp.partition for tp in parts]
         self.assigned |= set(nums)
         self._count_partitions()
-        self.processor.forget((self.cfg.topic, p) for p in nums)
+        self.driver.forget([(self.cfg.topic, p) for p in nums])
         keys = [f"{tp.topic}:{tp.partition}" for tp in parts]
         fut = asyncio.run_coroutine_threadsafe(
             self.processor.sink.load_progress(self.cfg.group, keys), self._loop)
@@ -115,7 +123,7 @@ class KafkaEngine:
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.assigned -= {tp.partition for tp in parts}
         self._count_partitions()
-        self.processor.forget((tp.topic, tp.partition) for tp in parts)
+        self.driver.forget([(tp.topic, tp.partition) for tp in parts])
         consumer.unassign()
 
     # -- the loop ----------------------------------------------------------------------
@@ -159,7 +167,7 @@ class KafkaEngine:
     async def _process(self, records: list[Record]) -> None:
         began = time.monotonic()
         try:
-            report = await self.processor.process(records)
+            report = await self.driver.process(records)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())
@@ -183,7 +191,12 @@ class KafkaEngine:
 
 
 async def _main(cfg: WorkerConfig) -> None:
-    engine = KafkaEngine(cfg, build_processor(cfg))
+    try:
+        engine = KafkaEngine(cfg, build_processor(cfg))
+    except NativeUnavailable as exc:
+        log.critical("%s", exc)
+        sys.exit(EXIT_CONFIG)
+    log.info("fold: %s", "native" if isinstance(engine.driver, NativeFold) else "python")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, engine.stop)

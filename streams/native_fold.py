@@ -32,7 +32,7 @@ an error names the install command when it is missing) or ``python``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sessionstream.core import codec
@@ -101,7 +101,8 @@ def schema_fingerprints() -> list[tuple[bytes, int]]:
 
 
 class NativeFold:
-    """Drives ``processor``'s fold()/flush() through the extension (replay's path)."""
+    """Drives ``processor`` through the extension: ``fold()``/``flush()`` (replay) and
+    ``process()`` (the live worker: fold, write, per batch)."""
 
     def __init__(self, processor: Processor) -> None:
         reason = why_not(processor.pipeline)
@@ -133,6 +134,8 @@ class NativeFold:
         self._written: dict[str, int] = {}  # as_of_offset last written, per session
         self._dirty: dict[str, None] = {}  # native sessions folded since the last flush
         self._python: set[str] = set()  # sessions the Python processor owns now
+        self._gen: int | None = None  # the live path's generation (reset on a change)
+        processor.cached_elsewhere = self.folder.has
 
     @property
     def unflushed_sessions(self) -> int:
@@ -148,7 +151,7 @@ class NativeFold:
         await proc.load_progress_of(records)
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
-        dead, native, handed, high, skipped, envelopes = self.folder.fold(
+        dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
             records, progress, self._python)
         report.skipped += skipped
         for i in dead:
@@ -263,6 +266,172 @@ class NativeFold:
         report.conflicts += py.conflicts
         return report
 
+    # -- the live worker: one batch folded and written before its offsets are committed --
+    async def process(self, records: Sequence[Record]) -> BatchReport:
+        """The live batch, as ``Processor.process``: fold natively, write each touched
+        session with one script call (compare-and-set on its stored offset), then the
+        dead letters, the tenant writes and the partition progress. Sessions met for
+        the first time are continued from their stored row (``Folder.load``), or handed
+        to the Python processor when the extension cannot continue them exactly
+        (quarantined, a bumped state_version, a row it cannot re-dump byte for byte);
+        a write refused because the row moved is redone by the Python processor from
+        the stored row, and the session is reloaded natively with its next batch."""
+        if not records:
+            return BatchReport()
+        async with self.proc.lock:
+            return await self._process(records)
+
+    async def _process(self, records: Sequence[Record]) -> BatchReport:
+        proc = self.proc
+        report = BatchReport(records=len(records))
+        gen = await proc.current_generation()
+        if gen != self._gen:
+            self.forget()
+            self._gen = gen
+        topic = records[0].topic
+        await proc.load_progress_of(records)
+        progress = {p: off for tp, off in proc.progress.items()
+                    if (p := _partition_of(tp, topic)) is not None}
+        dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
+            records, progress, self._python, True)
+        report.skipped += skipped
+        for i in dead:
+            if proc.decode_item(records[i], report) is not None:
+                # Python reads what the extension refused: the batch is Python's
+                for sid, _, _ in [*native, *unknown]:
+                    self._to_python(sid)
+                return await proc.process_locked(records)
+        if unknown:
+            await self._resume(gen, unknown)
+            sub = sorted(i for _, _, idxs in unknown for i in idxs)
+            _, n2, h2, _, s2, e2, u2 = self.folder.fold(
+                [records[i] for i in sub], progress, self._python, True)
+            assert not u2, "every session was started or loaded"
+            report.skipped += s2
+            native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
+            handed += [(sid, [sub[j] for j in idxs]) for sid, idxs in h2]
+            envelopes.update({sub[j]: t for j, t in e2.items()})
+        live: list[str] = []
+        for sid, _partition, idxs in native:
+            if idxs and not self._apply_python_units(sid, idxs, envelopes):
+                self.folder.restore(sid)
+                handed.append((sid, [i for i, r in enumerate(records)
+                                     if _is_of(r, sid, proc.pipeline)]))
+                continue
+            live.append(sid)
+        if proc.on_stage is not None:
+            proc.on_stage("folded")
+        writes: list[SessionWrite] = []
+        if handed:
+            writes += await self._python_live(gen, records, handed, report)
+        mine = [self._write(sid) for sid in live]
+        outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
+        redo: list[tuple[str, list[int]]] = []
+        for w, outcome in zip(mine, outcomes, strict=True):
+            sid = w.session_id
+            if outcome.status == "applied":
+                report.sessions_written += 1
+                self._written[sid] = w.last_offset
+                writes.append(w)
+                continue
+            report.sessions_noop += 1
+            if outcome.status == "stale":
+                # at or past our last offset: another pass folded these records already
+                # (a redelivery: re-emit the feed entry); reload with the next batch
+                self._drop(sid)
+                if outcome.stored_offset == w.last_offset:
+                    writes.append(w)
+                continue
+            report.conflicts += 1  # moved under us: Python refolds from the stored row
+            redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))
+        if redo:
+            writes += await self._python_live(gen, records, redo, report)
+            for sid, _ in redo:  # native again from its next batch (reloaded)
+                self._python.discard(sid)
+                proc.drop(sid)
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        await proc.send_dead_letters(report, high_tp)
+        await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+        if proc.on_stage is not None:
+            proc.on_stage("written")
+        proc.advance_progress(high_tp)
+        return report
+
+    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
+        """Start or load each session the folder met for the first time (one round trip)."""
+        proc = self.proc
+        loaded = await proc.sink.load(gen, [sid for sid, _, _ in unknown])
+        rows = proc.codec.rows
+        for sid, partition, _ in unknown:
+            stored = loaded.get(sid)
+            self._forget_py(sid)
+            if not stored or SessionRow.AS_OF_OFFSET not in stored:
+                self.folder.start(sid, partition)
+                continue
+            cur = proc.cursor_from_fields(sid, partition, stored)  # opens sealed rows
+            fields = dict(stored)
+            ok = not cur.stale and cur.quarantine is None
+            for key in NATIVE_UNITS:
+                name = SessionRow.state(key)
+                if ok and rows is not None and name in fields:
+                    text = rows.open(sid, key, name, fields[name])
+                    ok = text is not None
+                    if text is not None:
+                        fields[name] = text
+            seed = getattr(self._opener, "seed_length", None)
+            if ok and self.folder.load(sid, fields, seed(sid) if seed is not None else None):
+                self._py_states[sid] = {u.key: cur.states[u.key] for u in self._py_units}
+                self._written[sid] = cur.as_of_offset
+            else:
+                self._python.add(sid)  # the Python processor loads and folds it
+
+    async def _python_live(self, gen: int, records: Sequence[Record],
+                           handed: list[tuple[str, list[int]]],
+                           report: BatchReport) -> list[SessionWrite]:
+        """The Python processor's live fold and writes for ``handed`` sessions."""
+        proc = self.proc
+        by_session: dict[str, list[Any]] = {}
+        for sid, idxs in handed:
+            self._to_python(sid)
+            items = []
+            for i in idxs:
+                decoded = proc.decode_item(records[i], report)
+                if decoded is not None:
+                    items.append((records[i], decoded[1]))
+            if items:
+                by_session[sid] = items
+        return await proc.fold_and_write(gen, by_session, report) if by_session else []
+
+    def _to_python(self, sid: str) -> None:
+        """The Python processor owns ``sid`` from now on; a natively folded session was
+        written up to its last batch, so Python continues from its stored row."""
+        self._drop(sid)
+        self._python.add(sid)
+
+    def _drop(self, sid: str) -> None:
+        self.folder.drop_session(sid)
+        self._forget_py(sid)
+
+    def _forget_py(self, sid: str) -> None:
+        self._py_states.pop(sid, None)
+        self._py_changed.pop(sid, None)
+        self._written.pop(sid, None)
+        self._dirty.pop(sid, None)
+
+    def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Drop cached sessions (all, or of these (topic, partition)s): a rebalance, or
+        a new generation. The Python processor's cache goes too."""
+        parts = None if partitions is None else list(partitions)
+        self.proc.forget(parts)
+        if parts is None:
+            self.folder.forget()
+            for d in (self._py_states, self._py_changed, self._written, self._dirty):
+                d.clear()
+            self._python.clear()
+            return
+        for sid in self.folder.forget_partitions({p for _, p in parts}):
+            self._forget_py(sid)
+
     def _write(self, sid: str) -> SessionWrite:
         first = sid not in self._written
         got = self.folder.fields(sid, not first)
@@ -280,6 +449,12 @@ class NativeFold:
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
+        rows = self.proc.codec.rows
+        if rows is not None:  # content-bearing views and states are sealed in Redis
+            for name in list(fields):
+                ukey = _unit_of(name)
+                if ukey is not None:
+                    fields[name] = rows.seal(sid, ukey, name, fields[name])
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
@@ -340,6 +515,13 @@ def _placeholder(cipher: Any) -> Any:
     return placeholder
 
 
+def _unit_of(field: str) -> str | None:
+    for prefix in (SessionRow.VIEW, SessionRow.STATE):
+        if field.startswith(prefix):
+            return field[len(prefix):]
+    return None
+
+
 def _partition_of(tp: str, topic: str) -> int | None:
     t, _, p = tp.rpartition(":")
     return int(p) if t == topic else None
@@ -364,4 +546,11 @@ def fold_driver(processor: Processor, fold: str) -> NativeFold | Processor:
     return processor
 
 
-__all__ = ["FOLDS", "NativeFold", "NativeUnavailable", "available", "fold_driver", "why_not"]
+def live_driver(processor: Processor, fold: str) -> NativeFold | Processor:
+    """What the live worker (kafka engine) drives, per the ``fold`` setting: both have
+    ``process(records)`` and ``forget(partitions)``."""
+    return fold_driver(processor, fold)
+
+
+__all__ = ["FOLDS", "NativeFold", "NativeUnavailable", "available", "fold_driver",
+           "live_driver", "why_not"]

@@ -22,6 +22,7 @@
 mod avro;
 mod crypto;
 mod json;
+mod load;
 mod units;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -249,15 +250,22 @@ impl Folder {
     /// source_event_seqs, writer id, writer epoch, format_version, ignorable, turn_id,
     /// step_id, prev_event_id), data opened when it was sealed: the caller builds the
     /// Python event from it instead of decoding the record again.
+    /// With `known_only` (the live worker), a session this folder does not hold yet
+    /// is not folded: it comes back in the last list (session id, partition, record
+    /// indices) for the caller to `start` or `load` from its stored row, and fold
+    /// those records again.
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (records, progress, python_owned, known_only = false))]
     fn fold(
         &mut self,
         py: Python<'_>,
         records: &Bound<'_, PyList>,
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
+        known_only: bool,
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>)> {
+                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
+                   Vec<(String, i64, Vec<usize>)>)> {
         self.snapshots.clear();
         if let Some(o) = self.opener.as_mut() {
             o.cache = crypto::Cache::default(); // keys are asked again each batch
@@ -360,10 +368,15 @@ impl Folder {
         }
         let mut native = Vec::new();
         let mut handed = Vec::new();
+        let mut unknown = Vec::new();
         for sid in order {
             let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
             if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            if known_only && !self.sessions.contains_key(&sid) {
+                unknown.push((sid, partition, items.iter().map(|it| it.idx).collect()));
                 continue;
             }
             let window = self.window;
@@ -482,7 +495,7 @@ impl Folder {
                 native.push((sid, partition, py_idx));
             }
         }
-        Ok((dead, native, handed, high, skipped, opened_text))
+        Ok((dead, native, handed, high, skipped, opened_text, unknown))
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -571,6 +584,49 @@ impl Folder {
         self.snapshots.clear();
     }
 
+    /// Forget the sessions of these partitions (moved away on a rebalance); their ids.
+    fn forget_partitions(&mut self, partitions: HashSet<i64>) -> Vec<String> {
+        let gone: Vec<String> = self.sessions.iter()
+            .filter(|(_, s)| partitions.contains(&s.partition))
+            .map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            self.sessions.remove(k);
+            self.snapshots.remove(k);
+        }
+        gone
+    }
+
+    /// Forget one session (handed to the Python processor, which reloads it).
+    fn drop_session(&mut self, session_id: &str) -> bool {
+        self.snapshots.remove(session_id);
+        self.sessions.remove(session_id).is_some()
+    }
+
+    /// Start folding a session that has no stored row.
+    fn start(&mut self, session_id: &str, partition: i64) {
+        let window = self.window;
+        self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
+    }
+
+    /// Continue a session from its stored row (`fields`: view:/state:/sv: of the native
+    /// units with content fields already opened, admission, meta). True when loaded:
+    /// every state, the admission and the meta re-dump to exactly the stored texts and
+    /// every state_version is this build's; else nothing is kept and the caller's
+    /// Python processor folds the session. `seed`: the seed length the Python opener
+    /// learnt for it (None: not seen; the associated data alone binds inherited parts).
+    #[pyo3(signature = (session_id, fields, seed = None))]
+    fn load(&mut self, session_id: &str, fields: HashMap<String, String>, seed: Option<i64>)
+            -> bool {
+        match self.load_row(session_id, &fields) {
+            Some(mut s) => {
+                s.seed = seed;
+                self.sessions.insert(session_id.to_string(), s);
+                true
+            }
+            None => false,
+        }
+    }
+
     #[getter]
     fn sessions(&self) -> usize {
         self.sessions.len()
@@ -578,6 +634,42 @@ impl Folder {
 }
 
 impl Folder {
+    fn load_row(&self, sid: &str, f: &HashMap<String, String>) -> Option<Sess> {
+        let get = |k: &str| f.get(k).map(String::as_str);
+        for key in NATIVE_UNITS {
+            let want = self.versions.get(key).copied().unwrap_or(1).to_string();
+            if get(&format!("sv:{key}"))? != want {
+                return None; // stale: the Python processor rebuilds it from the log
+            }
+        }
+        let state = |k: &str| get(&format!("state:{k}"));
+        let adm = load::admission(get("admission")?, sid)?;
+        let meta = load::meta(get("meta")?, sid)?;
+        let mut s = Sess::new(sid, meta.partition, self.window);
+        s.adm = adm;
+        s.as_of_seq = meta.as_of_seq;
+        s.as_of_offset = meta.as_of_offset;
+        s.first_offset = meta.first_offset;
+        s.last_time = meta.last_time;
+        s.counts = meta.counts;
+        s.index = load::index(state("index")?)?;
+        s.turns = load::turns(state("turns")?)?;
+        s.usage = load::usage(state("usage")?)?;
+        s.plan = load::plan(state("plan")?)?;
+        s.goal = load::goal(state("goal")?)?;
+        s.rejections = load::rejections(state("rejections")?)?;
+        let same = s.adm.text() == get("admission")?
+            && s.meta() == get("meta")?
+            && s.index.text() == state("index")?
+            && s.turns.dump() == state("turns")?
+            && s.usage.dump() == state("usage")?
+            && s.plan.text() == state("plan")?
+            && s.goal.dump() == state("goal")?
+            && s.rejections.text() == state("rejections")?
+            && get("as_of_offset").is_none_or(|v| v == s.as_of_offset.to_string());
+        same.then_some(s)
+    }
+
     fn foldable(&self, ev: &Ev) -> bool {
         if ev.format_version > self.format_version {
             return false; // quarantine: the Python reference does it
