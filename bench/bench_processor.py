@@ -1,6 +1,6 @@
 """In-process throughput of the projection processor over an in-memory sink (run by hand).
 
-    PYTHONPATH=. python bench/bench_processor.py [--events 40000] [--batch 500] [--profile]
+    PYTHONPATH=. python bench/bench_processor.py [--events 40000] [--batch 500] [--profile [MODE]]
         [--icount N]
 
 Records are encoded events of ``simulate_session`` sessions (as bench_streams produces
@@ -8,7 +8,8 @@ them), interleaved over 4 partitions like a topic; the processor folds them in b
 of ``--batch`` into the dict-backed sink of the unit tests, so the number is pure
 Python CPU per event (decode, admission, units, JSON) with no network. The baseline of
 the same run is a bare fastavro decode of the same records (the least any reader does),
-and the ratio is printed. ``--profile`` prints the top of a cProfile of one run.
+and the ratio is printed. ``--profile [process|fold-python|fold-native]`` prints the top
+of a cProfile of one run of that path.
 ``--icount N`` adds an instruction count per event, stable on a noisy machine: the bench
 runs itself twice under ``valgrind --tool=callgrind`` (making the records, then making
 them and folding the first N) and divides the difference by N; skipped when valgrind is
@@ -142,7 +143,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--live", type=int, default=100, help="sessions appending at once")
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", nargs="?", const="process",
+                    choices=["process", "fold-python", "fold-native"],
+                    help="print a cProfile of one run of this path (default: process)")
     ap.add_argument("--icount", type=int, default=0, metavar="N",
                     help="also count instructions per event over N records (callgrind)")
     ap.add_argument("--fold-only", type=int, default=None, help=argparse.SUPPRESS)
@@ -162,7 +165,10 @@ def main() -> None:
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        asyncio.run(run(records, args.batch))
+        if args.profile == "process":
+            asyncio.run(run(records, args.batch))
+        else:
+            asyncio.run(run_fold(records, args.batch, args.profile == "fold-native"))
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)

@@ -25,7 +25,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from producers.kafka import PRODUCER_DEFAULTS
+from producers.kafka_clients import PRODUCER_DEFAULTS
 from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.settings import Settings
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from producers.kafka import PRODUCER_DEFAULTS
+from producers.kafka_clients import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.simulate import simulate_session
 

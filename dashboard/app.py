@@ -8,10 +8,11 @@ names (``sessionstream replay`` switches it), through ``streams.read``:
 - ``GET /api/sessions/{id}``   every view of a session at one ``as_of_seq``; 404 if unknown
 - ``GET /api/events``          Server-Sent Events from the tenant's change feed (``feed.py``)
 - ``GET /healthz``             Redis reachable, and which generation readers use
+- ``GET /metrics``             Prometheus: requests, latency, auth failures (``metrics.py``)
 
-Every path but ``/healthz`` and ``/static/`` needs a token scoped to the dashboard's tenant
-when ``DashboardConfig.auth`` is set (``dashboard/auth.py``); ``sessionstream dashboard``
-always sets it.
+Every path but ``/healthz``, ``/metrics`` and ``/static/`` needs a token scoped to the
+dashboard's tenant when ``DashboardConfig.auth`` is set (``dashboard/auth.py``);
+``sessionstream dashboard`` always sets it.
 
 Nothing here logs session content: only ids, counts and generations.
 """
@@ -33,6 +34,7 @@ from dashboard import timeline
 from dashboard.auth import TokenAuth
 from dashboard.auth import middleware as auth_middleware
 from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from dashboard.metrics import DashboardMetrics
 from dashboard.timeline import TimelineSource
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
@@ -68,13 +70,17 @@ class DashboardConfig:
 CONFIG = web.AppKey("config", DashboardConfig)
 REDIS = web.AppKey("redis", Redis)
 STOPPING = web.AppKey("stopping", asyncio.Event)
+METRICS = web.AppKey("metrics", DashboardMetrics)
 
 
 def create_app(config: DashboardConfig) -> web.Application:
     """The web application; it opens its Redis client here and closes it on cleanup."""
-    checks = [auth_middleware(config.auth)] if config.auth is not None else []
-    app = web.Application(middlewares=[*checks, _json_errors])
+    metrics = DashboardMetrics(config.keys.tenant)
+    checks = ([auth_middleware(config.auth, refused=metrics.auth_failure)]
+              if config.auth is not None else [])
+    app = web.Application(middlewares=[metrics.middleware(), *checks, _json_errors])
     app[CONFIG] = config
+    app[METRICS] = metrics
     app[STOPPING] = asyncio.Event()
     # A blocking XREAD must end (block_ms) before the socket read times out.
     app[REDIS] = redisconn.async_redis(config.redis_url, cluster=config.redis_cluster,
@@ -92,13 +98,20 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.on_cleanup.append(close_redis)
     app.router.add_get("/", _index)
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/metrics", metrics.view)
     app.router.add_get("/api/sessions", _sessions)
     app.router.add_get("/api/sessions/{session_id}", _session)
     app.router.add_get("/api/events", _events)
     if config.timeline is not None:
-        timeline.setup(app, config.timeline)
+        timeline.setup(app, config.timeline, _snapshot)
     app.router.add_static("/static", STATIC_DIR)
     return app
+
+
+async def _snapshot(request: web.Request, sid: str) -> Any:
+    """The session's views as readers see them (None: no projections)."""
+    config = request.app[CONFIG]
+    return await read_views(request.app[REDIS], config.keys, sid, rows=config.rows)
 
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:

@@ -3,9 +3,10 @@
 A request carries its token as ``Authorization: Bearer <token>`` or in the
 ``ss_dashboard_token`` cookie, which ``GET /?token=<token>`` sets (HttpOnly,
 SameSite=Strict) before redirecting to ``/`` so the token leaves the address bar; the
-page's own requests (``fetch``, ``EventSource``) then carry the cookie. ``/healthz`` and
-``/static/`` are open. A missing or unknown token is refused with 401, a token of another
-tenant with 403, both as JSON saying what to do.
+page's own requests (``fetch``, ``EventSource``) then carry the cookie. ``/healthz``,
+``/metrics`` (counts and timings only) and ``/static/`` are open. A missing or unknown
+token is refused with 401, a token of another tenant with 403, both as JSON saying what
+to do.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from aiohttp import web
 from sessionstream.core.settings import Env
 
 COOKIE = "ss_dashboard_token"
-OPEN_PATHS = ("/healthz",)
+OPEN_PATHS = ("/healthz", "/metrics")
 OPEN_PREFIXES = ("/static/",)
 
 
@@ -53,7 +54,15 @@ def _refuse(status: int, message: str, auth: TokenAuth, path: str) -> web.Respon
                              status=status, headers=headers)
 
 
-def middleware(auth: TokenAuth) -> Callable[..., Awaitable[web.StreamResponse]]:
+def middleware(auth: TokenAuth, refused: Callable[[str], None] | None = None
+               ) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The token check; ``refused(reason)`` is told of each refusal (``missing_token``,
+    ``unknown_token``, ``other_tenant``: metrics)."""
+
+    def count(reason: str) -> None:
+        if refused is not None:
+            refused(reason)
+
     @web.middleware
     async def check(request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,15 +72,18 @@ def middleware(auth: TokenAuth) -> Callable[..., Awaitable[web.StreamResponse]]:
             return await handler(request)
         token = _token_of(request)
         if token is None:
+            count("missing_token")
             return _refuse(401, "this dashboard needs a token: open the URL `sessionstream "
                                 "dashboard` printed (…/?token=…), or send Authorization: "
                                 "Bearer <token> (`sessionstream acl env --role reader`)",
                            auth, path)
         scope = auth.scope_of(token)
         if scope is None:
+            count("unknown_token")
             return _refuse(401, "the token is not valid for this dashboard: check "
                                 f"{Env.DASHBOARD_TOKEN} of the server", auth, path)
         if scope != auth.tenant:
+            count("other_tenant")
             return _refuse(403, f"the token is scoped to tenant {scope!r}; this dashboard "
                                 f"serves tenant {auth.tenant!r}", auth, path)
         if path == "/" and "token" in request.query:

@@ -65,13 +65,15 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
             f"`sessionstream up` or set {Env.REDIS_URL}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from sessionstream.governance.wiring import row_cipher
+    from sessionstream.registry import reader_decode
 
     auth, local = _auth(settings)
     config = DashboardConfig(redis_url=settings.redis_url, redis_cluster=settings.redis_cluster,
                              keys=settings.keys,
                              timeline=TimelineSource(settings.kafka_bootstrap,
                                                      settings.events_topic,
-                                                     settings.kafka_security()),
+                                                     settings.kafka_security(),
+                                                     reader_decode(settings)),
                              rows=row_cipher(settings), auth=auth)
     login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
     click.echo(f"dashboard on http://{host}:{port}/{login}  (tenant {settings.tenant}, key "

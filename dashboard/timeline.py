@@ -11,13 +11,18 @@ step, writer and epoch, verdict and reason. Metadata only: never the event data.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from sessionstream.core.errors import SchemaUnavailable
+from sessionstream.core.events import Event
 from sessionstream.core.rows import MetaFields
+
+log = logging.getLogger("sessionstream.dashboard")
 
 #: Rows returned when the page does not ask for a number.
 DEFAULT_LIMIT = 2000
@@ -33,9 +38,17 @@ class TimelineSource:
     #: The dashboard's Kafka principal (``Settings.kafka_security()``; its tenant's
     #: ``auditor`` under access scopes: the timeline reads the raw log's metadata).
     security: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Bytes to an event (``sessionstream.registry.reader_decode``: either framing when a
+    #: schema registry is configured); None: single-object records only.
+    decode: Callable[[bytes], Event] | None = field(default=None, repr=False, compare=False)
 
+
+#: A session's live snapshot (``streams.read.LiveSnapshot``) or None; given by the app
+#: that mounts the timeline (it owns the Redis client and the key space).
+Snapshots = Callable[[web.Request, str], Awaitable[Any]]
 
 SOURCE = web.AppKey("timeline_source", TimelineSource)
+SNAPSHOTS: web.AppKey[Snapshots] = web.AppKey("timeline_snapshots")
 
 
 def rows_of(readback: Any) -> list[dict[str, Any]]:
@@ -65,7 +78,8 @@ def _read(source: TimelineSource, session_id: str, partition: int | None, start:
     from producers.readback import read_session
     from sessionstream.core import codec
 
-    return read_session(source.bootstrap, source.topic, session_id, decode=codec.decode,
+    return read_session(source.bootstrap, source.topic, session_id,
+                        decode=source.decode or codec.decode,
                         partition=partition, start=start, end=end, timeout=15.0,
                         consumer_config=dict(source.security))
 
@@ -81,9 +95,15 @@ async def timeline(request: web.Request, snap: Any) -> web.Response:
     meta = snap.meta
     partition, first = meta.get(MetaFields.PARTITION), meta.get(MetaFields.FIRST_OFFSET)
     end = snap.as_of_offset + 1 if snap.as_of_offset >= 0 else None
-    rb = await asyncio.to_thread(_read, source, snap.session_id,
-                                 partition if isinstance(partition, int) else None,
-                                 first if isinstance(first, int) else None, end)
+    try:
+        rb = await asyncio.to_thread(_read, source, snap.session_id,
+                                     partition if isinstance(partition, int) else None,
+                                     first if isinstance(first, int) else None, end)
+    except SchemaUnavailable as exc:  # temporary: the records are not corrupt
+        log.warning("timeline: %s", exc)
+        return web.json_response({"error": f"{exc}; the timeline reads again when it "
+                                           "answers", "session_id": snap.session_id},
+                                 status=503)
     rows = rows_of(rb)
     limit = int(raw)
     return web.json_response({
@@ -94,12 +114,8 @@ async def timeline(request: web.Request, snap: Any) -> web.Response:
 
 
 async def _handler(request: web.Request) -> web.Response:
-    from dashboard.app import CONFIG, REDIS
-    from streams.read import read_views
-
-    config, redis = request.app[CONFIG], request.app[REDIS]
     sid = request.match_info["session_id"]
-    snap = await read_views(redis, config.keys, sid, rows=config.rows)
+    snap = await request.app[SNAPSHOTS](request, sid)
     if snap is None:
         return web.json_response({
             "error": f"no projections for session {sid!r}: the timeline reads the range "
@@ -107,7 +123,9 @@ async def _handler(request: web.Request) -> web.Response:
     return await timeline(request, snap)
 
 
-def setup(app: web.Application, source: TimelineSource) -> None:
-    """Add ``GET /api/sessions/{id}/timeline`` reading from ``source``."""
+def setup(app: web.Application, source: TimelineSource, snapshots: Snapshots) -> None:
+    """Add ``GET /api/sessions/{id}/timeline`` reading records from ``source`` in the
+    range of the session's projection row, which ``snapshots`` reads."""
     app[SOURCE] = source
+    app[SNAPSHOTS] = snapshots
     app.router.add_get("/api/sessions/{session_id}/timeline", _handler)

@@ -8,13 +8,28 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from producers.attachments import DEFAULT_SPILL_THRESHOLD
 from producers.lease import DEFAULT_TTL_MS
 from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
 from sessionstream.core.rows import KeySpace
 from sessionstream.governance import ContentCipher
+
+
+class WriterStats(Protocol):
+    """An observer of writer incidents (metrics, alerts); told only bounded labels.
+
+    ``fenced(reason)``: a writer learned it lost the session (``lease_renewal``: the renewal
+    said another writer holds it; ``not_admitted``: readers refused events it flushed;
+    ``hand_off``: the hand-off found a newer epoch). ``delivery_error(state)``: the broker
+    did not confirm a record (``failed`` or ``possibly-persisted``). Never session ids or
+    content. Called on the writer's thread; must not raise or block.
+    """
+
+    def fenced(self, reason: str) -> None: ...
+
+    def delivery_error(self, state: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,8 @@ class WriterConfig:
     #: Seals event content and attachments with the session's data keys (None: clear);
     #: ``from_settings`` builds it (sealing unless the tenant opted out).
     cipher: ContentCipher | None = None
+    #: Told of fencings and delivery errors (e.g. ``producers.metrics.WriterMetrics``).
+    stats: WriterStats | None = field(default=None, repr=False, compare=False)
     #: Record framing (``Settings.wire``): "confluent" registers the schema and frames
     #: with its id at ``schema_registry_url``; readers detect either.
     wire: str = "single-object"

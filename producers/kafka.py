@@ -11,7 +11,8 @@ One librdkafka Producer per (bootstrap, config) is shared by every writer of a p
 all sessions' records together. Each record's delivery report goes to its own
 :class:`Delivery` (the callback *is* the Delivery: no closure per record), so writers
 sharing a producer never see each other's reports. librdkafka's log lines go to the
-``sessionstream.producers.librdkafka`` logger, rate-limited, instead of raw stderr.
+``sessionstream.producers.librdkafka`` logger, rate-limited, instead of raw stderr (the
+configs, defaults and that logger live in :mod:`producers.kafka_clients`).
 """
 
 from __future__ import annotations
@@ -36,31 +37,7 @@ from producers.errors import (
     TopicNotFound,
     map_kafka_error,
 )
-
-#: Defaults, each chosen for an append-only per-session log (override via ``config``).
-PRODUCER_DEFAULTS: Mapping[str, Any] = {
-    # Idempotence: no duplicates or reordering from librdkafka's own retries within this
-    # producer instance (it implies acks=all, max.in.flight <= 5, retries > 0).
-    "enable.idempotence": True,
-    "acks": "all",
-    # Kafka's Java default partitioner: murmur2 of the key. Python and JVM writers of one
-    # tenant must agree on a session's partition (see producers.partition).
-    "partitioner": "murmur2_random",
-    # Batching: wait up to 5 ms to fill a batch. Agents append in bursts (chunks, tool
-    # output); 5 ms is invisible next to a model call and lets one request carry many
-    # events. flush() bypasses linger, so a durability barrier never waits for it.
-    "linger.ms": 5,
-    "batch.size": 1_048_576,  # bytes per partition batch (1 MiB)
-    "batch.num.messages": 10_000,
-    # Event data is JSON text: lz4 is cheap on CPU and typically halves the bytes.
-    "compression.type": "lz4",
-    # How long one record may stay undelivered before it is reported as timed out
-    # (surfaces as DeliveryTimeout, i.e. possibly persisted).
-    "message.timeout.ms": 30_000,
-    "queue.buffering.max.messages": 200_000,
-    "queue.buffering.max.kbytes": 262_144,
-    "log_level": 3,
-}
+from producers.kafka_clients import BOOTSTRAP, client_config, producer_config
 
 #: How often a full local queue (BufferError) is retried, serving callbacks in between.
 QUEUE_FULL_RETRIES = 50
@@ -73,6 +50,8 @@ FAIL_FAST_S = 1.0
 #: connect(): how long a topic missing from the metadata is retried (a topic created a
 #: moment ago may not be in the metadata yet) before TopicNotFound.
 UNKNOWN_TOPIC_GRACE_S = 3.0
+#: produce() serves delivery reports (poll(0)) once per this many records.
+POLL_EVERY = 16
 #: flush()/close() of one sender on a shared producer serve callbacks in slices this
 #: long, so one writer's barrier never waits for another writer's backlog.
 FLUSH_SLICE_S = 0.005
@@ -81,63 +60,6 @@ FLUSH_SLICE_S = 0.005
 _DOWN_CODES = frozenset(
     {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 )
-
-LIBRDKAFKA_LOGGER = "sessionstream.producers.librdkafka"
-#: The librdkafka setting naming the brokers (configs are built by producers.kafka_clients).
-BOOTSTRAP = "bootstrap.servers"
-
-
-class RateLimit(logging.Filter):
-    """Let at most ``burst`` records per (level, facility) through per ``window_s``.
-
-    librdkafka repeats a connection failure several times a second; the first few lines
-    say everything. At the start of the next window a record notes how many were
-    suppressed. Records carry librdkafka's own text (broker, state): never session data.
-    """
-
-    def __init__(self, burst: int = 5, window_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self.burst = burst
-        self.window_s = window_s
-        self._clock = clock
-        self._windows: dict[tuple[int, str], list[float]] = {}  # key -> [start, seen]
-        self._lock = threading.Lock()
-
-    def reset(self) -> None:
-        with self._lock:
-            self._windows.clear()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        fac = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
-        key = (record.levelno, fac)
-        now = self._clock()
-        with self._lock:
-            w = self._windows.get(key)
-            if w is None or now - w[0] >= self.window_s:
-                suppressed = int(w[1]) - self.burst if w is not None else 0
-                self._windows[key] = [now, 1]
-                if suppressed > 0:
-                    record.msg = f"{record.msg} (and {suppressed} similar line(s) suppressed)"
-                return True
-            w[1] += 1
-            return w[1] <= self.burst
-
-
-def librdkafka_logger() -> logging.Logger:
-    """The logger every librdkafka client of this package logs through (rate-limited)."""
-    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
-    if not any(isinstance(f, RateLimit) for f in logger.filters):
-        logger.addFilter(RateLimit())
-    return logger
-
-
-def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` whose librdkafka logs go to Python logging, not stderr."""
-    cfg = dict(config)
-    cfg.setdefault("logger", librdkafka_logger())
-    return cfg
-
 
 class DeliveryState(StrEnum):
     PENDING = "pending"
@@ -165,8 +87,17 @@ class Delivery:
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         sender = self._sender
-        if sender is not None:
-            sender._settle(self, err, msg)
+        if sender is None:
+            return
+        if err is None and sender._plain and sender._up():
+            # The common case, inline (this runs once per record): acknowledged, no
+            # listener, no resent copy to reconcile, the producer known to be up.
+            sender._inflight -= 1
+            self.state = DeliveryState.OK
+            self.partition = msg.partition()
+            self.offset = msg.offset()
+            return
+        sender._settle(self, err, msg)
 
     def __repr__(self) -> str:
         return (f"Delivery({self.event_id!r}, {self.state.value}, partition={self.partition}, "
@@ -339,15 +270,40 @@ class KafkaSender:
     ) -> None:
         self.topic = topic
         self.bootstrap = bootstrap
-        from producers.kafka_clients import producer_config  # it imports this module
-
         self._config: dict[str, Any] = producer_config(bootstrap, config, route_logs=False)
         self._pool = pool if pool is not None else POOL
         self._entry: _Pooled | None = None
         self._producer: Producer | None = None
         self._deliveries: dict[str, Delivery] = {}
         self._inflight = 0  # our records produced and not yet reported
-        self.on_delivery = on_delivery
+        self._resent = False  # some event was produced twice (reports to reconcile)
+        self._since_poll = 0  # records produced since the last poll(0)
+        self._on_delivery = on_delivery
+        #: Called with the Delivery of each record reported failed or possibly persisted
+        #: (failures never take the inline path, so this costs nothing per success).
+        self.on_error: DeliveryListener | None = None
+        #: Delivery reports may take the inline path (see Delivery.__call__).
+        self._plain = False
+
+    @property
+    def on_delivery(self) -> DeliveryListener | None:
+        """Called with each record's Delivery once it is reported (None: nobody)."""
+        return self._on_delivery
+
+    @on_delivery.setter
+    def on_delivery(self, listener: DeliveryListener | None) -> None:
+        self._on_delivery = listener
+        self._replan()
+
+    def _replan(self) -> None:
+        entry = self._entry
+        self._plain = (self._on_delivery is None and not self._resent and entry is not None
+                       and entry.verified)
+
+    def _up(self) -> bool:
+        """No "all brokers down" seen since the last success (else _settle clears it)."""
+        entry = self._entry
+        return entry is not None and entry.down_since is None
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -360,6 +316,7 @@ class KafkaSender:
             entry = self._entry = self._pool.acquire(self._config)
             self._producer = entry.producer
             self._inflight = 0
+            self._replan()
         return entry.producer
 
     def connect(self, timeout: float = 10.0) -> None:
@@ -387,6 +344,7 @@ class KafkaSender:
                 t = md.topics.get(self.topic)
                 if t is not None and t.error is None and t.partitions:
                     entry.up()
+                    self._replan()
                     return
                 entry.down_since = None  # a broker answered: only the topic is missing
                 if t is not None and t.error is not None and t.error.code() in (
@@ -423,21 +381,25 @@ class KafkaSender:
             entry = self._entry
             if entry is not None and (entry.down_since is not None or not entry.verified):
                 entry.up()
+            self._replan()
         elif d.state is not DeliveryState.OK:
+            self._plain = False  # the next success re-checks whether the producer is up
             d.error = map_kafka_error(err, what=f"delivering event {d.event_id}")
             d.state = (
                 DeliveryState.POSSIBLY_PERSISTED
                 if isinstance(d.error, PossiblyPersisted)
                 else DeliveryState.FAILED
             )
+            if self.on_error is not None:
+                self.on_error(d)
         current = self._deliveries.get(d.event_id)
         if current is not None and current is not d and d.state is DeliveryState.OK:
             # An earlier copy of a resent record landed: the event is in the log.
             current.state, current.partition, current.offset = d.state, d.partition, d.offset
             current.error = None
             d = current
-        if self.on_delivery is not None:
-            self.on_delivery(d)
+        if self._on_delivery is not None:
+            self._on_delivery(d)
 
     def produce(
         self,
@@ -465,8 +427,16 @@ class KafkaSender:
         except KafkaException as exc:
             raise map_kafka_error(exc.args[0], what="produce") from exc
         self._inflight += 1
+        if event_id in self._deliveries:
+            self._resent, self._plain = True, False  # _settle reconciles the copies
         self._deliveries[event_id] = d
-        p.poll(0)
+        # Serve delivery reports every few records rather than after each one: a poll
+        # costs about as much as the rest of produce(), flush() serves them anyway and
+        # the local queue holds far more than POLL_EVERY records.
+        self._since_poll += 1
+        if self._since_poll >= POLL_EVERY:
+            self._since_poll = 0
+            p.poll(0)
         return d
 
     def _produce_when_room(self, p: Producer, key: bytes, value: bytes, d: Delivery,
@@ -531,6 +501,9 @@ class KafkaSender:
         """Stop tracking records (after their outcome was handled)."""
         for e in event_ids:
             self._deliveries.pop(e, None)
+        if self._resent and not self._deliveries:
+            self._resent = False  # no copies left to reconcile
+            self._replan()
 
     def deliveries(self) -> list[Delivery]:
         return list(self._deliveries.values())
@@ -565,15 +538,10 @@ class KafkaSender:
 
 __all__ = [
     "FAIL_FAST_S",
-    "LIBRDKAFKA_LOGGER",
     "POOL",
-    "PRODUCER_DEFAULTS",
     "Delivery",
     "DeliveryState",
     "KafkaSender",
     "ProducerFatal",
     "ProducerPool",
-    "RateLimit",
-    "client_config",
-    "librdkafka_logger",
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import redis
 
 from producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
+from producers.index import RECORD_BODY
 from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, lua
 
 DEFAULT_TTL_MS = 30_000
@@ -76,6 +77,23 @@ return 1
 """)
 
 
+# KEYS: lease, epoch, log. ARGV: owner, epoch, next_seq, partition ('' : no offsets),
+# min_offset, max_offset. One round trip at the end of a flush: read the session's epoch
+# and, if the lease is still ours at that epoch (so the flushed records are admitted, see
+# SessionWriter.flush), record them in the index and hand off the next seq.
+# Returns {current epoch, 1 if recorded and handed off else 0}.
+_SETTLE = lua("""
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+local v = redis.call('HMGET', KEYS[1], $OWNER, $EPOCH)
+if cur ~= tonumber(ARGV[2]) or v[1] ~= ARGV[1] or v[2] ~= ARGV[2] then return {cur, 0} end
+if ARGV[4] ~= '' then
+""" + RECORD_BODY.format(key="KEYS[3]", partition="ARGV[4]", lo="ARGV[5]", hi="ARGV[6]") + """
+end
+redis.call('HSET', KEYS[1], $NEXT_SEQ, ARGV[3])
+return {cur, 1}
+""")
+
+
 @dataclass(frozen=True)
 class Lease:
     """A held lease: the epoch is the fencing token stamped on every event."""
@@ -101,6 +119,7 @@ class LeaseStore:
         self._renew = client.register_script(_RENEW)
         self._check = client.register_script(_CHECK)
         self._handoff = client.register_script(_HANDOFF)
+        self._settle = client.register_script(_SETTLE)
 
     def _keys(self, tenant: str, session_id: str, *what: str) -> list[str]:
         """Keys of ``session_id`` by role: ``lease``, ``epoch`` or ``log`` (the row layout's)."""
@@ -168,6 +187,21 @@ class LeaseStore:
                 "lease release" if release else "lease hand-off", self.url
             ) from exc
         return int(ok) == 1
+
+    def settle(self, lease: Lease, next_seq: int,
+               offsets: tuple[int, int, int] | None = None) -> tuple[int, bool]:
+        """A flush's Redis half in one round trip: read the session's epoch and, if the
+        lease is still ours at it, fold ``offsets`` (partition, lo, hi) into the session's
+        log index and record the next-seq hand-off. Returns (epoch, done)."""
+        part, lo, hi = offsets if offsets is not None else ("", 0, 0)
+        try:
+            res = self._settle(
+                keys=self._keys(lease.tenant, lease.session_id, "lease", "epoch", "log"),
+                args=[lease.writer_id, lease.epoch, next_seq, part, lo, hi],
+            )
+        except redis.RedisError as exc:
+            raise RedisUnavailable("flush settlement", self.url) from exc
+        return int(res[0]), int(res[1]) == 1
 
     def release(self, lease: Lease, next_seq: int) -> bool:
         return self.hand_off(lease, next_seq, release=True)

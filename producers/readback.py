@@ -11,7 +11,7 @@ from the key hash).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,9 @@ class ReadBack:
     rejections: list[Rejection] = field(default_factory=list)
     corrupt: list[tuple[int, str]] = field(default_factory=list)  # (offset, why) undecodable
     records_scanned: int = 0
+    #: How the records were found: "scan" (the partition, or a range of it) or "index"
+    #: (the session index's runs, verified; see producers.resume.read_back).
+    via: str = "scan"
     #: The admission state after ``end`` (continue a later read from ``end`` with it).
     state: AdmissionState | None = None
     #: Sealed parts the reader could not open (shredded or missing keys), with their seq
@@ -158,8 +161,13 @@ def scan_session(
     end: int | None = None,
     timeout: float = 30.0,
     consumer_config: dict[str, Any] | None = None,
+    ranges: Sequence[tuple[int, int | None]] | None = None,
 ) -> Scan:
     """The records keyed ``session_id`` in ``[start, end)`` of its partition, in order.
+
+    ``ranges``: read only these ``[start, end)`` offset ranges (end None: the high
+    watermark), sorted, seeking from one to the next (``start``/``end`` are ignored);
+    resume reads the runs of the session index this way.
 
     The one reader of a session's records from Kafka (resume, confirm, diagnose and the
     stream processor's state_version rebuilds). ``partition`` None: computed from the
@@ -205,51 +213,79 @@ def scan_session(
                     ) from exc
                 consumer.poll(0.05)
                 down.check(bootstrap, t0)
-        first = low if start is None else max(start, low)
-        stop = high if end is None else min(end, high)
-        scan = Scan(topic, partition, first, stop)
-        if first >= stop:
-            return scan
-        begin = first if first > 0 else OFFSET_BEGINNING
-        consumer.assign([TopicPartition(topic, partition, begin)])
-        position = first
-        # consume(n, t) waits until n records or t elapse: keep t short so the tail of a
-        # small read does not wait; stall detection runs on the wall clock instead.
-        last_progress = time.monotonic()
-        while position < stop:
-            msgs = consumer.consume(BATCH, timeout=0.05)
-            if not msgs:
-                down.check(bootstrap, t0)  # the broker went away mid-read: say so now
-                if time.monotonic() - last_progress > timeout:
-                    raise ReadBackError(
-                        f"reading session {session_id!r} from {topic}[{partition}] stalled at "
-                        f"offset {position} (want {stop}); is the broker up?"
-                    )
-                continue
-            last_progress = time.monotonic()
-            down.since = None  # a broker answered
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise ReadBackError(
-                        f"reading {topic}[{partition}] at {position}: {err.str()}"
-                    )
-                off = msg.offset()
-                assert off is not None  # a fetched record always has an offset
-                if off >= stop:
-                    position = stop
-                    break
-                position = off + 1
-                scan.scanned += 1
-                if msg.key() != key:
-                    continue
-                scan.records.append(Record(topic, partition, off, msg.key(), msg.value(),
-                                           msg.timestamp()[1]))
+        wanted = [(start, end)] if ranges is None else list(ranges)
+        spans = _clip(wanted, low, high)
+        if not spans:
+            first = low if start is None else max(start, low)
+            return Scan(topic, partition, first, max(first, high if end is None
+                                                      else min(end, high)))
+        scan = Scan(topic, partition, spans[0][0], spans[-1][1])
+        for first, stop in spans:
+            _read_span(consumer, scan, key, session_id, first, stop, timeout,
+                       down, bootstrap, t0)
         return scan
     finally:
         consumer.close()
+
+
+def _clip(ranges: Sequence[tuple[int | None, int | None]], low: int,
+          high: int) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges within the partition's ``[low, high)``, sorted, merged
+    where they touch or overlap, empty ones dropped."""
+    spans: list[tuple[int, int]] = []
+    for a, b in sorted(((low if a is None else max(a, low)), (high if b is None else min(b, high)))
+                       for a, b in ranges):
+        if a >= b:
+            continue
+        if spans and a <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], b))
+        else:
+            spans.append((a, b))
+    return spans
+
+
+def _read_span(consumer: Consumer, scan: Scan, key: bytes, session_id: str, first: int,
+               stop: int, timeout: float, down: _Down, bootstrap: str, t0: float) -> None:
+    """Append the records keyed ``key`` in ``[first, stop)`` to ``scan`` (assign, consume)."""
+    topic, partition = scan.topic, scan.partition
+    begin = first if first > 0 else OFFSET_BEGINNING
+    consumer.assign([TopicPartition(topic, partition, begin)])
+    position = first
+    records = scan.records
+    # consume(n, t) waits until n records or t elapse: keep t short so the tail of a
+    # small read does not wait; stall detection runs on the wall clock instead.
+    last_progress = time.monotonic()
+    while position < stop:
+        msgs = consumer.consume(min(BATCH, stop - position), timeout=0.05)
+        if not msgs:
+            down.check(bootstrap, t0)  # the broker went away mid-read: say so now
+            if time.monotonic() - last_progress > timeout:
+                raise ReadBackError(
+                    f"reading session {session_id!r} from {topic}[{partition}] stalled at "
+                    f"offset {position} (want {stop}); is the broker up?"
+                )
+            continue
+        last_progress = time.monotonic()
+        down.since = None  # a broker answered
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise ReadBackError(
+                    f"reading {topic}[{partition}] at {position}: {err.str()}"
+                )
+            off = msg.offset()
+            assert off is not None  # a fetched record always has an offset
+            if off >= stop:
+                position = stop
+                break
+            position = off + 1
+            scan.scanned += 1
+            if msg.key() != key:
+                continue
+            records.append(Record(topic, partition, off, key, msg.value(),
+                                  msg.timestamp()[1]))
 
 
 def read_session(
@@ -264,13 +300,15 @@ def read_session(
     timeout: float = 30.0,
     consumer_config: dict[str, Any] | None = None,
     state: AdmissionState | None = None,
+    ranges: Sequence[tuple[int, int | None]] | None = None,
 ) -> ReadBack:
     """Read ``session_id``'s records in ``[start, end)`` (:func:`scan_session`) and apply
     the reader pipeline's first two stages: decode, then the admission rule — from
     ``state``, the state before ``start`` (default: an empty session). ``ReadBack.state``
     is the state after ``end``, to continue a later read from there."""
     scan = scan_session(bootstrap, topic, session_id, partition=partition, start=start,
-                        end=end, timeout=timeout, consumer_config=consumer_config)
+                        end=end, timeout=timeout, consumer_config=consumer_config,
+                        ranges=ranges)
     rb = ReadBack(session_id, scan.partition, scan.start, scan.end,
                   records_scanned=scan.scanned)
     if state is None:

@@ -1,7 +1,7 @@
 """Reading a session back for a writer: the admitted log, and proofs of admission.
 
-:func:`read_back` reads the admitted log a writer resumes from (the per-session index
-narrows the offset range; without it the partition the key hashes to is scanned).
+:func:`read_back` reads the admitted log a writer resumes from: the runs of the
+per-session index (verified, see :func:`untrusted`), else the partition the key hashes to.
 :class:`AdmissionProof` answers "were these events of mine admitted?" by reading the
 partition on from where the last read stopped, continuing the same admission state —
 so each proof reads only the records written since the previous one.
@@ -9,32 +9,112 @@ so each proof reads only the records written since the previous one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from producers.config import WriterConfig
 from producers.edges import WriterEdges
+from producers.errors import RedisUnavailable
+from producers.index import LogIndex, merge_runs
 from producers.readback import ReadBack, Rejection, read_session
 from sessionstream.core.admission import REJECTIONS, AdmissionState
 from sessionstream.core.events import Event
 
+log = logging.getLogger("producers.writer")
+
 
 def read_back(
-    edges: WriterEdges, session_id: str, was_clean: bool, use_index: bool, timeout: float
+    edges: WriterEdges, session_id: str, was_clean: bool, use_index: bool, timeout: float,
+    *, next_seq_hint: int | None = None, repair: bool = False,
 ) -> ReadBack:
-    """The session's admitted log as every reader derives it (and the state after it)."""
+    """The session's admitted log as every reader derives it (and the state after it).
+
+    With the session index: read its runs, and the partition after its last offset
+    unless the index is clean; trust that read only if :func:`untrusted` finds nothing
+    wrong, else (and without an index) scan the whole partition the key hashes to.
+    ``repair`` (a resumer holding the lease): record in the index the admitted records
+    the read found outside it; after a scan, rebuild the index from what it found.
+    """
+    rb, idx = _read(edges, session_id, was_clean, use_index, timeout, next_seq_hint)
+    if repair and use_index:
+        _repair(edges, session_id, rb, idx)
+    return rb
+
+
+def _repair(edges: WriterEdges, session_id: str, rb: ReadBack, idx: LogIndex | None) -> None:
+    cfg = edges.cfg
+    replace = rb.via == "scan" and idx is not None  # the index was contradicted
+    runs = index_repairs(rb, None if replace else idx)
+    if not runs:
+        return
+    try:
+        edges.index.record_runs(cfg.tenant, session_id, rb.partition, runs, replace=replace)
+    except RedisUnavailable:
+        log.warning("session %s: session index not repaired (Redis unreachable)", session_id)
+
+
+def _read(edges: WriterEdges, session_id: str, was_clean: bool, use_index: bool,
+          timeout: float, next_seq_hint: int | None) -> tuple[ReadBack, LogIndex | None]:
     cfg = edges.cfg
     idx = edges.index.get(cfg.tenant, session_id) if use_index else None
     if idx is not None:
-        end = idx.last_offset + 1 if was_clean else None
-        return read_session(
+        ranges: list[tuple[int, int | None]] = [(lo, hi + 1) for lo, hi in idx.runs]
+        if not was_clean:
+            ranges.append((idx.last_offset + 1, None))
+        rb = read_session(
             cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
-            partition=idx.partition, start=idx.first_offset, end=end, timeout=timeout,
+            partition=idx.partition, ranges=ranges, timeout=timeout,
             consumer_config=dict(cfg.kafka_security),
         )
-    # No index: scan the whole partition the key hashes to.
-    return read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
-                        timeout=timeout, consumer_config=dict(cfg.kafka_security))
+        why = untrusted(rb, idx, next_seq_hint)
+        if why is None:
+            rb.via = "index"
+            return rb, idx
+        log.info("session %s: session index not trusted (%s); scanning the partition",
+                 session_id, why)
+    # No index, or one the read contradicts: scan the whole partition the key hashes to.
+    rb = read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
+                      timeout=timeout, consumer_config=dict(cfg.kafka_security))
+    if idx is not None and idx.partition != rb.partition:
+        log.warning("session %s: the index names partition %d, the key hashes to %d",
+                    session_id, idx.partition, rb.partition)
+    return rb, idx
+
+
+def untrusted(rb: ReadBack, idx: LogIndex, next_seq_hint: int | None) -> str | None:
+    """Why a read of the index's runs (plus the tail unless clean) may differ from a scan
+    of the whole partition; None when it cannot.
+
+    Every offset a writer records was proven admitted, so the record at ``last_offset``
+    is admitted by every reader. If this read admits it too, over a history in which
+    every event names its predecessor (``prev_event_id``), the admitted chain up to it
+    is the one every reader admits: walking back from it by predecessor ids leaves no
+    choice (event ids are unique). After it, the read covers the whole tail (or, clean,
+    nothing admitted lies there). A stale index (runs missing records, offsets of an
+    earlier topic, a legacy unlinked history) fails one of these checks.
+    """
+    if not rb.admitted:
+        return "nothing of the session in the indexed runs"
+    if idx.last_offset not in set(rb.offsets.values()):
+        return f"the record at the index's last offset {idx.last_offset} is not admitted"
+    for e in rb.admitted[1:]:
+        if e.prev_event_id is None:
+            return f"seq {e.seq} names no predecessor (a history written before v2)"
+    if next_seq_hint is not None and rb.next_seq < next_seq_hint:
+        return (f"the previous holder handed off seq {next_seq_hint}, the runs hold "
+                f"{rb.next_seq} events")
+    return None
+
+
+def index_repairs(rb: ReadBack, idx: LogIndex | None) -> tuple[tuple[int, int], ...]:
+    """Runs of admitted records ``rb`` found outside the index's runs (a crashed writer's
+    unrecorded flush, or every run after a scan without an index): what a resumer
+    holding the lease records, so the next resume finds them through the index."""
+    covered = idx.runs if idx is not None and idx.partition == rb.partition else ()
+    outside = sorted(o for o in rb.offsets.values()
+                     if not any(lo <= o <= hi for lo, hi in covered))
+    return merge_runs([(o, o) for o in outside]) if outside else ()
 
 
 def read_log(cfg: WriterConfig, session_id: str, *, use_index: bool = True,

@@ -44,7 +44,7 @@ from producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
-from producers.kafka import Delivery, DeliveryState
+from producers.kafka import DeliveryState
 from producers.lease import Lease
 from producers.limits import ENVELOPE_OVERHEAD, size_bound
 from producers.readback import ReadBack, Rejection, read_session
@@ -130,11 +130,15 @@ class SessionWriter:
                                                 session.session_id)
         self._limit = edges.limit()
         self._sender = edges.sender
-        self._sender.on_delivery = self._delivered
+        stats = edges.cfg.stats
+        if stats is not None:
+            self._sender.on_error = lambda d: stats.delivery_error(d.state.value)
         self._key = session.session_id.encode()
         self._bytes: dict[str, bytes] = {}  # event_id -> record, until acknowledged
         self._mine: list[Event] = []  # every event this writer produced, in seq order
         self._offsets: dict[str, int] = {}  # acknowledged event_id -> offset
+        #: Produced, acknowledgement not yet taken in (by _harvest), in produce order.
+        self._unharvested: list[str] = []
         self._partition: int | None = readback.partition if readback else None
         self._idx_lo: int | None = None
         self._idx_hi: int | None = None
@@ -155,6 +159,10 @@ class SessionWriter:
         #: How many times open() wrote this lifecycle's first events (1 unless it lost
         #: a race to an older writer and wrote them again).
         self.start_attempts = 1
+        #: How open() found the session's records ("index": the verified runs of the
+        #: session index; "scan": the partition) and how many records it read.
+        self.read_via: str | None = readback.via if readback is not None else None
+        self.records_read = readback.records_scanned if readback is not None else 0
         for event in seeded:
             self._produce(event)
         if seeded:
@@ -173,6 +181,7 @@ class SessionWriter:
             raise _LostRace(verdicts.mine_refused, verdicts.admitted)
         self._proven = len(self._mine)
         self._established = True
+        self._update_index_quietly()  # proven admitted: now they may be indexed
         self._hand_off()
 
     # -- construction ---------------------------------------------------------------------
@@ -253,7 +262,8 @@ class SessionWriter:
                 cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms,
                 steal=steal,
             )
-            rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout)
+            rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout,
+                           next_seq_hint=lease.next_seq_hint, repair=True)
             if not rb.admitted:
                 raise SessionNotFound(session_id)
             writer = Writer(lease.writer_id, lease.epoch)
@@ -291,10 +301,10 @@ class SessionWriter:
                              session_id, lease.epoch, why, attempt)
                     continue
                 log.info(
-                    "resumed session %s at epoch %d: %d events read (%d records scanned), "
-                    "%d rejected, %d repair events, attempt %d",
-                    session_id, lease.epoch, before, rb.records_scanned, len(rb.rejections),
-                    session.next_seq - before - 1, attempt,
+                    "resumed session %s at epoch %d: %d events read (%d records scanned, "
+                    "via %s), %d rejected, %d repair events, attempt %d",
+                    session_id, lease.epoch, before, rb.records_scanned, rb.via,
+                    len(rb.rejections), session.next_seq - before - 1, attempt,
                 )
                 w.start_attempts = attempt
                 return w
@@ -452,14 +462,38 @@ class SessionWriter:
         self._bytes[event.event_id] = value
         self._mine.append(event)
         self._sender.produce(self._key, value, event.event_id)
+        self._unharvested.append(event.event_id)
 
-    def _delivered(self, d: Delivery) -> None:
-        if d.state is DeliveryState.OK and d.offset is not None:
-            self._bytes.pop(d.event_id, None)
-            self._offsets[d.event_id] = d.offset
+    def _mark_fenced(self, reason: str) -> None:
+        if not self._fenced and self._e.cfg.stats is not None:
+            self._e.cfg.stats.fenced(reason)
+        self._fenced = True
+
+    def _harvest(self) -> list[str]:
+        """Take in the acknowledgements reported since the last call: offsets, partition,
+        the index range; returns the event ids taken in (done here, once per flush, rather
+        than in a callback per record)."""
+        sender = self._sender
+        offsets, records = self._offsets, self._bytes
+        lo, hi = self._idx_lo, self._idx_hi
+        taken: list[str] = []
+        waiting: list[str] = []
+        for eid in self._unharvested:
+            d = sender.delivery(eid)
+            if d is None or d.state is not DeliveryState.OK or d.offset is None:
+                if eid not in offsets:
+                    waiting.append(eid)
+                continue
+            off = d.offset
+            offsets[eid] = off
+            records.pop(eid, None)
             self._partition = d.partition
-            self._idx_lo = d.offset if self._idx_lo is None else min(self._idx_lo, d.offset)
-            self._idx_hi = d.offset if self._idx_hi is None else max(self._idx_hi, d.offset)
+            lo = off if lo is None or off < lo else lo
+            hi = off if hi is None or off > hi else hi
+            taken.append(eid)
+        self._idx_lo, self._idx_hi = lo, hi
+        self._unharvested = waiting
+        return taken
 
     def _maybe_renew(self) -> None:
         # Renew when a third of the TTL has passed: a writer paused past its TTL finds
@@ -478,7 +512,7 @@ class SessionWriter:
         try:
             self._e.leases.renew(self.lease)
         except Fenced:
-            self._fenced = True
+            self._mark_fenced("lease_renewal")
             raise
         except RedisUnavailable as exc:
             # Safety never depends on Redis (readers apply the admission rule), but the
@@ -528,13 +562,38 @@ class SessionWriter:
         if self._closed is not None and self._closed != "closed":
             raise WriterClosed(self.session_id, self._closed)
         self._flush_acks(timeout)
+        if self._settle():
+            return
         self._prove_admitted(timeout)
         self._hand_off()
 
-    def _flush_acks(self, timeout: float) -> None:
-        """The broker half of the barrier: every record acknowledged, else raise."""
-        self._sender.flush(timeout)
-        unconfirmed = self._sender.unconfirmed()
+    def _settle(self) -> bool:
+        """The common end of a flush in one Redis round trip (index, epoch, hand-off).
+
+        True when the epoch is still ours and this writer's earlier events were proven
+        admitted: then every event flushed is admitted too (see flush) and the next seq
+        is handed off. False: the caller proves by reading the log (the epoch changed,
+        nothing of ours was proven yet, or Redis cannot say).
+        """
+        if self._fenced or not self._established:
+            return False
+        offsets = None
+        if self._idx_lo is not None and self._idx_hi is not None and self._partition is not None:
+            offsets = (self._partition, self._idx_lo, self._idx_hi)
+        try:
+            epoch, done = self._e.leases.settle(self.lease, self.next_seq, offsets)
+        except RedisUnavailable:
+            return False  # the index offsets are kept for a later flush
+        if epoch != self.lease.epoch:
+            return False
+        self._proven = len(self._mine)
+        if done:
+            self._idx_lo = self._idx_hi = None
+        else:
+            self._mark_fenced("hand_off")  # the lease hash is not ours at our epoch any more
+        return True
+
+    def _update_index_quietly(self) -> None:
         try:
             self._update_index()
         except RedisUnavailable:
@@ -542,9 +601,18 @@ class SessionWriter:
             # offsets are kept and folded in on a later flush.
             log.warning("session %s: session index not updated (Redis unreachable)",
                         self.session_id)
+
+    def _flush_acks(self, timeout: float) -> None:
+        """The broker half of the barrier: every record acknowledged, else raise.
+
+        Acknowledged is not admitted: the offsets go into the session index only once
+        the records are proven admitted (flush's settlement or proof, open's proof)."""
+        self._sender.flush(timeout)
+        taken = self._harvest()
+        unconfirmed = self._sender.unconfirmed()
         if unconfirmed:
             raise UnconfirmedEvents(unconfirmed, timeout=timeout)
-        self._sender.forget([e for e in list(self._offsets) if self._sender.delivery(e)])
+        self._sender.forget(taken)
 
     def _prove_admitted(self, timeout: float) -> None:
         """The admission half of the barrier (see flush)."""
@@ -558,13 +626,14 @@ class SessionWriter:
                 epoch = None  # cannot tell: read back instead
             if epoch == self.lease.epoch:
                 self._proven = len(self._mine)
+                self._update_index_quietly()
                 return
         verdicts = self._proof.read(self._e, todo, self._offsets,
                                     self._partition_or_raise(), timeout)
         got = set(verdicts.mine_admitted)
         refused = [e.event_id for e in todo if e.event_id not in got]
         if refused:
-            self._fenced = True
+            self._mark_fenced("not_admitted")
             first = next(e for e in todo if e.event_id not in got)
             kinds = sorted({r.verdict.value for r in verdicts.mine_refused})
             log.warning("session %s epoch %d: %d event(s) from seq %d not admitted (%s)",
@@ -580,6 +649,7 @@ class SessionWriter:
             )
         self._proven = len(self._mine)
         self._established = True
+        self._update_index_quietly()
 
     def _partition_or_raise(self) -> int:
         if self._partition is None:  # every record acknowledged carries one
@@ -590,7 +660,7 @@ class SessionWriter:
         if not self._fenced:
             try:
                 if not self._e.leases.hand_off(self.lease, self.next_seq, release=False):
-                    self._fenced = True
+                    self._mark_fenced("hand_off")
             except RedisUnavailable:
                 log.warning("session %s: could not record next-seq hand-off", self.session_id)
 
@@ -646,9 +716,9 @@ class SessionWriter:
     def close(self, timeout: float = 30.0, *, confirm: bool = False) -> Confirmation | None:
         """Flush, hand the next seq to the next holder, release the lease.
 
-        With ``confirm`` the log is read back first; if every event of ours is admitted
-        the index is marked clean, so the next resume reads no further than our last
-        offset.
+        Once the flush proved every event admitted (and, with ``confirm``, the log read
+        back says so too) the index is marked clean, so the next resume reads no further
+        than our last offset.
         """
         if self._closed == "closed":
             return None
@@ -658,11 +728,8 @@ class SessionWriter:
                 self.flush(timeout)
                 if confirm:
                     result = self.confirm(timeout)
-                    if result.ok:
-                        self._e.index.mark_clean(
-                            self._e.cfg.tenant, self.session_id, self.lease.writer_id,
-                            self.lease.epoch,
-                        )
+                if (result is None or result.ok) and self._established and not self._fenced:
+                    self._mark_clean()
                 try:
                     self._e.leases.release(self.lease, self.next_seq)
                 except RedisUnavailable:
@@ -676,6 +743,21 @@ class SessionWriter:
             self._sender.close(0 if self._fenced else timeout)
             self._e.redis.close()
         return result
+
+    def _mark_clean(self) -> None:
+        """After a flush that proved every event admitted, with the lease still ours: no
+        record a reader would admit lies beyond the index's last offset (a newer writer
+        must acquire first, which the script sees and acquiring resets), so the next
+        resume reads no further than that offset."""
+        try:
+            self._e.index.mark_clean(self._e.cfg.tenant, self.session_id,
+                                     self.lease.writer_id, self.lease.epoch)
+        except Fenced:
+            log.info("session %s epoch %d: lease taken before close; index left unclean",
+                     self.session_id, self.lease.epoch)
+        except RedisUnavailable:
+            log.warning("session %s: index not marked clean (Redis unreachable)",
+                        self.session_id)
 
     def abandon(self) -> None:
         """Drop this writer without flushing or releasing (tests: a crashed process).

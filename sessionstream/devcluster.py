@@ -358,6 +358,11 @@ class LocalCluster:
         started += self._kafka_up(timeout)
         return started
 
+    def up_redis(self) -> list[str]:
+        """Start only the Redis Cluster (for what needs no brokers); returns what started."""
+        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        return self._redis_up()
+
     def down(self) -> list[str]:
         stopped = []
         for node in self.kafka:

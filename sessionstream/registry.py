@@ -12,39 +12,55 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sessionstream.core import codec
-from sessionstream.core.errors import CorruptRecord, SessionStreamError
+from sessionstream.core.errors import CorruptRecord, SchemaUnavailable, SessionStreamError
 from sessionstream.core.settings import Env
+
+if TYPE_CHECKING:
+    from sessionstream.core.events import Event
+    from sessionstream.core.settings import Settings
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 TIMEOUT_S = 10.0
+#: A reader's id lookup runs inside a batch: fail fast, the engine backs off and retries.
+READ_TIMEOUT_S = 3.0
 
 
 class RegistryError(SessionStreamError, RuntimeError):
-    """The schema registry is unreachable or refused a request; the message says which."""
+    """The schema registry is unreachable or refused a request; the message says which.
+
+    ``status``: the HTTP status it answered (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RegistryClient:
     """The few calls of the Confluent-compatible API sessionstream makes."""
 
-    def __init__(self, url: str, timeout: float = TIMEOUT_S) -> None:
+    def __init__(self, url: str, timeout: float = TIMEOUT_S,
+                 read_timeout: float = READ_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.read_timeout = read_timeout
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None,
+              timeout: float | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": CONTENT_TYPE,
                                               "Accept": CONTENT_TYPE})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace")
             raise RegistryError(f"schema registry {self.url}: {method} {path} -> HTTP "
-                                f"{exc.code}: {detail}") from exc
+                                f"{exc.code}: {detail}", exc.code) from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise RegistryError(
                 f"schema registry {self.url} unreachable ({method} {path}: {exc}); check "
@@ -64,16 +80,25 @@ class RegistryClient:
         return str(self._call("GET", f"/config/{subject}")["compatibilityLevel"])
 
     def schema(self, schema_id: int) -> str:
-        """The schema text of a global id; CorruptRecord when the registry has none."""
+        """The schema text of a global id (the readers' lookup port).
+
+        CorruptRecord when the registry answers it has no such id (404); any other
+        failure (unreachable, timeout, 5xx, a refused credential) is SchemaUnavailable:
+        temporary, the reader retries the record instead of dead-lettering it.
+        """
         try:
-            return str(self._call("GET", f"/schemas/ids/{schema_id}")["schema"])
+            return str(self._call("GET", f"/schemas/ids/{schema_id}",
+                                  timeout=self.read_timeout)["schema"])
         except RegistryError as exc:
-            if "HTTP 404" in str(exc):
+            if exc.status == 404:
                 raise CorruptRecord(
                     f"schema id {schema_id} is unknown to the schema registry {self.url}: "
                     "a record framed against another registry, or not a sessionstream "
                     "record") from exc
-            raise
+            raise SchemaUnavailable(f"schema id {schema_id}: {exc}") from exc
+        except (KeyError, TypeError) as exc:
+            raise SchemaUnavailable(f"schema id {schema_id}: the schema registry {self.url} "
+                                    f"answered without a schema ({exc})") from exc
 
 
 def subject(topic: str) -> str:
@@ -100,3 +125,12 @@ def wire_codec(wire: str, registry_url: str | None, topic: str | None,
         write_id = client.register(subj, writer_schema_text())
         client.set_compatibility(subj, "BACKWARD")
     return codec.WireCodec(codec.default_codec(), client.schema if client else None, write_id)
+
+
+def reader_decode(settings: Settings) -> Callable[[bytes], Event]:
+    """The record decoder of a reader with ``settings``: either framing when a registry
+    is configured (or the wire is ``confluent``), else single-object only."""
+    if settings.wire == "confluent" or settings.schema_registry_url:
+        return wire_codec(settings.wire, settings.schema_registry_url, None,
+                          writing=False).decode
+    return codec.decode

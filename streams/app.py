@@ -18,16 +18,31 @@ import asyncio
 import logging
 import os
 import sys
+import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faust
 
+from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
+from streams.lag import INTERVAL_S as LAG_INTERVAL_S
 from streams.processor import Processor
-from streams.worker import EXIT_BUG, EXIT_CONFIG, WorkerConfig, build_processor, check_topics
+from streams.worker import (
+    EXIT_BUG,
+    EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
+    WorkerConfig,
+    build_processor,
+    check_topics,
+    process_retrying,
+)
+
+if TYPE_CHECKING:
+    from streams.lag import LagProbe
+    from streams.metrics import WorkerMetrics
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -54,6 +69,11 @@ app = faust.App(
 )
 events = app.topic(cfg.topic, key_type=bytes, value_type=bytes)
 _processor: Processor | None = None
+#: With ``Settings.metrics_port``: this worker's collectors, its lag probe (streams.lag)
+#: and the partitions of the events topic it was assigned (readiness).
+_metrics: WorkerMetrics | None = None
+_probe: LagProbe | None = None
+_assigned: set[int] = set()
 
 
 @app.task
@@ -74,17 +94,60 @@ def processor() -> Processor:
     return _processor
 
 
+def _count_partitions() -> None:
+    if _metrics is not None:
+        _metrics.partitions.set(len(_assigned))
+
+
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]
 async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
     processor().forget((tp.topic, tp.partition) for tp in revoked)
+    _assigned.difference_update(tp.partition for tp in revoked if tp.topic == cfg.topic)
+    _count_partitions()
 
 
 @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
     # Another worker may have moved these partitions on meanwhile: reload from Redis.
     processor().forget((tp.topic, tp.partition) for tp in assigned)
-    processor().schedule_converge(cfg.topic, [tp.partition for tp in assigned
-                                              if tp.topic == cfg.topic])
+    mine = [tp.partition for tp in assigned if tp.topic == cfg.topic]
+    processor().schedule_converge(cfg.topic, mine)
+    _assigned.update(mine)
+    _count_partitions()
+
+
+@app.task
+async def _serve_metrics() -> None:
+    """/metrics, /healthz and /readyz on ``Settings.metrics_port`` (same collectors and
+    names as the kafka engine; lag in offsets here counts records not yet in Redis)."""
+    global _metrics, _probe
+    port = cfg.settings.metrics_port
+    if port is None:
+        return
+    from streams.lag import probe_from_settings
+    from streams.metrics import WorkerMetrics, start_server
+
+    _metrics = WorkerMetrics(cfg.settings.tenant)
+    _count_partitions()  # the group may have assigned them before this task ran
+    proc = processor()
+    _probe = probe_from_settings(cfg.settings, proc.sink, proc.pipeline, cfg.topic, cfg.group)
+    await start_server(_metrics, port, lambda: bool(_assigned))
+    log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
+
+
+@app.timer(interval=LAG_INTERVAL_S)
+async def _measure_lag() -> None:
+    """Both lags of the assigned partitions, from Redis progress (bounded: streams.lag)."""
+    if _metrics is None or _probe is None or not _assigned:
+        return
+    try:
+        lags = await _probe.measure(sorted(_assigned))
+    except Exception as exc:  # a metric must never stop the fold
+        log.warning("consumer lag not measured: %s: %s", type(exc).__name__, exc)
+        return
+    _metrics.observe_lag({lag.partition: lag.offsets for lag in lags}, _assigned)
+    _metrics.observe_seq_lag({lag.partition: lag.seq for lag in lags if lag.seq is not None},
+                             _assigned)
 
 
 @app.timer(interval=0.2)
@@ -92,7 +155,10 @@ async def _converge() -> None:
     """Rebuild bumped units of quiet sessions, a bounded step at a time."""
     proc = processor()
     if proc.converging:
-        await proc.converge_step(cfg.converge_sessions)
+        try:
+            await proc.converge_step(cfg.converge_sessions)
+        except SchemaUnavailable as exc:  # those sessions refold on their next event
+            log.warning("state_version convergence step postponed: %s", exc)
 
 
 @app.agent(events)
@@ -107,16 +173,27 @@ async def project(stream: Any) -> None:
         ]
         # faust acknowledges the batch when this body returns, raises or is cancelled
         # (shutdown, rebalance): finish the batch first, and die on a bug instead.
-        task = asyncio.ensure_future(proc.process(records))
+        began = time.monotonic()
+        retried = _metrics.schema_retries.inc if _metrics is not None else None
+        task = asyncio.ensure_future(process_retrying(proc, records, on_retry=retried))
         try:
             report = await asyncio.shield(task)
         except asyncio.CancelledError:
             await task
             raise
+        except SchemaUnavailable as exc:
+            log.critical("the schema registry stayed unavailable (%s); exiting before the "
+                         "batch is acknowledged, a restart re-reads it", exc)
+            os._exit(EXIT_UNAVAILABLE)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())
             os._exit(EXIT_BUG)
+        if _metrics is not None:
+            _metrics.observe_batch(time.monotonic() - began, report.records, report.skipped,
+                                   len(report.dead_letters), len(report.quarantined),
+                                   report.conflicts)
+            _metrics.observe_verdicts(report.verdicts)
         if report.dead_letters or report.quarantined:
             log.warning("batch: %d records, %d dead letters, %d sessions quarantined",
                         report.records, len(report.dead_letters), len(report.quarantined))

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from producers.kafka_clients import KafkaClients
+from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
@@ -40,13 +41,16 @@ from streams.processor import Processor
 from streams.trace import StageTrace
 
 if TYPE_CHECKING:
+    from streams.lag import LagProbe
     from streams.metrics import WorkerMetrics
 from streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
     WorkerConfig,
     build_processor,
     check_topics,
+    process_retrying,
 )
 
 log = logging.getLogger("sessionstream.streams.worker")
@@ -67,6 +71,9 @@ class KafkaEngine:
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
+        self.lag_probe: LagProbe | None = None  # with metrics: the as_of_seq lag
+        self._probing: asyncio.Task[None] | None = None
+        self._positioned: set[int] = set()  # partitions whose offsets lag the consumer knows
         self.assigned: set[int] = set()
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
@@ -97,6 +104,48 @@ class KafkaEngine:
     def _count_partitions(self) -> None:
         if self.metrics is not None:
             self.metrics.partitions.set(len(self.assigned))
+
+    def _observe_lag(self) -> None:
+        """Per assigned partition: the high watermark last fetched minus the consumer's
+        position (both local to the client, no broker round trip)."""
+        assert self.metrics is not None
+        parts = [TopicPartition(self.cfg.topic, p) for p in sorted(self.assigned)]
+        lags: dict[int, int] = {}
+        try:
+            for tp in self.consumer.position(parts):
+                if tp.offset < 0:
+                    continue  # nothing fetched yet: the lag probe measures it (below)
+                _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+                if high >= 0:
+                    lags[tp.partition] = high - tp.offset
+        except KafkaException as exc:
+            log.debug("lag not measured: %s", exc)
+        self._positioned = set(lags)
+        self.metrics.observe_lag(lags, self.assigned)
+
+    def _maybe_probe(self) -> None:
+        """Start a measurement of the as_of_seq lag when one is due (in the background:
+        a slow broker answer never delays a batch)."""
+        probe = self.lag_probe
+        if probe is None or not self.assigned or not probe.due():
+            return
+        if self._probing is not None and not self._probing.done():
+            return
+        self._probing = asyncio.create_task(self._probe_seq_lag(probe))
+
+    async def _probe_seq_lag(self, probe: LagProbe) -> None:
+        assert self.metrics is not None
+        try:
+            lags = await probe.measure(sorted(self.assigned))
+        except Exception as exc:  # a metric must never stop the fold
+            log.warning("as_of_seq lag not measured: %s: %s", type(exc).__name__, exc)
+            return
+        self.metrics.observe_seq_lag({lag.partition: lag.seq for lag in lags
+                                      if lag.seq is not None}, self.assigned)
+        # A partition the consumer has no position in yet (nothing fetched: e.g. empty):
+        # its offsets lag from the stored progress instead.
+        self.metrics.observe_lag({lag.partition: lag.offsets for lag in lags
+                                  if lag.partition not in self._positioned}, self.assigned)
 
     def stop(self) -> None:
         self._stop.set()
@@ -143,9 +192,19 @@ class KafkaEngine:
                     await self._process(records)
                     if self.trace is not None:
                         self.trace.done()
+                if self.metrics is not None:
+                    self._observe_lag()
+                    self._maybe_probe()
                 if self.processor.converging:
-                    await self.processor.converge_step(cfg.converge_sessions)
+                    try:
+                        await self.processor.converge_step(cfg.converge_sessions)
+                    except SchemaUnavailable as exc:  # those sessions refold on their next event
+                        log.warning("state_version convergence step postponed: %s", exc)
         finally:
+            if self._probing is not None:
+                self._probing.cancel()
+            if self.lag_probe is not None:
+                await asyncio.to_thread(self.lag_probe.close)
             await asyncio.to_thread(self.consumer.close)
 
     def _records(self, msgs: list[Message]) -> list[Record]:
@@ -166,8 +225,13 @@ class KafkaEngine:
 
     async def _process(self, records: list[Record]) -> None:
         began = time.monotonic()
+        retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
-            report = await self.driver.process(records)
+            report = await process_retrying(self.driver, records, on_retry=retried)
+        except SchemaUnavailable as exc:
+            log.critical("the schema registry stayed unavailable (%s); exiting before the "
+                         "batch is acknowledged, a restart re-reads it", exc)
+            os._exit(EXIT_UNAVAILABLE)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())
@@ -185,6 +249,7 @@ class KafkaEngine:
             self.metrics.observe_batch(time.monotonic() - began, report.records,
                                        report.skipped, len(report.dead_letters),
                                        len(report.quarantined), report.conflicts)
+            self.metrics.observe_verdicts(report.verdicts)
         if report.dead_letters or report.quarantined:
             log.warning("batch: %d records, %d dead letters, %d sessions quarantined",
                         report.records, len(report.dead_letters), len(report.quarantined))
@@ -203,9 +268,12 @@ async def _main(cfg: WorkerConfig) -> None:
     runner = None
     port = cfg.settings.metrics_port
     if port is not None:
+        from streams.lag import probe_from_settings
         from streams.metrics import WorkerMetrics, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
+        engine.lag_probe = probe_from_settings(cfg.settings, engine.processor.sink,
+                                               engine.processor.pipeline, cfg.topic, cfg.group)
         runner = await start_server(engine.metrics, port, engine.ready)
         log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
     try:

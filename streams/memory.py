@@ -56,6 +56,8 @@ class MemorySink:
             return WriteOutcome("conflict", stored)
         h = self.hashes.setdefault(key, {})
         h.update(write.fields)
+        for name in write.deletes:
+            h.pop(name, None)
         h[SessionRow.AS_OF_OFFSET] = str(write.last_offset)
         h[SessionRow.AS_OF_SEQ] = str(write.as_of_seq)
         _append(self.changes.setdefault(key, []), _entry(write), self.change_maxlen)

@@ -11,11 +11,34 @@ leave the process).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: The admission verdicts other than ``admitted`` (sessionstream.core.admission.Verdict).
+VERDICTS = ("duplicate", "history_conflict", "seq_conflict", "seq_gap", "stale_epoch")
+
+
+class PartitionGauge:
+    """A per-partition gauge of one tenant: set for measured partitions, removed for
+    partitions no longer assigned (no stale series after a rebalance)."""
+
+    def __init__(self, gauge: Gauge, tenant: str) -> None:
+        self.gauge = gauge
+        self.tenant = tenant
+        self._set: set[str] = set()
+
+    def observe(self, values: Mapping[int, int], assigned: Iterable[int]) -> None:
+        keep = {str(p) for p in assigned}
+        for partition, value in values.items():
+            if str(partition) in keep:
+                self.gauge.labels(self.tenant, str(partition)).set(max(0, value))
+                self._set.add(str(partition))
+        for gone in self._set - keep:
+            self.gauge.remove(self.tenant, gone)
+        self._set &= keep
 
 
 class WorkerMetrics:
@@ -46,6 +69,25 @@ class WorkerMetrics:
         self.partitions = Gauge("sessionstream_worker_assigned_partitions",
                                 "Partitions of the events topic this worker folds",
                                 ["tenant"], registry=r).labels(tenant)
+        self._verdicts = Counter("sessionstream_worker_rejections_total",
+                                 "Records the admission rule did not admit, by verdict "
+                                 "(refusals and dropped duplicates)",
+                                 ["tenant", "verdict"], registry=r)
+        for verdict in VERDICTS:
+            self._verdicts.labels(tenant, verdict)
+        self._lag = PartitionGauge(Gauge(
+            "sessionstream_worker_consumer_lag_offsets",
+            "Records on the partition past this worker's position (high watermark - "
+            "position)", ["tenant", "partition"], registry=r), tenant)
+        self._seq_lag = PartitionGauge(Gauge(
+            "sessionstream_worker_consumer_lag_seq",
+            "Events of the partition's newest record's session not yet visible to readers "
+            "(its seq - the session's as_of_seq; 0 once folded)",
+            ["tenant", "partition"], registry=r), tenant)
+        self.schema_retries = Counter("sessionstream_worker_schema_retries_total",
+                                      "Batches retried because the schema registry did "
+                                      "not answer (never dead-lettered)",
+                                      ["tenant"], registry=r).labels(tenant)
         self.last_batch = Gauge("sessionstream_worker_last_batch_timestamp_seconds",
                                 "When the last batch reached Redis (Unix time)",
                                 ["tenant"], registry=r).labels(tenant)
@@ -59,6 +101,18 @@ class WorkerMetrics:
         self.quarantines.inc(quarantined)
         self.conflicts.inc(conflicts)
         self.last_batch.set(time.time())
+
+    def observe_verdicts(self, verdicts: Mapping[str, int]) -> None:
+        for verdict, n in verdicts.items():
+            self._verdicts.labels(self.tenant, verdict).inc(n)
+
+    def observe_lag(self, lags: Mapping[int, int], assigned: Iterable[int]) -> None:
+        """Set each partition's lag in offsets; drop partitions no longer assigned."""
+        self._lag.observe(lags, assigned)
+
+    def observe_seq_lag(self, lags: Mapping[int, int], assigned: Iterable[int]) -> None:
+        """Set each partition's lag in ``as_of_seq`` (streams.lag); drop unassigned ones."""
+        self._seq_lag.observe(lags, assigned)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -2,11 +2,12 @@
 
 ``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
 a batch's Avro records by schema fingerprint, applies the admission rule and folds the
-built-in units it implements (index, turns, usage, plan, goal, rejections) without a
-Python object per event, and hands back each session's Redis fields as text. The other
-units of the registry (the surface, tools, todo, business and compaction units, and any
-custom unit) stay Python: the extension returns the record indices of the admitted
-events of the types they read, and only those records are decoded in Python.
+built-in units it implements (all but the surface: index, turns, tools, usage, todo,
+plan, goal, business, compaction, rejections) without a Python object per event, and
+hands back each session's Redis fields as text. The other units of the registry (the
+surface unit and any custom unit) stay Python: the extension returns the record indices
+of the admitted events of the types they read, and only those records are decoded in
+Python.
 
 The Python processor stays the reference and takes over whatever the extension does
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
@@ -41,9 +42,12 @@ from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, 
 from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
-from sessionstream.core.projections.domain import GoalUnit, PlanUnit
+from sessionstream.core.projections.business import BusinessUnit
+from sessionstream.core.projections.compaction import CompactionUnit
+from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
 from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
 from sessionstream.core.rows import MetaFields, SessionRow
@@ -51,7 +55,7 @@ from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
-from streams.session_row import CachedSession
+from streams.session_row import CachedSession, chunked_fields, whole_fields
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
@@ -61,7 +65,8 @@ except ImportError:  # pragma: no cover - depends on the install
 #: The built-in unit classes the extension folds, by key.
 NATIVE_UNITS: dict[str, type] = {
     "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
-    "goal": GoalUnit, "rejections": RejectionsUnit,
+    "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
+    "business": BusinessUnit, "compaction": CompactionUnit,
 }
 FOLDS = ("auto", "native", "python")
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
@@ -136,6 +141,20 @@ class NativeFold:
         self._python: set[str] = set()  # sessions the Python processor owns now
         self._gen: int | None = None  # the live path's generation (reset on a change)
         processor.cached_elsewhere = self.folder.has
+        self._native_units = tuple(u for u in reg.units if u.key in NATIVE_UNITS)
+        # Chunked units (ADR 0013), per session, as last written: the Python units'
+        # states and chunk counts, the native units' chunk texts (they come back whole).
+        self._native_chunked = tuple(u for u in reg.units
+                                     if u.key in NATIVE_UNITS and u.collections)
+        self._py_base: dict[str, dict[str, Any]] = {}
+        self._chunks: dict[str, dict[str, dict[str, int]]] = {}
+        self._texts: dict[str, dict[str, dict[str, list[str]]]] = {}
+        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]],
+                                    dict[str, dict[str, list[str]]]]] = {}
+        #: everything kept per session beside the extension (forgotten with it)
+        self._per_session: tuple[dict[str, Any], ...] = (
+            self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
+            self._chunks, self._texts, self._memo)
 
     @property
     def unflushed_sessions(self) -> int:
@@ -223,9 +242,17 @@ class NativeFold:
         meta = json.loads(fields[SessionRow.META])
         cur = proc.cursor_from_fields(sid, int(meta[MetaFields.PARTITION]), fields)
         written = self._written.pop(sid, None)
-        base = CachedSession(sid, cur.partition, cur.admission, cur.states,
+        # The base is the row as written: the Python units' states as last written; the
+        # native chunked units (no such state here) are rewritten whole when changed.
+        py_base = self._py_base.pop(sid, {})
+        chunks = self._chunks.pop(sid, {})
+        for key, texts in self._texts.pop(sid, {}).items():
+            chunks[key] = {c: len(t) for c, t in texts.items()}
+        base = CachedSession(sid, cur.partition, cur.admission, {**cur.states, **py_base},
                              as_of_offset=-1 if written is None else written,
-                             stored=written is not None)
+                             stored=written is not None, chunks=chunks,
+                             pending=frozenset(u.key for u in proc.codec.units
+                                               if u.collections and u.key not in py_base))
         proc.adopt(cur, base, set(self._all_keys) if written is None else changed)
 
     async def _hand_over(self, gen: int, records: Sequence[Record],
@@ -253,9 +280,13 @@ class NativeFold:
             outcomes = await proc.sink.write_sessions(gen, writes)
             done = []
             for w, outcome in zip(writes, outcomes, strict=True):
+                memo = self._memo.pop(w.session_id)
                 if outcome.status == "applied":
                     report.sessions_written += 1
                     self._written[w.session_id] = w.last_offset
+                    self._py_base.setdefault(w.session_id, {}).update(memo[0])
+                    self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                    self._texts.setdefault(w.session_id, {}).update(memo[2])
                     done.append(w)
                 else:
                     report.conflicts += 1
@@ -329,9 +360,15 @@ class NativeFold:
         redo: list[tuple[str, list[int]]] = []
         for w, outcome in zip(mine, outcomes, strict=True):
             sid = w.session_id
+            memo = self._memo.pop(sid)
             if outcome.status == "applied":
                 report.sessions_written += 1
                 self._written[sid] = w.last_offset
+                self._py_base.setdefault(sid, {}).update(memo[0])
+                self._chunks.setdefault(sid, {}).update(memo[1])
+                self._texts.setdefault(sid, {}).update(memo[2])
+                for verdict, n in self.folder.verdicts(sid).items():
+                    report.verdicts[verdict] = report.verdicts.get(verdict, 0) + n
                 writes.append(w)
                 continue
             report.sessions_noop += 1
@@ -361,27 +398,37 @@ class NativeFold:
         """Start or load each session the folder met for the first time (one round trip)."""
         proc = self.proc
         loaded = await proc.sink.load(gen, [sid for sid, _, _ in unknown])
-        rows = proc.codec.rows
         for sid, partition, _ in unknown:
             stored = loaded.get(sid)
             self._forget_py(sid)
             if not stored or SessionRow.AS_OF_OFFSET not in stored:
                 self.folder.start(sid, partition)
                 continue
-            cur = proc.cursor_from_fields(sid, partition, stored)  # opens sealed rows
-            fields = dict(stored)
-            ok = not cur.stale and cur.quarantine is None
-            for key in NATIVE_UNITS:
-                name = SessionRow.state(key)
-                if ok and rows is not None and name in fields:
-                    text = rows.open(sid, key, name, fields[name])
-                    ok = text is not None
-                    if text is not None:
-                        fields[name] = text
+            # the codec reassembles chunked rows and opens sealed fields; the native
+            # units' states are handed over whole, as their encode gives them
+            cur = proc.cursor_from_fields(sid, partition, stored)
+            if cur.stale or cur.quarantine is not None:
+                self._python.add(sid)  # the Python processor rebuilds or holds it
+                continue
+            fields = {k: stored[k] for k in (SessionRow.ADMISSION, SessionRow.META,
+                                              SessionRow.AS_OF_OFFSET) if k in stored}
+            texts: dict[str, dict[str, list[str]]] = {}
+            for unit in self._native_units:
+                view, state = unit.encode(cur.states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+                if unit.collections:  # the chunks as stored, for the next delta write
+                    texts[unit.key] = whole_fields(unit, view, state, None, {}, [])
             seed = getattr(self._opener, "seed_length", None)
-            if ok and self.folder.load(sid, fields, seed(sid) if seed is not None else None):
+            if self.folder.load(sid, fields, seed(sid) if seed is not None else None):
                 self._py_states[sid] = {u.key: cur.states[u.key] for u in self._py_units}
                 self._written[sid] = cur.as_of_offset
+                self._py_base[sid] = {u.key: cur.states[u.key] for u in self._py_units
+                                      if u.collections}
+                self._chunks[sid] = {k: dict(v) for k, v in cur.chunks.items()
+                                     if k not in NATIVE_UNITS}
+                self._texts[sid] = texts
             else:
                 self._python.add(sid)  # the Python processor loads and folds it
 
@@ -413,10 +460,8 @@ class NativeFold:
         self._forget_py(sid)
 
     def _forget_py(self, sid: str) -> None:
-        self._py_states.pop(sid, None)
-        self._py_changed.pop(sid, None)
-        self._written.pop(sid, None)
-        self._dirty.pop(sid, None)
+        for d in self._per_session:
+            d.pop(sid, None)
 
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
         """Drop cached sessions (all, or of these (topic, partition)s): a rebalance, or
@@ -425,7 +470,7 @@ class NativeFold:
         self.proc.forget(parts)
         if parts is None:
             self.folder.forget()
-            for d in (self._py_states, self._py_changed, self._written, self._dirty):
+            for d in self._per_session:
                 d.clear()
             self._python.clear()
             return
@@ -441,16 +486,36 @@ class NativeFold:
         fields.pop(SessionRow.AS_OF_OFFSET, None)
         py_changed = self._py_changed.pop(sid, set())
         states = self._py_states.get(sid) or self._py_registry.init_states()
+        deletes: list[str] = []
+        bases: dict[str, Any] = {}
+        counts: dict[str, dict[str, int]] = {}
+        texts: dict[str, dict[str, list[str]]] = {}
+        for unit in self._native_chunked:  # whole texts from the extension: chunk here
+            vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
+            if vf in fields:
+                before = None if first else self._texts.get(sid, {}).get(unit.key)
+                texts[unit.key] = whole_fields(unit, fields.pop(vf), fields.pop(sf), before,
+                                               fields, deletes)
         for unit in self._py_units:
             if first or unit.key in py_changed:
-                view, state = unit.encode(states[unit.key])
+                state_now = states[unit.key]
+                if unit.collections:
+                    counts[unit.key], _ = chunked_fields(
+                        unit, None if first else self._py_base.get(sid, {}).get(unit.key),
+                        state_now, None if first else self._chunks.get(sid, {}).get(unit.key),
+                        fields, deletes)
+                    bases[unit.key] = state_now
+                    view, state = unit.heads(state_now)
+                else:
+                    view, state = unit.encode(state_now)
                 fields[SessionRow.view(unit.key)] = view
                 fields[SessionRow.state(unit.key)] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        self._memo[sid] = (bases, counts, texts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
         rows = self.proc.codec.rows
-        if rows is not None:  # content-bearing views and states are sealed in Redis
+        if rows is not None:  # content-bearing fields are sealed in Redis, as the codec does
             for name in list(fields):
                 ukey = _unit_of(name)
                 if ukey is not None:
@@ -459,7 +524,7 @@ class NativeFold:
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
-            activity_ms=last_time or 0, force=False,
+            activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
 
 
@@ -516,6 +581,9 @@ def _placeholder(cipher: Any) -> Any:
 
 
 def _unit_of(field: str) -> str | None:
+    """The unit owning a view, state or chunk field (the codec's sealing rule)."""
+    if field.startswith(SessionRow.PART):
+        return SessionRow.part_unit(field)
     for prefix in (SessionRow.VIEW, SessionRow.STATE):
         if field.startswith(prefix):
             return field[len(prefix):]

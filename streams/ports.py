@@ -42,6 +42,8 @@ class SessionWrite:
     changed: tuple[str, ...]
     activity_ms: int
     force: bool = False
+    #: fields to delete in the same call (chunks past a chunked unit's new count)
+    deletes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

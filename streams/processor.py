@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from sessionstream.core.admission import REJECTIONS, Verdict
 from sessionstream.core.errors import UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Outcome, ReaderPipeline, Record, Undecodable
@@ -36,6 +37,8 @@ log = logging.getLogger("sessionstream.streams")
 #: Conflicting writes (another worker moved a session under us) are re-folded from
 #: Redis this many times in one batch before the session is left to the next batch.
 MAX_CONFLICT_RETRIES = 5
+#: The verdicts a batch report counts (metrics): the refusals and the dropped duplicates.
+_NOT_ADMITTED = tuple(sorted(v.value for v in (*REJECTIONS, Verdict.DUPLICATE)))
 
 @dataclass
 class BatchReport:
@@ -46,6 +49,9 @@ class BatchReport:
     conflicts: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
+    #: Admission verdicts other than ``admitted`` of the records written this batch
+    #: (``duplicate``, ``stale_epoch``, ...), counted once per applied write.
+    verdicts: dict[str, int] = field(default_factory=dict)
     rebuilt: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -444,6 +450,7 @@ class Processor:
                 if outcome.status == "applied":
                     self._cache[sid] = new
                     report.sessions_written += 1
+                    _count_verdicts(report.verdicts, cur.counts, new.counts)
                     if new.quarantine is not None and cur.quarantine is None:
                         report.quarantined.append(sid)
                     if cur.pending:
@@ -537,6 +544,14 @@ class Processor:
 
 def _nowhere(session_id: str) -> bool:
     return False
+
+
+def _count_verdicts(into: dict[str, int], before: Mapping[str, int],
+                    after: Mapping[str, int]) -> None:
+    for verdict in _NOT_ADMITTED:
+        n = after.get(verdict, 0) - before.get(verdict, 0)
+        if n > 0:
+            into[verdict] = into.get(verdict, 0) + n
 
 
 def _tp(topic: str, partition: int) -> str:

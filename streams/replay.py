@@ -27,8 +27,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 
 from producers.kafka_clients import consumer_config, private_group
+from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
-from sessionstream.core.rows import KeySpace, SessionRow
+from sessionstream.core.privacy import UNAVAILABLE_TEXT
+from sessionstream.core.rows import KeySpace, SessionRow, assemble
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
 from streams.native_fold import NativeFold, fold_driver
@@ -208,8 +210,9 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                    report: ReplayReport, views: list[str], sealed: Any = None) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
-    Reads only ``as_of_seq`` and the ``views`` fields (not the states, about as large)."""
-    fields = [SessionRow.AS_OF_SEQ, *views]
+    Reads each whole row (chunked views, ADR 0013, span several fields); compares the
+    ``views`` and ``as_of_seq``."""
+    wanted = {SessionRow.AS_OF_SEQ, *views}
     ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
                       for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
     report.sessions = len(ids)
@@ -217,12 +220,12 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
         chunk = ids[i:i + 200]
         async with redis.pipeline(transaction=False) as pipe:
             for sid in chunk:
-                pipe.hmget(keys.session_row(sid, new), fields)
-                pipe.hmget(keys.session_row(sid, live), fields)
+                pipe.hgetall(keys.session_row(sid, new))
+                pipe.hgetall(keys.session_row(sid, live))
             rows = await pipe.execute()
         for j, sid in enumerate(chunk):
-            a = _views(dict(zip(fields, rows[2 * j], strict=True)), sid, sealed)
-            b = _views(dict(zip(fields, rows[2 * j + 1], strict=True)), sid, sealed)
+            a = {k: v for k, v in _views(rows[2 * j], sid, sealed).items() if k in wanted}
+            b = {k: v for k, v in _views(rows[2 * j + 1], sid, sealed).items() if k in wanted}
             if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
@@ -243,6 +246,7 @@ def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, 
         from sessionstream.governance.rows import open_fields
 
         clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
+    clear = assemble(clear, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}))
     for k, v in clear.items():
         if k.startswith(SessionRow.VIEW):
             out[k] = json.loads(v)

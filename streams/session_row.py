@@ -19,9 +19,13 @@ from sessionstream.core.admission import AdmissionState
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import Quarantine
 from sessionstream.core.projections import ProjectionUnit
+from sessionstream.core.rows import CHUNK_ITEMS, SessionRow, assemble, chunk_count, manifest
 from sessionstream.core.rows import MetaFields as M
-from sessionstream.core.rows import SessionRow
+from sessionstream.core.rows import stored_chunks as stored_chunk_counts
 from streams.ports import SessionWrite
+
+#: collection -> (index of its last chunk, that chunk's item texts) as last written
+ChunkMemo = dict[str, tuple[int, list[str]]]
 
 
 def dumps(value: Any) -> str:
@@ -45,6 +49,11 @@ class CachedSession:
     stale: tuple[str, ...] = ()  # units whose stored state_version differs: rebuild first
     pending: frozenset[str] = frozenset()  # units to write even if no record changes them
     stored: bool = False
+    #: chunked units (ADR 0013) as stored: unit key -> {collection: chunks in the row};
+    #: a unit absent here has no manifest in the row (new, or written whole before)
+    chunks: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)
+    #: per chunked unit, the texts of each collection's last chunk as written (a cache)
+    memo: dict[str, ChunkMemo] = field(default_factory=dict, compare=False, repr=False)
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -70,9 +79,12 @@ class RowSealer(Protocol):
 class SessionRowCodec:
     """Stored row → :class:`CachedSession` → the script call writing it back."""
 
-    def __init__(self, units: Sequence[ProjectionUnit[Any]], rows: RowSealer | None = None
-                 ) -> None:
+    def __init__(self, units: Sequence[ProjectionUnit[Any]], rows: RowSealer | None = None,
+                 *, chunked: bool = True) -> None:
         self.units = tuple(units)
+        #: False: every unit written whole, as before ADR 0013 (the benches' baseline)
+        self.chunked = chunked
+        self.chunk = CHUNK_ITEMS  # items per chunk of the rows this codec writes
         self.versions: dict[str, int] = {u.key: u.state_version for u in self.units}
         self.rows = rows
 
@@ -86,13 +98,13 @@ class SessionRowCodec:
         if not stored or SessionRow.AS_OF_OFFSET not in stored:
             return self.fresh(sid, partition)
         meta = SessionRow.meta(stored)
+        chunks = stored_chunk_counts(stored)
+        stored = assemble(self._opened_states(sid, stored), unavailable="null")
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self.units:
+            # a state that cannot be opened (key shredded) is rebuilt from the log
             raw = stored.get(SessionRow.state(unit.key))
-            if raw is not None and self.rows is not None:
-                # a state that cannot be opened (key shredded) is rebuilt from the log
-                raw = self.rows.open(sid, unit.key, SessionRow.state(unit.key), raw)
             sv = stored.get(SessionRow.state_version(unit.key))
             if raw is None or sv is None or int(sv) != unit.state_version:
                 stale.append(unit.key)
@@ -113,7 +125,25 @@ class SessionRowCodec:
             counts=dict(meta.get(M.COUNTS, {})),
             stale=tuple(stale),
             stored=True,
+            chunks=chunks,
         )
+
+    def _opened_states(self, sid: str, stored: Mapping[str, str]) -> dict[str, str]:
+        """The row without its views, sealed states and chunks opened (a field that does
+        not open is left out: its unit is rebuilt from the log)."""
+        out: dict[str, str] = {}
+        for name, value in stored.items():
+            if name.startswith(SessionRow.VIEW):
+                continue
+            if self.rows is not None and name.startswith((SessionRow.STATE, SessionRow.PART)):
+                unit = (SessionRow.part_unit(name) if name.startswith(SessionRow.PART)
+                        else name[len(SessionRow.STATE):])
+                opened = self.rows.open(sid, unit, name, value)
+                if opened is None:
+                    continue
+                value = opened
+            out[name] = value
+        return out
 
     def is_stale(self, row: Mapping[str, str]) -> bool:
         """Whether a row's stored state versions differ from the code's."""
@@ -126,17 +156,34 @@ class SessionRowCodec:
         if not base.stored:
             changed = {u.key for u in self.units}
         fields: dict[str, str] = {}
+        deletes: list[str] = []
         states = new.states
+        chunks = dict(base.chunks) if base.stored else {}
+        memo = dict(base.memo) if base.stored else {}
         for unit in self.units:
             if unit.key in changed:
-                view, state = unit.encode(states[unit.key])
+                if unit.collections and self.chunked:
+                    # a rebuilt unit (pending) is not the stored one: rewrite every chunk
+                    usable = base.stored and unit.key not in base.pending
+                    chunks[unit.key], memo[unit.key] = chunked_fields(
+                        unit, base.states[unit.key] if usable else None,
+                        states[unit.key], chunks.get(unit.key), fields, deletes, self.chunk,
+                        memo=base.memo.get(unit.key) if usable else None)
+                    view, state = unit.heads(states[unit.key])
+                else:
+                    view, state = unit.encode(states[unit.key])
                 vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
-                if self.rows is not None:
-                    view = self.rows.seal(new.session_id, unit.key, vf, view)
-                    state = self.rows.seal(new.session_id, unit.key, sf, state)
                 fields[vf] = view
                 fields[sf] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+        if self.rows is not None:
+            for name, text in fields.items():
+                if name.startswith((SessionRow.VIEW, SessionRow.STATE, SessionRow.PART)):
+                    owner = (SessionRow.part_unit(name) if name.startswith(SessionRow.PART)
+                             else name.split(":", 1)[1])
+                    fields[name] = self.rows.seal(new.session_id, owner, name, text)
+        new.chunks = chunks
+        new.memo = memo
         fields[SessionRow.ADMISSION] = dumps(new.admission.to_json())
         fields[SessionRow.META] = dumps(new.meta())
         return SessionWrite(
@@ -146,7 +193,90 @@ class SessionRowCodec:
             last_offset=new.as_of_offset,
             as_of_seq=new.as_of_seq,
             fields=fields,
+            deletes=tuple(deletes),
             changed=tuple(sorted(k for k in changed if k in self.versions)),
             activity_ms=new.last_time or 0,
             force=not touched,
         )
+
+
+def chunked_fields(unit: ProjectionUnit[Any], base: Any, new: Any,
+                   stored: Mapping[str, int] | None, fields: dict[str, str],
+                   deletes: list[str], chunk: int = CHUNK_ITEMS,
+                   memo: ChunkMemo | None = None) -> tuple[dict[str, int], ChunkMemo]:
+    """Add to ``fields`` the manifest and the changed chunks of a chunked unit going from
+    ``base`` (its state as stored; None: nothing usable stored) to ``new``; add to
+    ``deletes`` the chunks past the new counts. ``stored``: chunks per collection in
+    the row (None: the row has no manifest for the unit, so every chunk is written).
+    ``memo`` (what the previous call returned for the same base) saves re-encoding the
+    unchanged items of a rewritten last chunk. Returns the new chunk counts and memo.
+    O(changed items + chunk), not O(session)."""
+    key = unit.key
+    lists: dict[str, tuple[str, int]] = {}
+    counts: dict[str, int] = {}
+    out: ChunkMemo = {}
+    for c in unit.collections:
+        n = unit.length(new, c.name)
+        k = chunk_count(n, chunk)
+        same = 0 if base is None or stored is None or c.name not in stored else min(
+            unit.unchanged(base, new, c.name), n)
+        last = (memo or {}).get(c.name) if same else None
+        for i in range(same // chunk, k):
+            lo, hi = i * chunk, min(n, (i + 1) * chunk)
+            if last is not None and last[0] == i and same > lo:
+                keep = min(same, lo + len(last[1])) - lo
+                texts = [*last[1][:keep], *unit.items(new, c.name, lo + keep, hi)]
+            else:
+                texts = list(unit.items(new, c.name, lo, hi))
+            fields[SessionRow.part(key, c.name, i)] = ",".join(t for t in texts if t)
+            if i == k - 1:
+                out[c.name] = (i, texts)
+        if c.name not in out and last is not None and last[0] == k - 1:
+            out[c.name] = last  # nothing rewritten: the last chunk is as it was
+        old = (stored or {}).get(c.name, 0)
+        deletes.extend(SessionRow.part(key, c.name, i) for i in range(k, old))
+        lists[c.name] = (c.kind, n)
+        counts[c.name] = k
+    fields[SessionRow.parts(key)] = manifest(
+        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
+        {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
+    return counts, out
+
+
+def whole_fields(unit: ProjectionUnit[Any], view_text: str, state_text: str,
+                 before: Mapping[str, list[str]] | None, fields: dict[str, str],
+                 deletes: list[str], chunk: int = CHUNK_ITEMS) -> dict[str, list[str]]:
+    """The chunked fields of a unit handed over as whole texts (the native fold returns
+    whole view/state texts for now): split them, write the manifest and the chunks whose
+    text differs from ``before`` (collection -> chunk texts as stored; None: the row has
+    none), delete the chunks past the new counts. Returns the chunk texts now stored.
+
+    O(size of the unit) in CPU (a JSON parse); the bytes written are O(change). A
+    ``list`` collection splits exactly as :func:`chunked_fields` does; an ``object`` one
+    is split from the parsed object (duplicate keys collapsed)."""
+    key = unit.key
+    view, state = json.loads(view_text), json.loads(state_text)
+    lists: dict[str, tuple[str, int]] = {}
+    out: dict[str, list[str]] = {}
+    for c in unit.collections:
+        value = (view.pop(c.view_key) if c.view_key is not None else
+                 state.get(c.state_key))
+        if c.state_key is not None:
+            state.pop(c.state_key, None)
+        items = ([dumps(v) for v in value] if c.kind == "list"
+                 else [f"{dumps(k)}:{dumps(v)}" for k, v in value.items()])
+        texts = [",".join(items[i:i + chunk]) for i in range(0, len(items), chunk)]
+        old = (before or {}).get(c.name) if before is not None else None
+        for i, text in enumerate(texts):
+            if old is None or i >= len(old) or old[i] != text:
+                fields[SessionRow.part(key, c.name, i)] = text
+        deletes.extend(SessionRow.part(key, c.name, i)
+                       for i in range(len(texts), len(old or ())))
+        lists[c.name] = (c.kind, len(items))
+        out[c.name] = texts
+    fields[SessionRow.parts(key)] = manifest(
+        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
+        {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
+    fields[SessionRow.view(key)] = dumps(view)
+    fields[SessionRow.state(key)] = dumps(state)
+    return out

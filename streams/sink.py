@@ -39,26 +39,44 @@ log = logging.getLogger("sessionstream.streams.sink")
 
 T = TypeVar("T")
 
-# KEYS[1] session hash, KEYS[2] session change stream.
-# ARGV: base_offset, last_offset, as_of_seq, force(0/1), change maxlen, change entry, n,
-#       then n field/value pairs.
+# Every session of a batch in one call (ADR 0013: one command instead of one per
+# session; on a Redis Cluster one call per session, each in its session's slot).
+# KEYS: per session its hash and its change stream. ARGV[1] the change maxlen, then per
+# session: base_offset, last_offset, as_of_seq, force(0/1), change entry, n, n
+# field/value pairs, m, m fields to delete. Returns status, stored offset per session.
+# Each session is compare-and-set on its own; the call is atomic, so a reader's HGETALL
+# sees every field of a session at one as_of_seq.
 WRITE_SESSION_LUA = lua("""
-local stored = tonumber(redis.call('HGET', KEYS[1], $AS_OF_OFFSET) or '-1')
-local base = tonumber(ARGV[1])
-local last = tonumber(ARGV[2])
-if stored > last or (stored == last and ARGV[4] ~= '1') then
-  return {0, stored}
+local out = {}
+local a = 2
+for s = 1, #KEYS, 2 do
+  local row = KEYS[s]
+  local base = tonumber(ARGV[a])
+  local last = tonumber(ARGV[a + 1])
+  local n = tonumber(ARGV[a + 5])
+  local p = a + 6
+  local m = tonumber(ARGV[p + 2 * n])
+  local d = p + 2 * n + 1
+  local stored = tonumber(redis.call('HGET', row, $AS_OF_OFFSET) or '-1')
+  if stored > last or (stored == last and ARGV[a + 3] ~= '1') then
+    out[#out + 1] = 0
+  elseif stored ~= base then
+    out[#out + 1] = -1
+  else
+    for i = p, p + 2 * n - 1, 1000 do
+      redis.call('HSET', row, unpack(ARGV, i, math.min(i + 999, p + 2 * n - 1)))
+    end
+    for i = d, d + m - 1, 1000 do
+      redis.call('HDEL', row, unpack(ARGV, i, math.min(i + 999, d + m - 1)))
+    end
+    redis.call('HSET', row, $AS_OF_OFFSET, ARGV[a + 1], $AS_OF_SEQ, ARGV[a + 2])
+    redis.call('XADD', KEYS[s + 1], 'MAXLEN', '~', ARGV[1], '*', $CHANGE, ARGV[a + 4])
+    out[#out + 1] = 1
+  end
+  out[#out + 1] = stored
+  a = d + m
 end
-if stored ~= base then
-  return {-1, stored}
-end
-local n = tonumber(ARGV[7])
-if n > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 8, 7 + 2 * n))
-end
-redis.call('HSET', KEYS[1], $AS_OF_OFFSET, ARGV[2], $AS_OF_SEQ, ARGV[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', $CHANGE, ARGV[6])
-return {1, stored}
+return out
 """)
 
 # KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
@@ -130,7 +148,7 @@ class RedisSink:
 
     def __init__(self, redis: Redis, keys: KeySpace, *,
                  retry: Retry | None = None, change_maxlen: int = 100,
-                 feed_maxlen: int = 100_000) -> None:
+                 feed_maxlen: int = 100_000, one_call: bool = True) -> None:
         self.redis = redis
         self.keys = keys
         self.retry = retry or Retry()
@@ -138,6 +156,8 @@ class RedisSink:
         self.feed_maxlen = feed_maxlen
         self._write = Script(WRITE_SESSION_LUA)
         self._cluster = isinstance(redis, RedisCluster)
+        #: False: one script call per session in a pipeline (before ADR 0013; benches)
+        self.one_call = one_call
         self._progress = Script(PROGRESS_MAX_LUA)
 
     async def generation(self) -> int:
@@ -156,52 +176,68 @@ class RedisSink:
         return {sid: _text(row) for sid, row in zip(session_ids, rows, strict=True)}
 
     async def write_sessions(self, gen: int, writes: Sequence[SessionWrite]) -> list[WriteOutcome]:
+        if not writes:
+            return []
         if self._write.sha is None:
             self._write.sha = await self.retry.run(
                 "script load", lambda: self.redis.script_load(self._write.source))
         calls = []
         for w in writes:
             args: list[Any] = [w.base_offset, w.last_offset, w.as_of_seq,
-                               "1" if w.force else "0", self.change_maxlen, _change_entry(w),
-                               len(w.fields)]
+                               "1" if w.force else "0", _change_entry(w), len(w.fields)]
             for k, v in w.fields.items():
                 args += [k, v]
+            args.append(len(w.deletes))
+            args += w.deletes
             calls.append(([self.keys.session_row(w.session_id, gen),
                            self.keys.session_changes(w.session_id, gen)], args))
 
         async def op() -> list[Any]:
-            # Re-sending after a lost reply is safe: each call is idempotent by offset.
+            # Re-sending after a lost reply is safe: each session is idempotent by offset.
             if self._cluster:
                 return await self._cluster_calls(calls)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for keys, args in calls:
-                    pipe.evalsha(str(self._write.sha), len(keys), *keys, *args)
-                try:
-                    return await pipe.execute()  # type: ignore[no-any-return,unused-ignore]
-                except rexc.NoScriptError:
-                    self._write.sha = await self.redis.script_load(self._write.source)
-                    raise rexc.TryAgainError("script reloaded") from None
+            if not self.one_call:
+                return await self._pipelined(calls)
+            keys: list[str] = []
+            args = [self.change_maxlen]
+            for k, a in calls:
+                keys += k
+                args += a
+            return list(await self._write(self.redis, keys, args))
 
-        rows = await self.retry.run("session writes", op)
+        flat = await self.retry.run("session writes", op)
         names = {1: "applied", 0: "stale", -1: "conflict"}
-        return [WriteOutcome(names[int(status)], int(stored)) for status, stored in rows]
+        return [WriteOutcome(names[int(flat[i])], int(flat[i + 1]))
+                for i in range(0, len(flat), 2)]
+
+    async def _pipelined(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(str(self._write.sha), len(keys), *keys, self.change_maxlen, *args)
+            try:
+                rows = await pipe.execute()
+            except rexc.NoScriptError:
+                self._write.sha = await self.redis.script_load(self._write.source)
+                raise rexc.TryAgainError("script reloaded") from None
+        return [x for r in rows for x in r]
 
     async def _cluster_calls(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """The script calls on a Redis Cluster: concurrent, each routed to its slot's master.
-
-        redis-py refuses EVALSHA in a cluster pipeline; every call's keys share one hash
-        tag, so each is one slot. A master promoted by a failover may lack the script:
-        EVAL sends the source (and caches it there).
-        """
+        """The script calls on a Redis Cluster: one per session, concurrent, each routed to
+        its slot's master (a session's keys share one hash tag, so one slot). A master
+        promoted by a failover may lack the script: EVAL sends the source."""
         sha, source = str(self._write.sha), self._write.source
 
         async def one(keys: list[str], args: list[Any]) -> Any:
+            args = [self.change_maxlen, *args]
             try:
                 return await self.redis.evalsha(sha, len(keys), *keys, *args)
             except rexc.NoScriptError:
                 return await self.redis.eval(source, len(keys), *keys, *args)
 
-        return list(await asyncio.gather(*(one(k, a) for k, a in calls)))
+        out: list[Any] = []
+        for r in await asyncio.gather(*(one(k, a) for k, a in calls)):
+            out += r
+        return out
 
     async def write_tenant(self, gen: int, writes: Sequence[SessionWrite], group: str,
                            progress: Mapping[str, int]) -> None:

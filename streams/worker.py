@@ -13,21 +13,38 @@ Unique per replica; unset: dynamic membership.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sessionstream import redisconn
+from sessionstream.core.errors import SchemaUnavailable
+from sessionstream.core.pipeline import Record
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
-from streams.processor import Processor
+from streams.processor import BatchReport, Processor
 from streams.sink import RedisSink, Retry
 
 #: Exit status when the processor meets a bug: nothing of the batch is acknowledged.
 EXIT_BUG = 70
 #: Exit status when a topic the worker needs does not exist.
 EXIT_CONFIG = 78
+#: Exit status when the schema registry stayed unreachable for REGISTRY_PATIENCE_S: nothing
+#: of the batch was acknowledged, a supervisor restart re-reads it (EX_TEMPFAIL).
+EXIT_UNAVAILABLE = 75
+#: A batch whose schema the registry cannot give is retried after these waits (seconds:
+#: first, cap; doubling), for at most REGISTRY_PATIENCE_S in all (below the consumer's
+#: max.poll.interval.ms, so the group keeps the partitions meanwhile).
+REGISTRY_BACKOFF_S = (0.5, 10.0)
+REGISTRY_PATIENCE_S = 120.0
+
+log = logging.getLogger("sessionstream.streams.worker")
 
 
 @dataclass(frozen=True)
@@ -84,3 +101,43 @@ def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Process
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic,
                                       security=cfg.settings.kafka_security()),
     )
+
+
+class BatchFolder(Protocol):
+    """What folds a live batch: the processor, or the native fold driving it."""
+
+    async def process(self, records: Sequence[Record]) -> BatchReport: ...
+
+
+async def process_retrying(
+    processor: BatchFolder, records: Sequence[Record], *,
+    patience: float = REGISTRY_PATIENCE_S, backoff: tuple[float, float] = REGISTRY_BACKOFF_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    on_retry: Callable[[], None] | None = None,
+) -> BatchReport:
+    """``processor.process(records)``, retried while a record's schema is unavailable.
+
+    A registry outage is temporary, not corruption: the whole batch (nothing of it was
+    written; decoding comes first) is processed again after a capped exponential
+    backoff, with a warning each time. After ``patience`` seconds the
+    :class:`SchemaUnavailable` is raised (the engine exits with EXIT_UNAVAILABLE, before
+    acknowledging anything). ``on_retry``: counts each retry (metrics).
+    """
+    began = time.monotonic()
+    wait, cap = backoff
+    attempt = 0
+    while True:
+        try:
+            return await processor.process(records)
+        except SchemaUnavailable as exc:
+            attempt += 1
+            waited = time.monotonic() - began
+            if waited + wait > patience:
+                raise
+            log.warning("schema unavailable (%s); batch of %d records retried in %.1fs "
+                        "(attempt %d, %.0fs of %.0fs)", exc, len(records), wait, attempt,
+                        waited, patience)
+            if on_retry is not None:
+                on_retry()
+            await sleep(wait)
+            wait = min(wait * 2, cap)

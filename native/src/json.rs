@@ -30,7 +30,7 @@ fn check(v: &Value, depth: usize) -> bool {
     }
 }
 
-fn is_float_text(s: &str) -> bool {
+pub fn is_float_text(s: &str) -> bool {
     s.bytes().any(|b| b == b'.' || b == b'e' || b == b'E')
 }
 

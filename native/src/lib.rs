@@ -3,7 +3,8 @@
 //! Bytes in, text out: `Folder.fold(records, progress)` takes one poll's records (the
 //! Kafka values as they came), decodes each Avro single-object record by its schema
 //! fingerprint, applies the admission rule per session and folds the built-in units
-//! it implements (index, turns, usage, plan, goal, rejections); `Folder.fields(sid)`
+//! it implements (all built-in units but the surface: index, turns, usage, plan, goal,
+//! rejections in units.rs; tools, todo, business, compaction in units_more.rs); `Folder.fields(sid)`
 //! hands back the session's Redis fields (view/state texts, admission, meta). No
 //! Python object is made per event, except for events whose type a Python unit reads
 //! (their record indices are returned, so the caller decodes just those).
@@ -17,13 +18,14 @@
 //!
 //! Sealed content (ADR 0011) is opened here (crate::crypto) once `set_opener` gave the
 //! tenant and the key store's lookup; the opened data of events a Python unit reads
-//! is handed back as text, so they are not opened twice.
+//! is handed back in their envelopes, so they are neither decoded nor opened twice.
 
 mod avro;
 mod crypto;
 mod json;
 mod load;
 mod units;
+mod units_more;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -31,14 +33,21 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
+use crate::units_more::More;
 
-pub const NATIVE_UNITS: [&str; 6] = ["index", "turns", "usage", "plan", "goal", "rejections"];
-const INDEX: u8 = 1;
-const TURNS: u8 = 2;
-const USAGE: u8 = 4;
-const PLAN: u8 = 8;
-const GOAL: u8 = 16;
-const REJECTIONS: u8 = 32;
+pub const NATIVE_UNITS: [&str; 10] = ["index", "turns", "usage", "plan", "goal", "rejections",
+                                      "tools", "todo", "business", "compaction"];
+const INDEX: u16 = 1;
+const TURNS: u16 = 2;
+const USAGE: u16 = 4;
+const PLAN: u16 = 8;
+const GOAL: u16 = 16;
+const REJECTIONS: u16 = 32;
+/// Every native unit's change bit and key.
+const BITS: [(u16, &str); 10] = [
+    (INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"), (GOAL, "goal"),
+    (REJECTIONS, "rejections"), units_more::KEYS[0], units_more::KEYS[1], units_more::KEYS[2],
+    units_more::KEYS[3]];
 /// The audit event of a deletion (streams.processor.SHRED_TYPE).
 const SHRED_TYPE: &str = "session/shred";
 
@@ -67,10 +76,13 @@ struct Sess {
     plan: Plan,
     goal: Goal,
     rejections: Rejections,
-    changed: u8,
+    more: More,
+    changed: u16,
     /// The seed length learnt from this session's `session/start` (the opener's rule
     /// for inherited parts; None: not seen by this process, as the Python opener).
     seed: Option<i64>,
+    /// This batch's admission verdicts other than `admitted` (the worker's metrics).
+    verdicts: BTreeMap<&'static str, i64>,
 }
 
 impl Sess {
@@ -89,8 +101,32 @@ impl Sess {
             plan: Plan::default(),
             goal: Goal::default(),
             rejections: Rejections::default(),
+            more: More::default(),
             changed: 0,
             seed: None,
+            verdicts: BTreeMap::new(),
+        }
+    }
+
+    /// (view, state) texts of the unit of `bit`.
+    fn encode(&self, bit: u16) -> (String, String) {
+        match bit {
+            INDEX => {
+                let t = self.index.text();
+                (t.clone(), t)
+            }
+            TURNS => (self.turns.view(), self.turns.dump()),
+            USAGE => (self.usage.view(), self.usage.dump()),
+            PLAN => {
+                let t = self.plan.text();
+                (t.clone(), t)
+            }
+            GOAL => (self.goal.view(), self.goal.dump()),
+            REJECTIONS => {
+                let t = self.rejections.text();
+                (t.clone(), t)
+            }
+            _ => self.more.encode(bit).unwrap_or_default(),
         }
     }
 
@@ -348,12 +384,12 @@ impl Folder {
                     nonce: p.nonce.to_vec(),
                     ciphertext: p.ciphertext.to_vec(),
                 }).collect(),
+                surface_op: env.surface_op,
                 py: if self.python_types.contains(env.etype) {
                     Some(Box::new(units::PyParts {
                         // sealed: the opened data's text replaces it (see below)
                         text: if env.sealed.is_empty() { env.data.to_string() }
                               else { String::new() },
-                        surface_op: env.surface_op,
                         source_event_seqs: env.source_event_seqs,
                     }))
                 } else {
@@ -387,6 +423,7 @@ impl Folder {
             let mut touched = false;
             let mut aborted = false;
             let mut batch_opened: Vec<(usize, Py<PyTuple>)> = Vec::new();
+            sess.verdicts.clear();
             for it in items.iter_mut() {
                 if it.offset <= sess.as_of_offset {
                     skipped += 1;
@@ -399,10 +436,12 @@ impl Folder {
                                      ev.prev_event_id.as_deref()) {
                     Verdict::Duplicate => {
                         sess.count("duplicate");
+                        *sess.verdicts.entry("duplicate").or_insert(0) += 1;
                         continue;
                     }
                     Verdict::Rejected(code, reason) => {
                         sess.count(code);
+                        *sess.verdicts.entry(code).or_insert(0) += 1;
                         sess.rejections.record(code, &reason, ev, &sess.adm, it.offset);
                         sess.changed |= REJECTIONS;
                         continue;
@@ -443,7 +482,7 @@ impl Folder {
                             break;
                         }
                     }
-                    if !units::prescan(&it.ev) {
+                    if !(units::prescan(&it.ev) && units_more::prescan(&it.ev)) {
                         aborted = true;
                         break;
                     }
@@ -470,7 +509,7 @@ impl Folder {
                     }
                     _ => 0,
                 };
-                sess.changed |= bit;
+                sess.changed |= bit | sess.more.apply(ev);
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
                     batch_opened.push((it.idx, py_event(py, ev)?));
@@ -524,33 +563,16 @@ impl Folder {
                    -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
         let Some(s) = self.sessions.get_mut(session_id) else { return Ok(None) };
         let d = PyDict::new(py);
-        let mask = if changed_only { s.changed } else { 0xff };
+        let mask = if changed_only { s.changed } else { 0xffff };
         let mut changed = Vec::new();
-        for (bit, key) in [(INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"),
-                           (GOAL, "goal"), (REJECTIONS, "rejections")] {
+        for (bit, key) in BITS {
             if s.changed & bit != 0 {
                 changed.push(key);
             }
             if mask & bit == 0 {
                 continue;
             }
-            let (view, state) = match bit {
-                INDEX => {
-                    let t = s.index.text();
-                    (t.clone(), t)
-                }
-                TURNS => (s.turns.view(), s.turns.dump()),
-                USAGE => (s.usage.view(), s.usage.dump()),
-                PLAN => {
-                    let t = s.plan.text();
-                    (t.clone(), t)
-                }
-                GOAL => (s.goal.view(), s.goal.dump()),
-                _ => {
-                    let t = s.rejections.text();
-                    (t.clone(), t)
-                }
-            };
+            let (view, state) = s.encode(bit);
             d.set_item(format!("view:{key}"), view)?;
             d.set_item(format!("state:{key}"), state)?;
             d.set_item(format!("sv:{key}"), self.versions.get(key).copied().unwrap_or(1).to_string())?;
@@ -582,6 +604,14 @@ impl Folder {
     fn forget(&mut self) {
         self.sessions.clear();
         self.snapshots.clear();
+    }
+
+    /// The admission verdicts other than `admitted` of the session's records in the last
+    /// `fold` (the worker's rejection metrics).
+    fn verdicts(&self, session_id: &str) -> HashMap<String, i64> {
+        self.sessions.get(session_id)
+            .map(|s| s.verdicts.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+            .unwrap_or_default()
     }
 
     /// Forget the sessions of these partitions (moved away on a rebalance); their ids.
@@ -658,16 +688,18 @@ impl Folder {
         s.plan = load::plan(state("plan")?)?;
         s.goal = load::goal(state("goal")?)?;
         s.rejections = load::rejections(state("rejections")?)?;
-        let same = s.adm.text() == get("admission")?
-            && s.meta() == get("meta")?
-            && s.index.text() == state("index")?
-            && s.turns.dump() == state("turns")?
-            && s.usage.dump() == state("usage")?
-            && s.plan.text() == state("plan")?
-            && s.goal.dump() == state("goal")?
-            && s.rejections.text() == state("rejections")?
-            && get("as_of_offset").is_none_or(|v| v == s.as_of_offset.to_string());
-        same.then_some(s)
+        s.more = load::more(|k| state(k).map(str::to_string))?;
+        if s.adm.text() != get("admission")? || s.meta() != get("meta")? {
+            return None;
+        }
+        // every unit's view and state must come out exactly as stored
+        for (bit, key) in BITS {
+            let (view, dump) = s.encode(bit);
+            if get(&format!("view:{key}"))? != view || state(key)? != dump {
+                return None;
+            }
+        }
+        Some(s)
     }
 
     fn foldable(&self, ev: &Ev) -> bool {
@@ -683,7 +715,7 @@ impl Folder {
             return false; // unknown required type: quarantine
         }
         // sealed data holds placeholders: its shapes are checked once it is opened
-        !ev.sealed.is_empty() || units::prescan(ev)
+        !ev.sealed.is_empty() || (units::prescan(ev) && units_more::prescan(ev))
     }
 }
 
@@ -697,7 +729,7 @@ fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
         ev.time.into_pyobject(py)?.into_any(),
         ev.etype.as_str().into_pyobject(py)?.into_any(),
         p.text.as_str().into_pyobject(py)?.into_any(),
-        p.surface_op.into_pyobject(py)?.into_any(),
+        ev.surface_op.into_pyobject(py)?.into_any(),
         PyTuple::new(py, &p.source_event_seqs)?.into_any(),
         ev.writer_id.as_str().into_pyobject(py)?.into_any(),
         ev.writer_epoch.into_pyobject(py)?.into_any(),

@@ -208,3 +208,132 @@ pub fn meta(text: &str, session_id: &str) -> Option<Meta> {
         partition: int(o, "partition")?,
     })
 }
+
+// -- the units of units_more.rs --------------------------------------------------------------
+
+use crate::units_more::{Attempt, Business, Call, Compaction, More, ResultRow, Todo, TodoItem,
+                        Tools};
+
+fn texts(v: &Value) -> Option<Vec<Arc<str>>> {
+    v.as_array()?.iter().map(|x| obj(x).map(|_| Arc::from(dumps(x)))).collect()
+}
+
+fn call(v: &Value) -> Option<Call> {
+    let o = obj(v)?;
+    Some(Call {
+        call_id: string(o, "call_id")?,
+        name: o.get("name")?.clone(),
+        declared_seq: opt_int(o, "declared_seq")?,
+        call_seq: opt_int(o, "call_seq")?,
+        idempotency_key: o.get("idempotency_key")?.clone(),
+        turn_id: opt_string(o, "turn_id")?,
+    })
+}
+
+fn calls(v: &Value) -> Option<crate::units_more::Ordered<Call>> {
+    let mut out = crate::units_more::Ordered::default();
+    for c in v.as_array()? {
+        let c = call(c)?;
+        let id = c.call_id.clone();
+        out.set(&id, c);
+    }
+    Some(out)
+}
+
+pub fn tools(text: &str) -> Option<Tools> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let o = obj(&v)?;
+    let results = o.get("results")?.as_array()?.iter().map(|r| {
+        let ro = obj(r)?;
+        let operation_id = match ro.get("operation_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => return None,
+        };
+        Some(Arc::new(ResultRow { call_id: string(ro, "call_id")?, operation_id,
+                                  text: dumps(r) }))
+    }).collect::<Option<Vec<_>>>()?;
+    Some(Tools { declared: calls(o.get("declared")?)?, open: calls(o.get("open")?)?, results,
+                 abandoned: texts(o.get("abandoned")?)?, counts: counts(o.get("counts")?)? })
+}
+
+pub fn todo(text: &str) -> Option<Todo> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let o = obj(&v)?;
+    let mut t = Todo { unknown_updates: int(o, "unknown_updates")?, ..Todo::default() };
+    for item in o.get("items")?.as_array()? {
+        let io = obj(item)?;
+        let it = TodoItem { id: string(io, "id")?, text: io.get("text")?.clone(),
+                            status: string(io, "status")?, added_seq: int(io, "added_seq")?,
+                            updated_seq: int(io, "updated_seq")? };
+        t.index.insert(it.id.clone(), t.items.len());
+        t.items.push(it);
+    }
+    Some(t)
+}
+
+/// The invalidation reasons business.rs writes (static texts there).
+const REASONS: [&str; 2] = ["metric changed", "filters changed"];
+
+pub fn business(text: &str) -> Option<Business> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let o = obj(&v)?;
+    let mut b = Business::default();
+    for inv in o.get("invalidations")?.as_array()? {
+        let p = inv.as_array()?;
+        if p.len() != 2 {
+            return None;
+        }
+        let why = REASONS.into_iter().find(|r| Some(*r) == p[1].as_str())?;
+        b.invalidations.push((as_int(&p[0])?, why));
+    }
+    let values = obj(o.get("values")?)?;
+    let sources = obj(o.get("sources")?)?;
+    for (i, k) in crate::units_more::BUSINESS_FIELDS.iter().enumerate() {
+        b.values[i] = values.get(*k)?.clone();
+        b.sources[i] = match sources.get(*k) {
+            None => None,
+            Some(s) => Some(as_int(s)?),
+        };
+    }
+    Some(b)
+}
+
+fn attempt(v: &Value) -> Option<Attempt> {
+    let o = obj(v)?;
+    Some(Attempt {
+        compaction_id: string(o, "compaction_id")?,
+        trigger: o.get("trigger")?.clone(),
+        start_seq: int(o, "start_seq")?,
+        first_position: o.get("first_position")?.clone(),
+        last_position: o.get("last_position")?.clone(),
+        shadowed_seqs: o.get("shadowed_seqs")?.as_array()?.clone(),
+        tokens_before: o.get("tokens_before")?.clone(),
+        tokens_after: o.get("tokens_after")?.clone(),
+        summarizer: o.get("summarizer")?.clone(),
+        summary_seq: opt_int(o, "summary_seq")?,
+        replacement_seq: opt_int(o, "replacement_seq")?,
+        outcome: opt_string(o, "outcome")?,
+        reason: o.get("reason")?.clone(),
+        end_seq: opt_int(o, "end_seq")?,
+        from_seed: o.get("from_seed")?.as_bool()?,
+    })
+}
+
+pub fn compaction(text: &str) -> Option<Compaction> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let o = obj(&v)?;
+    let open = match o.get("open")? {
+        Value::Null => None,
+        a => Some(attempt(a)?),
+    };
+    Some(Compaction { attempts: texts(o.get("attempts")?)?, open,
+                      outcomes: counts(o.get("outcomes")?)? })
+}
+
+/// The four units of `More` from their state texts (tools, todo, business, compaction).
+pub fn more(state: impl Fn(&str) -> Option<String>) -> Option<More> {
+    Some(More { tools: tools(&state("tools")?)?, todo: todo(&state("todo")?)?,
+                business: business(&state("business")?)?,
+                compaction: compaction(&state("compaction")?)? })
+}

@@ -663,15 +663,15 @@ pub struct Ev {
     pub prev_event_id: Option<String>,
     /// Sealed content parts (schema v2), opened by the fold before the units read `data`.
     pub sealed: Vec<crate::crypto::Part>,
+    pub surface_op: u8, // SurfaceOp symbol index: 0 none, 1 append, 2 replace
     /// For events a Python unit reads: what the Python event is built from (the record's
-    /// data text, surface op, source seqs), so it is not decoded a second time.
+    /// data text, source seqs), so it is not decoded a second time.
     pub py: Option<Box<PyParts>>,
 }
 
 /// The envelope fields only the Python units read.
 pub struct PyParts {
     pub text: String,
-    pub surface_op: u8,
     pub source_event_seqs: Vec<i64>,
 }
 

@@ -58,6 +58,7 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         TenantSecrets,
         apply_kafka,
         apply_redis,
+        apply_redis_cluster,
     )
 
     s = settings()
@@ -85,11 +86,13 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
                     f"prefix: the worker is allowed only groups sessionstream.{s.tenant}.*; "
                     f"set {Env.STREAMS_GROUP}=sessionstream.{s.tenant}.projections"]
         if redis:
-            import redis as redis_lib
+            from sessionstream import redisconn
 
-            client = redis_lib.Redis.from_url(s.redis_url, socket_timeout=10)
+            # On a Redis Cluster the users are created on every node (ACLs are per node).
+            client = redisconn.from_settings(s, socket_timeout=10)
             try:
-                report["redis"] = apply_redis(client, s.keys, secrets.passwords)
+                apply = apply_redis_cluster if s.redis_cluster else apply_redis
+                report["redis"] = apply(client, s.keys, secrets.passwords)
             finally:
                 client.close()
     except (AccessError, SessionStreamError) as exc:
@@ -105,6 +108,9 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         click.echo(f"  kafka allow {acl}")
     for user, rules in report.get("redis", {}).get("users", {}).items():
         click.echo(f"  redis user {user}: {' '.join(rules)}")
+    if report.get("redis", {}).get("nodes"):
+        click.echo(f"  redis users set on every cluster node: "
+                   f"{', '.join(report['redis']['nodes'])}")
     for warning in report.get("warnings", []):
         click.echo(f"warning: {warning}", err=True)
 

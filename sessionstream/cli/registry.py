@@ -37,16 +37,27 @@ def registry_group() -> None:
 @registry_group.command("up")
 @_PORT
 @_MGMT
-def up_cmd(port: int, management_port: int) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output on stdout (progress goes to stderr).")
+def up_cmd(port: int, management_port: int, as_json: bool) -> None:
     """Start the registry unless it runs; then print the settings that use it."""
-    try:
-        reg = _registry(port, management_port)
-        if not reg.up(click.echo):
-            click.echo(f"registry: already running (pid {reg.pid()})")
-    except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
     from sessionstream.core.settings import Env
 
+    def progress(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    try:
+        reg = _registry(port, management_port)
+        started = reg.up(progress)
+    except SessionStreamError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({**reg.status(), "started": started,
+                               "env": {Env.WIRE: "confluent",
+                                       Env.SCHEMA_REGISTRY_URL: reg.url}}))
+        return
+    if not started:
+        click.echo(f"registry: already running (pid {reg.pid()})")
     click.echo(f"\nuse it with:\n  export {Env.WIRE}=confluent\n"
                f"  export {Env.SCHEMA_REGISTRY_URL}={reg.url}")
 
@@ -54,9 +65,15 @@ def up_cmd(port: int, management_port: int) -> None:
 @registry_group.command("down")
 @_PORT
 @_MGMT
-def down_cmd(port: int, management_port: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def down_cmd(port: int, management_port: int, as_json: bool) -> None:
     """Stop the registry (only one `registry up` started); its schemas are lost."""
-    stopped = _registry(port, management_port).down()
+    reg = _registry(port, management_port)
+    stopped = reg.down()
+    if as_json:
+        click.echo(json.dumps({"name": "registry", "stopped": stopped, "port": reg.port,
+                               "url": reg.url}))
+        return
     click.echo("stopped: registry" if stopped else "stopped: nothing was running")
 
 

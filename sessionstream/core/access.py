@@ -99,17 +99,21 @@ def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
 #: Commands no tenant user gets: key-space listing (SCAN/KEYS would show other tenants'
 #: key names), server administration and anything that flushes or reconfigures.
 _DENIED = ("-@dangerous", "-@admin", "-scan", "-keys", "-randomkey")
+#: A Redis Cluster client reads the slot map first (CLUSTER SLOTS, or SHARDS/NODES in
+#: newer clients): the read-only topology subcommands, in no data category. On a single
+#: node they answer "cluster support disabled" and grant nothing.
+_TOPOLOGY = ("+cluster|slots", "+cluster|shards", "+cluster|nodes", "+cluster|info")
 #: What each Redis role may run (ACL categories, then explicit denials). ``TIME`` is in
 #: no data category, and the lease scripts read the server clock with it.
 REDIS_COMMANDS: dict[str, tuple[str, ...]] = {
     # leases (Lua scripts), session index, epochs, data keys (the fleet key store)
     "writer": ("+@read", "+@write", "+@scripting", "+@connection", "+@transaction",
-               "+time", *_DENIED),
+               "+time", *_TOPOLOGY, *_DENIED),
     # projections (hashes), change feeds (streams), progress, generations
     "worker": ("+@read", "+@write", "+@scripting", "+@connection", "+@transaction",
-               "+@stream", "+time", *_DENIED),
+               "+@stream", "+time", *_TOPOLOGY, *_DENIED),
     # views, indexes and the change feed, read-only (XREAD BLOCK included)
-    "reader": ("+@read", "+@connection", "-@write", "-@scripting", *_DENIED),
+    "reader": ("+@read", "+@connection", "-@write", "-@scripting", *_TOPOLOGY, *_DENIED),
 }
 
 

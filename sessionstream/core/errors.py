@@ -25,7 +25,8 @@ translate third-party errors at their boundary (``raise X(...) from exc``)::
     ├── CodecError
     │   ├── CorruptRecord         bytes that are not a sessionstream record
     │   ├── UnsupportedFormat     newer format_version than this build reads
-    │   └── UnknownRequiredEvent  unknown, non-ignorable event type on read
+    │   ├── UnknownRequiredEvent  unknown, non-ignorable event type on read
+    │   └── SchemaUnavailable     the schema registry did not answer: temporary, retry
     ├── LogFileError              a JSONL line that cannot be imported (file:line)
     └── SealedContentError        sealed (encrypted) content that cannot be used
         ├── MovedCiphertext       authentication failed: tampered, moved or wrong key
@@ -182,6 +183,12 @@ class PendingToolCalls(RequestAssemblyError):
 
 class CodecError(SessionStreamError):
     """Bytes or records that cannot be turned into events."""
+
+
+class SchemaUnavailable(CodecError):
+    """A record's writer schema could not be fetched (the schema registry is unreachable
+    or failing): a temporary condition. Readers retry the record later; it is never
+    dead-lettered as corrupt (an id the registry answers it does not know is)."""
 
 
 class CorruptRecord(CodecError):

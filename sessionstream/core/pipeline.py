@@ -6,7 +6,9 @@ order. The stages, in order:
 
 1. **decode** (:func:`decode_record`) — a :class:`Record`'s bytes to an :class:`Event`. An empty
    value, bytes that are no sessionstream record, or a record keyed by another session
-   is :class:`Undecodable` (the processor dead-letters it, read-back records it). A
+   is :class:`Undecodable` (the processor dead-letters it, read-back records it); a
+   schema the registry cannot give right now raises :class:`SchemaUnavailable` (the
+   caller retries: nothing is dead-lettered for an outage). A
    readable envelope in a newer format is :class:`UnsupportedFormat`: it quarantines
    the session at stage 6 instead of being lost.
 2. **admission** (:func:`sessionstream.core.admission.admit`) — the admission
@@ -49,6 +51,7 @@ from sessionstream.core.admission import AdmissionDecision, AdmissionState, Verd
 from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.errors import (
     CorruptRecord,
+    SchemaUnavailable,
     SealedContentError,
     SessionStreamError,
     UnknownRequiredEvent,
@@ -105,6 +108,8 @@ def decode_record(decode: Callable[[bytes], Event], key: bytes | None,
         event = decode(value)
     except UnsupportedFormat as exc:
         return exc  # a readable envelope in a newer format: quarantine, not dead letter
+    except SchemaUnavailable:
+        raise  # temporary (registry away): the caller retries; the record is not corrupt
     except CorruptRecord as exc:
         return Undecodable(DeadLetterReason.CORRUPT, str(exc)[:500])
     except Exception as exc:  # a codec bug must not stop the partition

@@ -34,6 +34,25 @@ key                                 type       what
 
 A change entry (in both streams) has one field, :data:`CHANGE_FIELD`, holding
 :func:`change_entry` JSON: ``session``, ``as_of_seq``, ``offset``, ``changed``.
+
+Chunked units (ADR 0013): a unit whose view or state grows with the session (the
+surface's messages, closed turns, tool results, todo items, compaction attempts)
+declares *collections*. Its row then holds, instead of two whole texts:
+
+- ``view:<u>`` / ``state:<u>``: the *head*, the view / state object without the
+  collections' keys (canonical JSON);
+- ``parts:<u>``: the manifest (:func:`manifest`), clear JSON, counts only:
+  ``{"v":1,"chunk":C,"lists":{<name>:{"kind":"list"|"object","items":N,"chunks":K}},
+  "view":{<key>:<name>},"state":{<key>:<name>}}``;
+- ``part:<u>:<name>:<i>``: chunk ``i`` of collection ``name``: the canonical JSON texts of
+  items ``i*C .. i*C+C-1`` joined by ``,`` (no brackets; an item may be empty text,
+  e.g. a tool result without an operation id, and is then left out).
+
+A reader gets every field in one HGETALL (one script call wrote them, so they are at
+one ``as_of_seq``) and :func:`assemble` splices each collection back into its object:
+``[`` / ``{`` + the non-empty chunks joined by ``,`` + ``]`` / ``}``. A row written
+before chunking (no ``parts:<u>``) reads as it is. A write touches only the chunks
+from the first changed item on, and deletes the chunks past the new count.
 """
 
 from __future__ import annotations
@@ -46,6 +65,7 @@ from string import Template
 from typing import Any
 
 from sessionstream.core.jsonvalue import canonical_dumps
+from sessionstream.core.privacy import UNAVAILABLE_TEXT
 
 DEFAULT_PREFIX = "ss"
 #: The generation readers use while the pointer is absent (nothing was ever replayed).
@@ -153,6 +173,8 @@ class SessionRow:
     VIEW = "view:"  # + unit key: the view JSON readers get
     STATE = "state:"  # + unit key: the unit's internal state (dump)
     STATE_VERSION = "sv:"  # + unit key: the state_version the state was folded with
+    PARTS = "parts:"  # + unit key: the manifest of a chunked unit (ADR 0013)
+    PART = "part:"  # + unit key + ":" + collection + ":" + chunk index: one chunk
     ADMISSION = "admission"  # AdmissionState JSON
     META = "meta"  # session facts: partition, offsets, last_time, quarantine, counts
     AS_OF_SEQ = "as_of_seq"
@@ -173,10 +195,24 @@ class SessionRow:
         return SessionRow.STATE_VERSION + unit
 
     @staticmethod
+    def parts(unit: str) -> str:
+        return SessionRow.PARTS + unit
+
+    @staticmethod
+    def part(unit: str, collection: str, index: int) -> str:
+        return f"{SessionRow.PART}{unit}:{collection}:{index}"
+
+    @staticmethod
+    def part_unit(name: str) -> str:
+        """The unit key of a ``part:`` field name."""
+        return name[len(SessionRow.PART):].split(":", 1)[0]
+
+    @staticmethod
     def views(row: Mapping[str, str]) -> dict[str, Any]:
-        """The decoded views of a row, by unit key, in key order."""
+        """The decoded views of a row (chunked units reassembled), by unit key, in key order."""
         n = len(SessionRow.VIEW)
-        return {k[n:]: json.loads(v) for k, v in sorted(row.items())
+        whole = assemble(row, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}))
+        return {k[n:]: json.loads(v) for k, v in sorted(whole.items())
                 if k.startswith(SessionRow.VIEW)}
 
     @staticmethod
@@ -200,7 +236,114 @@ class SessionRow:
     @staticmethod
     def is_field(name: str) -> bool:
         return name in SessionRow.SCALARS or name.startswith(
-            (SessionRow.VIEW, SessionRow.STATE, SessionRow.STATE_VERSION))
+            (SessionRow.VIEW, SessionRow.STATE, SessionRow.STATE_VERSION, SessionRow.PARTS,
+             SessionRow.PART))
+
+    #: Prefixes of every field that holds a view or a state (or part of one): what a
+    #: deletion purges (governance).
+    CONTENT_PREFIXES = (VIEW, STATE, STATE_VERSION, PARTS, PART)
+
+
+# -- chunked units (ADR 0013) ----------------------------------------------------------
+
+#: Items per chunk. A stored format: chunk ``i`` of a manifest holds items ``i*C..``;
+#: readers use the manifest's ``chunk``, so a change only affects rows written after it.
+CHUNK_ITEMS = 32
+MANIFEST_VERSION = 1
+_OPEN = {"list": ("[", "]"), "object": ("{", "}")}
+
+
+def chunk_count(items: int, chunk: int = CHUNK_ITEMS) -> int:
+    return -(-items // chunk)
+
+
+def manifest(lists: Mapping[str, tuple[str, int]], view: Mapping[str, str],
+             state: Mapping[str, str], chunk: int = CHUNK_ITEMS) -> str:
+    """The ``parts:<u>`` JSON: ``lists`` name -> (kind, items); ``view`` / ``state`` map an
+    object key to the collection spliced in under it."""
+    return canonical_dumps({
+        "v": MANIFEST_VERSION, "chunk": chunk,
+        "lists": {name: {"kind": kind, "items": n, "chunks": chunk_count(n, chunk)}
+                  for name, (kind, n) in lists.items()},
+        "view": dict(view), "state": dict(state),
+    })
+
+
+def stored_chunks(row: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Unit key -> {collection: chunks stored}, from the row's manifests (the writer
+    deletes the chunks past a collection's new count)."""
+    out: dict[str, dict[str, int]] = {}
+    n = len(SessionRow.PARTS)
+    for name, raw in row.items():
+        if name.startswith(SessionRow.PARTS):
+            try:
+                lists = json.loads(raw)["lists"]
+                out[name[n:]] = {c: int(v["chunks"]) for c, v in lists.items()}
+            except (ValueError, KeyError, TypeError):
+                out[name[n:]] = {}
+    return out
+
+
+class BrokenRow(ValueError):
+    """A chunked unit's row misses a chunk its manifest names (never written so)."""
+
+
+def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str, str]:
+    """``row`` with every chunked unit made whole: ``view:<u>`` / ``state:<u>`` hold the
+    full JSON text again, the ``parts:`` / ``part:`` fields are gone. Rows and units
+    written whole pass through unchanged.
+
+    A unit whose chunks are missing (a sealed chunk that did not open) reads as
+    ``unavailable`` (a JSON text) for its view, and without its state; with
+    ``unavailable`` None that raises :class:`BrokenRow` naming the field.
+    """
+    if not any(k.startswith(SessionRow.PARTS) for k in row):
+        return dict(row)
+    out = {k: v for k, v in row.items()
+           if not k.startswith((SessionRow.PART, SessionRow.PARTS))}
+    n = len(SessionRow.PARTS)
+    for name, raw in row.items():
+        if not name.startswith(SessionRow.PARTS):
+            continue
+        unit = name[n:]
+        try:
+            spec = json.loads(raw)
+            texts = {c: _collection_text(row, unit, c, v, int(spec["chunk"]))
+                     for c, v in spec["lists"].items()}
+        except BrokenRow:
+            if unavailable is None:
+                raise
+            out.pop(SessionRow.state(unit), None)
+            if SessionRow.view(unit) in out:
+                out[SessionRow.view(unit)] = unavailable
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokenRow(f"row field {name!r} is not a chunk manifest ({exc})") from exc
+        for side, field in (("view", SessionRow.view(unit)), ("state", SessionRow.state(unit))):
+            head = out.get(field)
+            if head is None or not spec.get(side):
+                continue
+            spliced = ",".join(f"{canonical_dumps(key)}:{texts[c]}"
+                               for key, c in spec[side].items())
+            body = head.strip()
+            out[field] = "{" + spliced + ("," + body[1:] if body[1:].strip() != "}"
+                                          else "}")
+    return out
+
+
+def _collection_text(row: Mapping[str, str], unit: str, name: str, spec: Mapping[str, Any],
+                     chunk: int) -> str:
+    opener, closer = _OPEN[spec["kind"]]
+    chunks = []
+    for i in range(int(spec["chunks"])):
+        text = row.get(SessionRow.part(unit, name, i))
+        if text is None:
+            raise BrokenRow(f"row field {SessionRow.part(unit, name, i)!r} is missing "
+                            f"(manifest {SessionRow.parts(unit)!r} names {spec['chunks']} "
+                            "chunks)")
+        if text:
+            chunks.append(text)
+    return opener + ",".join(chunks) + closer
 
 
 class MetaFields:
@@ -233,6 +376,12 @@ class LogIndexFields:
     LAST_OFFSET = "last_offset"
     CLEAN = "clean"  # "1": closed with every record confirmed admitted
     EPOCH = "epoch"  # the epoch that marked it clean
+    #: Where the session's admitted records lie: closed runs ``"lo:hi "`` (offsets,
+    #: inclusive) and the open run (``run_lo``/``run_hi``), which grows while flushes land
+    #: near it. Absent in an index written before runs: one run, first..last.
+    RUNS = "runs"
+    RUN_LO = "run_lo"
+    RUN_HI = "run_hi"
 
 
 class WatchCursorFields:
@@ -275,6 +424,9 @@ LUA_FIELDS: dict[str, str] = {
     "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
     "LAST_OFFSET": LogIndexFields.LAST_OFFSET,
     "CLEAN": LogIndexFields.CLEAN,
+    "RUNS": LogIndexFields.RUNS,
+    "RUN_LO": LogIndexFields.RUN_LO,
+    "RUN_HI": LogIndexFields.RUN_HI,
     "CHANGE": CHANGE_FIELD,
 }
 

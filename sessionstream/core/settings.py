@@ -278,7 +278,7 @@ class Settings:
         """The librdkafka keys that authenticate this process's principal (none: plaintext).
 
         Every Kafka client of the package (producers, consumers, admin clients) gets them
-        through ``producers.kafka.client_config``.
+        through ``producers.kafka_clients.client_config``.
         """
         if self.kafka_security_protocol == "PLAINTEXT":
             return {}

@@ -176,6 +176,8 @@ class Surface:
         self._view: Messages | None = None
         self._shared = False  # a view over _nodes is out: copy before rewriting
         self._revision = 0  # bumped before every change (see revision)
+        # (revision, lowest position rewritten) of each change that is not an append
+        self._edits: list[tuple[int, int]] = []
 
     @classmethod
     def from_messages(cls, messages: Iterable[Message]) -> Surface:
@@ -233,6 +235,17 @@ class Surface:
         """Changes whenever the surface does: a holder of an older :meth:`messages`
         view can tell the surface has moved on without it (and branch)."""
         return self._revision
+
+    def unchanged_since(self, revision: int, length: int) -> int:
+        """How many leading nodes of this surface's version at ``revision`` (which had
+        ``length`` nodes) are still the same objects now: appends keep them all, a
+        replace or an abandonment keeps those before its lowest position. O(edits since)."""
+        low = length
+        for rev, pos in reversed(self._edits):
+            if rev <= revision:
+                break
+            low = min(low, pos)
+        return low
 
     @property
     def unanswered(self) -> tuple[str, ...]:
@@ -310,6 +323,7 @@ class Surface:
         """Shadow the run of nodes ``seqs`` (checked) with ``summary`` at its position."""
         self._revision += 1
         first = self._pos[seqs[0]]
+        self._edits.append((self._revision, first))
         nodes = self._writable()
         removed = tuple(nodes[first : first + len(seqs)])
         for node in removed:
@@ -339,6 +353,7 @@ class Surface:
         if not by_node:
             return None
         self._revision += 1
+        self._edits.append((self._revision, min(self._pos[o] for o in by_node)))
         nodes = self._writable()
         lowest = len(nodes)
         removed: list[Message] = []

@@ -156,6 +156,39 @@ def apply_redis(client: Any, keys: KeySpace, passwords: dict[str, str]) -> dict[
     return {"users": applied}
 
 
+def apply_redis_cluster(client: Any, keys: KeySpace, passwords: dict[str, str]
+                        ) -> dict[str, Any]:
+    """:func:`apply_redis` on every node of a Redis Cluster, masters and replicas (ACL
+    users are per node, and a failover promotes a replica). ``client``: a
+    ``redis.cluster.RedisCluster``; the nodes come from ``CLUSTER NODES``, reached with
+    the client's own credentials. A node that is down is an error naming it (its users
+    would be missing after it returns). Returns the users, their rules and the nodes."""
+    import redis
+
+    listed = client.cluster_nodes()
+    nodes = sorted(addr.split("@")[0] for addr, info in listed.items()
+                   if "noaddr" not in str(info.get("flags", "")))
+    if not nodes:
+        raise AccessError("the Redis Cluster lists no node: check the Redis URL")
+    kwargs = {k: v for k, v in client.nodes_manager.connection_kwargs.items()
+              if k in ("username", "password", "socket_timeout", "socket_connect_timeout",
+                       "ssl", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")}
+    applied: dict[str, Any] = {}
+    for addr in nodes:
+        host, _, port = addr.rpartition(":")
+        conn = redis.Redis(host=host, port=int(port), **kwargs)
+        try:
+            applied = apply_redis(conn, keys, passwords)
+        except AccessError as exc:
+            raise AccessError(f"on Redis node {addr}: {exc}") from exc
+        except redis.RedisError as exc:
+            raise AccessError(f"Redis node {addr} did not take the users ({exc}): bring it "
+                              "back and apply again") from exc
+        finally:
+            conn.close()
+    return {**applied, "nodes": nodes}
+
+
 def redis_url_for(base_url: str, user: str, password: str) -> str:
     """``base_url`` with ``user:password@`` put in front of its host."""
     scheme, sep, rest = base_url.partition("://")

@@ -27,6 +27,7 @@ from sessionstream.core.privacy import (
     KeyState,
     unit_class,
 )
+from sessionstream.core.rows import SessionRow
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import NONCE_BYTES
 
@@ -97,26 +98,56 @@ class RowCipher:
 
 def open_fields(rows: RowCipher | None, session_id: str, fields: dict[str, str],
                 view_prefix: str, state_prefix: str) -> dict[str, str]:
-    """``fields`` of a row with every sealed view/state replaced by its clear JSON text.
+    """``fields`` of a row with every sealed view/state (and chunk, ADR 0013) replaced by
+    its clear JSON text.
 
     Without a cipher (or without the key) a sealed view reads as a placeholder object
-    (``{"unavailable": …}``), never as ciphertext; a sealed state is dropped.
+    (``{"unavailable": …}``), never as ciphertext; a sealed state is dropped. A chunked
+    unit any of whose fields does not open loses its state, manifest and chunks, and its
+    view reads as the placeholder.
     """
     out: dict[str, str] = {}
+    broken: set[str] = set()
+    placed: set[str] = set()  # units whose view is a placeholder already
     for name, value in fields.items():
         if not is_sealed(value):
             out[name] = value
             continue
-        if name.startswith(view_prefix):
-            unit = name[len(view_prefix):]
-            if rows is None:
-                out[name] = json.dumps({"unavailable": UNAVAILABLE_TEXT})
+        if name.startswith(SessionRow.PART):
+            unit = SessionRow.part_unit(name)
+            text = rows.open(session_id, unit, name, value) if rows is not None else None
+            if text is None:
+                broken.add(unit)
             else:
-                out[name] = json.dumps(rows.view(session_id, unit, name, value),
-                                       ensure_ascii=False, separators=(",", ":"),
-                                       sort_keys=True)
+                out[name] = text
+        elif name.startswith(view_prefix):
+            unit = name[len(view_prefix):]
+            text = rows.open(session_id, unit, name, value) if rows is not None else None
+            if text is None:
+                broken.add(unit)
+                placed.add(unit)
+                out[name] = _placeholder(rows, session_id, unit, name, value)
+            else:
+                out[name] = text
         elif name.startswith(state_prefix) and rows is not None:
             text = rows.open(session_id, name[len(state_prefix):], name, value)
             if text is not None:
                 out[name] = text
+    for unit in broken:
+        if SessionRow.parts(unit) not in out:
+            continue
+        view = SessionRow.view(unit)
+        for name in [n for n in out if n == SessionRow.parts(unit)
+                     or n == SessionRow.state(unit)
+                     or (n.startswith(SessionRow.PART) and SessionRow.part_unit(n) == unit)]:
+            del out[name]
+        if view in out and unit not in placed:
+            out[view] = _placeholder(None, session_id, unit, view, fields[view])
     return out
+
+
+def _placeholder(rows: RowCipher | None, session_id: str, unit: str, name: str,
+                 value: str) -> str:
+    obj = (rows.view(session_id, unit, name, value) if rows is not None and is_sealed(value)
+           else {"unavailable": UNAVAILABLE_TEXT})
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

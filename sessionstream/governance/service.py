@@ -184,8 +184,7 @@ class Governance:
                 deleted += r.delete(key)
             elif role == "row":
                 fields = [f for f in (_text(f) for f in r.hkeys(key))
-                          if f.startswith((SessionRow.VIEW, SessionRow.STATE,
-                                           SessionRow.STATE_VERSION))]
+                          if f.startswith(SessionRow.CONTENT_PREFIXES)]
                 if fields:
                     deleted += r.hdel(key, *fields)
         for key in r.scan_iter(match=_glob_escape(self.keys.sessions_index_prefix()) + "*"):

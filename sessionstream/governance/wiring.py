@@ -54,9 +54,8 @@ def reader_pipeline(settings: Settings, store: KeyStore | None = None) -> Reader
     registry configured, a codec that also reads Confluent-framed records)."""
     pipeline = ReaderPipeline.default(opener=content_opener(settings, store))
     if settings.wire == "confluent" or settings.schema_registry_url:
-        from sessionstream.registry import wire_codec
+        from sessionstream.registry import reader_decode
 
-        wire = wire_codec(settings.wire, settings.schema_registry_url, None, writing=False)
-        pipeline = ReaderPipeline(pipeline.registry, pipeline.catalog, decode=wire.decode,
-                                  opener=pipeline.opener)
+        pipeline = ReaderPipeline(pipeline.registry, pipeline.catalog,
+                                  decode=reader_decode(settings), opener=pipeline.opener)
     return pipeline

@@ -30,11 +30,12 @@ class SinkHarness(Protocol):
 
 def write(sid: str = "s1", *, base: int = -1, last: int = 0, seq: int = 0,
           fields: dict[str, str] | None = None, changed: tuple[str, ...] = ("todo",),
-          activity: int = 1000, force: bool = False) -> SessionWrite:
+          activity: int = 1000, force: bool = False, deletes: tuple[str, ...] = ()
+          ) -> SessionWrite:
     return SessionWrite(session_id=sid, partition=0, base_offset=base, last_offset=last,
                         as_of_seq=seq, fields=fields if fields is not None else
                         {"view:todo": '{"n":1}', "meta": "{}"},
-                        changed=changed, activity_ms=activity, force=force)
+                        changed=changed, activity_ms=activity, force=force, deletes=deletes)
 
 
 class SinkContract:
@@ -87,6 +88,33 @@ class SinkContract:
         assert (out.status, out.stored_offset) == ("conflict", 5)
         row = (await harness.sink.load(1, ["s1"]))["s1"]
         assert (row["view:todo"], row["as_of_offset"]) == ('{"n":1}', "5")
+
+    async def test_a_write_deletes_the_fields_it_names_in_the_same_call(
+            self, harness: SinkHarness) -> None:
+        """Chunks past a collection's new count go in the call that writes the rest."""
+        parts = {f"part:todo:items:{i}": f'{{"i":{i}}}' for i in range(1500)}
+        await harness.sink.write_sessions(1, [write(last=5, fields={**parts, "meta": "{}"})])
+        gone = tuple(f"part:todo:items:{i}" for i in range(2, 1500))
+        [out] = await harness.sink.write_sessions(1, [write(
+            base=5, last=6, seq=1, fields={"part:todo:items:1": '{"i":"one"}'},
+            deletes=gone)])
+        assert out.status == "applied"
+        row = (await harness.sink.load(1, ["s1"]))["s1"]
+        assert row == {"part:todo:items:0": '{"i":0}', "part:todo:items:1": '{"i":"one"}',
+                       "meta": "{}", "as_of_offset": "6", "as_of_seq": "1"}
+
+    async def test_one_batch_applies_each_session_on_its_own_base(
+            self, harness: SinkHarness) -> None:
+        await harness.sink.write_sessions(1, [write("a", last=5), write("b", last=5)])
+        outs = await harness.sink.write_sessions(1, [
+            write("a", base=5, last=7, seq=1, fields={"view:todo": '{"n":2}'}),
+            write("b", base=3, last=7, seq=1, fields={"view:todo": '{"n":3}'}),
+            write("c", base=-1, last=2, fields={"view:todo": '{"n":4}'}),
+        ])
+        assert [(o.status, o.stored_offset) for o in outs] == \
+            [("applied", 5), ("conflict", 5), ("applied", -1)]
+        rows = await harness.sink.load(1, ["a", "b", "c"])
+        assert [rows[s]["view:todo"] for s in "abc"] == ['{"n":2}', '{"n":1}', '{"n":4}']
 
     async def test_a_refused_first_write_creates_no_row(self, harness: SinkHarness) -> None:
         [out] = await harness.sink.write_sessions(1, [write(base=2, last=8)])

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from producers.kafka import PRODUCER_DEFAULTS
+from producers.kafka_clients import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Record
@@ -70,7 +70,7 @@ def stored_views(r: redis.Redis, prefix: str, tenant: str, sid: str, gen: int = 
     the settings' one, like this process's) are opened first."""
     h = r.hgetall(KeySpace(tenant, prefix).session_row(sid, gen))
     h = open_fields(_row_cipher(tenant), sid, h, SessionRow.VIEW, SessionRow.STATE)
-    views = {k[5:]: json.loads(v) for k, v in h.items() if k.startswith("view:")}
+    views = SessionRow.views(h)
     return int(h.get("as_of_seq", -1)), views, json.loads(h.get("meta", "{}"))
 
 

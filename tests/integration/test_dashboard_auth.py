@@ -4,6 +4,7 @@ refused (401), another tenant's token too (403), the right one is served; the pa
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -103,3 +104,65 @@ async def test_the_dashboard_serves_as_its_tenants_read_only_redis_user(
         admin.execute_command("ACL", "DELUSER",
                               *(principal(tenant, r) for r in ("writer", "worker", "reader")))
         admin.close()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+async def test_the_dashboard_metrics_count_requests_by_route_and_auth_failures_by_reason(
+        client: TestClient[Any, Any]) -> None:
+    mine = {"Authorization": f"Bearer {MINE}"}
+    await client.get("/api/sessions")  # no token
+    await client.get("/api/sessions", headers={"Authorization": "Bearer nope-nope"})
+    await client.get("/api/sessions", headers={"Authorization": f"Bearer {THEIRS}"})
+    assert (await client.get("/api/sessions", headers=mine)).status == 200
+    secret = "sess-secret-0042"
+    assert (await client.get(f"/api/sessions/{secret}", headers=mine)).status == 404
+    assert (await client.get("/no/such/page", headers=mine)).status == 404
+    resp = await client.get("/metrics")  # open, like /healthz: counts and timings only
+    assert resp.status == 200 and resp.content_type == "text/plain"
+    text = await resp.text()
+    got = _samples(text)
+
+    def requests(route: str, status: int) -> float:
+        return got.get(("sessionstream_dashboard_requests_total",
+                        (("method", "GET"), ("route", route), ("status", str(status)),
+                         ("tenant", "a"))), 0)
+
+    def refused(reason: str) -> float:
+        return got[("sessionstream_dashboard_auth_failures_total",
+                    (("reason", reason), ("tenant", "a")))]
+
+    assert refused("missing_token") == refused("unknown_token") == refused("other_tenant") == 1
+    assert requests("/api/sessions", 401) == 2 and requests("/api/sessions", 403) == 1
+    assert requests("/api/sessions", 200) == 1
+    assert requests("/api/sessions/{session_id}", 404) == 1  # the pattern, not the id
+    assert requests("unmatched", 404) == 1
+    assert got[("sessionstream_dashboard_request_duration_seconds_count",
+                (("route", "/api/sessions"), ("tenant", "a")))] == 4
+    assert secret not in text and "/no/such/page" not in text
+    assert MINE not in text and THEIRS not in text
+
+
+async def test_the_dashboard_metrics_gauge_open_event_streams(
+        client: TestClient[Any, Any]) -> None:
+    gauge = ("sessionstream_dashboard_event_streams", (("tenant", "a"),))
+
+    async def open_streams() -> float:
+        return _samples(await (await client.get("/metrics")).text())[gauge]
+
+    assert await open_streams() == 0
+    stream = await client.get("/api/events", headers={"Authorization": f"Bearer {MINE}"})
+    assert stream.status == 200
+    assert (await stream.content.readline()).startswith(b"retry:")
+    assert await open_streams() == 1
+    stream.close()
+    for _ in range(100):  # the server notices the closed stream at its next write
+        if await open_streams() == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await open_streams() == 0

@@ -85,8 +85,7 @@ def _dump(r: redis.Redis, keys: KeySpace, sid: str, gen: int,
     """The session's views as readers get them (opened with ``rows``)."""
     fields = r.hgetall(keys.session_row(sid, gen))
     opened = open_fields(rows, sid, fields, SessionRow.VIEW, SessionRow.STATE)
-    return {k[len(SessionRow.VIEW):]: json.loads(v) for k, v in opened.items()
-            if k.startswith(SessionRow.VIEW)}
+    return SessionRow.views(opened)
 
 
 def _raw(r: redis.Redis, keys: KeySpace, sid: str) -> str:

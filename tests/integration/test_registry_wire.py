@@ -10,21 +10,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from redis.asyncio import Redis
 
+from dashboard.app import DashboardConfig, create_app
+from dashboard.timeline import TimelineSource
 from producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.cli.main import main
 from sessionstream.core import codec
+from sessionstream.core.errors import SchemaUnavailable
+from sessionstream.core.events import Event
 from sessionstream.core.pipeline import DeadLetterReason, Outcome, Undecodable
+from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from sessionstream.devregistry import LocalRegistry, find_java
 from sessionstream.governance.wiring import reader_pipeline
-from sessionstream.registry import RegistryClient, subject, wire_codec
+from sessionstream.registry import RegistryClient, reader_decode, subject, wire_codec
+from streams.processor import Processor
+from streams.sink import RedisSink
+from streams.worker import process_retrying
 from tests.integration.streams_helpers import expected_views, produce, read_topic
 from tests.integration.writers import tool_turn, writer_cfg
 
@@ -141,3 +153,148 @@ def test_both_framings_on_one_topic_decode_and_unknown_id_is_a_dead_letter(
             by_framing.setdefault(r.value[:1], []).append(d.event_id)
     assert sorted(by_framing[b"\xc3"]) == sorted(by_framing[b"\x00"]) == sorted(
         e.event_id for e in events)
+
+
+def _closed_port_url() -> str:
+    """A registry URL nothing listens on (connection refused)."""
+    return f"http://127.0.0.1:{_free_port()}/apis/ccompat/v7"
+
+
+def _mixed_framing_session(writer_cfg: WriterConfig, registry_url: str
+                           ) -> tuple[list[Event], codec.WireCodec]:
+    """A session's events and a Confluent-framing codec registered for its topic."""
+    w = SessionWriter.create(writer_cfg)
+    tool_turn(w, 0)
+    tool_turn(w, 1)
+    w.flush(10)
+    events = list(w.session.events)
+    w.close()
+    return events, wire_codec("confluent", registry_url, writer_cfg.topic, writing=True)
+
+
+async def test_the_dashboard_timeline_lists_a_session_written_in_both_framings(
+    writer_cfg: WriterConfig, registry_url: str, settings: Settings,
+    unique_topic: Callable[..., str], redis_prefix: str,
+) -> None:
+    events, wire = _mixed_framing_session(writer_cfg, registry_url)
+    half = len(events) // 2  # a fleet switched wires mid-session: both framings, one session
+    topic = unique_topic(1)
+    raw = [(e.session_id.encode(), codec.encode(e)) for e in events[:half]] + [
+        (e.session_id.encode(), wire.encode(e)) for e in events[half:]]
+    produce(writer_cfg.bootstrap, topic, [], raw=raw)
+    records = read_topic(writer_cfg.bootstrap, topic, len(events))
+    assert {r.value[:1] for r in records} == {b"\xc3", b"\x00"}
+    reader = _reader_settings(settings, registry_url)
+    aredis = Redis.from_url(settings.redis_url, decode_responses=True)
+    keys = KeySpace(settings.tenant, redis_prefix)
+    try:
+        proc = Processor(pipeline=reader_pipeline(reader), sink=RedisSink(aredis, keys),
+                         group="g")
+        report = await proc.process(records)
+        assert not report.dead_letters
+        config = DashboardConfig(redis_url=settings.redis_url, keys=keys, block_ms=200,
+                                 timeline=TimelineSource(settings.kafka_bootstrap, topic,
+                                                         decode=reader_decode(reader)))
+        async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as client:
+            resp = await client.get(f"/api/sessions/{events[0].session_id}/timeline")
+            assert resp.status == 200
+            rows = (await resp.json())["rows"]
+        assert [(r["seq"], r["verdict"]) for r in rows] == [(e.seq, "admitted")
+                                                            for e in events]
+        # the same source without the registry: the framed half is not readable
+        plain = DashboardConfig(redis_url=settings.redis_url, keys=keys, block_ms=200,
+                                timeline=TimelineSource(settings.kafka_bootstrap, topic))
+        async with TestClient(TestServer(create_app(plain), host="127.0.0.1")) as client:
+            rows = (await (await client.get(
+                f"/api/sessions/{events[0].session_id}/timeline")).json())["rows"]
+        assert [r["verdict"] for r in rows].count("corrupt") == len(events) - half
+    finally:
+        await aredis.aclose()
+
+
+async def test_an_unreachable_registry_is_retried_as_temporary_and_nothing_is_dead_lettered(
+    writer_cfg: WriterConfig, registry_url: str, settings: Settings,
+    unique_topic: Callable[..., str], redis_prefix: str,
+) -> None:
+    w = SessionWriter.create(_confluent(writer_cfg, registry_url))
+    tool_turn(w, 0)
+    w.flush(10)
+    events = list(w.session.events)
+    w.close()
+    records = read_topic(writer_cfg.bootstrap, writer_cfg.topic, len(events))
+    # the reader's registry is away: connection refused on its port
+    reader = _reader_settings(settings, _closed_port_url())
+    pipeline = reader_pipeline(reader)
+    with pytest.raises(SchemaUnavailable, match="unreachable"):
+        pipeline.decode(records[0])  # temporary, not an Undecodable (dead letter)
+    aredis = Redis.from_url(settings.redis_url, decode_responses=True)
+    keys = KeySpace(settings.tenant, redis_prefix)
+    dead = _Letters()
+    try:
+        proc = Processor(pipeline=pipeline, sink=RedisSink(aredis, keys), group="g",
+                         dead_letters=dead)
+        lookup = pipeline._decode.__self__._lookup.__self__  # type: ignore[attr-defined]
+        waits: list[float] = []
+
+        async def registry_returns(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) == 3:  # the registry answers again after the third wait
+                lookup.url = registry_url.rstrip("/")
+
+        report = await process_retrying(proc, records, sleep=registry_returns,
+                                        backoff=(0.5, 1.0))
+        assert waits == [0.5, 1.0, 1.0]  # doubling, capped
+        assert not report.dead_letters and not dead.sent
+        row = await aredis.hget(keys.session_row(w.session_id, 1), "as_of_seq")
+        assert row is not None and int(row) == events[-1].seq
+
+        # bounded: past its patience the outage is raised (the engine exits, unacknowledged)
+        lookup.url = _closed_port_url()
+        again = Processor(pipeline=reader_pipeline(reader), sink=RedisSink(aredis, keys),
+                          group="g2")
+
+        async def no_wait(seconds: float) -> None:
+            return None
+
+        with pytest.raises(SchemaUnavailable):
+            await process_retrying(again, records, sleep=no_wait, patience=0.0)
+    finally:
+        await aredis.aclose()
+
+
+class _Letters:
+    """A dead-letter port that records what it was given (nothing must reach it)."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    async def send(self, letters: Sequence[object]) -> list[object]:
+        self.sent.extend(letters)
+        return []
+
+
+def test_registry_up_and_down_answer_json_for_scripts(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    if find_java() is None:
+        pytest.skip("Apicurio Registry needs Java 21+")
+    port, mgmt = _free_port(), _free_port()
+    env = {"SESSIONSTREAM_STATE_DIR": str(tmp_path),
+           "SESSIONSTREAM_CACHE_DIR": str(settings.cache_dir)}
+    args = ["--port", str(port), "--management-port", str(mgmt), "--json"]
+    runner = CliRunner()
+    try:
+        up = runner.invoke(main, ["registry", "up", *args], env=env)
+        assert up.exit_code == 0, up.output
+        row = json.loads(up.stdout)
+        assert row["started"] is True and row["ready"] is True and row["pid"]
+        assert row["env"] == {"SESSIONSTREAM_WIRE": "confluent",
+                              "SESSIONSTREAM_SCHEMA_REGISTRY_URL": row["url"]}
+        assert RegistryClient(row["url"])._call("GET", "/subjects") == []
+        again = json.loads(runner.invoke(main, ["registry", "up", *args], env=env).stdout)
+        assert again["started"] is False and again["pid"] == row["pid"]
+    finally:
+        down = runner.invoke(main, ["registry", "down", *args], env=env)
+    assert down.exit_code == 0 and json.loads(down.stdout)["stopped"] is True
+    idle = json.loads(runner.invoke(main, ["registry", "down", *args], env=env).stdout)
+    assert idle["stopped"] is False

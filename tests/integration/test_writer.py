@@ -218,7 +218,7 @@ def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConf
     w = SessionWriter.create(writer_cfg)
     healthy = w._sender
     # Records sent where no broker listens time out (message.timeout.ms) unconfirmed.
-    w._sender = KafkaSender("127.0.0.1:9", writer_cfg.topic, on_delivery=w._delivered,
+    w._sender = KafkaSender("127.0.0.1:9", writer_cfg.topic,
                             config={"message.timeout.ms": 300, "linger.ms": 1})
     w.append("turn/start", {})
     w.append("user/message", {"content": "hello"})

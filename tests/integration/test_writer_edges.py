@@ -23,7 +23,8 @@ from producers.errors import (
     SessionNotFound,
     TopicNotFound,
 )
-from producers.kafka import LIBRDKAFKA_LOGGER, POOL, RateLimit, librdkafka_logger
+from producers.kafka import POOL
+from producers.kafka_clients import LIBRDKAFKA_LOGGER, RateLimit, librdkafka_logger
 from producers.lease import LeaseStore
 from producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn, writer_cfg

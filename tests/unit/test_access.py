@@ -129,3 +129,11 @@ def test_redis_url_for_puts_quoted_credentials_before_the_host() -> None:
     assert redis_url_for("redis://127.0.0.1:16379/0", "sessionstream.a.reader", "p/w") == (
         "redis://sessionstream.a.reader:p%2Fw@127.0.0.1:16379/0")
     assert redis_url_for("redis://old:x@h:1/0", "u", "p") == "redis://u:p@h:1/0"
+
+
+def test_every_redis_role_may_read_the_cluster_slot_map_and_nothing_else_of_cluster() -> None:
+    for role in ("writer", "worker", "reader"):
+        rules = redis_acl_rules(KeySpace("a"), role, "pw")
+        assert "+cluster|slots" in rules and "+cluster|shards" in rules
+        assert not any(r.startswith("+cluster") and "|" not in r for r in rules)
+        assert rules.index("+cluster|slots") < rules.index("-@admin")

@@ -440,3 +440,59 @@ def test_a_malformed_sealed_part_is_a_corrupt_record() -> None:
     record["data"] = json.dumps(record["data"])
     with pytest.raises(CorruptRecord, match="sealed part"):
         decode(raw(CURRENT, record))
+
+
+# -- the compiled writer (plain Python, byte-identical to fastavro) --------------------
+
+sealed_part = st.builds(
+    SealedPart, st.sampled_from(list(DataClass)), st.text(min_size=1, max_size=10),
+    st.text(min_size=1, max_size=10), st.lists(st.text(max_size=8), max_size=3).map(tuple),
+    st.binary(min_size=12, max_size=12), st.binary(max_size=40))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    session_id=st.text(min_size=1, max_size=20), seq=st.integers(0, 2**63 - 1),
+    time=st.integers(-(2**63), 2**63 - 1), data=json_value,
+    op=st.sampled_from(list(SurfaceOp)), sources=st.lists(st.integers(0, 2**63 - 1), max_size=5),
+    epoch=st.integers(-(2**63), 2**63 - 1), ignorable=st.booleans(), turn_id=maybe_id,
+    step_id=maybe_id, prev=maybe_id, typ=st.text(max_size=20),
+    sealed=st.lists(sealed_part, max_size=3), version=st.sampled_from(["v1", "current", "next"]),
+)
+def test_the_compiled_writer_writes_exactly_the_bytes_fastavro_writes(
+    session_id: str, seq: int, time: int, data: Any, op: SurfaceOp, sources: list[int],
+    epoch: int, ignorable: bool, turn_id: str | None, step_id: str | None, prev: str | None,
+    typ: str, sealed: list[SealedPart], version: str,
+) -> None:
+    schema = {"v1": V1, "current": CURRENT, "next": _next()}[version]
+    codec = AvroCodec([schema])
+    assert codec._compiled is not None  # every shipped layout is compiled
+    e = make_event(session_id=session_id, seq=seq, event_id="e", time=time, type=typ,
+                   data=data, surface_op=op, source_event_seqs=sources,
+                   writer=Writer("w", epoch), ignorable=ignorable, turn_id=turn_id,
+                   step_id=step_id, prev_event_id=prev)
+    if version != "v1":
+        e = e.replace(sealed=tuple(sealed))
+    rec = record_of(e, surface_op=op.value, writer={"id": "w", "epoch": epoch},
+                    sealed=[p.to_record() for p in e.sealed])
+    if version == "next":
+        rec["trace_id"] = None
+    expected = raw(schema, {k: v for k, v in rec.items() if k in
+                            {f["name"] for f in schema["fields"]}})
+    assert codec.encode(e) == expected
+
+
+def test_a_value_the_compiled_writer_cannot_write_is_a_codec_error_naming_the_event() -> None:
+    codec = AvroCodec([CURRENT])
+    for bad in (event(seq=2**63), event().replace(turn_id=7)):
+        with pytest.raises(CodecError, match="cannot encode tool/call seq"):
+            codec.encode(bad)
+
+
+def test_a_schema_construct_the_compiled_writer_does_not_know_falls_back_to_fastavro() -> None:
+    odd = copy.deepcopy(CURRENT)
+    odd["fields"].append({"name": "extra", "type": ["null", "long", "string"], "default": None})
+    codec = AvroCodec([odd])
+    assert codec._compiled is None
+    e = event()
+    assert codec.decode(codec.encode(e)) == e

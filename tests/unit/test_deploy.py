@@ -336,17 +336,41 @@ def test_dockerfile_builds_one_non_root_image_with_the_cli_as_entrypoint() -> No
         assert f"COPY {pkg} ./{pkg}" in text, pkg
 
 
-def test_every_metric_the_grafana_dashboard_queries_is_one_the_worker_exports() -> None:
+def test_every_metric_the_grafana_dashboard_queries_is_one_a_component_exports() -> None:
     import json
 
     from prometheus_client import CollectorRegistry
 
-    from streams.metrics import WorkerMetrics
+    from dashboard.metrics import DashboardMetrics
+    from streams.metrics import CompactorMetrics, WorkerMetrics
 
     registry = CollectorRegistry()
     WorkerMetrics("t", registry)
-    exported = {s.name for fam in registry.collect() for s in fam.samples}
+    CompactorMetrics("t", registry)
+    DashboardMetrics("t", registry)
+    exported = declared_series(registry)
     dash = json.loads((DEPLOY / "grafana" / "sessionstream.json").read_text())
     queried = {name for p in dash["panels"] for t in p["targets"]
                for name in re.findall(r"sessionstream_[a-z_]+", t["expr"])}
     assert queried and queried <= exported, queried - exported
+
+
+#: The series names a collector of each type exposes (prometheus_client's families drop
+#: the ``_total`` of a counter; a labelled gauge has no sample until a child is set).
+_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum"),
+             "summary": ("", "_count", "_sum")}
+
+
+def declared_series(registry: Any) -> set[str]:
+    """Every series name the registry's collectors declare, sampled yet or not."""
+    return {fam.name + suffix for fam in registry.collect() for suffix in _SUFFIXES[fam.type]}
+
+
+def test_declared_series_include_a_labelled_gauge_before_its_first_sample() -> None:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    Gauge("x_lag", "a per-partition gauge, no partition measured", ["partition"],
+          registry=registry)
+    assert not [s for fam in registry.collect() for s in fam.samples]
+    assert declared_series(registry) == {"x_lag"}

@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from producers.kafka import LIBRDKAFKA_LOGGER, PRODUCER_DEFAULTS
 from producers.kafka_clients import (
+    LIBRDKAFKA_LOGGER,
+    PRODUCER_DEFAULTS,
     KafkaClients,
     admin_config,
     consumer_config,
@@ -17,9 +18,9 @@ from producers.kafka_clients import (
 from sessionstream.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Modules allowed to spell the librdkafka key: the builder, the constant's home, and
+#: Modules allowed to spell the librdkafka key: the builder (the constant's home) and
 #: the local stack's readiness probe (server management, silenced on purpose, log_level 0).
-SPELLS_BOOTSTRAP = {"producers/kafka_clients.py", "producers/kafka.py", "sessionstream/devstack.py"}
+SPELLS_BOOTSTRAP = {"producers/kafka_clients.py", "sessionstream/devstack.py"}
 
 
 def test_every_config_names_the_brokers_and_routes_librdkafka_logs_to_python() -> None:
@@ -66,4 +67,13 @@ def test_importing_the_producer_module_installs_no_process_hooks() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import producers.kafka as k; print(k.POOL._hooked)"],
         cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_config_builders_do_not_import_the_sender_module() -> None:
+    """producers.kafka (the sender) builds on producers.kafka_clients, never the reverse."""
+    code = ("import sys, producers.kafka_clients; "
+            "print('producers.kafka' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
     assert out.stdout.strip() == "False"

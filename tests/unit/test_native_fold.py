@@ -3,8 +3,10 @@
 Differential: generated logs — valid random walks with compactions (replace ops) and
 unknown ignorable events, forks, plus redeliveries, zombie writers, seq gaps and
 conflicts, history conflicts, unknown required events and newer formats
-(quarantine), corrupt and mis-keyed records (dead letters) — are folded by the Python
-processor and by the native path, in the same random batches and flushes; every
+(quarantine), corrupt and mis-keyed records (dead letters), and admitted events whose
+data has odd shapes and values (1 vs 1.0 vs true, containers, non-string ids: what
+the tools, todo, business and compaction units compare and key by) — are folded by the
+Python processor and by the native path, in the same random batches and flushes; every
 Redis field, the feed, the index, the progress and the dead letters must be equal.
 
 In CI the extension must be built (the project's install builds it); elsewhere
@@ -55,6 +57,94 @@ def _records(events: list[tuple[Event | bytes, str]], partitions: int) -> list[R
     return out
 
 
+#: Values whose Python equality differs from JSON text equality, or that a unit keys by.
+ODD_VALUES = [None, 0, 1, 1.0, True, False, "x", "", [], [1], [1.0], {}, {"a": 1},
+              {"a": 1.0}, 2**53 + 1, float(2**53), -0.0, 1.5e-7]
+
+
+def _odd_data(draw: st.DrawFn, sid: str) -> tuple[str, dict[str, Any]]:
+    """One event of a type a native unit reads, with data in shapes and values at its edges."""
+    v = st.sampled_from(ODD_VALUES)
+    ident = st.sampled_from(["a", "b", "c1", 3])  # 3: not a string (Python keys by it)
+    call = st.sampled_from([f"{sid}-c1", f"{sid}-c2", "c9"])
+    comp = st.sampled_from(["k1", "k2"])
+    kind = draw(st.integers(0, 16))
+    if kind == 0:
+        return "business/time", {"time": draw(v)}
+    if kind == 1:
+        return "business/filters", {"filters": draw(v)}
+    if kind == 2:
+        data = {"id": draw(v), "definition_version": draw(v), "status": draw(v)}
+        if draw(st.booleans()):
+            data["source_turn"] = draw(v)
+        return "business/metric", data
+    if kind == 3:
+        key, field = draw(st.sampled_from([("business/ambiguities", "ambiguities"),
+                                           ("business/plan", "plan_hash"),
+                                           ("business/approval", "approval")]))
+        return key, {field: draw(v)}
+    if kind == 4:
+        return "goal/set", {"goal": draw(st.sampled_from(["g1", "g2", ""]))}
+    if kind == 5:
+        data = {"id": draw(ident), "text": draw(v)}
+        status = draw(st.sampled_from(["absent", None, "", "done", "pending", 0]))
+        if status != "absent":
+            data["status"] = status
+        return "todo/add", data
+    if kind == 6:
+        return "todo/update", {"id": draw(ident),
+                               "status": draw(st.sampled_from(["done", "pending"]))}
+    if kind == 7:
+        data = {"call_id": draw(call), "name": draw(v)}
+        if draw(st.booleans()):
+            data["idempotency_key"] = draw(v)
+        return "tool/call", data
+    if kind == 8:
+        data = {"call_id": draw(call), "status": draw(st.sampled_from(["ok", "error"]))}
+        if draw(st.booleans()):
+            data["operation_id"] = draw(st.sampled_from(["op1", "op2", None]))
+        if draw(st.booleans()):
+            data["version"] = draw(v)
+        return "tool/result", data
+    if kind == 9:
+        calls = draw(st.sampled_from([
+            None, [], {}, "", [{"call_id": f"{sid}-c1", "name": "ls"}],
+            [{"call_id": f"{sid}-c2", "name": 1}, {"call_id": f"{sid}-c1", "name": "x"}],
+            [{"call_id": 5, "name": "x"}], "abc"]))
+        return "assistant/message", {"content": [{"type": "text", "text": "hi"}],
+                                     "tool_calls": calls}
+    if kind == 10:
+        return "compaction/start", {"compaction_id": draw(comp), "trigger": draw(v)}
+    if kind == 11:
+        return "compaction/summary", {
+            "compaction_id": draw(comp), "first_position": draw(v), "last_position": 2,
+            "shadowed_seqs": draw(st.sampled_from([[1, 2], [], "ab"])),
+            "tokens_before": draw(v), "tokens_after": 3, "summarizer": {"model": draw(v)}}
+    if kind == 12:
+        data = {"compaction_id": draw(comp),
+                "outcome": draw(st.sampled_from(["completed", "failed"]))}
+        if draw(st.booleans()):
+            data["reason"] = draw(v)
+        return "compaction/end", data
+    if kind == 13:
+        return "session/end-seed", {}
+    if kind == 14:
+        return "turn/end", {"reason": draw(st.sampled_from(["completed", "cancelled"]))}
+    if kind == 15:
+        return "plan/set", {"steps": [draw(v)], "plan_hash": draw(v)}
+    return "business/metric", {"id": "m", "definition_version": draw(v), "status": "ok"}
+
+
+def _append_odd(draw: st.DrawFn, sid: str, log: list[Event]) -> None:
+    """Admissible events (the next seqs, linked) with odd data at the end of ``log``."""
+    for _ in range(draw(st.integers(1, 12))):
+        last = log[-1]
+        etype, data = _odd_data(draw, sid)
+        log.append(make_event(session_id=sid, seq=last.seq + 1, event_id=f"{sid}-o{last.seq}",
+                              time=last.time + 1, type=etype, data=data, writer=WRITER,
+                              turn_id=last.turn_id, prev_event_id=last.event_id))
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int]]:
     """(records, batch sizes, flush after these batches)."""
@@ -76,6 +166,9 @@ def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int]]:
                 child = None
             if child is not None:
                 logs[child.session_id] = list(child.events)
+    for sid in sorted(logs):
+        if draw(st.integers(0, 2)) == 0:
+            _append_odd(draw, sid, logs[sid])
     merged: list[tuple[Event | bytes, str]] = []
     cursors = dict.fromkeys(logs, 0)
     while any(cursors[s] < len(logs[s]) for s in logs):
@@ -144,13 +237,16 @@ async def _fold(driver: Any, records: list[Record], sizes: list[int], flushes: s
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int],
-         pipeline: ReaderPipeline | None = None) -> tuple[MemorySink, MemorySink, Any, Any]:
+         pipeline: ReaderPipeline | None = None, *, native: list[NativeFold] | None = None
+         ) -> tuple[MemorySink, MemorySink, Any, Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDLQ(), MemoryDLQ()
     py = processor(py_sink, pipeline, dead_letters=py_dlq)
     na = NativeFold(processor(na_sink, pipeline, dead_letters=na_dlq))
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes))
+    if native is not None:
+        native.append(na)
     return py_sink, na_sink, py_dlq, na_dlq
 
 
@@ -181,9 +277,17 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
                                         failures=0.2) for i in range(8)}
     merged = [(e, sid) for k in range(max(map(len, logs.values())))
               for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
-    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5})
+    native: list[NativeFold] = []
+    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5}, native=native)
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert len(py_sink.hashes) == 8
+    # every unit but the surface folded in the extension: no session went to Python, and
+    # the Python side decoded only the types the surface reads
+    assert native[0]._python == set()
+    assert native[0].folder.sessions == 8
+    assert {u.key for u in native[0]._py_units} == {"surface"}
+    row = next(h for (_, sid), h in na_sink.hashes.items() if sid == "lab0")
+    assert '"results":{"' in row["view:tools"] and '"attempts":[{' in row["view:compaction"]
 
 
 class Fragile(ProjectionUnit[int]):

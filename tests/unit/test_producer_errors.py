@@ -74,7 +74,7 @@ def test_broker_unavailable_says_what_to_do() -> None:
 def test_librdkafka_log_lines_are_rate_limited_per_facility() -> None:
     import logging
 
-    from producers.kafka import RateLimit
+    from producers.kafka_clients import RateLimit
 
     now = [0.0]
     f = RateLimit(burst=2, window_s=10, clock=lambda: now[0])

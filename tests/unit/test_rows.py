@@ -22,8 +22,8 @@ from streams import sink
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
-LUA_TOKENS = {"HGET", "HSET", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS", "TIME", "MAXLEN",
-              "~", "*", "-1", "0", "1", ""}
+LUA_TOKENS = {"GET", "HGET", "HSET", "HDEL", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS",
+              "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
@@ -32,6 +32,7 @@ SCRIPTS = {
     "lease._RENEW": lease._RENEW,
     "lease._CHECK": lease._CHECK,
     "lease._HANDOFF": lease._HANDOFF,
+    "lease._SETTLE": lease._SETTLE,
     "index._RECORD": index._RECORD,
     "index._MARK_CLEAN": index._MARK_CLEAN,
 }

@@ -18,6 +18,7 @@ from sessionstream.core.codec import encode
 from sessionstream.core.events import Event, Writer, make_event
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_registry, default_units
+from sessionstream.core.rows import SessionRow
 from sessionstream.core.simulate import simulate_session
 from streams.memory import MemoryDeadLetters, MemoryLog, MemorySink
 from streams.processor import Processor
@@ -52,7 +53,7 @@ def fleet(n: int, seed: int = 7, turns: int = 3) -> tuple[dict[str, list[Event]]
 
 def views_of(sink: MemorySink, sid: str, gen: int = 1) -> dict[str, Any]:
     h = sink.hashes[(gen, sid)]
-    return {k[5:]: json.loads(v) for k, v in h.items() if k.startswith("view:")}
+    return SessionRow.views(h)
 
 
 def offline_views(events: list[Event], registry: Registry | None = None) -> dict[str, Any]:

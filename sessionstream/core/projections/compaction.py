@@ -8,12 +8,13 @@ leftover, seed §4.9.1) and is marked so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sessionstream.core.events import Event, SurfaceOp
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, freeze, thaw
-from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps, freeze, thaw
+from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
 
@@ -137,6 +138,24 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
             "attempts": [a.to_json() for a in state.attempts],
             "outcomes": dict(state.outcomes),
         }
+
+    # -- chunked storage (ADR 0013): closed attempts, the same in view and state --------
+    collections = (Collection("attempts", "attempts", "attempts"),)
+
+    def heads(self, state: CompactionState) -> tuple[str, str]:
+        head = {"open": state.open.to_json() if state.open else None,
+                "outcomes": dict(state.outcomes)}
+        return canonical_dumps(head), canonical_dumps(head)
+
+    def length(self, state: CompactionState, name: str) -> int:
+        return len(state.attempts)
+
+    def items(self, state: CompactionState, name: str, start: int, stop: int
+              ) -> Sequence[str]:
+        return [canonical_dumps(a.to_json()) for a in state.attempts.slice(start, stop)]
+
+    def unchanged(self, base: CompactionState, new: CompactionState, name: str) -> int:
+        return len(base.attempts) if new.attempts.extends(base.attempts) else 0
 
     def load(self, data: JsonValue) -> CompactionState:
         return CompactionState(

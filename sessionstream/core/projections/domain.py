@@ -6,12 +6,13 @@ Fed by the ignorable domain types ``todo/add``, ``todo/update``, ``plan/set`` an
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue
-from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.projections.base import Collection, ProjectionUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +29,83 @@ class TodoItem:
                 "added_seq": self.added_seq, "updated_seq": self.updated_seq}
 
 
-@dataclass(frozen=True, slots=True)
+#: Items per block of a todo list (a block is replaced, never the whole list).
+_BLOCK = 32
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class TodoState:
-    items: FrozenMap  # id -> TodoItem, in insertion order
+    """The todo list in insertion order, as blocks of :data:`_BLOCK` items: an add or an
+    update copies one block and the block index (O(n / 32)), not the whole list."""
+
+    blocks: tuple[tuple[TodoItem, ...], ...]
+    n: int  # items
     unknown_updates: int  # todo/update naming an id never added
+    counts: FrozenMap  # status -> items with it
+    #: id -> position, shared by the versions of one lineage and only ever extended by
+    #: the newest (``len(positions) == n``); entries below ``n`` are this version's.
+    positions: dict[str, int]
+
+    def __iter__(self) -> Iterator[TodoItem]:
+        for block in self.blocks:
+            yield from block
+
+    def item(self, position: int) -> TodoItem:
+        return self.blocks[position // _BLOCK][position % _BLOCK]
+
+    def position(self, item_id: str) -> int | None:
+        p = self.positions.get(item_id)
+        return p if p is not None and p < self.n else None
+
+    def get(self, item_id: str) -> TodoItem | None:
+        p = self.position(item_id)
+        return None if p is None else self.item(p)
+
+    def slice(self, start: int, stop: int) -> list[TodoItem]:
+        return [self.item(i) for i in range(max(0, start), min(stop, self.n))]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TodoState):
+            return NotImplemented
+        return (self.n, self.unknown_updates) == (other.n, other.unknown_updates) and \
+            list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash((self.unknown_updates, tuple(self)))
+
+
+def _todo_state(items: Sequence[TodoItem], unknown_updates: int) -> TodoState:
+    counts: dict[str, int] = {}
+    for i in items:
+        counts[i.status] = counts.get(i.status, 0) + 1
+    return TodoState(tuple(tuple(items[i:i + _BLOCK]) for i in range(0, len(items), _BLOCK)),
+                     len(items), unknown_updates, FrozenMap(counts),
+                     {item.id: p for p, item in enumerate(items)})
+
+
+def _put(state: TodoState, position: int | None, item: TodoItem) -> TodoState:
+    """``state`` with ``item`` at ``position`` (None: appended)."""
+    blocks = state.blocks
+    counts = dict(state.counts)
+    positions = state.positions
+    n = state.n
+    if position is None:
+        if len(positions) != n:  # an older version: branch off the shared positions
+            positions = {it.id: p for p, it in enumerate(state)}
+        positions[item.id] = n
+        grown = (item,) if n % _BLOCK == 0 else (*blocks[-1], item)
+        blocks = (*blocks, grown) if n % _BLOCK == 0 else (*blocks[:-1], grown)
+        n += 1
+    else:
+        b, i = divmod(position, _BLOCK)
+        block = blocks[b]
+        old = block[i].status
+        counts[old] -= 1
+        if not counts[old]:
+            del counts[old]
+        blocks = (*blocks[:b], (*block[:i], item, *block[i + 1:]), *blocks[b + 1:])
+    counts[item.status] = counts.get(item.status, 0) + 1
+    return TodoState(blocks, n, state.unknown_updates, FrozenMap(counts), positions)
 
 
 class TodoUnit(ProjectionUnit[TodoState]):
@@ -40,45 +114,63 @@ class TodoUnit(ProjectionUnit[TodoState]):
     types = frozenset({"todo/add", "todo/update"})
 
     def init(self) -> TodoState:
-        return TodoState(FrozenMap(), 0)
+        return _todo_state((), 0)
 
     def apply(self, state: TodoState, event: Event) -> TodoState:
         data = event.data
         if event.type == "todo/add":
-            old = state.items.get(data["id"])
+            pos = state.position(data["id"])
+            old = None if pos is None else state.item(pos)
             item = TodoItem(
                 data["id"], data["text"], data.get("status") or (old.status if old else "pending"),
                 old.added_seq if old else event.seq, event.seq,
             )
-            return TodoState(FrozenMap({**state.items, item.id: item}), state.unknown_updates)
+            return _put(state, pos, item)
         if event.type == "todo/update":
-            old = state.items.get(data["id"])
-            if old is None:
-                return TodoState(state.items, state.unknown_updates + 1)
+            pos = state.position(data["id"])
+            if pos is None:
+                return TodoState(state.blocks, state.n, state.unknown_updates + 1, state.counts,
+                                 state.positions)
+            old = state.item(pos)
             if old.status == data["status"]:
                 return state
-            item = TodoItem(old.id, old.text, data["status"], old.added_seq, event.seq)
-            return TodoState(FrozenMap({**state.items, item.id: item}), state.unknown_updates)
+            return _put(state, pos, TodoItem(old.id, old.text, data["status"], old.added_seq,
+                                             event.seq))
         return state
 
     def view(self, state: TodoState) -> JsonValue:
-        counts: dict[str, int] = {}
-        for item in state.items.values():
-            counts[item.status] = counts.get(item.status, 0) + 1
         return {
-            "items": [i.to_json() for i in state.items.values()],
-            "counts": dict(sorted(counts.items())),
+            "items": [i.to_json() for i in state],
+            "counts": dict(sorted(state.counts.items())),
             "unknown_updates": state.unknown_updates,
         }
 
     def dump(self, state: TodoState) -> JsonValue:
-        return {"items": [i.to_json() for i in state.items.values()],
+        return {"items": [i.to_json() for i in state],
                 "unknown_updates": state.unknown_updates}
 
     def load(self, data: JsonValue) -> TodoState:
-        return TodoState(
-            FrozenMap({i["id"]: TodoItem(**i) for i in data["items"]}), data["unknown_updates"]
-        )
+        return _todo_state([TodoItem(**i) for i in data["items"]], data["unknown_updates"])
+
+    # -- chunked storage (ADR 0013): the items, the same in view and state ---------------
+    collections = (Collection("items", "items", "items"),)
+
+    def heads(self, state: TodoState) -> tuple[str, str]:
+        return (canonical_dumps({"counts": dict(state.counts),
+                                 "unknown_updates": state.unknown_updates}),
+                canonical_dumps({"unknown_updates": state.unknown_updates}))
+
+    def length(self, state: TodoState, name: str) -> int:
+        return state.n
+
+    def items(self, state: TodoState, name: str, start: int, stop: int) -> Sequence[str]:
+        return [canonical_dumps(i.to_json()) for i in state.slice(start, stop)]
+
+    def unchanged(self, base: TodoState, new: TodoState, name: str) -> int:
+        for b, (old, now) in enumerate(zip(base.blocks, new.blocks, strict=False)):
+            if old is not now:
+                return b * _BLOCK
+        return min(base.n, new.n)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,14 @@ abandon rules, same :func:`~sessionstream.core.surface.message_tokens` estimate)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import JsonValue
 from sessionstream.core.messages import Message
-from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.surface import Messages, Surface, message_tokens, token_estimate
 
 
@@ -83,6 +84,23 @@ class SurfaceUnit(ProjectionUnit[SurfaceState]):
         view = (f'{{"count":{len(state.messages)},"messages":[{messages}],'
                 f'"token_estimate":{state.tokens}}}')
         return view, f'{{"messages":[{messages}]}}'
+
+    # -- chunked storage (ADR 0013): the messages, once, for both view and state --------
+    collections = (Collection("messages", "messages", "messages"),)
+
+    def heads(self, state: SurfaceState) -> tuple[str, str]:
+        return (f'{{"count":{len(state.messages)},"token_estimate":{state.tokens}}}', "{}")
+
+    def length(self, state: SurfaceState, name: str) -> int:
+        return len(state.messages)
+
+    def items(self, state: SurfaceState, name: str, start: int, stop: int) -> Sequence[str]:
+        return [m.json_text() for m in state.messages[start:stop]]
+
+    def unchanged(self, base: SurfaceState, new: SurfaceState, name: str) -> int:
+        if base.surface is not new.surface or base.revision > new.revision:
+            return 0  # folded on a branch (or loaded): compare nothing, rewrite all
+        return new.surface.unchanged_since(base.revision, len(base.messages))
 
     def load(self, data: Any) -> SurfaceState:
         messages = [Message.from_json(m) for m in data["messages"]]

@@ -7,12 +7,13 @@ starts it, *answered* by ``tool/result`` (status, operation id, version), or
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue
-from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
 
@@ -151,6 +152,43 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
             "abandoned": [_row(a) for a in state.abandoned],
             "counts": dict(state.counts),
         }
+
+    # -- chunked storage (ADR 0013) --------------------------------------------------------
+    #: results by position: the state's list and the view's two objects (an empty item
+    #: for a result without an operation id); abandoned calls, the same in view and state
+    collections = (
+        Collection("results", None, "results"),
+        Collection("results_by_id", "results", None, "object"),
+        Collection("operation_ids", "operation_ids", None, "object"),
+        Collection("abandoned", "abandoned", "abandoned"),
+    )
+
+    def heads(self, state: ToolsState) -> tuple[str, str]:
+        head = {
+            "declared": [_row(c) for c in state.declared.values()],
+            "open": [_row(c) for c in state.open.values()],
+            "counts": dict(state.counts),
+        }
+        return canonical_dumps(head), canonical_dumps(head)
+
+    def length(self, state: ToolsState, name: str) -> int:
+        return len(state.abandoned) if name == "abandoned" else len(state.results)
+
+    def items(self, state: ToolsState, name: str, start: int, stop: int) -> Sequence[str]:
+        if name == "abandoned":
+            return [canonical_dumps(_row(a)) for a in state.abandoned.slice(start, stop)]
+        rows = state.results.slice(start, stop)
+        if name == "results":
+            return [canonical_dumps(_row(r)) for r in rows]
+        if name == "results_by_id":
+            return [f"{canonical_dumps(r.call_id)}:{canonical_dumps(_row(r))}" for r in rows]
+        return [f"{canonical_dumps(r.operation_id)}:{canonical_dumps(r.call_id)}"
+                if r.operation_id is not None else "" for r in rows]
+
+    def unchanged(self, base: ToolsState, new: ToolsState, name: str) -> int:
+        if name == "abandoned":
+            return len(base.abandoned) if new.abandoned.extends(base.abandoned) else 0
+        return len(base.results) if new.results.extends(base.results) else 0
 
     def load(self, data: JsonValue) -> ToolsState:
         return ToolsState(

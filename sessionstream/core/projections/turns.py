@@ -7,12 +7,13 @@ step, and counts per status.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue
-from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
 
@@ -111,6 +112,35 @@ class TurnsUnit(ProjectionUnit[TurnsState]):
             "open_step_seq": state.open_step_seq,
             "counts": dict(state.counts),
         }
+
+    # -- chunked storage (ADR 0013) --------------------------------------------------------
+    #: the view's turns (closed ones, then the open one) and the state's closed turns
+    collections = (Collection("turns", "turns", None), Collection("closed", None, "closed"))
+
+    def heads(self, state: TurnsState) -> tuple[str, str]:
+        total = len(state.closed) + (1 if state.open is not None else 0)
+        return (canonical_dumps({
+            "open_turn": state.open.turn_id if state.open else None,
+            "open_step": state.open_step, "counts": dict(state.counts), "total": total,
+        }), canonical_dumps({
+            "open": state.open.to_json() if state.open else None,
+            "open_step": state.open_step, "open_step_seq": state.open_step_seq,
+            "counts": dict(state.counts),
+        }))
+
+    def length(self, state: TurnsState, name: str) -> int:
+        n = len(state.closed)
+        return n + 1 if name == "turns" and state.open is not None else n
+
+    def items(self, state: TurnsState, name: str, start: int, stop: int) -> Sequence[str]:
+        out = [canonical_dumps(t.to_json()) for t in state.closed.slice(start, stop)]
+        if (name == "turns" and state.open is not None
+                and start <= len(state.closed) < stop):
+            out.append(canonical_dumps(state.open.to_json()))
+        return out
+
+    def unchanged(self, base: TurnsState, new: TurnsState, name: str) -> int:
+        return len(base.closed) if new.closed.extends(base.closed) else 0
 
     def load(self, data: JsonValue) -> TurnsState:
         return TurnsState(

@@ -60,6 +60,15 @@ class Vec(Generic[T]):
             raise IndexError("Vec index out of range")
         return self._buf[index]
 
+    def slice(self, start: int, stop: int) -> list[T]:
+        """Items ``start..stop-1`` (clipped to this version): O(stop - start)."""
+        return self._buf[max(0, start):min(stop, self._n)]
+
+    def extends(self, older: Vec[T]) -> bool:
+        """Whether this version was appended on from ``older`` (the same buffer and at
+        least as long): then its first ``len(older)`` items are ``older``'s."""
+        return self._buf is older._buf and self._n >= older._n
+
     def to_list(self) -> list[T]:
         return self._buf[: self._n]
 

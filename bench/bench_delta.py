@@ -1,0 +1,146 @@
+"""Write cost per batch against session length (ADR 0013), on the real Redis (run by hand).
+
+    PYTHONPATH=. python bench/bench_delta.py [--events 100000] [--small 1000] [--batch 20]
+        [--window 60] [--sessions 100]
+
+One simulated lab session (no compaction: the surface, turns, tools and todo keep
+growing) is folded by the processor into Redis (the settings' Redis URL, e.g. the local
+stack) under a private key prefix, deleted afterwards. Near event ``--small`` and
+near event ``--events`` it folds ``--window`` batches of ``--batch`` events and prints, per
+batch, the bytes the session writes send (field names and values of the script call)
+and the wall time of ``process()`` (fold + encode + the Redis calls), then the ratio
+large / small (target <= 1.5x). The same run does it twice: chunked rows (ADR 0013) and
+the whole-row baseline (every touched unit's whole view and state, as before), so the
+before/after figures come from one machine state.
+
+The second part measures redis-py's per-command cost on the write path: ``--sessions``
+sessions written per batch as one script call (ADR 0013) vs one EVALSHA per session in
+a pipeline (before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+import uuid
+import zlib
+from typing import Any
+
+from sessionstream.core.codec import encode
+from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.rows import KeySpace
+from sessionstream.core.settings import Settings
+from sessionstream.core.simulate import simulate_session
+from sessionstream.redisconn import async_redis
+from streams.ports import SessionWrite
+from streams.processor import Processor
+from streams.sink import RedisSink
+
+TOPIC = "bench.delta"
+URL = Settings.from_env().redis_url
+
+
+def lab_records(n: int) -> list[Record]:
+    events: list[Any] = []
+    turns = 50
+    while len(events) < n:
+        events = simulate_session(random.Random(7), "bench", turns=turns, compact_every=None)
+        turns *= 2
+    return [Record(TOPIC, 0, i, b"bench", encode(e), 0) for i, e in enumerate(events[:n])]
+
+
+class Counting(RedisSink):
+    """The Redis sink, counting the bytes of each session write it sends."""
+
+    sent: list[int]
+
+    async def write_sessions(self, gen: int, writes: Any) -> Any:
+        self.sent.append(sum(_bytes(w) for w in writes))
+        return await super().write_sessions(gen, writes)
+
+
+def _bytes(w: SessionWrite) -> int:
+    return (sum(len(k.encode()) + len(v.encode()) for k, v in w.fields.items())
+            + sum(len(k.encode()) for k in w.deletes))
+
+
+async def near(records: list[Record], at: int, batch: int, window: int, chunked: bool
+               ) -> tuple[float, float]:
+    """(median bytes, median seconds) per batch of the ``window`` batches after ``at``."""
+    redis = async_redis(URL, decode_responses=True)
+    keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
+    sink = Counting(redis, keys)
+    sink.sent = []
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="bench")
+    proc.codec.chunked = chunked
+    try:
+        for i in range(0, at, 2000):
+            await proc.process(records[i:min(at, i + 2000)])
+        sink.sent.clear()
+        took = []
+        for b in range(window):
+            part = records[at + b * batch: at + (b + 1) * batch]
+            t0 = time.perf_counter()
+            await proc.process(part)
+            took.append(time.perf_counter() - t0)
+        return statistics.median(sink.sent), statistics.median(took)
+    finally:
+        async for k in redis.scan_iter(match=f"{keys.prefix}:*", count=1000):
+            await redis.delete(k)
+        await redis.aclose()
+
+
+async def per_command(sessions: int, rounds: int) -> tuple[float, float]:
+    """Seconds per batch writing ``sessions`` small session rows: one call vs pipeline."""
+    redis = async_redis(URL, decode_responses=True)
+    keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
+    out = []
+    try:
+        for one_call in (True, False):
+            sink = RedisSink(redis, keys, one_call=one_call)
+            best = []
+            for r in range(rounds):
+                writes = [SessionWrite(f"s{one_call}{i}", 0, r - 1, r, r,
+                                       {"meta": '{"n":1}', "view:index": '{"a":1}'}, ("index",),
+                                       r) for i in range(sessions)]
+                t0 = time.perf_counter()
+                outcomes = await sink.write_sessions(1, writes)
+                best.append(time.perf_counter() - t0)
+                assert all(o.status == "applied" for o in outcomes), outcomes[:3]
+            out.append(statistics.median(best))
+    finally:
+        async for k in redis.scan_iter(match=f"{keys.prefix}:*", count=1000):
+            await redis.delete(k)
+        await redis.aclose()
+    return out[0], out[1]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--small", type=int, default=1_000)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--window", type=int, default=60)
+    ap.add_argument("--sessions", type=int, default=100)
+    args = ap.parse_args()
+    records = lab_records(args.events + args.batch * args.window)
+    print(f"one lab session, {len(records)} events (crc {zlib.crc32(records[-1].value or b'')}),"
+          f" batches of {args.batch}, median of {args.window} batches")
+    for chunked in (True, False):
+        label = "chunked rows (ADR 0013)" if chunked else "whole rows (baseline) "
+        sb, st = await near(records, args.small, args.batch, args.window, chunked)
+        lb, lt = await near(records, args.events, args.batch, args.window, chunked)
+        print(f"{label}: near {args.small // 1000}k events {sb / 1024:8.1f} KiB "
+              f"{st * 1e3:6.2f} ms; near {args.events // 1000}k events {lb / 1024:8.1f} KiB "
+              f"{lt * 1e3:6.2f} ms; ratio bytes {lb / sb:5.2f}x, time {lt / st:5.2f}x "
+              f"(target <= 1.5x)")
+    one, piped = await per_command(args.sessions, 30)
+    print(f"{args.sessions} sessions per batch: one script call {one * 1e3:.2f} ms, one EVALSHA "
+          f"per session in a pipeline {piped * 1e3:.2f} ms; {piped / one:.2f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
