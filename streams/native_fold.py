@@ -42,6 +42,7 @@ from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, 
 from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
+from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
 from sessionstream.core.projections.compaction import CompactionUnit
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
@@ -50,12 +51,12 @@ from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
-from sessionstream.core.rows import MetaFields, SessionRow
+from sessionstream.core.rows import CHUNK_ITEMS, MetaFields, SessionRow, chunk_count, manifest
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
-from streams.session_row import CachedSession, chunked_fields, whole_fields
+from streams.session_row import CachedSession, chunked_fields
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
@@ -143,18 +144,17 @@ class NativeFold:
         processor.cached_elsewhere = self.folder.has
         self._native_units = tuple(u for u in reg.units if u.key in NATIVE_UNITS)
         # Chunked units (ADR 0013), per session, as last written: the Python units'
-        # states and chunk counts, the native units' chunk texts (they come back whole).
-        self._native_chunked = tuple(u for u in reg.units
-                                     if u.key in NATIVE_UNITS and u.collections)
+        # states, every chunked unit's chunk counts. The extension hands the native
+        # ones' heads and the items from the first chunk its batches changed.
+        self._native_chunked = {u.key: u for u in reg.units
+                                if u.key in NATIVE_UNITS and u.collections}
         self._py_base: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, dict[str, dict[str, int]]] = {}
-        self._texts: dict[str, dict[str, dict[str, list[str]]]] = {}
-        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]],
-                                    dict[str, dict[str, list[str]]]]] = {}
+        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {}
         #: everything kept per session beside the extension (forgotten with it)
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
-            self._chunks, self._texts, self._memo)
+            self._chunks, self._memo)
 
     @property
     def unflushed_sessions(self) -> int:
@@ -246,8 +246,6 @@ class NativeFold:
         # native chunked units (no such state here) are rewritten whole when changed.
         py_base = self._py_base.pop(sid, {})
         chunks = self._chunks.pop(sid, {})
-        for key, texts in self._texts.pop(sid, {}).items():
-            chunks[key] = {c: len(t) for c, t in texts.items()}
         base = CachedSession(sid, cur.partition, cur.admission, {**cur.states, **py_base},
                              as_of_offset=-1 if written is None else written,
                              stored=written is not None, chunks=chunks,
@@ -286,10 +284,10 @@ class NativeFold:
                     self._written[w.session_id] = w.last_offset
                     self._py_base.setdefault(w.session_id, {}).update(memo[0])
                     self._chunks.setdefault(w.session_id, {}).update(memo[1])
-                    self._texts.setdefault(w.session_id, {}).update(memo[2])
                     done.append(w)
                 else:
                     report.conflicts += 1
+                    self.folder.rewrite(w.session_id)  # its next write gives every item
             self._dirty.clear()
             await proc.sink.write_tenant(gen, done, proc.group, {})
         py = await proc.flush()
@@ -366,7 +364,6 @@ class NativeFold:
                 self._written[sid] = w.last_offset
                 self._py_base.setdefault(sid, {}).update(memo[0])
                 self._chunks.setdefault(sid, {}).update(memo[1])
-                self._texts.setdefault(sid, {}).update(memo[2])
                 for verdict, n in self.folder.verdicts(sid).items():
                     report.verdicts[verdict] = report.verdicts.get(verdict, 0) + n
                 writes.append(w)
@@ -412,23 +409,19 @@ class NativeFold:
                 continue
             fields = {k: stored[k] for k in (SessionRow.ADMISSION, SessionRow.META,
                                               SessionRow.AS_OF_OFFSET) if k in stored}
-            texts: dict[str, dict[str, list[str]]] = {}
             for unit in self._native_units:
                 view, state = unit.encode(cur.states[unit.key])
                 fields[SessionRow.view(unit.key)] = view
                 fields[SessionRow.state(unit.key)] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
-                if unit.collections:  # the chunks as stored, for the next delta write
-                    texts[unit.key] = whole_fields(unit, view, state, None, {}, [])
             seed = getattr(self._opener, "seed_length", None)
             if self.folder.load(sid, fields, seed(sid) if seed is not None else None):
                 self._py_states[sid] = {u.key: cur.states[u.key] for u in self._py_units}
                 self._written[sid] = cur.as_of_offset
                 self._py_base[sid] = {u.key: cur.states[u.key] for u in self._py_units
                                       if u.collections}
-                self._chunks[sid] = {k: dict(v) for k, v in cur.chunks.items()
-                                     if k not in NATIVE_UNITS}
-                self._texts[sid] = texts
+                # chunks per collection as stored: the next write deletes past them
+                self._chunks[sid] = {k: dict(v) for k, v in cur.chunks.items()}
             else:
                 self._python.add(sid)  # the Python processor loads and folds it
 
@@ -479,9 +472,15 @@ class NativeFold:
 
     def _write(self, sid: str) -> SessionWrite:
         first = sid not in self._written
-        got = self.folder.fields(sid, not first)
-        assert got is not None
-        fields, native_changed = got
+        codec = self.proc.codec
+        if codec.chunked:
+            got = self.folder.chunked_fields(sid, not first, codec.chunk)
+            assert got is not None
+            fields, native_changed, parts = got
+        else:  # every unit whole, as before ADR 0013
+            whole = self.folder.fields(sid, not first)
+            assert whole is not None
+            (fields, native_changed), parts = whole, []
         fields.pop(SessionRow.AS_OF_SEQ, None)
         fields.pop(SessionRow.AS_OF_OFFSET, None)
         py_changed = self._py_changed.pop(sid, set())
@@ -489,21 +488,22 @@ class NativeFold:
         deletes: list[str] = []
         bases: dict[str, Any] = {}
         counts: dict[str, dict[str, int]] = {}
-        texts: dict[str, dict[str, list[str]]] = {}
-        for unit in self._native_chunked:  # whole texts from the extension: chunk here
-            vf, sf = SessionRow.view(unit.key), SessionRow.state(unit.key)
-            if vf in fields:
-                before = None if first else self._texts.get(sid, {}).get(unit.key)
-                texts[unit.key] = whole_fields(unit, fields.pop(vf), fields.pop(sf), before,
-                                               fields, deletes)
+        by_unit: dict[str, list[tuple[str, int, int, list[str]]]] = {}
+        for key, name, n, start, items in parts:
+            by_unit.setdefault(key, []).append((name, n, start, items))
+        for key, unit_parts in by_unit.items():  # the extension's heads came in fields
+            counts[key] = native_chunks(
+                self._native_chunked[key], unit_parts,
+                None if first else self._chunks.get(sid, {}).get(key), fields, deletes,
+                codec.chunk)
         for unit in self._py_units:
             if first or unit.key in py_changed:
                 state_now = states[unit.key]
-                if unit.collections:
+                if unit.collections and codec.chunked:
                     counts[unit.key], _ = chunked_fields(
                         unit, None if first else self._py_base.get(sid, {}).get(unit.key),
                         state_now, None if first else self._chunks.get(sid, {}).get(unit.key),
-                        fields, deletes)
+                        fields, deletes, codec.chunk)
                     bases[unit.key] = state_now
                     view, state = unit.heads(state_now)
                 else:
@@ -511,7 +511,7 @@ class NativeFold:
                 fields[SessionRow.view(unit.key)] = view
                 fields[SessionRow.state(unit.key)] = state
                 fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
-        self._memo[sid] = (bases, counts, texts)
+        self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
         rows = self.proc.codec.rows
@@ -526,6 +526,37 @@ class NativeFold:
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
+
+
+def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
+                  stored: Mapping[str, int] | None, fields: dict[str, str],
+                  deletes: list[str], chunk: int = CHUNK_ITEMS) -> dict[str, int]:
+    """The manifest and chunk fields of a native chunked unit, as
+    :func:`streams.session_row.chunked_fields` writes them for a Python one. ``parts``:
+    per collection (name, items, first item given, the item texts from it), the first
+    given item at a chunk boundary at or before the first item changed since the
+    session's last write; ``stored``: chunks per collection in the row (None: no
+    manifest, every chunk is written). Returns the chunk counts now stored."""
+    kinds = {c.name: c.kind for c in unit.collections}
+    lists: dict[str, tuple[str, int]] = {}
+    counts: dict[str, int] = {}
+    for name, n, start, items in parts:
+        k = chunk_count(n, chunk)
+        first = start // chunk if stored is not None and name in stored else 0
+        if start > first * chunk:
+            raise AssertionError(f"native fold: {unit.key}.{name} items from {start}, the "
+                                 f"row needs them from {first * chunk}")
+        for i in range(first, k):
+            lo, hi = i * chunk - start, min(n, (i + 1) * chunk) - start
+            fields[SessionRow.part(unit.key, name, i)] = ",".join(t for t in items[lo:hi] if t)
+        deletes.extend(SessionRow.part(unit.key, name, i)
+                       for i in range(k, (stored or {}).get(name, 0)))
+        lists[name] = (kinds[name], n)
+        counts[name] = k
+    fields[SessionRow.parts(unit.key)] = manifest(
+        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
+        {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
+    return counts
 
 
 _OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order

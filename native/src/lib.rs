@@ -21,6 +21,7 @@
 //! is handed back in their envelopes, so they are neither decoded nor opened twice.
 
 mod avro;
+mod chunks;
 mod crypto;
 mod json;
 mod load;
@@ -77,6 +78,7 @@ struct Sess {
     goal: Goal,
     rejections: Rejections,
     more: More,
+    marks: chunks::Marks,
     changed: u16,
     /// The seed length learnt from this session's `session/start` (the opener's rule
     /// for inherited parts; None: not seen by this process, as the Python opener).
@@ -102,6 +104,7 @@ impl Sess {
             goal: Goal::default(),
             rejections: Rejections::default(),
             more: More::default(),
+            marks: chunks::Marks::default(),
             changed: 0,
             seed: None,
             verdicts: BTreeMap::new(),
@@ -561,29 +564,28 @@ impl Folder {
     /// meta, as_of_seq, as_of_offset; plus the native unit keys that changed.
     fn fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool)
                    -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
-        let Some(s) = self.sessions.get_mut(session_id) else { return Ok(None) };
-        let d = PyDict::new(py);
-        let mask = if changed_only { s.changed } else { 0xffff };
-        let mut changed = Vec::new();
-        for (bit, key) in BITS {
-            if s.changed & bit != 0 {
-                changed.push(key);
-            }
-            if mask & bit == 0 {
-                continue;
-            }
-            let (view, state) = s.encode(bit);
-            d.set_item(format!("view:{key}"), view)?;
-            d.set_item(format!("state:{key}"), state)?;
-            d.set_item(format!("sv:{key}"), self.versions.get(key).copied().unwrap_or(1).to_string())?;
-        }
-        d.set_item("admission", s.adm.text())?;
-        d.set_item("meta", s.meta())?;
-        d.set_item("as_of_seq", s.as_of_seq.to_string())?;
-        d.set_item("as_of_offset", s.as_of_offset.to_string())?;
-        s.changed = 0;
-        Ok(Some((d, changed)))
+        Ok(self.fields_of(py, session_id, changed_only, 0)?.map(|(d, c, _)| (d, c)))
     }
+
+    /// `fields`, with the chunked units (turns, tools, todo, compaction: ADR 0013) as
+    /// their heads under view:/state: plus their parts: (unit key, collection, items,
+    /// first item given, the item texts from it), from the chunk of `chunk` items that
+    /// holds the first item not written by the previous call (all after `rewrite`).
+    #[allow(clippy::type_complexity)]
+    fn chunked_fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
+                           chunk: usize) -> PyResult<Option<FieldsOut<'py>>> {
+        self.fields_of(py, session_id, changed_only, chunk.max(1))
+    }
+
+    /// The next chunked_fields of the session gives every item (its last write did not
+    /// apply).
+    fn rewrite(&mut self, session_id: &str) {
+        if let Some(s) = self.sessions.get_mut(session_id) {
+            s.marks = chunks::Marks::default();
+            s.more.todo.dirty_from = 0;
+        }
+    }
+
 
     /// (as_of_seq, as_of_offset, last_time, partition) of a natively folded session.
     fn position(&self, session_id: &str) -> Option<(i64, i64, Option<i64>, i64)> {
@@ -663,6 +665,10 @@ impl Folder {
     }
 }
 
+/// A session's fields, its native units changed, and its chunked parts (see chunked_fields).
+type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
+                       Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
+
 impl Folder {
     fn load_row(&self, sid: &str, f: &HashMap<String, String>) -> Option<Sess> {
         let get = |k: &str| f.get(k).map(String::as_str);
@@ -700,6 +706,67 @@ impl Folder {
             }
         }
         Some(s)
+    }
+
+    fn fields_of<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
+                      chunk: usize) -> PyResult<Option<FieldsOut<'py>>> {
+        let Some(s) = self.sessions.get_mut(session_id) else { return Ok(None) };
+        let d = PyDict::new(py);
+        let mask = if changed_only { s.changed } else { 0xffff };
+        let mut changed = Vec::new();
+        let mut parts = Vec::new();
+        for (bit, key) in [(INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"),
+                           (GOAL, "goal"), (REJECTIONS, "rejections")]
+                           .into_iter().chain(units_more::KEYS) {
+            if s.changed & bit != 0 {
+                changed.push(key);
+            }
+            if mask & bit == 0 {
+                continue;
+            }
+            let chunked = if chunk == 0 { None } else {
+                match bit {
+                    TURNS => Some(chunks::turns(&s.turns, &mut s.marks, chunk)),
+                    units_more::TOOLS => Some(chunks::tools(&s.more.tools, &mut s.marks, chunk)),
+                    units_more::TODO => Some(chunks::todo(&mut s.more.todo, chunk)),
+                    units_more::COMPACTION => {
+                        Some(chunks::compaction(&s.more.compaction, &mut s.marks, chunk))
+                    }
+                    _ => None,
+                }
+            };
+            let (view, state) = match (bit, chunked) {
+                (_, Some((view, state, ps))) => {
+                    parts.extend(ps.into_iter().map(|(c, n, at, texts)| (key, c, n, at, texts)));
+                    (view, state)
+                }
+                (INDEX, _) => {
+                    let t = s.index.text();
+                    (t.clone(), t)
+                }
+                (TURNS, _) => (s.turns.view(), s.turns.dump()),
+                (USAGE, _) => (s.usage.view(), s.usage.dump()),
+                (PLAN, _) => {
+                    let t = s.plan.text();
+                    (t.clone(), t)
+                }
+                (GOAL, _) => (s.goal.view(), s.goal.dump()),
+                (REJECTIONS, _) => {
+                    let t = s.rejections.text();
+                    (t.clone(), t)
+                }
+                (_, None) => s.more.encode(bit).unwrap_or_default(),
+            };
+            d.set_item(format!("view:{key}"), view)?;
+            d.set_item(format!("state:{key}"), state)?;
+            d.set_item(format!("sv:{key}"), self.versions.get(key).copied().unwrap_or(1).to_string())?;
+        }
+        d.set_item("admission", s.adm.text())?;
+        d.set_item("meta", s.meta())?;
+        d.set_item("as_of_seq", s.as_of_seq.to_string())?;
+        d.set_item("as_of_offset", s.as_of_offset.to_string())?;
+        s.changed = 0;
+        Ok(Some((d, changed, parts)))
     }
 
     fn foldable(&self, ev: &Ev) -> bool {

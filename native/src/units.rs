@@ -250,7 +250,7 @@ pub struct Turn {
 }
 
 impl Turn {
-    fn write(&self, o: &mut String) {
+    pub(crate) fn write(&self, o: &mut String) {
         o.push_str("{\"detail\":");
         write_value(o, &self.detail);
         o.push_str(",\"end_seq\":");
@@ -330,7 +330,7 @@ impl Turns {
         }
     }
 
-    fn write_counts(&self, o: &mut String) {
+    pub(crate) fn write_counts(&self, o: &mut String) {
         o.push('{');
         for (i, (k, v)) in self.counts.iter().enumerate() {
             if i > 0 {

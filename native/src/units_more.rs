@@ -426,6 +426,18 @@ impl Tools {
         o.push(']');
     }
 
+    /// The chunked head (ADR 0013): `{"counts","declared","open"}`, view and state alike.
+    pub fn head_text(&self) -> String {
+        let mut o = String::from("{\"counts\":");
+        write_counts(&mut o, &self.counts);
+        o.push_str(",\"declared\":");
+        Self::write_calls(&mut o, &self.declared);
+        o.push_str(",\"open\":");
+        Self::write_calls(&mut o, &self.open);
+        o.push('}');
+        o
+    }
+
     fn head(&self, o: &mut String) {
         o.push_str("{\"abandoned\":");
         write_list(o, self.abandoned.iter().map(|a| &**a));
@@ -512,6 +524,8 @@ pub struct Todo {
     pub items: Vec<TodoItem>, // insertion order; never removed
     pub index: HashMap<String, usize>,
     pub unknown_updates: i64,
+    /// The lowest item position changed since the last chunked write (chunks.rs).
+    pub dirty_from: usize,
 }
 
 impl Todo {
@@ -529,6 +543,7 @@ impl Todo {
                     id: id.to_string(), text: get(ev, "text").clone(), status,
                     added_seq: old.map(|o| o.added_seq).unwrap_or(ev.seq), updated_seq: ev.seq,
                 };
+                self.dirty_from = self.dirty_from.min(at.unwrap_or(self.items.len()));
                 match at {
                     Some(i) => self.items[i] = item,
                     None => {
@@ -550,6 +565,7 @@ impl Todo {
                 }
                 item.status = status.to_string();
                 item.updated_seq = ev.seq;
+                self.dirty_from = self.dirty_from.min(i);
                 true
             }
             _ => false,
@@ -567,11 +583,39 @@ impl Todo {
         o.push(']');
     }
 
-    pub fn view(&self) -> String {
+    fn counts(&self) -> BTreeMap<String, i64> {
         let mut counts: BTreeMap<String, i64> = BTreeMap::new();
         for it in &self.items {
             bump(&mut counts, &it.status, 1);
         }
+        counts
+    }
+
+    /// The chunked heads (ADR 0013): view `{"counts","unknown_updates"}`, state
+    /// `{"unknown_updates"}`.
+    pub fn heads(&self) -> (String, String) {
+        let mut v = String::from("{\"counts\":");
+        write_counts(&mut v, &self.counts());
+        v.push_str(",\"unknown_updates\":");
+        write_int(&mut v, self.unknown_updates);
+        v.push('}');
+        let mut s = String::from("{\"unknown_updates\":");
+        write_int(&mut s, self.unknown_updates);
+        s.push('}');
+        (v, s)
+    }
+
+    /// The texts of the items from position `start` on.
+    pub fn item_texts(&self, start: usize) -> Vec<String> {
+        self.items[start.min(self.items.len())..].iter().map(|it| {
+            let mut o = String::with_capacity(100);
+            it.write(&mut o);
+            o
+        }).collect()
+    }
+
+    pub fn view(&self) -> String {
+        let counts = self.counts();
         let mut o = String::with_capacity(64 + self.items.len() * 100);
         o.push_str("{\"counts\":");
         write_counts(&mut o, &counts);
@@ -900,6 +944,19 @@ impl Compaction {
             }
             _ => false,
         }
+    }
+
+    /// The chunked head (ADR 0013): `{"open","outcomes"}`, view and state alike.
+    pub fn head_text(&self) -> String {
+        let mut o = String::from("{\"open\":");
+        match &self.open {
+            Some(a) => a.write(&mut o),
+            None => o.push_str("null"),
+        }
+        o.push_str(",\"outcomes\":");
+        write_counts(&mut o, &self.outcomes);
+        o.push('}');
+        o
     }
 
     pub fn text(&self) -> String {

@@ -30,6 +30,7 @@ from sessionstream.core.fork import fork
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.rows import CHUNK_ITEMS, assemble
 from sessionstream.core.simulate import simulate_session
 from streams import native_fold
 from streams.memory import MemoryDeadLetters as MemoryDLQ
@@ -146,8 +147,8 @@ def _append_odd(draw: st.DrawFn, sid: str, log: list[Event]) -> None:
 
 
 @st.composite
-def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int]]:
-    """(records, batch sizes, flush after these batches)."""
+def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int], int]:
+    """(records, batch sizes, flush after these batches, items per row chunk)."""
     n = draw(st.integers(1, 3))
     logs: dict[str, list[Event]] = {}
     for i in range(n):
@@ -220,7 +221,8 @@ def fleets(draw: st.DrawFn) -> tuple[list[Record], list[int], set[int]]:
     records = _records(merged, draw(st.integers(1, 3)))
     sizes = draw(st.lists(st.integers(1, 40), min_size=1, max_size=8))
     flushes = set(draw(st.lists(st.integers(0, 12), max_size=4)))
-    return records, sizes, flushes
+    chunk = draw(st.sampled_from([1, 2, 3, CHUNK_ITEMS]))  # small: many chunks per unit
+    return records, sizes, flushes, chunk
 
 
 async def _fold(driver: Any, records: list[Record], sizes: list[int], flushes: set[int]
@@ -237,12 +239,13 @@ async def _fold(driver: Any, records: list[Record], sizes: list[int], flushes: s
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int],
-         pipeline: ReaderPipeline | None = None, *, native: list[NativeFold] | None = None
-         ) -> tuple[MemorySink, MemorySink, Any, Any]:
+         pipeline: ReaderPipeline | None = None, *, native: list[NativeFold] | None = None,
+         chunk: int = CHUNK_ITEMS) -> tuple[MemorySink, MemorySink, Any, Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDLQ(), MemoryDLQ()
     py = processor(py_sink, pipeline, dead_letters=py_dlq)
     na = NativeFold(processor(na_sink, pipeline, dead_letters=na_dlq))
+    py.codec.chunk = na.proc.codec.chunk = chunk
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes))
     if native is not None:
@@ -265,8 +268,9 @@ def _assert_same(py_sink: MemorySink, na_sink: MemorySink, py_dlq: MemoryDLQ,
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
 def test_native_fold_equals_the_python_fold_on_generated_logs(
-        case: tuple[list[Record], list[int], set[int]]) -> None:
-    _assert_same(*_run(*case))
+        case: tuple[list[Record], list[int], set[int], int]) -> None:
+    records, sizes, flushes, chunk = case
+    _assert_same(*_run(records, sizes, flushes, chunk=chunk))
 
 
 def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
@@ -278,7 +282,8 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
     merged = [(e, sid) for k in range(max(map(len, logs.values())))
               for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
     native: list[NativeFold] = []
-    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5}, native=native)
+    py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5}, native=native,
+                                            chunk=4)
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert len(py_sink.hashes) == 8
     # every unit but the surface folded in the extension: no session went to Python, and
@@ -286,7 +291,8 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
     assert native[0]._python == set()
     assert native[0].folder.sessions == 8
     assert {u.key for u in native[0]._py_units} == {"surface"}
-    row = next(h for (_, sid), h in na_sink.hashes.items() if sid == "lab0")
+    row = assemble(next(h for (_, sid), h in na_sink.hashes.items() if sid == "lab0"))
+    assert any(f.startswith("part:tools:") for h in na_sink.hashes.values() for f in h)
     assert '"results":{"' in row["view:tools"] and '"attempts":[{' in row["view:compaction"]
 
 

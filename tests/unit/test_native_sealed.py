@@ -55,7 +55,7 @@ def _sealed(cipher: ContentCipher, events: list[Event],
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int], store: FileKeyStore,
-         ) -> tuple[tuple[MemorySink, MemorySink, Any, Any], NativeFold]:
+         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], NativeFold]:
     """Fold with two pipelines (each its own opener) over the same key store."""
     def pipeline() -> ReaderPipeline:
         return ReaderPipeline.default(opener=SealedContentOpener(ContentCipher(store, "default")))
@@ -63,6 +63,8 @@ def _run(records: list[Record], sizes: list[int], flushes: set[int], store: File
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
     py = processor(py_sink, pipeline(), dead_letters=py_dlq)
     na = NativeFold(processor(na_sink, pipeline(), dead_letters=na_dlq))
+    if chunk is not None:
+        py.codec.chunk = na.proc.codec.chunk = chunk
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes))
     return (py_sink, na_sink, py_dlq, na_dlq), na
@@ -160,9 +162,9 @@ def test_tampered_or_moved_ciphertext_quarantines_as_the_python_opener(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(), st.sets(st.sampled_from(list(DataClass))), st.booleans())
 def test_native_open_equals_python_on_generated_sealed_logs(
-        case: tuple[list[Record], list[int], set[int]], shred: set[DataClass],
+        case: tuple[list[Record], list[int], set[int], int], shred: set[DataClass],
         tamper: bool) -> None:
-    records, sizes, flushes = case
+    records, sizes, flushes, chunk = case
     with tempfile.TemporaryDirectory() as tmp:
         store = FileKeyStore(Path(tmp) / "keys")
         cipher = ContentCipher(store, "default")
@@ -182,5 +184,5 @@ def test_native_open_equals_python_on_generated_sealed_logs(
             out.append(Record(r.topic, r.partition, r.offset, r.key, encode(sealed)))
         if shred:
             store.shred("default", "s0", tuple(shred), principal="t", reason="test")
-        (py_sink, na_sink, py_dlq, na_dlq), _ = _run(out, sizes, flushes, store)
+        (py_sink, na_sink, py_dlq, na_dlq), _ = _run(out, sizes, flushes, store, chunk)
         _assert_same(py_sink, na_sink, py_dlq, na_dlq)
