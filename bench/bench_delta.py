@@ -11,7 +11,8 @@ batch, the bytes the session writes send (field names and values of the script c
 and the wall time of ``process()`` (fold + encode + the Redis calls), then the ratio
 large / small (target <= 1.5x). The same run does it twice: chunked rows (ADR 0013) and
 the whole-row baseline (every touched unit's whole view and state, as before), so the
-before/after figures come from one machine state.
+before/after figures come from one machine state; then the native fold path (fold in
+the extension, flush per batch) when it is installed.
 
 The second part measures redis-py's per-command cost on the write path: ``--sessions``
 sessions written per batch as one script call (ADR 0013) vs one EVALSHA per session in
@@ -35,6 +36,8 @@ from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.redisconn import async_redis
+from streams import native_fold
+from streams.native_fold import NativeFold
 from streams.ports import SessionWrite
 from streams.processor import Processor
 from streams.sink import RedisSink
@@ -67,8 +70,8 @@ def _bytes(w: SessionWrite) -> int:
             + sum(len(k.encode()) for k in w.deletes))
 
 
-async def near(records: list[Record], at: int, batch: int, window: int, chunked: bool
-               ) -> tuple[float, float]:
+async def near(records: list[Record], at: int, batch: int, window: int, chunked: bool,
+               native: bool = False) -> tuple[float, float]:
     """(median bytes, median seconds) per batch of the ``window`` batches after ``at``."""
     redis = async_redis(URL, decode_responses=True)
     keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
@@ -76,15 +79,24 @@ async def near(records: list[Record], at: int, batch: int, window: int, chunked:
     sink.sent = []
     proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="bench")
     proc.codec.chunked = chunked
+    driver = NativeFold(proc) if native else None
+
+    async def step(part: list[Record]) -> None:
+        if driver is None:
+            await proc.process(part)
+        else:  # the native path: fold in the extension, flush to Redis
+            await driver.fold(part)
+            await driver.flush()
+
     try:
         for i in range(0, at, 2000):
-            await proc.process(records[i:min(at, i + 2000)])
+            await step(records[i:min(at, i + 2000)])
         sink.sent.clear()
         took = []
         for b in range(window):
             part = records[at + b * batch: at + (b + 1) * batch]
             t0 = time.perf_counter()
-            await proc.process(part)
+            await step(part)
             took.append(time.perf_counter() - t0)
         return statistics.median(sink.sent), statistics.median(took)
     finally:
@@ -129,10 +141,12 @@ async def main() -> None:
     records = lab_records(args.events + args.batch * args.window)
     print(f"one lab session, {len(records)} events (crc {zlib.crc32(records[-1].value or b'')}),"
           f" batches of {args.batch}, median of {args.window} batches")
-    for chunked in (True, False):
-        label = "chunked rows (ADR 0013)" if chunked else "whole rows (baseline) "
-        sb, st = await near(records, args.small, args.batch, args.window, chunked)
-        lb, lt = await near(records, args.events, args.batch, args.window, chunked)
+    modes = [(True, False, "chunked rows (ADR 0013)"), (False, False, "whole rows (baseline) ")]
+    if native_fold.available():
+        modes.append((True, True, "native fold, chunked   "))
+    for chunked, native, label in modes:
+        sb, st = await near(records, args.small, args.batch, args.window, chunked, native)
+        lb, lt = await near(records, args.events, args.batch, args.window, chunked, native)
         print(f"{label}: near {args.small // 1000}k events {sb / 1024:8.1f} KiB "
               f"{st * 1e3:6.2f} ms; near {args.events // 1000}k events {lb / 1024:8.1f} KiB "
               f"{lt * 1e3:6.2f} ms; ratio bytes {lb / sb:5.2f}x, time {lt / st:5.2f}x "

@@ -3,9 +3,9 @@
 :func:`scan_session` is the one reader of a session's records from Kafka: resume
 (``SessionWriter.open``), ``confirm()``, ``diagnose`` and the stream processor's
 state_version rebuilds (``streams.kafka_io.KafkaLogReader``) all use it. Records of
-other sessions are skipped by key before decoding. The offset range comes from the
-per-session index; without it the whole partition is scanned (the partition follows
-from the key hash).
+other sessions are skipped by key before decoding. It reads one offset range, or several
+(the session index's runs, seeking from one to the next); without either the whole
+partition is scanned (the partition follows from the key hash).
 """
 
 from __future__ import annotations
@@ -32,6 +32,20 @@ _LEADER_CODES = frozenset(
 
 #: How many records one consume() call asks for.
 BATCH = 10_000
+#: A read that seeks from range to range: small fetches, a short prefetch queue. With
+#: the sequential defaults librdkafka prefetched tens of MiB past each range (records of
+#: other sessions that the next seek throws away): measured 2.9 s instead of 0.16 s for
+#: a 10k-event session's three runs in a 1M-record partition.
+SEEKING: dict[str, Any] = {
+    "fetch.max.bytes": 1_048_576,
+    "max.partition.fetch.bytes": 1_048_576,
+    "queued.max.messages.kbytes": 4096,
+    "queued.min.messages": 10_000,
+    "fetch.wait.max.ms": 50,
+    # With the queue full at a seek, the next fetch waited out this backoff (1 s by
+    # default): a resume's last run took 1.0 s to arrive.
+    "fetch.queue.backoff.ms": 5,
+}
 
 
 @dataclass(frozen=True)
@@ -181,7 +195,8 @@ def scan_session(
     key = session_id.encode()
     down = _Down()
     t0 = time.monotonic()
-    consumer = _consumer(bootstrap, consumer_config, down)
+    consumer = _consumer(bootstrap, {**(SEEKING if ranges is not None else {}),
+                                     **(consumer_config or {})}, down)
     try:
         if partition is None:
             partition = partition_for(

@@ -125,11 +125,12 @@ async def _serve_metrics() -> None:
     if port is None:
         return
     from streams.lag import probe_from_settings
-    from streams.metrics import WorkerMetrics, start_server
+    from streams.metrics import WorkerMetrics, observe_sink, start_server
 
     _metrics = WorkerMetrics(cfg.settings.tenant)
     _count_partitions()  # the group may have assigned them before this task ran
     proc = processor()
+    observe_sink(_metrics, proc.sink)
     _probe = probe_from_settings(cfg.settings, proc.sink, proc.pipeline, cfg.topic, cfg.group)
     await start_server(_metrics, port, lambda: bool(_assigned))
     log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)

@@ -269,9 +269,10 @@ async def _main(cfg: WorkerConfig) -> None:
     port = cfg.settings.metrics_port
     if port is not None:
         from streams.lag import probe_from_settings
-        from streams.metrics import WorkerMetrics, start_server
+        from streams.metrics import WorkerMetrics, observe_sink, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
+        observe_sink(engine.metrics, engine.processor.sink)
         engine.lag_probe = probe_from_settings(cfg.settings, engine.processor.sink,
                                                engine.processor.pipeline, cfg.topic, cfg.group)
         runner = await start_server(engine.metrics, port, engine.ready)

@@ -51,7 +51,14 @@ from sessionstream.core.projections.rejections import RejectionsUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
-from sessionstream.core.rows import CHUNK_ITEMS, MetaFields, SessionRow, chunk_count, manifest
+from sessionstream.core.rows import (
+    CHUNK_ITEMS,
+    MetaFields,
+    SessionRow,
+    Stored,
+    chunk_count,
+    manifest,
+)
 from sessionstream.core.settings import Env
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
@@ -149,8 +156,8 @@ class NativeFold:
         self._native_chunked = {u.key: u for u in reg.units
                                 if u.key in NATIVE_UNITS and u.collections}
         self._py_base: dict[str, dict[str, Any]] = {}
-        self._chunks: dict[str, dict[str, dict[str, int]]] = {}
-        self._memo: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {}
+        self._chunks: dict[str, dict[str, Stored]] = {}
+        self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored]]] = {}
         #: everything kept per session beside the extension (forgotten with it)
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
@@ -421,7 +428,7 @@ class NativeFold:
                 self._py_base[sid] = {u.key: cur.states[u.key] for u in self._py_units
                                       if u.collections}
                 # chunks per collection as stored: the next write deletes past them
-                self._chunks[sid] = {k: dict(v) for k, v in cur.chunks.items()}
+                self._chunks[sid] = dict(cur.chunks)
             else:
                 self._python.add(sid)  # the Python processor loads and folds it
 
@@ -487,7 +494,7 @@ class NativeFold:
         states = self._py_states.get(sid) or self._py_registry.init_states()
         deletes: list[str] = []
         bases: dict[str, Any] = {}
-        counts: dict[str, dict[str, int]] = {}
+        counts: dict[str, Stored] = {}
         by_unit: dict[str, list[tuple[str, int, int, list[str]]]] = {}
         for key, name, n, start, items in parts:
             by_unit.setdefault(key, []).append((name, n, start, items))
@@ -529,20 +536,21 @@ class NativeFold:
 
 
 def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
-                  stored: Mapping[str, int] | None, fields: dict[str, str],
-                  deletes: list[str], chunk: int = CHUNK_ITEMS) -> dict[str, int]:
+                  stored: Stored | None, fields: dict[str, str],
+                  deletes: list[str], chunk: int = CHUNK_ITEMS) -> Stored:
     """The manifest and chunk fields of a native chunked unit, as
     :func:`streams.session_row.chunked_fields` writes them for a Python one. ``parts``:
     per collection (name, items, first item given, the item texts from it), the first
     given item at a chunk boundary at or before the first item changed since the
-    session's last write; ``stored``: chunks per collection in the row (None: no
-    manifest, every chunk is written). Returns the chunk counts now stored."""
+    session's last write; ``stored``: chunk size and chunks per collection in the row
+    (None, or another chunk size: every chunk is written). Returns what is stored now."""
     kinds = {c.name: c.kind for c in unit.collections}
+    size, had = stored if stored is not None else (0, {})
     lists: dict[str, tuple[str, int]] = {}
     counts: dict[str, int] = {}
     for name, n, start, items in parts:
         k = chunk_count(n, chunk)
-        first = start // chunk if stored is not None and name in stored else 0
+        first = start // chunk if size == chunk and name in had else 0
         if start > first * chunk:
             raise AssertionError(f"native fold: {unit.key}.{name} items from {start}, the "
                                  f"row needs them from {first * chunk}")
@@ -550,13 +558,13 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
             lo, hi = i * chunk - start, min(n, (i + 1) * chunk) - start
             fields[SessionRow.part(unit.key, name, i)] = ",".join(t for t in items[lo:hi] if t)
         deletes.extend(SessionRow.part(unit.key, name, i)
-                       for i in range(k, (stored or {}).get(name, 0)))
+                       for i in range(k, had.get(name, 0)))
         lists[name] = (kinds[name], n)
         counts[name] = k
     fields[SessionRow.parts(unit.key)] = manifest(
         lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
         {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
-    return counts
+    return chunk, counts
 
 
 _OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order

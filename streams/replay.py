@@ -246,7 +246,8 @@ def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, 
         from sessionstream.governance.rows import open_fields
 
         clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
-    clear = assemble(clear, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}))
+    clear = assemble(clear, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}),
+                     sides=("view",))
     for k, v in clear.items():
         if k.startswith(SessionRow.VIEW):
             out[k] = json.loads(v)

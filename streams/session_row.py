@@ -19,7 +19,14 @@ from sessionstream.core.admission import AdmissionState
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import Quarantine
 from sessionstream.core.projections import ProjectionUnit
-from sessionstream.core.rows import CHUNK_ITEMS, SessionRow, assemble, chunk_count, manifest
+from sessionstream.core.rows import (
+    CHUNK_ITEMS,
+    SessionRow,
+    Stored,
+    assemble,
+    chunk_count,
+    manifest,
+)
 from sessionstream.core.rows import MetaFields as M
 from sessionstream.core.rows import stored_chunks as stored_chunk_counts
 from streams.ports import SessionWrite
@@ -51,7 +58,7 @@ class CachedSession:
     stored: bool = False
     #: chunked units (ADR 0013) as stored: unit key -> {collection: chunks in the row};
     #: a unit absent here has no manifest in the row (new, or written whole before)
-    chunks: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)
+    chunks: dict[str, Stored] = field(default_factory=dict, compare=False)
     #: per chunked unit, the texts of each collection's last chunk as written (a cache)
     memo: dict[str, ChunkMemo] = field(default_factory=dict, compare=False, repr=False)
 
@@ -99,7 +106,8 @@ class SessionRowCodec:
             return self.fresh(sid, partition)
         meta = SessionRow.meta(stored)
         chunks = stored_chunk_counts(stored)
-        stored = assemble(self._opened_states(sid, stored), unavailable="null")
+        stored = assemble(self._opened_states(sid, stored), unavailable="null",
+                          sides=("state",))
         states: dict[str, Any] = {}
         stale: list[str] = []
         for unit in self.units:
@@ -201,13 +209,14 @@ class SessionRowCodec:
 
 
 def chunked_fields(unit: ProjectionUnit[Any], base: Any, new: Any,
-                   stored: Mapping[str, int] | None, fields: dict[str, str],
+                   stored: Stored | None, fields: dict[str, str],
                    deletes: list[str], chunk: int = CHUNK_ITEMS,
-                   memo: ChunkMemo | None = None) -> tuple[dict[str, int], ChunkMemo]:
+                   memo: ChunkMemo | None = None) -> tuple[Stored, ChunkMemo]:
     """Add to ``fields`` the manifest and the changed chunks of a chunked unit going from
     ``base`` (its state as stored; None: nothing usable stored) to ``new``; add to
-    ``deletes`` the chunks past the new counts. ``stored``: chunks per collection in
-    the row (None: the row has no manifest for the unit, so every chunk is written).
+    ``deletes`` the chunks past the new counts. ``stored``: the chunk size and chunks
+    per collection in the row (None: the row has no manifest for the unit; either None
+    or another chunk size: every chunk is written).
     ``memo`` (what the previous call returned for the same base) saves re-encoding the
     unchanged items of a rewritten last chunk. Returns the new chunk counts and memo.
     O(changed items + chunk), not O(session)."""
@@ -215,10 +224,11 @@ def chunked_fields(unit: ProjectionUnit[Any], base: Any, new: Any,
     lists: dict[str, tuple[str, int]] = {}
     counts: dict[str, int] = {}
     out: ChunkMemo = {}
+    size, had = stored if stored is not None else (0, {})
     for c in unit.collections:
         n = unit.length(new, c.name)
         k = chunk_count(n, chunk)
-        same = 0 if base is None or stored is None or c.name not in stored else min(
+        same = 0 if base is None or size != chunk or c.name not in had else min(
             unit.unchanged(base, new, c.name), n)
         last = (memo or {}).get(c.name) if same else None
         for i in range(same // chunk, k):
@@ -233,50 +243,10 @@ def chunked_fields(unit: ProjectionUnit[Any], base: Any, new: Any,
                 out[c.name] = (i, texts)
         if c.name not in out and last is not None and last[0] == k - 1:
             out[c.name] = last  # nothing rewritten: the last chunk is as it was
-        old = (stored or {}).get(c.name, 0)
-        deletes.extend(SessionRow.part(key, c.name, i) for i in range(k, old))
+        deletes.extend(SessionRow.part(key, c.name, i) for i in range(k, had.get(c.name, 0)))
         lists[c.name] = (c.kind, n)
         counts[c.name] = k
     fields[SessionRow.parts(key)] = manifest(
         lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
         {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
-    return counts, out
-
-
-def whole_fields(unit: ProjectionUnit[Any], view_text: str, state_text: str,
-                 before: Mapping[str, list[str]] | None, fields: dict[str, str],
-                 deletes: list[str], chunk: int = CHUNK_ITEMS) -> dict[str, list[str]]:
-    """The chunked fields of a unit handed over as whole texts (the native fold returns
-    whole view/state texts for now): split them, write the manifest and the chunks whose
-    text differs from ``before`` (collection -> chunk texts as stored; None: the row has
-    none), delete the chunks past the new counts. Returns the chunk texts now stored.
-
-    O(size of the unit) in CPU (a JSON parse); the bytes written are O(change). A
-    ``list`` collection splits exactly as :func:`chunked_fields` does; an ``object`` one
-    is split from the parsed object (duplicate keys collapsed)."""
-    key = unit.key
-    view, state = json.loads(view_text), json.loads(state_text)
-    lists: dict[str, tuple[str, int]] = {}
-    out: dict[str, list[str]] = {}
-    for c in unit.collections:
-        value = (view.pop(c.view_key) if c.view_key is not None else
-                 state.get(c.state_key))
-        if c.state_key is not None:
-            state.pop(c.state_key, None)
-        items = ([dumps(v) for v in value] if c.kind == "list"
-                 else [f"{dumps(k)}:{dumps(v)}" for k, v in value.items()])
-        texts = [",".join(items[i:i + chunk]) for i in range(0, len(items), chunk)]
-        old = (before or {}).get(c.name) if before is not None else None
-        for i, text in enumerate(texts):
-            if old is None or i >= len(old) or old[i] != text:
-                fields[SessionRow.part(key, c.name, i)] = text
-        deletes.extend(SessionRow.part(key, c.name, i)
-                       for i in range(len(texts), len(old or ())))
-        lists[c.name] = (c.kind, len(items))
-        out[c.name] = texts
-    fields[SessionRow.parts(key)] = manifest(
-        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
-        {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
-    fields[SessionRow.view(key)] = dumps(view)
-    fields[SessionRow.state(key)] = dumps(state)
-    return out
+    return (chunk, counts), out

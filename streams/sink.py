@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -122,14 +123,20 @@ class Retry:
         self.first = first
         self.cap = cap
         self.sleep = sleep
+        #: Told ``(what, seconds)`` of each call that succeeded, retries included (metrics).
+        self.observe: Callable[[str, float], None] | None = None
 
     async def run(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
         delay = self.first
         n = 0
+        began = time.monotonic()
         while True:
             n += 1
             try:
-                return await op()
+                out = await op()
+                if self.observe is not None:
+                    self.observe(what, time.monotonic() - began)
+                return out
             except _RETRYABLE as exc:
                 if self.attempts is not None and n >= self.attempts:
                     raise SinkError(

@@ -211,7 +211,8 @@ class SessionRow:
     def views(row: Mapping[str, str]) -> dict[str, Any]:
         """The decoded views of a row (chunked units reassembled), by unit key, in key order."""
         n = len(SessionRow.VIEW)
-        whole = assemble(row, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}))
+        whole = assemble(row, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}),
+                         sides=("view",))
         return {k[n:]: json.loads(v) for k, v in sorted(whole.items())
                 if k.startswith(SessionRow.VIEW)}
 
@@ -248,7 +249,7 @@ class SessionRow:
 
 #: Items per chunk. A stored format: chunk ``i`` of a manifest holds items ``i*C..``;
 #: readers use the manifest's ``chunk``, so a change only affects rows written after it.
-CHUNK_ITEMS = 32
+CHUNK_ITEMS = 16
 MANIFEST_VERSION = 1
 _OPEN = {"list": ("[", "]"), "object": ("{", "}")}
 
@@ -269,18 +270,24 @@ def manifest(lists: Mapping[str, tuple[str, int]], view: Mapping[str, str],
     })
 
 
-def stored_chunks(row: Mapping[str, str]) -> dict[str, dict[str, int]]:
-    """Unit key -> {collection: chunks stored}, from the row's manifests (the writer
-    deletes the chunks past a collection's new count)."""
-    out: dict[str, dict[str, int]] = {}
+#: What a row's manifest says is stored for a unit: (items per chunk, collection -> chunks).
+Stored = tuple[int, dict[str, int]]
+
+
+def stored_chunks(row: Mapping[str, str]) -> dict[str, Stored]:
+    """Unit key -> (chunk size, {collection: chunks stored}), from the row's manifests:
+    the writer deletes the chunks past a collection's new count, and rewrites every chunk
+    when the size differs from its own."""
+    out: dict[str, Stored] = {}
     n = len(SessionRow.PARTS)
     for name, raw in row.items():
         if name.startswith(SessionRow.PARTS):
             try:
-                lists = json.loads(raw)["lists"]
-                out[name[n:]] = {c: int(v["chunks"]) for c, v in lists.items()}
+                spec = json.loads(raw)
+                out[name[n:]] = (int(spec["chunk"]),
+                                 {c: int(v["chunks"]) for c, v in spec["lists"].items()})
             except (ValueError, KeyError, TypeError):
-                out[name[n:]] = {}
+                out[name[n:]] = (0, {})
     return out
 
 
@@ -288,14 +295,16 @@ class BrokenRow(ValueError):
     """A chunked unit's row misses a chunk its manifest names (never written so)."""
 
 
-def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str, str]:
+def assemble(row: Mapping[str, str], unavailable: str | None = None,
+             sides: tuple[str, ...] = ("view", "state")) -> dict[str, str]:
     """``row`` with every chunked unit made whole: ``view:<u>`` / ``state:<u>`` hold the
     full JSON text again, the ``parts:`` / ``part:`` fields are gone. Rows and units
     written whole pass through unchanged.
 
     A unit whose chunks are missing (a sealed chunk that did not open) reads as
     ``unavailable`` (a JSON text) for its view, and without its state; with
-    ``unavailable`` None that raises :class:`BrokenRow` naming the field.
+    ``unavailable`` None that raises :class:`BrokenRow` naming the field. ``sides``:
+    which of ``view`` / ``state`` to make whole (the other keeps its head).
     """
     if not any(k.startswith(SessionRow.PARTS) for k in row):
         return dict(row)
@@ -308,8 +317,9 @@ def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str
         unit = name[n:]
         try:
             spec = json.loads(raw)
+            used = {c for side in sides for c in (spec.get(side) or {}).values()}
             texts = {c: _collection_text(row, unit, c, v, int(spec["chunk"]))
-                     for c, v in spec["lists"].items()}
+                     for c, v in spec["lists"].items() if c in used}
         except BrokenRow:
             if unavailable is None:
                 raise
@@ -321,7 +331,7 @@ def assemble(row: Mapping[str, str], unavailable: str | None = None) -> dict[str
             raise BrokenRow(f"row field {name!r} is not a chunk manifest ({exc})") from exc
         for side, field in (("view", SessionRow.view(unit)), ("state", SessionRow.state(unit))):
             head = out.get(field)
-            if head is None or not spec.get(side):
+            if head is None or side not in sides or not spec.get(side):
                 continue
             spliced = ",".join(f"{canonical_dumps(key)}:{texts[c]}"
                                for key, c in spec[side].items())

@@ -7,16 +7,19 @@ import asyncio
 import json
 import random
 import threading
+from pathlib import Path
 from typing import Any
 
 import redis
 from redis.asyncio import Redis
 
+from sessionstream import redisconn
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import default_registry
 from sessionstream.core.rows import KeySpace, SessionRow, assemble
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
+from sessionstream.devcluster import ClusterConfig, LocalCluster
 from streams.processor import Processor
 from streams.read import read_views
 from streams.sink import RedisSink
@@ -106,3 +109,48 @@ async def test_a_chunked_row_on_redis_holds_what_a_whole_write_holds(
     for name, text in whole_row.items():
         if name.startswith((SessionRow.VIEW, SessionRow.STATE)):
             assert json.loads(flat[name]) == json.loads(text), name
+
+
+def test_chunked_rows_on_a_redis_cluster_stay_in_their_sessions_slot(
+        tmp_path: Path) -> None:
+    """Three masters: each session's chunks are fields of its one row (one slot), the
+    batch's sessions are written one call per slot, and readers reassemble them."""
+    from tests.integration.test_cluster_faults import pick_ports
+
+    kafka, controllers, redis_ports = pick_ports()
+    cfg = ClusterConfig(state_dir=tmp_path / "cluster", kafka_ports=kafka,
+                        controller_ports=controllers, redis_ports=redis_ports)
+    local = LocalCluster(cfg, echo=lambda _: None)
+    rng = random.Random(13)
+    logs = {f"c{i}": simulate_session(rng, f"c{i}", turns=12, compact_every=3)
+            for i in range(6)}
+    merged = [e for evs in zip(*logs.values(), strict=False) for e in evs]
+    merged += [e for evs in logs.values() for e in evs[min(map(len, logs.values())):]]
+
+    async def run() -> dict[str, Any]:
+        client = redisconn.async_redis(cfg.redis_url, cluster=True, decode_responses=True)
+        keys = KeySpace("default", "cl")
+        try:
+            proc = Processor(pipeline=ReaderPipeline.default(),
+                             sink=RedisSink(client, keys), group="g")
+            proc.codec.chunk = 4
+            records = as_records(merged, partitions=3)
+            for i in range(0, len(records), 11):
+                await proc.process(records[i:i + 11])
+            return {sid: await read_views(client, keys, sid) for sid in logs}
+        finally:
+            await client.aclose()
+
+    try:
+        local.up_redis()  # the Redis Cluster only: no brokers needed here
+        snaps = asyncio.run(run())
+        masters = {local.redis_master_for(KeySpace("default", "cl").session_row(s, 1)).port
+                   for s in logs}
+    finally:
+        local.down()
+    assert len(masters) > 1, "the sessions spread over several masters"
+    reg = default_registry()
+    for sid, events in logs.items():
+        snap = snaps[sid]
+        assert snap is not None
+        assert snap.views == json.loads(json.dumps(reg.fold(events).views())), sid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -90,6 +91,9 @@ def test_a_worker_of_either_engine_serves_metrics_that_count_what_it_folded_and_
     assert got[("sessionstream_worker_batch_duration_seconds_count", tenant)] >= 1
     assert got[("sessionstream_worker_rejections_total",
                 (("tenant", settings.tenant), ("verdict", "stale_epoch")))] == 0
+    for op in ("session_writes", "tenant_write"):  # the sink's Redis calls, timed
+        assert got[("sessionstream_worker_redis_duration_seconds_count",
+                    (("op", op), ("tenant", settings.tenant)))] >= 1
 
     def lags(name: str) -> dict[str, float]:
         got = _samples(_get(f"{base}/metrics")[1])
@@ -220,6 +224,16 @@ def test_the_as_of_seq_lag_counts_unseen_events_while_the_worker_is_stopped_and_
     assert {lag.partition: lag.seq for lag in stopped} == expected_seq
     assert all(v > 0 for v in expected_seq.values())
     assert {lag.partition: lag.offsets for lag in stopped} == expected_offsets
+    # the operator's view of the same, with no worker running
+    cli = procs.run_module("sessionstream.cli.main", "lag", "--json", env=env, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    rows = json.loads(cli.stdout)["partitions"]
+    assert {r["partition"]: (r["seq"], r["offsets"]) for r in rows} == {
+        p: (expected_seq[p], expected_offsets[p]) for p in expected_seq}
+    missing = procs.run_module("sessionstream.cli.main", "lag",
+                               env={**env, "SESSIONSTREAM_EVENTS_TOPIC": f"{topic}.none"})
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
     procs.start_module("streams.engine_kafka", env=env, name="kafka-worker-2")
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,

@@ -128,6 +128,21 @@ def test_a_row_written_whole_reads_and_is_chunked_by_the_next_write() -> None:
     assert _orphans(row) == []
 
 
+@pytest.mark.parametrize(("first", "then"), [(3, 5), (5, 3)])
+def test_a_row_chunked_at_another_size_is_rewritten_at_the_new_one(first: int,
+                                                                    then: int) -> None:
+    events = simulate_session(random.Random(6), "lab", turns=30, compact_every=5)
+    half = len(events) // 2
+    sink = _fold(events[:half], [13], chunk=first)
+    sink = _fold(events, [13], chunk=then, sink=sink)  # a new worker, another chunk size
+    row = sink.hashes[(1, "lab")]
+    reference = _fold(events, [len(events)], chunked=False).hashes[(1, "lab")]
+    assert _whole(row) == _whole(reference)
+    assert _orphans(row) == []
+    assert all(json.loads(v)["chunk"] == then for k, v in row.items()
+               if k.startswith(SessionRow.PARTS))
+
+
 class CountingSink(MemorySink):
     def __init__(self) -> None:
         super().__init__()
