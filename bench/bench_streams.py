@@ -1,7 +1,8 @@
 """Benchmark of the projection processor (run by hand against the local servers).
 
     PYTHONPATH=. python bench/bench_streams.py [--events 60000] [--rate 2000] [--seconds 10]
-        [--engines faust,kafka]
+        [--engines faust,kafka] [--faust-variants aio,uvloop,noacks,uvloop+noacks]
+        [--skip-latency] [--skip-replay]
 
 Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline;
@@ -68,11 +69,23 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     return n / dt
 
 
-def worker_cmd(engine: str) -> list[str]:
+#: faust worker variants (``--faust-variants``): the event loop, and whether the events
+#: topic acks each event (faust's default) or not (bench/faust_noacks.py; measured only:
+#: faust then commits offsets it has read but not folded, see ADR 0003).
+FAUST_VARIANTS = {
+    "aio": ("aio", "streams.app:app"),
+    "uvloop": ("uvloop", "streams.app:app"),
+    "noacks": ("aio", "bench.faust_noacks:app"),
+    "uvloop+noacks": ("uvloop", "bench.faust_noacks:app"),
+}
+
+
+def worker_cmd(engine: str, variant: str = "uvloop") -> list[str]:
     if engine == "kafka":
         return [sys.executable, "-m", "streams.engine_kafka"]
-    return [sys.executable, "-m", "faust", "-A", "streams.app:app", "worker", "--without-web",
-            "-l", "warn"]
+    loop, app = FAUST_VARIANTS[variant]
+    return [sys.executable, "-m", "faust", "--loop", loop, "-A", app, "worker",
+            "--without-web", "-l", "warn"]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -185,6 +198,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--engines", default="faust,kafka")
+    ap.add_argument("--faust-variants", default="uvloop",
+                    help=f"faust worker variants to fold with, comma-separated: "
+                         f"{', '.join(FAUST_VARIANTS)}")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="fold each engine/variant this many times, interleaved; print "
+                         "each and the median (a shared machine's load varies)")
+    ap.add_argument("--skip-latency", action="store_true", help="no append->visible phase")
+    ap.add_argument("--skip-replay", action="store_true", help="no in-process replay phase")
     ap.add_argument("--latency-only", action="store_true", help="skip throughput and replay")
     ap.add_argument("--replay-only", action="store_true",
                     help="only the raw consume and replay figures (e.g. --events 1000000)")
@@ -219,13 +240,21 @@ def main() -> None:
             print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
             env.update({Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: lat_topic})
-            for engine in ([] if args.replay_only else engines):
-                env.update({Env.STREAMS_GROUP: f"bench-{engine}-{tag}",
-                            Env.KEY_PREFIX: f"{prefix}-{engine}"})
-                w = subprocess.Popen(worker_cmd(engine), env=env,
+            runs = [(e, v) for e in engines
+                    for v in (args.faust_variants.split(",") if e == "faust" else ["-"])]
+            runs = runs * args.repeat
+            folds: dict[str, list[float]] = {}
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
+                                                              env.get("PYTHONPATH")]))
+            for engine, variant in ([] if args.replay_only else runs):
+                name = engine if variant == "-" else f"{engine}-{variant.replace('+', '-')}"
+                run = len(folds.get(name, []))
+                env.update({Env.STREAMS_GROUP: f"bench-{name}-{run}-{tag}",
+                            Env.KEY_PREFIX: f"{prefix}-{name}" + (f"-{run}" if run else "")})
+                w = subprocess.Popen(worker_cmd(engine, variant), env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(w)
-                keys = KeySpace(s.tenant, f"{prefix}-{engine}")
+                keys = KeySpace(s.tenant, env[Env.KEY_PREFIX])
                 index = keys.sessions_index(1)
                 while r.zcard(index) == 0:
                     time.sleep(0.01)
@@ -241,28 +270,39 @@ def main() -> None:
                         break
                     time.sleep(0.05)
                 fold = len(events) / (time.perf_counter() - t0)
-                print(f"{engine} worker fold: {fold:,.0f} events/s  (ratio to raw "
-                      f"{fold / raw:.2f}, target >= 0.5)")
+                folds.setdefault(name, []).append(fold)
+                print(f"{name} worker fold: {fold:,.0f} events/s  (ratio to raw "
+                      f"{fold / raw:.3f}, target >= 0.5)", flush=True)
                 w.terminate()
                 w.wait(30)
+            if args.repeat > 1 and folds:
+                base = "faust-aio" if "faust-aio" in folds else next(iter(folds))
+                med = {n: sorted(v)[len(v) // 2] for n, v in folds.items()}
+                for n, m in med.items():
+                    print(f"median {n}: {m:,.0f} events/s  (ratio to raw {m / raw:.3f}; to "
+                          f"{base} {m / med[base]:.2f}; runs "
+                          f"{', '.join(f'{x:,.0f}' for x in folds[n])})")
 
             async def run_replay(fold: str) -> tuple[float, str]:
                 ar = Redis.from_url(s.redis_url, decode_responses=True)
+                first = engines[0] if engines[0] != "faust" else (
+                    "faust-" + args.faust_variants.split(",")[0].replace("+", "-"))
                 rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
-                                   keys=KeySpace(s.tenant, f"{prefix}-{engines[0]}"),
+                                   keys=KeySpace(s.tenant, f"{prefix}-{first}"),
                                    topic=topic, switch=False, fold=fold,
                                    pipeline=reader_pipeline(s), rows=row_cipher(s))
                 await ar.aclose()
                 if not args.replay_only:  # compared with the worker's live generation
                     assert rep.equals_live, rep.different[:5]
                 return rep.rate, rep.fold
-            for fold in args.folds.split(","):
+            for fold in ([] if args.skip_replay else args.folds.split(",")):
                 rrate, path = asyncio.run(run_replay(fold))
                 print(f"replay ({path} fold, one process): {rrate:,.0f} events/s  (ratio to "
                       f"raw {rrate / raw:.2f}; over {len(events)} events; target >= 100k/s "
                       "over 1M)")
 
-        for ei, engine in enumerate([] if args.replay_only else engines):
+        for ei, engine in enumerate([] if args.replay_only or args.skip_latency
+                                    else engines):
             latency(s, r, engine, lat_topics[engine], topic, f"{prefix}-lat-{engine}",
                     f"bench-lat-{engine}-{tag}", args, seed=2 + ei, env=env, procs=procs)
     finally:

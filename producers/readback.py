@@ -3,9 +3,9 @@
 :func:`scan_session` is the one reader of a session's records from Kafka: resume
 (``SessionWriter.open``), ``confirm()``, ``diagnose`` and the stream processor's
 state_version rebuilds (``streams.kafka_io.KafkaLogReader``) all use it. Records of
-other sessions are skipped by key before decoding. The offset range comes from the
-per-session index; without it the whole partition is scanned (the partition follows
-from the key hash).
+other sessions are skipped by key before decoding. It reads one offset range, or several
+(the session index's runs, seeking from one to the next); without either the whole
+partition is scanned (the partition follows from the key hash).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ so each proof reads only the records written since the previous one.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,8 +113,13 @@ def index_repairs(rb: ReadBack, idx: LogIndex | None) -> tuple[tuple[int, int], 
     unrecorded flush, or every run after a scan without an index): what a resumer
     holding the lease records, so the next resume finds them through the index."""
     covered = idx.runs if idx is not None and idx.partition == rb.partition else ()
-    outside = sorted(o for o in rb.offsets.values()
-                     if not any(lo <= o <= hi for lo, hi in covered))
+    starts = [lo for lo, _ in covered]  # sorted and disjoint (merge_runs)
+
+    def inside(o: int) -> bool:
+        i = bisect.bisect_right(starts, o) - 1
+        return i >= 0 and o <= covered[i][1]
+
+    outside = sorted(o for o in rb.offsets.values() if not inside(o))
     return merge_runs([(o, o) for o in outside]) if outside else ()
 
 

@@ -1,4 +1,4 @@
-"""CLI commands of the read side: ``worker``, ``views``, ``sessions``, ``replay``.
+"""CLI commands of the read side: ``worker``, ``views``, ``sessions``, ``replay``, ``lag``.
 
 ``register(group)`` adds them to the ``sessionstream`` click group. Clients are built
 inside the commands, so the rest of the CLI starts without Kafka, Redis or faust.
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sessionstream.cli.context import command_error, settings, unreachable
+from sessionstream.cli.context import bad_input, command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import ENGINES, Env
 from streams.compaction_watch_cli import compactor_cmd
@@ -66,8 +66,17 @@ def worker_cmd(loglevel: str, engine: str | None) -> None:
 
         main(dataclasses.replace(s, log_level=levels.get(loglevel, loglevel)))
         return
-    os.execvp(sys.executable, [sys.executable, "-m", "faust", "-A", "streams.app:app",
-                               "worker", "--without-web", "-l", loglevel])
+    os.execvp(sys.executable, [sys.executable, "-m", "faust", "--loop", faust_loop(),
+                               "-A", "streams.app:app", "worker", "--without-web",
+                               "-l", loglevel])
+
+
+def faust_loop() -> str:
+    """The faust worker's event loop: uvloop when installed (a dependency off Windows;
+    ~1.7x the fold rate of asyncio's loop in bench_streams, ADR 0003), else asyncio's."""
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "aio"
 
 
 @click.command("views")
@@ -177,6 +186,57 @@ def _parse_time(text: str) -> int:
                                  "(e.g. 2026-07-01T12:00:00+00:00)") from None
 
 
+@click.command("lag")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def lag_cmd(as_json: bool) -> None:
+    """Consumer lag of the projections per partition, in offsets and in as_of_seq.
+
+    Measured from Kafka and Redis alone (the worker's consumer group progress), so it
+    answers whether or not a worker runs; definitions in docs/operations.md.
+    """
+    from confluent_kafka import KafkaException
+
+    from sessionstream.core.pipeline import ReaderPipeline
+    from sessionstream.registry import reader_decode
+    from streams.lag import probe_from_settings
+    from streams.sink import RedisSink, Retry
+
+    s = settings()
+    default = ReaderPipeline.default()
+    pipeline = ReaderPipeline(default.registry, default.catalog, decode=reader_decode(s))
+
+    async def measure(redis: Any) -> Any:
+        probe = probe_from_settings(s, RedisSink(redis, s.keys, retry=Retry(attempts=3)),
+                                    pipeline)
+        try:
+            return await probe.measure()
+        finally:
+            probe.close()
+
+    try:
+        lags = _with_redis(measure)
+    except KafkaException as exc:
+        raise unreachable(f"cannot read the events topic {s.events_topic} on "
+                          f"{s.kafka_bootstrap} ({exc}); start Kafka with `sessionstream up` "
+                          f"or set {Env.KAFKA_BOOTSTRAP}") from exc
+    if not lags:
+        raise bad_input(f"the events topic {s.events_topic} does not exist on "
+                        f"{s.kafka_bootstrap}: create it with `sessionstream topics ensure` "
+                        f"(or set {Env.EVENTS_TOPIC})")
+    rows = [dataclasses.asdict(lag) for lag in lags]
+    if as_json:
+        click.echo(json.dumps({"topic": s.events_topic, "group": s.streams_group,
+                               "partitions": rows}))
+        return
+    click.echo(f"topic {s.events_topic}, group {s.streams_group}")
+    click.echo(f"{'partition':>9} {'high':>10} {'progress':>10} {'lag offsets':>11} "
+               f"{'lag seq':>8}")
+    for r in rows:
+        seq = "-" if r["seq"] is None else r["seq"]
+        click.echo(f"{r['partition']:>9} {r['high']:>10} {r['progress']:>10} "
+                   f"{r['offsets']:>11} {seq:>8}")
+
+
 def register(group: click.Group) -> None:
-    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd, compactor_cmd):
+    for cmd in (worker_cmd, views_cmd, sessions_cmd, replay_cmd, compactor_cmd, lag_cmd):
         group.add_command(cmd)

@@ -12,6 +12,10 @@ processor. Same guarantees as the faust worker:
   offset, which may lag), caches of moved partitions are dropped, and sessions whose
   unit ``state_version`` was bumped are rebuilt in bounded steps between batches;
 - a processor bug ends the process (status 70) before the batch is committed.
+
+The fold setting (``Settings.fold``: auto | native | python) picks the fold:
+``streams.native_fold.NativeFold`` (the Rust extension; the default when it is
+installed) or the Python processor; both keep the guarantees above.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.errors import TopicMissing
+from streams.native_fold import NativeFold, NativeUnavailable, live_driver
 from streams.processor import Processor
 from streams.trace import StageTrace
 
@@ -60,6 +65,9 @@ class KafkaEngine:
     def __init__(self, cfg: WorkerConfig, processor: Processor) -> None:
         self.cfg = cfg
         self.processor = processor
+        #: What folds each batch: the native fold or the processor itself (both have
+        #: process() and forget()); raises NativeUnavailable for fold=native without it.
+        self.driver: NativeFold | Processor = live_driver(processor, cfg.settings.fold)
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
@@ -148,7 +156,7 @@ class KafkaEngine:
         nums = [tp.partition for tp in parts]
         self.assigned |= set(nums)
         self._count_partitions()
-        self.processor.forget((self.cfg.topic, p) for p in nums)
+        self.driver.forget([(self.cfg.topic, p) for p in nums])
         keys = [f"{tp.topic}:{tp.partition}" for tp in parts]
         fut = asyncio.run_coroutine_threadsafe(
             self.processor.sink.load_progress(self.cfg.group, keys), self._loop)
@@ -164,7 +172,7 @@ class KafkaEngine:
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.assigned -= {tp.partition for tp in parts}
         self._count_partitions()
-        self.processor.forget((tp.topic, tp.partition) for tp in parts)
+        self.driver.forget([(tp.topic, tp.partition) for tp in parts])
         consumer.unassign()
 
     # -- the loop ----------------------------------------------------------------------
@@ -219,7 +227,7 @@ class KafkaEngine:
         began = time.monotonic()
         retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
-            report = await process_retrying(self.processor, records, on_retry=retried)
+            report = await process_retrying(self.driver, records, on_retry=retried)
         except SchemaUnavailable as exc:
             log.critical("the schema registry stayed unavailable (%s); exiting before the "
                          "batch is acknowledged, a restart re-reads it", exc)
@@ -248,7 +256,12 @@ class KafkaEngine:
 
 
 async def _main(cfg: WorkerConfig) -> None:
-    engine = KafkaEngine(cfg, build_processor(cfg))
+    try:
+        engine = KafkaEngine(cfg, build_processor(cfg))
+    except NativeUnavailable as exc:
+        log.critical("%s", exc)
+        sys.exit(EXIT_CONFIG)
+    log.info("fold: %s", "native" if isinstance(engine.driver, NativeFold) else "python")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, engine.stop)

@@ -13,9 +13,17 @@ The Python processor stays the reference and takes over whatever the extension d
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises,
-sealed content: decryption is not in the extension yet, the pipeline's opener does it):
-their state moves to the Python processor through the same fields the sink stores.
+cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises, a
+deletion's audit event): their state moves to the Python processor through the same
+fields the sink stores.
+
+Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
+governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
+store and the unwrapping stay here, the extension asks :func:`_key_lookup` for each
+(key session, class) once per batch and gets the unwrapped data key or "shredded" /
+"missing" (its content then reads as the reference placeholders). A part the
+extension does not open on the plain success path (moved, tampered, not lossless
+JSON) hands its session to the Python opener, which quarantines it with its reason.
 
 The ``fold`` setting (``Settings.fold``): ``auto`` (native when the extension is
 installed and the pipeline uses the built-in units and codec, else Python), ``native`` (required:
@@ -25,12 +33,13 @@ an error names the install command when it is missing) or ``python``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
-from sessionstream.core.events import FORMAT_VERSION, Event
+from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
+from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
@@ -105,7 +114,8 @@ def schema_fingerprints() -> list[tuple[bytes, int]]:
 
 
 class NativeFold:
-    """Drives ``processor``'s fold()/flush() through the extension (replay's path)."""
+    """Drives ``processor`` through the extension: ``fold()``/``flush()`` (replay) and
+    ``process()`` (the live worker: fold, write, per batch)."""
 
     def __init__(self, processor: Processor) -> None:
         reason = why_not(processor.pipeline)
@@ -129,11 +139,17 @@ class NativeFold:
         versions = {k: v for k, v in reg.versions().items() if k in NATIVE_UNITS}
         self.folder = _native.Folder(schema_fingerprints(), FORMAT_VERSION, catalog,
                                      sorted(py_types), versions, WINDOW)
+        cipher = _cipher_of(self._opener)
+        if cipher is not None:
+            self.folder.set_opener(cipher.tenant, _key_lookup(cipher), _placeholder(cipher))
         self._py_states: dict[str, dict[str, Any]] = {}  # Python units' states per session
         self._py_changed: dict[str, set[str]] = {}
         self._written: dict[str, int] = {}  # as_of_offset last written, per session
         self._dirty: dict[str, None] = {}  # native sessions folded since the last flush
         self._python: set[str] = set()  # sessions the Python processor owns now
+        self._gen: int | None = None  # the live path's generation (reset on a change)
+        processor.cached_elsewhere = self.folder.has
+        self._native_units = tuple(u for u in reg.units if u.key in NATIVE_UNITS)
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -142,6 +158,10 @@ class NativeFold:
         self._py_base: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, dict[str, Stored]] = {}
         self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored]]] = {}
+        #: everything kept per session beside the extension (forgotten with it)
+        self._per_session: tuple[dict[str, Any], ...] = (
+            self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
+            self._chunks, self._memo)
 
     @property
     def unflushed_sessions(self) -> int:
@@ -157,14 +177,15 @@ class NativeFold:
         await proc.load_progress_of(records)
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
-        dead, native, handed, high, skipped = self.folder.fold(records, progress, self._python)
+        dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
+            records, progress, self._python)
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
             if item is not None:  # Python reads what the extension refused: Python folds all
                 return await self._fold_in_python(records, native, report)
         for sid, _partition, idxs in native:
-            if idxs and not self._apply_python_units(sid, records, idxs):
+            if idxs and not self._apply_python_units(sid, idxs, envelopes):
                 self.folder.restore(sid)
                 handed.append((sid, [i for i, r in enumerate(records)
                                      if _is_of(r, sid, proc.pipeline)]))
@@ -177,17 +198,16 @@ class NativeFold:
         proc.note_unflushed(high_tp)
         return report
 
-    def _apply_python_units(self, sid: str, records: Sequence[Record], idxs: list[int]) -> bool:
-        proc = self.proc
+    def _apply_python_units(self, sid: str, idxs: list[int],
+                            envelopes: Mapping[int, tuple[Any, ...]]) -> bool:
         states: Mapping[str, Any] = self._py_states.get(sid) or self._py_registry.init_states()
         changed = self._py_changed.setdefault(sid, set())
         new_changed: set[str] = set()
         try:
             for i in idxs:
-                ev = proc.pipeline.decode(records[i])
-                assert isinstance(ev, Event)
-                if self._opener is not None:
-                    ev = self._opener.open(ev)  # clear content: learns, returns it as is
+                ev = _event(envelopes[i])  # opened by the extension when it was sealed
+                if self._opener is not None and ev.type == "session/start":
+                    self._opener.open(ev)  # learns the lineage (for a later hand-over)
                 states, ch = self._py_registry.apply(states, ev)
                 new_changed.update(ch)
         except Exception:  # ProjectionError or a bad record: the Python reference decides
@@ -282,6 +302,181 @@ class NativeFold:
         report.conflicts += py.conflicts
         return report
 
+    # -- the live worker: one batch folded and written before its offsets are committed --
+    async def process(self, records: Sequence[Record]) -> BatchReport:
+        """The live batch, as ``Processor.process``: fold natively, write each touched
+        session with one script call (compare-and-set on its stored offset), then the
+        dead letters, the tenant writes and the partition progress. Sessions met for
+        the first time are continued from their stored row (``Folder.load``), or handed
+        to the Python processor when the extension cannot continue them exactly
+        (quarantined, a bumped state_version, a row it cannot re-dump byte for byte);
+        a write refused because the row moved is redone by the Python processor from
+        the stored row, and the session is reloaded natively with its next batch."""
+        if not records:
+            return BatchReport()
+        async with self.proc.lock:
+            return await self._process(records)
+
+    async def _process(self, records: Sequence[Record]) -> BatchReport:
+        proc = self.proc
+        report = BatchReport(records=len(records))
+        gen = await proc.current_generation()
+        if gen != self._gen:
+            self.forget()
+            self._gen = gen
+        topic = records[0].topic
+        await proc.load_progress_of(records)
+        progress = {p: off for tp, off in proc.progress.items()
+                    if (p := _partition_of(tp, topic)) is not None}
+        dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
+            records, progress, self._python, True)
+        report.skipped += skipped
+        for i in dead:
+            if proc.decode_item(records[i], report) is not None:
+                # Python reads what the extension refused: the batch is Python's
+                for sid, _, _ in [*native, *unknown]:
+                    self._to_python(sid)
+                return await proc.process_locked(records)
+        if unknown:
+            await self._resume(gen, unknown)
+            sub = sorted(i for _, _, idxs in unknown for i in idxs)
+            _, n2, h2, _, s2, e2, u2 = self.folder.fold(
+                [records[i] for i in sub], progress, self._python, True)
+            assert not u2, "every session was started or loaded"
+            report.skipped += s2
+            native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
+            handed += [(sid, [sub[j] for j in idxs]) for sid, idxs in h2]
+            envelopes.update({sub[j]: t for j, t in e2.items()})
+        live: list[str] = []
+        for sid, _partition, idxs in native:
+            if idxs and not self._apply_python_units(sid, idxs, envelopes):
+                self.folder.restore(sid)
+                handed.append((sid, [i for i, r in enumerate(records)
+                                     if _is_of(r, sid, proc.pipeline)]))
+                continue
+            live.append(sid)
+        if proc.on_stage is not None:
+            proc.on_stage("folded")
+        writes: list[SessionWrite] = []
+        if handed:
+            writes += await self._python_live(gen, records, handed, report)
+        mine = [self._write(sid) for sid in live]
+        outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
+        redo: list[tuple[str, list[int]]] = []
+        for w, outcome in zip(mine, outcomes, strict=True):
+            sid = w.session_id
+            memo = self._memo.pop(sid)
+            if outcome.status == "applied":
+                report.sessions_written += 1
+                self._written[sid] = w.last_offset
+                self._py_base.setdefault(sid, {}).update(memo[0])
+                self._chunks.setdefault(sid, {}).update(memo[1])
+                for verdict, n in self.folder.verdicts(sid).items():
+                    report.verdicts[verdict] = report.verdicts.get(verdict, 0) + n
+                writes.append(w)
+                continue
+            report.sessions_noop += 1
+            if outcome.status == "stale":
+                # at or past our last offset: another pass folded these records already
+                # (a redelivery: re-emit the feed entry); reload with the next batch
+                self._drop(sid)
+                if outcome.stored_offset == w.last_offset:
+                    writes.append(w)
+                continue
+            report.conflicts += 1  # moved under us: Python refolds from the stored row
+            redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))
+        if redo:
+            writes += await self._python_live(gen, records, redo, report)
+            for sid, _ in redo:  # native again from its next batch (reloaded)
+                self._python.discard(sid)
+                proc.drop(sid)
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        await proc.send_dead_letters(report, high_tp)
+        await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+        if proc.on_stage is not None:
+            proc.on_stage("written")
+        proc.advance_progress(high_tp)
+        return report
+
+    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
+        """Start or load each session the folder met for the first time (one round trip)."""
+        proc = self.proc
+        loaded = await proc.sink.load(gen, [sid for sid, _, _ in unknown])
+        for sid, partition, _ in unknown:
+            stored = loaded.get(sid)
+            self._forget_py(sid)
+            if not stored or SessionRow.AS_OF_OFFSET not in stored:
+                self.folder.start(sid, partition)
+                continue
+            # the codec reassembles chunked rows and opens sealed fields; the native
+            # units' states are handed over whole, as their encode gives them
+            cur = proc.cursor_from_fields(sid, partition, stored)
+            if cur.stale or cur.quarantine is not None:
+                self._python.add(sid)  # the Python processor rebuilds or holds it
+                continue
+            fields = {k: stored[k] for k in (SessionRow.ADMISSION, SessionRow.META,
+                                              SessionRow.AS_OF_OFFSET) if k in stored}
+            for unit in self._native_units:
+                view, state = unit.encode(cur.states[unit.key])
+                fields[SessionRow.view(unit.key)] = view
+                fields[SessionRow.state(unit.key)] = state
+                fields[SessionRow.state_version(unit.key)] = str(unit.state_version)
+            seed = getattr(self._opener, "seed_length", None)
+            if self.folder.load(sid, fields, seed(sid) if seed is not None else None):
+                self._py_states[sid] = {u.key: cur.states[u.key] for u in self._py_units}
+                self._written[sid] = cur.as_of_offset
+                self._py_base[sid] = {u.key: cur.states[u.key] for u in self._py_units
+                                      if u.collections}
+                # chunks per collection as stored: the next write deletes past them
+                self._chunks[sid] = dict(cur.chunks)
+            else:
+                self._python.add(sid)  # the Python processor loads and folds it
+
+    async def _python_live(self, gen: int, records: Sequence[Record],
+                           handed: list[tuple[str, list[int]]],
+                           report: BatchReport) -> list[SessionWrite]:
+        """The Python processor's live fold and writes for ``handed`` sessions."""
+        proc = self.proc
+        by_session: dict[str, list[Any]] = {}
+        for sid, idxs in handed:
+            self._to_python(sid)
+            items = []
+            for i in idxs:
+                decoded = proc.decode_item(records[i], report)
+                if decoded is not None:
+                    items.append((records[i], decoded[1]))
+            if items:
+                by_session[sid] = items
+        return await proc.fold_and_write(gen, by_session, report) if by_session else []
+
+    def _to_python(self, sid: str) -> None:
+        """The Python processor owns ``sid`` from now on; a natively folded session was
+        written up to its last batch, so Python continues from its stored row."""
+        self._drop(sid)
+        self._python.add(sid)
+
+    def _drop(self, sid: str) -> None:
+        self.folder.drop_session(sid)
+        self._forget_py(sid)
+
+    def _forget_py(self, sid: str) -> None:
+        for d in self._per_session:
+            d.pop(sid, None)
+
+    def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Drop cached sessions (all, or of these (topic, partition)s): a rebalance, or
+        a new generation. The Python processor's cache goes too."""
+        parts = None if partitions is None else list(partitions)
+        self.proc.forget(parts)
+        if parts is None:
+            self.folder.forget()
+            for d in self._per_session:
+                d.clear()
+            self._python.clear()
+            return
+        for sid in self.folder.forget_partitions({p for _, p in parts}):
+            self._forget_py(sid)
+
     def _write(self, sid: str) -> SessionWrite:
         first = sid not in self._written
         codec = self.proc.codec
@@ -326,6 +521,12 @@ class NativeFold:
         self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
+        rows = self.proc.codec.rows
+        if rows is not None:  # content-bearing fields are sealed in Redis, as the codec does
+            for name in list(fields):
+                ukey = _unit_of(name)
+                if ukey is not None:
+                    fields[name] = rows.seal(sid, ukey, name, fields[name])
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
@@ -366,6 +567,68 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
     return chunk, counts
 
 
+_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order
+_WRITERS: dict[tuple[str, int], Writer] = {}
+
+
+def _event(t: tuple[Any, ...]) -> Event:
+    """The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
+    there, with the codec's rules)."""
+    (sid, seq, eid, time, typ, text, op, seqs, wid, epoch, version, ignorable, turn, step,
+     prev) = t
+    writer = _WRITERS.get((wid, epoch))
+    if writer is None:
+        if len(_WRITERS) > 4096:
+            _WRITERS.clear()
+        writer = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
+    value, frozen = loads_checked(text)
+    return decoded_event(sid, seq, eid, time, typ, text, value, frozen, _OPS[op], seqs,
+                         writer, version, ignorable, turn, step, prev, ())
+
+
+def _cipher_of(opener: Any) -> Any:
+    """The governance opener's cipher (None: no opener, or another kind of opener,
+    whose sealed sessions the extension hands back)."""
+    try:
+        from sessionstream.governance.opener import SealedContentOpener
+    except ImportError:  # pragma: no cover - the governance extra is part of the install
+        return None
+    return opener.cipher if isinstance(opener, SealedContentOpener) else None
+
+
+def _key_lookup(cipher: Any) -> Any:
+    """What the extension asks per (key session, class): (state, unwrapped key)."""
+    from sessionstream.core.privacy import DataClass, KeyState
+
+    store, tenant = cipher.store, cipher.tenant
+
+    def lookup(key_session: str, data_class: str) -> tuple[str, bytes | None]:
+        found = store.lookup(tenant, key_session, DataClass(data_class))
+        if found.state is KeyState.ACTIVE and found.key is not None:
+            return "active", bytes(found.key)
+        return found.state.value, None
+    return lookup
+
+
+def _placeholder(cipher: Any) -> Any:
+    """The reference placeholder at a path, as canonical JSON text."""
+    from sessionstream.core.privacy import placeholder_at
+
+    def placeholder(type_name: str, path: str, text: str) -> str:
+        return canonical_dumps(placeholder_at(type_name, path, text, cipher.catalog))
+    return placeholder
+
+
+def _unit_of(field: str) -> str | None:
+    """The unit owning a view, state or chunk field (the codec's sealing rule)."""
+    if field.startswith(SessionRow.PART):
+        return SessionRow.part_unit(field)
+    for prefix in (SessionRow.VIEW, SessionRow.STATE):
+        if field.startswith(prefix):
+            return field[len(prefix):]
+    return None
+
+
 def _partition_of(tp: str, topic: str) -> int | None:
     t, _, p = tp.rpartition(":")
     return int(p) if t == topic else None
@@ -390,4 +653,11 @@ def fold_driver(processor: Processor, fold: str) -> NativeFold | Processor:
     return processor
 
 
-__all__ = ["FOLDS", "NativeFold", "NativeUnavailable", "available", "fold_driver", "why_not"]
+def live_driver(processor: Processor, fold: str) -> NativeFold | Processor:
+    """What the live worker (kafka engine) drives, per the ``fold`` setting: both have
+    ``process(records)`` and ``forget(partitions)``."""
+    return fold_driver(processor, fold)
+
+
+__all__ = ["FOLDS", "NativeFold", "NativeUnavailable", "available", "fold_driver",
+           "live_driver", "why_not"]

@@ -97,6 +97,15 @@ class Processor:
         self._unflushed: dict[str, int] = {}  # topic:partition -> offset, not yet in Redis
         #: Called with "folded" / "written" as a batch passes those stages (streams.trace).
         self.on_stage: Callable[[str], None] | None = None
+        #: Whether another fold path (streams.native_fold) holds a session in its own
+        #: cache: convergence leaves such sessions alone, as it does cached ones.
+        self.cached_elsewhere: Callable[[str], bool] = _nowhere
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held by every batch and convergence step (a fold path driving this processor
+        takes it too, then calls only the methods that do not)."""
+        return self._lock
 
     # -- cache control (the faust app calls these on rebalance) ---------------------
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -131,7 +140,7 @@ class Processor:
 
     # what a convergence step uses of this processor (streams.convergence.ConvergenceHost)
     def is_cached(self, session_id: str) -> bool:
-        return session_id in self._cache
+        return session_id in self._cache or self.cached_elsewhere(session_id)
 
     async def rebuild(self, cur: CachedSession, topic: str) -> CachedSession:
         return await self._rebuild(cur, topic)
@@ -152,6 +161,10 @@ class Processor:
             return BatchReport()
         async with self._lock:
             return await self._process(records)
+
+    async def process_locked(self, records: Sequence[Record]) -> BatchReport:
+        """:meth:`process` for a caller that already holds :attr:`lock`."""
+        return await self._process(records) if records else BatchReport()
 
     async def _process(self, records: Sequence[Record]) -> BatchReport:
         if self._deferred:
@@ -273,6 +286,19 @@ class Processor:
         ``changed`` the units to write at the next :meth:`flush`."""
         self._cache[cur.session_id] = cur
         self._deferred[cur.session_id] = (base, changed, True)
+
+    async def fold_and_write(self, gen: int, by_session: Mapping[str, list[_Item]],
+                             report: BatchReport) -> list[SessionWrite]:
+        """The live batch's fold and session writes for these sessions (with the
+        conflict retries of :meth:`process`); the caller holds :attr:`lock` and does the
+        tenant writes and :meth:`advance_progress` after them."""
+        await self._ensure_cursors(gen, by_session)
+        return await self._fold_and_write_all(gen, by_session, report)
+
+    def advance_progress(self, high: Mapping[str, int]) -> None:
+        """Partition progress written to the sink by a batch's tenant writes."""
+        for tp, off in high.items():
+            self._progress[tp] = max(self._progress.get(tp, -1), off)
 
     @property
     def unflushed_sessions(self) -> int:
@@ -514,6 +540,10 @@ class Processor:
     ) -> SessionWrite:
         """The script call taking the session from ``base`` (as stored) to ``new``."""
         return self.codec.write(base, new, changed, touched)
+
+
+def _nowhere(session_id: str) -> bool:
+    return False
 
 
 def _count_verdicts(into: dict[str, int], before: Mapping[str, int],

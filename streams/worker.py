@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sessionstream import redisconn
 from sessionstream.core.errors import SchemaUnavailable
@@ -102,8 +103,14 @@ def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Process
     )
 
 
+class BatchFolder(Protocol):
+    """What folds a live batch: the processor, or the native fold driving it."""
+
+    async def process(self, records: Sequence[Record]) -> BatchReport: ...
+
+
 async def process_retrying(
-    processor: Processor, records: Sequence[Record], *,
+    processor: BatchFolder, records: Sequence[Record], *,
     patience: float = REGISTRY_PATIENCE_S, backoff: tuple[float, float] = REGISTRY_BACKOFF_S,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_retry: Callable[[], None] | None = None,

@@ -17,7 +17,7 @@ pub enum Layout {
     /// session_event.v1.avsc
     V1,
     /// session_event.v2.avsc: v1 + prev_event_id (admission's history link) + sealed
-    /// (AES-256-GCM parts; the native fold hands sealed events to the Python opener)
+    /// (AES-256-GCM parts, opened by crate::crypto)
     V2,
 }
 
@@ -50,8 +50,23 @@ pub struct Envelope<'a> {
     pub turn_id: Option<&'a str>,
     pub step_id: Option<&'a str>,
     pub prev_event_id: Option<&'a str>,
-    pub sealed_parts: usize,
+    pub sealed: Vec<SealedRef<'a>>,
 }
+
+/// One item of `sealed`, borrowed from the record bytes.
+#[derive(Debug)]
+pub struct SealedRef<'a> {
+    pub data_class: &'a str,
+    pub key_session: &'a str,
+    pub origin_event_id: &'a str,
+    pub paths: Vec<&'a str>,
+    pub nonce: &'a [u8],
+    pub ciphertext: &'a [u8],
+}
+
+/// The data classes a sealed part may name (`sessionstream.core.sealed.DataClass`);
+/// another is a malformed part, which the Python codec dead-letters.
+pub const DATA_CLASSES: [&str; 3] = ["raw", "surface", "business"];
 
 pub struct Schemas {
     by_fp: HashMap<[u8; 8], Layout>,
@@ -131,7 +146,7 @@ fn read_v1<'a>(r: &mut Reader<'a>) -> Option<Envelope<'a>> {
         turn_id,
         step_id,
         prev_event_id: None,
-        sealed_parts: 0,
+        sealed: Vec::new(),
     })
 }
 
@@ -139,7 +154,7 @@ fn read_v2<'a>(r: &mut Reader<'a>) -> Option<Envelope<'a>> {
     let mut env = read_v1(r)?;
     env.prev_event_id = r.opt_string()?;
     // sealed: array of SealedPart {data_class, key_session, origin_event_id: string,
-    // paths: array<string>, nonce, ciphertext: bytes}; validated, not kept
+    // paths: array<string>, nonce, ciphertext: bytes}
     loop {
         let mut count = r.long()?;
         if count == 0 {
@@ -153,9 +168,13 @@ fn read_v2<'a>(r: &mut Reader<'a>) -> Option<Envelope<'a>> {
             return None;
         }
         for _ in 0..count {
-            r.string()?;
-            r.string()?;
-            r.string()?;
+            let data_class = r.string()?;
+            if !DATA_CLASSES.contains(&data_class) {
+                return None;
+            }
+            let key_session = r.string()?;
+            let origin_event_id = r.string()?;
+            let mut paths = Vec::new();
             loop {
                 let mut n = r.long()?;
                 if n == 0 {
@@ -169,12 +188,13 @@ fn read_v2<'a>(r: &mut Reader<'a>) -> Option<Envelope<'a>> {
                     return None;
                 }
                 for _ in 0..n {
-                    r.string()?;
+                    paths.push(r.string()?);
                 }
             }
-            r.bytes()?;
-            r.bytes()?;
-            env.sealed_parts += 1;
+            let nonce = r.bytes()?;
+            let ciphertext = r.bytes()?;
+            env.sealed.push(SealedRef { data_class, key_session, origin_event_id, paths,
+                                        nonce, ciphertext });
         }
     }
     Some(env)

@@ -15,17 +15,23 @@
 //! Python codec's message), and sessions whose events it cannot fold exactly
 //! (a quarantine, data of an unexpected shape): `Folder.export(sid)` gives their state
 //! as the same fields, from which the Python processor loads a cursor.
+//!
+//! Sealed content (ADR 0011) is opened here (crate::crypto) once `set_opener` gave the
+//! tenant and the key store's lookup; the opened data of events a Python unit reads
+//! is handed back in their envelopes, so they are neither decoded nor opened twice.
 
 mod avro;
 mod chunks;
+mod crypto;
 mod json;
+mod load;
 mod units;
 mod units_more;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
 use crate::units_more::More;
@@ -38,6 +44,23 @@ const USAGE: u16 = 4;
 const PLAN: u16 = 8;
 const GOAL: u16 = 16;
 const REJECTIONS: u16 = 32;
+/// Every native unit's change bit and key.
+const BITS: [(u16, &str); 10] = [
+    (INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"), (GOAL, "goal"),
+    (REJECTIONS, "rejections"), units_more::KEYS[0], units_more::KEYS[1], units_more::KEYS[2],
+    units_more::KEYS[3]];
+/// The audit event of a deletion (streams.processor.SHRED_TYPE).
+const SHRED_TYPE: &str = "session/shred";
+
+/// The opener's seed length of a `session/start` (governance.opener._learn): an int
+/// `lineage.seed_length` (Python's bool is an int), else 0.
+fn seed_length(data: &serde_json::Value) -> i64 {
+    match data.get("lineage").and_then(|l| l.as_object()).and_then(|l| l.get("seed_length")) {
+        Some(serde_json::Value::Bool(b)) => *b as i64,
+        Some(v) => json::as_int(v).unwrap_or(0),
+        None => 0,
+    }
+}
 
 #[derive(Clone)]
 struct Sess {
@@ -57,6 +80,11 @@ struct Sess {
     more: More,
     marks: chunks::Marks,
     changed: u16,
+    /// The seed length learnt from this session's `session/start` (the opener's rule
+    /// for inherited parts; None: not seen by this process, as the Python opener).
+    seed: Option<i64>,
+    /// This batch's admission verdicts other than `admitted` (the worker's metrics).
+    verdicts: BTreeMap<&'static str, i64>,
 }
 
 impl Sess {
@@ -78,6 +106,30 @@ impl Sess {
             more: More::default(),
             marks: chunks::Marks::default(),
             changed: 0,
+            seed: None,
+            verdicts: BTreeMap::new(),
+        }
+    }
+
+    /// (view, state) texts of the unit of `bit`.
+    fn encode(&self, bit: u16) -> (String, String) {
+        match bit {
+            INDEX => {
+                let t = self.index.text();
+                (t.clone(), t)
+            }
+            TURNS => (self.turns.view(), self.turns.dump()),
+            USAGE => (self.usage.view(), self.usage.dump()),
+            PLAN => {
+                let t = self.plan.text();
+                (t.clone(), t)
+            }
+            GOAL => (self.goal.view(), self.goal.dump()),
+            REJECTIONS => {
+                let t = self.rejections.text();
+                (t.clone(), t)
+            }
+            _ => self.more.encode(bit).unwrap_or_default(),
         }
     }
 
@@ -130,6 +182,61 @@ pub struct Folder {
     window: i64,
     sessions: HashMap<String, Sess>,
     snapshots: HashMap<String, Option<Sess>>,
+    opener: Option<OpenerConfig>,
+}
+
+/// The tenant and the Python callables the opener asks (see `set_opener`).
+struct OpenerConfig {
+    tenant: String,
+    lookup: Py<PyAny>,
+    placeholder: Py<PyAny>,
+    cache: crypto::Cache,
+}
+
+/// The batch's keys: a cache over the Python key store's lookup.
+struct PyKeys<'a, 'py> {
+    py: Python<'py>,
+    cfg: &'a mut OpenerConfig,
+}
+
+impl crypto::Keys for PyKeys<'_, '_> {
+    fn lookup(&mut self, key_session: &str, data_class: &str)
+              -> Result<crypto::KeyLookup, crypto::Refuse> {
+        let ci = crypto::class_index(data_class);
+        if let Some(Some(found)) = self.cfg.cache.keys.get(key_session).map(|s| &s[ci]) {
+            return Ok(found.clone());
+        }
+        let got: (String, Option<Vec<u8>>) = self.cfg.lookup
+            .call1(self.py, (key_session, data_class))
+            .and_then(|r| r.extract(self.py))
+            .map_err(|_| crypto::Refuse)?;
+        let found = match (got.0.as_str(), got.1) {
+            ("active", Some(key)) => crypto::KeyLookup::Active(
+                std::sync::Arc::new(crypto::cipher(&key).ok_or(crypto::Refuse)?)),
+            ("shredded", _) => crypto::KeyLookup::Shredded,
+            ("active", None) | ("missing", _) => crypto::KeyLookup::Missing,
+            _ => return Err(crypto::Refuse),
+        };
+        self.cfg.cache.keys.entry(key_session.to_string()).or_default()[ci] = Some(found.clone());
+        Ok(found)
+    }
+
+    fn placeholder(&mut self, event_type: &str, path: &str, text: &str)
+                   -> Result<serde_json::Value, crypto::Refuse> {
+        let tag: &'static str = if text == crypto::DELETED_TEXT { crypto::DELETED_TEXT }
+                                else { crypto::UNAVAILABLE_TEXT };
+        let k = (event_type.to_string(), path.to_string(), tag);
+        if let Some(v) = self.cfg.cache.placeholders.get(&k) {
+            return Ok(v.clone());
+        }
+        let got: String = self.cfg.placeholder
+            .call1(self.py, (event_type, path, tag))
+            .and_then(|r| r.extract(self.py))
+            .map_err(|_| crypto::Refuse)?;
+        let v = json::parse_checked(&got).ok_or(crypto::Refuse)?;
+        self.cfg.cache.placeholders.insert(k, v.clone());
+        Ok(v)
+    }
 }
 
 #[pymethods]
@@ -149,7 +256,18 @@ impl Folder {
             window,
             sessions: HashMap::new(),
             snapshots: HashMap::new(),
+            opener: None,
         }
+    }
+
+    /// Open sealed content here: `tenant` binds the associated data; `lookup(key_session,
+    /// data_class)` returns ("active", key) / ("shredded", None) / ("missing", None)
+    /// from the key store (asked once per key per batch); `placeholder(type, path, text)`
+    /// the canonical JSON text of the reference placeholder (cached). Without it, a
+    /// session with sealed content is handed to the caller.
+    fn set_opener(&mut self, tenant: String, lookup: Py<PyAny>, placeholder: Py<PyAny>) {
+        self.opener = Some(OpenerConfig { tenant, lookup, placeholder,
+                                          cache: crypto::Cache::default() });
     }
 
     /// The schema layouts this build decodes natively (by the given fingerprints).
@@ -161,21 +279,37 @@ impl Folder {
     /// Fold one batch. `records`: objects with `partition`, `offset`, `key`, `value`;
     /// `progress`: partition -> last offset already in the sink (skipped).
     /// `python_owned`: sessions the caller folds itself (left alone here).
-    /// Returns (python_decode, sessions, python_sessions, high, skipped):
+    /// Returns (python_decode, sessions, python_sessions, high, skipped, opened):
     /// record indices the caller must decode (dead letters); per natively folded
     /// session (session id, indices of its admitted records a Python unit reads);
     /// per session handed to the caller (session id, indices of its records); the
-    /// highest offset per partition; records skipped by progress or as_of_offset.
+    /// highest offset per partition; records skipped by progress or as_of_offset;
+    /// per admitted record a Python unit reads, by index, its envelope as a tuple
+    /// (session_id, seq, event_id, time, type, data text, surface op 0/1/2,
+    /// source_event_seqs, writer id, writer epoch, format_version, ignorable, turn_id,
+    /// step_id, prev_event_id), data opened when it was sealed: the caller builds the
+    /// Python event from it instead of decoding the record again.
+    /// With `known_only` (the live worker), a session this folder does not hold yet
+    /// is not folded: it comes back in the last list (session id, partition, record
+    /// indices) for the caller to `start` or `load` from its stored row, and fold
+    /// those records again.
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (records, progress, python_owned, known_only = false))]
     fn fold(
         &mut self,
         py: Python<'_>,
         records: &Bound<'_, PyList>,
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
+        known_only: bool,
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize)> {
+                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
+                   Vec<(String, i64, Vec<usize>)>)> {
         self.snapshots.clear();
+        if let Some(o) = self.opener.as_mut() {
+            o.cache = crypto::Cache::default(); // keys are asked again each batch
+        }
+        let mut opened_text: HashMap<usize, Py<PyTuple>> = HashMap::new();
         let mut dead = Vec::new();
         let mut high: HashMap<i64, i64> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -245,8 +379,25 @@ impl Folder {
                 step_id: env.step_id.map(str::to_string),
                 format_version: env.format_version,
                 prev_event_id: env.prev_event_id.map(str::to_string),
-                sealed: env.sealed_parts > 0,
+                sealed: env.sealed.iter().map(|p| crypto::Part {
+                    data_class: p.data_class.to_string(),
+                    key_session: p.key_session.to_string(),
+                    origin_event_id: p.origin_event_id.to_string(),
+                    paths: p.paths.iter().map(|x| x.to_string()).collect(),
+                    nonce: p.nonce.to_vec(),
+                    ciphertext: p.ciphertext.to_vec(),
+                }).collect(),
                 surface_op: env.surface_op,
+                py: if self.python_types.contains(env.etype) {
+                    Some(Box::new(units::PyParts {
+                        // sealed: the opened data's text replaces it (see below)
+                        text: if env.sealed.is_empty() { env.data.to_string() }
+                              else { String::new() },
+                        source_event_seqs: env.source_event_seqs,
+                    }))
+                } else {
+                    None
+                },
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -256,10 +407,15 @@ impl Folder {
         }
         let mut native = Vec::new();
         let mut handed = Vec::new();
+        let mut unknown = Vec::new();
         for sid in order {
-            let (partition, items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
+            let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
             if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            if known_only && !self.sessions.contains_key(&sid) {
+                unknown.push((sid, partition, items.iter().map(|it| it.idx).collect()));
                 continue;
             }
             let window = self.window;
@@ -268,7 +424,10 @@ impl Folder {
                 .or_insert_with(|| Sess::new(&sid, partition, window));
             let mut py_idx = Vec::new();
             let mut touched = false;
-            for it in &items {
+            let mut aborted = false;
+            let mut batch_opened: Vec<(usize, Py<PyTuple>)> = Vec::new();
+            sess.verdicts.clear();
+            for it in items.iter_mut() {
                 if it.offset <= sess.as_of_offset {
                     skipped += 1;
                     continue;
@@ -280,10 +439,12 @@ impl Folder {
                                      ev.prev_event_id.as_deref()) {
                     Verdict::Duplicate => {
                         sess.count("duplicate");
+                        *sess.verdicts.entry("duplicate").or_insert(0) += 1;
                         continue;
                     }
                     Verdict::Rejected(code, reason) => {
                         sess.count(code);
+                        *sess.verdicts.entry(code).or_insert(0) += 1;
                         sess.rejections.record(code, &reason, ev, &sess.adm, it.offset);
                         sess.changed |= REJECTIONS;
                         continue;
@@ -299,6 +460,40 @@ impl Folder {
                     sess.as_of_seq = ev.seq;
                     continue;
                 }
+                if ev.etype == "session/start" {
+                    sess.seed = Some(seed_length(&ev.data));
+                }
+                if !it.ev.sealed.is_empty() {
+                    // stage 4 (open), after admission and readability as in the pipeline
+                    let Some(cfg) = self.opener.as_mut() else {
+                        aborted = true;
+                        break;
+                    };
+                    let tenant = cfg.tenant.clone();
+                    let opener = crypto::Opener { tenant: &tenant, session_id: &sid,
+                                                  seed_length: sess.seed };
+                    let mut keys = PyKeys { py, cfg };
+                    let data = std::mem::take(&mut it.ev.data);
+                    match opener.open(&mut keys, it.ev.seq, &it.ev.event_id, &it.ev.etype,
+                                      data, &it.ev.sealed) {
+                        Ok(o) => {
+                            it.ev.data = o.data;
+                            it.ev.sealed.clear();
+                        }
+                        Err(_) => {
+                            aborted = true; // the Python opener gives the verdict
+                            break;
+                        }
+                    }
+                    if !(units::prescan(&it.ev) && units_more::prescan(&it.ev)) {
+                        aborted = true;
+                        break;
+                    }
+                    if let Some(p) = it.ev.py.as_mut() {
+                        p.text = json::dumps(&it.ev.data); // the opened data, canonical
+                    }
+                }
+                let ev = &it.ev;
                 sess.index.apply(ev);
                 sess.changed |= INDEX;
                 let t = ev.etype.as_str();
@@ -320,15 +515,29 @@ impl Folder {
                 sess.changed |= bit | sess.more.apply(ev);
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
+                    batch_opened.push((it.idx, py_event(py, ev)?));
                 }
                 sess.as_of_seq = ev.seq;
             }
+            if aborted {
+                match before {
+                    Some(b) => {
+                        self.sessions.insert(sid.clone(), b);
+                    }
+                    None => {
+                        self.sessions.remove(&sid);
+                    }
+                }
+                handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            opened_text.extend(batch_opened);
             if touched {
                 self.snapshots.insert(sid.clone(), before);
                 native.push((sid, partition, py_idx));
             }
         }
-        Ok((dead, native, handed, high, skipped))
+        Ok((dead, native, handed, high, skipped, opened_text, unknown))
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -399,6 +608,57 @@ impl Folder {
         self.snapshots.clear();
     }
 
+    /// The admission verdicts other than `admitted` of the session's records in the last
+    /// `fold` (the worker's rejection metrics).
+    fn verdicts(&self, session_id: &str) -> HashMap<String, i64> {
+        self.sessions.get(session_id)
+            .map(|s| s.verdicts.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Forget the sessions of these partitions (moved away on a rebalance); their ids.
+    fn forget_partitions(&mut self, partitions: HashSet<i64>) -> Vec<String> {
+        let gone: Vec<String> = self.sessions.iter()
+            .filter(|(_, s)| partitions.contains(&s.partition))
+            .map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            self.sessions.remove(k);
+            self.snapshots.remove(k);
+        }
+        gone
+    }
+
+    /// Forget one session (handed to the Python processor, which reloads it).
+    fn drop_session(&mut self, session_id: &str) -> bool {
+        self.snapshots.remove(session_id);
+        self.sessions.remove(session_id).is_some()
+    }
+
+    /// Start folding a session that has no stored row.
+    fn start(&mut self, session_id: &str, partition: i64) {
+        let window = self.window;
+        self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
+    }
+
+    /// Continue a session from its stored row (`fields`: view:/state:/sv: of the native
+    /// units with content fields already opened, admission, meta). True when loaded:
+    /// every state, the admission and the meta re-dump to exactly the stored texts and
+    /// every state_version is this build's; else nothing is kept and the caller's
+    /// Python processor folds the session. `seed`: the seed length the Python opener
+    /// learnt for it (None: not seen; the associated data alone binds inherited parts).
+    #[pyo3(signature = (session_id, fields, seed = None))]
+    fn load(&mut self, session_id: &str, fields: HashMap<String, String>, seed: Option<i64>)
+            -> bool {
+        match self.load_row(session_id, &fields) {
+            Some(mut s) => {
+                s.seed = seed;
+                self.sessions.insert(session_id.to_string(), s);
+                true
+            }
+            None => false,
+        }
+    }
+
     #[getter]
     fn sessions(&self) -> usize {
         self.sessions.len()
@@ -410,6 +670,44 @@ type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
                        Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
 
 impl Folder {
+    fn load_row(&self, sid: &str, f: &HashMap<String, String>) -> Option<Sess> {
+        let get = |k: &str| f.get(k).map(String::as_str);
+        for key in NATIVE_UNITS {
+            let want = self.versions.get(key).copied().unwrap_or(1).to_string();
+            if get(&format!("sv:{key}"))? != want {
+                return None; // stale: the Python processor rebuilds it from the log
+            }
+        }
+        let state = |k: &str| get(&format!("state:{k}"));
+        let adm = load::admission(get("admission")?, sid)?;
+        let meta = load::meta(get("meta")?, sid)?;
+        let mut s = Sess::new(sid, meta.partition, self.window);
+        s.adm = adm;
+        s.as_of_seq = meta.as_of_seq;
+        s.as_of_offset = meta.as_of_offset;
+        s.first_offset = meta.first_offset;
+        s.last_time = meta.last_time;
+        s.counts = meta.counts;
+        s.index = load::index(state("index")?)?;
+        s.turns = load::turns(state("turns")?)?;
+        s.usage = load::usage(state("usage")?)?;
+        s.plan = load::plan(state("plan")?)?;
+        s.goal = load::goal(state("goal")?)?;
+        s.rejections = load::rejections(state("rejections")?)?;
+        s.more = load::more(|k| state(k).map(str::to_string))?;
+        if s.adm.text() != get("admission")? || s.meta() != get("meta")? {
+            return None;
+        }
+        // every unit's view and state must come out exactly as stored
+        for (bit, key) in BITS {
+            let (view, dump) = s.encode(bit);
+            if get(&format!("view:{key}"))? != view || state(key)? != dump {
+                return None;
+            }
+        }
+        Some(s)
+    }
+
     fn fields_of<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
                       chunk: usize) -> PyResult<Option<FieldsOut<'py>>> {
         let Some(s) = self.sessions.get_mut(session_id) else { return Ok(None) };
@@ -472,14 +770,43 @@ impl Folder {
     }
 
     fn foldable(&self, ev: &Ev) -> bool {
-        if ev.format_version > self.format_version || ev.sealed {
-            return false; // quarantine, or sealed content: the Python reference does it
+        if ev.format_version > self.format_version {
+            return false; // quarantine: the Python reference does it
+        }
+        if ev.etype == SHRED_TYPE {
+            // a deletion: the Python processor drops what it folded and refolds the
+            // session from the log, where the shredded content reads as placeholders
+            return false;
         }
         if !self.catalog.contains(&ev.etype) && !ev.ignorable {
             return false; // unknown required type: quarantine
         }
-        units::prescan(ev) && units_more::prescan(ev)
+        // sealed data holds placeholders: its shapes are checked once it is opened
+        !ev.sealed.is_empty() || (units::prescan(ev) && units_more::prescan(ev))
     }
+}
+
+/// The envelope of an event a Python unit reads, as `Folder.fold` documents it.
+fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
+    let p = ev.py.as_ref().expect("python_types events keep their PyParts");
+    let t = PyTuple::new(py, [
+        ev.session_id.as_str().into_pyobject(py)?.into_any(),
+        ev.seq.into_pyobject(py)?.into_any(),
+        ev.event_id.as_str().into_pyobject(py)?.into_any(),
+        ev.time.into_pyobject(py)?.into_any(),
+        ev.etype.as_str().into_pyobject(py)?.into_any(),
+        p.text.as_str().into_pyobject(py)?.into_any(),
+        ev.surface_op.into_pyobject(py)?.into_any(),
+        PyTuple::new(py, &p.source_event_seqs)?.into_any(),
+        ev.writer_id.as_str().into_pyobject(py)?.into_any(),
+        ev.writer_epoch.into_pyobject(py)?.into_any(),
+        ev.format_version.into_pyobject(py)?.into_any(),
+        pyo3::types::PyBool::new(py, ev.ignorable).to_owned().into_any(),
+        ev.turn_id.as_deref().into_pyobject(py)?.into_any(),
+        ev.step_id.as_deref().into_pyobject(py)?.into_any(),
+        ev.prev_event_id.as_deref().into_pyobject(py)?.into_any(),
+    ])?;
+    Ok(t.unbind())
 }
 
 /// The unit keys folded natively.
@@ -490,6 +817,16 @@ fn native_units() -> Vec<&'static str> {
 
 #[pymodule]
 fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Built with AES-NI/PCLMULQDQ enabled (the Makefile on x86-64): refuse a CPU
+    // without them instead of faulting on the first sealed part.
+    #[cfg(all(target_arch = "x86_64", target_feature = "aes"))]
+    if !(std::arch::is_x86_feature_detected!("aes")
+         && std::arch::is_x86_feature_detected!("pclmulqdq")) {
+        return Err(pyo3::exceptions::PyImportError::new_err(
+            "sessionstream_native was built for CPUs with AES-NI and PCLMULQDQ and this one \
+             lacks them: rebuild it without the Makefile's RUSTFLAGS \
+             (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
+    }
     m.add_class::<Folder>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     Ok(())

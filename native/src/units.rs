@@ -661,8 +661,18 @@ pub struct Ev {
     pub step_id: Option<String>,
     pub format_version: i64,
     pub prev_event_id: Option<String>,
-    pub sealed: bool,
+    /// Sealed content parts (schema v2), opened by the fold before the units read `data`.
+    pub sealed: Vec<crate::crypto::Part>,
     pub surface_op: u8, // SurfaceOp symbol index: 0 none, 1 append, 2 replace
+    /// For events a Python unit reads: what the Python event is built from (the record's
+    /// data text, source seqs), so it is not decoded a second time.
+    pub py: Option<Box<PyParts>>,
+}
+
+/// The envelope fields only the Python units read.
+pub struct PyParts {
+    pub text: String,
+    pub source_event_seqs: Vec<i64>,
 }
 
 fn plain_str(v: Option<&Value>) -> bool {

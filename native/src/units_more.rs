@@ -249,7 +249,7 @@ impl<T> Ordered<T> {
         self.items.iter().find(|(key, _)| key == k).map(|(_, v)| v)
     }
 
-    fn set(&mut self, k: &str, v: T) {
+    pub(crate) fn set(&mut self, k: &str, v: T) {
         match self.items.iter_mut().find(|(key, _)| key == k) {
             Some(slot) => slot.1 = v,
             None => self.items.push((k.to_string(), v)),
@@ -641,6 +641,7 @@ impl Todo {
 // -- business ----------------------------------------------------------------------------------
 
 /// The business fields, in canonical (sorted) order.
+pub(crate) const BUSINESS_FIELDS: [&str; 7] = FIELDS;
 const FIELDS: [&str; 7] =
     ["ambiguities", "approval", "filters", "goal", "metric", "plan_hash", "time"];
 const AMBIGUITIES: usize = 0;
@@ -987,7 +988,7 @@ mod tests {
             session_id: "s".into(), seq, event_id: format!("e{seq}"), time: seq,
             etype: etype.into(), data: parse_checked(data).unwrap(), writer_id: "w".into(),
             writer_epoch: 1, ignorable: false, turn_id: Some("t1".into()), step_id: None,
-            format_version: 1, prev_event_id: None, sealed: false, surface_op: 0,
+            format_version: 1, prev_event_id: None, sealed: Vec::new(), surface_op: 0, py: None,
         }
     }
 

@@ -170,6 +170,9 @@ class _Gen:
                                     "_cached": _cached, "_not_bool": _not_bool,
                                     "_not_bytes": _not_bytes, "_MISSING": _MISSING}
         self.n = 0
+        #: record name -> field -> expression on the object ("{}" is the object), for
+        #: writing from objects rather than record dicts (see _compile_event).
+        self.access: dict[str, dict[str, str]] = {}
 
     def var(self, stem: str) -> str:
         self.n += 1
@@ -238,9 +241,23 @@ class _Gen:
             self.value(schema["items"], y, d + 2, name)
             self.emit(d, 'ap(b"\\x00")')
         elif kind == "record":
+            access = self.access.get(str(schema.get("name", "")).rsplit(".", 1)[-1])
             for f in schema["fields"]:
                 fx = self.var("f")
-                if "default" in f:
+                if access is not None:
+                    # Read the field straight from the object (an Event, its Writer, a
+                    # SealedPart): no record dict is built. A field the object does not
+                    # have takes its default (a newer schema's optional field).
+                    expr = access.get(f["name"])
+                    if expr is None and "default" not in f:
+                        raise _NotCompiled(f["name"])
+                    if expr is None:
+                        default = self.var("_d")
+                        self.env[default] = f["default"]
+                        self.emit(d, f"{fx} = {default}")
+                    else:
+                        self.emit(d, f"{fx} = {expr.format(x)}")
+                elif "default" in f:
                     default = self.var("_d")
                     self.env[default] = f["default"]
                     self.emit(d, f"{fx} = {x}.get({f['name']!r}, {default})")
@@ -256,6 +273,42 @@ class _Gen:
 
 
 _MISSING = object()
+
+#: How the envelope's records read their fields from an Event, its Writer and its
+#: SealedParts (the writer schema's fields absent here take their defaults).
+_EVENT_ACCESS: dict[str, dict[str, str]] = {
+    "SessionEvent": {
+        **{n: "{}." + n for n in ("format_version", "session_id", "seq", "event_id", "time",
+                                  "type", "source_event_seqs", "writer", "ignorable",
+                                  "turn_id", "step_id", "prev_event_id", "sealed")},
+        "data": "{}.data_json()",
+        "surface_op": "{}.surface_op.value",
+    },
+    "Writer": {"id": "{}.id", "epoch": "{}.epoch"},
+    "SealedPart": {
+        **{n: "{}." + n for n in ("key_session", "origin_event_id", "paths", "nonce",
+                                  "ciphertext")},
+        "data_class": "{}.data_class.value",
+    },
+}
+
+
+def _compile_event(schema: Any) -> Callable[[Event, bytes], bytes]:
+    """Like :func:`_compile`, but the function reads an :class:`Event` itself (no record
+    dict per event); _NotCompiled when the schema has a field the Event cannot fill."""
+    gen = _Gen()
+    gen.access = _EVENT_ACCESS
+    if str(schema.get("name", "")).rsplit(".", 1)[-1] != "SessionEvent":
+        raise _NotCompiled(schema.get("name"))
+    gen.emit(0, "def write(v, header):")
+    gen.emit(1, "parts = [header]")
+    gen.emit(1, "ap = parts.append")
+    gen.value(schema, "v", 1, "")
+    gen.emit(1, 'return b"".join(parts)')
+    namespace = dict(gen.env)
+    exec(compile("\n".join(gen.lines), "<sessionstream event writer>", "exec"), namespace)
+    writer: Callable[[Event, bytes], bytes] = namespace["write"]
+    return writer
 
 
 def _compile(schema: Any) -> RecordWriter:
@@ -303,6 +356,11 @@ class AvroCodec:
             self._compiled: RecordWriter | None = _compile(self.writer.parsed)
         except _NotCompiled:
             self._compiled = None
+        try:
+            self._from_event: Callable[[Event, bytes], bytes] | None = _compile_event(
+                self.writer.parsed)
+        except _NotCompiled:
+            self._from_event = None
 
     @property
     def fingerprints(self) -> tuple[bytes, ...]:
@@ -311,6 +369,16 @@ class AvroCodec:
     def encode(self, event: Event, header: bytes | None = None) -> bytes:
         """The event as one single-object-encoded Avro record (``header``: another framing's
         header before the same body, e.g. :func:`confluent_header`)."""
+        from_event = self._from_event
+        if from_event is not None:
+            try:
+                return from_event(event, self._header if header is None else header)
+            except _WRITE_ERRORS as exc:
+                raise CodecError(
+                    f"cannot encode {event.type} seq {event.seq} of session "
+                    f"{event.session_id!r}: {type(exc).__name__}: {exc} (build events with "
+                    "make_event/Session)"
+                ) from exc
         w = event.writer
         record = {
             "format_version": event.format_version,

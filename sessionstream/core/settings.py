@@ -134,7 +134,7 @@ class Settings:
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
-    fold: str = "auto"  # replay's in-memory fold: auto | native (Rust extension) | python
+    fold: str = "auto"  # replay's and the kafka worker's fold: auto | native (Rust) | python
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     worker_instance: str | None = None  # static group membership (group.instance.id)

@@ -92,6 +92,10 @@ class SealedContentOpener:
                     f"session {event.session_id!r} seq {event.seq}: {exc}") from exc
         return decode_and_open
 
+    def seed_length(self, session_id: str) -> int | None:
+        """The seed length learnt from the session's ``session/start`` (None: not seen)."""
+        return self._seeds.get(session_id)
+
     def shredded(self, session_id: str) -> list[Unopened]:
         return list(self.unopened.get(session_id, ()))
 

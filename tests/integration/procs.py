@@ -87,8 +87,10 @@ class ProcessGroup:
         return proc
 
     def start_faust_worker(self, app: str, env: Mapping[str, str]) -> ManagedProcess:
-        return self.start_module("faust", "-A", app, "worker", "--without-web", "-l", "info",
-                                 env=env,
+        from streams.cli import faust_loop  # the loop `sessionstream worker` runs faust on
+
+        return self.start_module("faust", "--loop", faust_loop(), "-A", app, "worker",
+                                 "--without-web", "-l", "info", env=env,
                                  name=f"faust-{app}")
 
     def run_module(self, module: str, *args: str, env: Mapping[str, str] | None = None,

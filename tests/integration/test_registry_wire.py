@@ -208,6 +208,15 @@ async def test_the_dashboard_timeline_lists_a_session_written_in_both_framings(
             rows = (await (await client.get(
                 f"/api/sessions/{events[0].session_id}/timeline")).json())["rows"]
         assert [r["verdict"] for r in rows].count("corrupt") == len(events) - half
+        # the registry away while the page reads: 503 saying so, no row called corrupt
+        away = DashboardConfig(redis_url=settings.redis_url, keys=keys, block_ms=200,
+                               timeline=TimelineSource(
+                                   settings.kafka_bootstrap, topic, decode=reader_decode(
+                                       _reader_settings(settings, _closed_port_url()))))
+        async with TestClient(TestServer(create_app(away), host="127.0.0.1")) as client:
+            resp = await client.get(f"/api/sessions/{events[0].session_id}/timeline")
+            assert resp.status == 503
+            assert "unreachable" in (await resp.json())["error"]
     finally:
         await aredis.aclose()
 

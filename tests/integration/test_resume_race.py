@@ -196,7 +196,8 @@ def test_racing_writers_that_prove_nothing_before_their_first_flush_cannot_splic
     history. A writer whose first event lost its seq must not have its next events
     admitted on top of the winner's, and its flush() must name them."""
     resumers = Resumers(race_cfg, 2)
-    tally = {"sessions": 0, "writers": 0, "flush_ok": 0, "fenced": 0, "histories": 0}
+    tally = {"sessions": 0, "writers": 0, "flush_ok": 0, "fenced": 0, "histories": 0,
+             "lost_before_writing": 0}
     try:
         for _ in range(ROUNDS):
             sid = _crashed_session(race_cfg)
@@ -206,8 +207,16 @@ def test_racing_writers_that_prove_nothing_before_their_first_flush_cannot_splic
             assert_one_chain(admitted)
             tally["histories"] += 1
             ids = {e.event_id for e in admitted}
+            assert any(r.get("open") == "ok" for r in results), results
             for r in results:
                 assert "unexpected" not in r, r
+                if r["open"] == "ResumeRaceLost":
+                    # A racer descheduled between its acquire and its read (a loaded
+                    # machine) finds the newer epoch's events already in the log: it is
+                    # told so and writes nothing.
+                    assert "took the session" in r["detail"], r
+                    tally["lost_before_writing"] += 1
+                    continue
                 assert r["open"] == "ok", r
                 tally["writers"] += 1
                 mine = [e in ids for e in r["appended"]]

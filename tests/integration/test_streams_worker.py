@@ -1,7 +1,9 @@
 """The projection worker (faust subprocesses) against the real Kafka and Redis.
 
 Every Redis view must equal the core's offline fold of the same log, whatever happens to
-the workers: crashes, restarts, rebalances, redeliveries.
+the workers: crashes, restarts, rebalances, redeliveries. The kafka engine runs over
+both fold paths: ``kafka`` with the native fold (required where the extension is built,
+as in CI) and ``kafka-python`` with ``SESSIONSTREAM_FOLD=python``.
 """
 
 from __future__ import annotations
@@ -32,14 +34,17 @@ from tests.integration.streams_helpers import (
 )
 
 APP = "streams.app:app"
-ENGINES = pytest.mark.parametrize("engine", ["faust", "kafka"])
+ENGINES = pytest.mark.parametrize("engine", ["faust", "kafka", "kafka-python"])
 
 
 def start_worker(procs: ProcessGroup, engine: str, env: dict[str, str]) -> Any:
-    """The same worker behind either engine (the tests hold for both)."""
+    """The same worker behind either engine and fold path (the tests hold for all)."""
     if engine == "faust":
         return procs.start_faust_worker(APP, env)
-    return procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+    fold = "python" if engine == "kafka-python" else (
+        "native" if native_fold.available() else "python")
+    return procs.start_module("streams.engine_kafka", env={**env, "SESSIONSTREAM_FOLD": fold},
+                              name="kafka-worker")
 
 
 @ENGINES
@@ -93,6 +98,9 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     assert {row["session_id"] for row in json.loads(out.stdout)} == set(logs)
     # a replay generation equals the live one, and readers switch to it
     worker.stop()
+    if engine != "faust":  # the fold path the worker ran
+        want = "native" if engine == "kafka" and native_fold.available() else "python"
+        assert f"fold: {want}" in worker.log_path.read_text(errors="replace")
     out = procs.run_module("streams.cli_main", "replay", "--json", env=env_cli, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -223,6 +224,16 @@ def test_the_as_of_seq_lag_counts_unseen_events_while_the_worker_is_stopped_and_
     assert {lag.partition: lag.seq for lag in stopped} == expected_seq
     assert all(v > 0 for v in expected_seq.values())
     assert {lag.partition: lag.offsets for lag in stopped} == expected_offsets
+    # the operator's view of the same, with no worker running
+    cli = procs.run_module("sessionstream.cli.main", "lag", "--json", env=env, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    rows = json.loads(cli.stdout)["partitions"]
+    assert {r["partition"]: (r["seq"], r["offsets"]) for r in rows} == {
+        p: (expected_seq[p], expected_offsets[p]) for p in expected_seq}
+    missing = procs.run_module("sessionstream.cli.main", "lag",
+                               env={**env, "SESSIONSTREAM_EVENTS_TOPIC": f"{topic}.none"})
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
     procs.start_module("streams.engine_kafka", env=env, name="kafka-worker-2")
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,

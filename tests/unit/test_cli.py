@@ -268,3 +268,14 @@ def test_docs_claims_about_the_envelope_hold(tmp_path: Path) -> None:
     no_turn[inside].pop("step_id", None)
     code, _out, err = run("log", "validate", str(write(tmp_path, no_turn, "b.jsonl")))
     assert code == 2 and f":{inside + 1}: " in err and "turn_id should be" in err, err
+
+
+def test_the_faust_worker_runs_on_uvloop_when_it_is_installed() -> None:
+    import importlib.util
+
+    from streams.cli import faust_loop
+
+    expected = "uvloop" if importlib.util.find_spec("uvloop") is not None else "aio"
+    assert faust_loop() == expected
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert "\"uvloop>=" in pyproject  # a dependency off Windows: installed by the project

@@ -466,7 +466,8 @@ def test_the_compiled_writer_writes_exactly_the_bytes_fastavro_writes(
 ) -> None:
     schema = {"v1": V1, "current": CURRENT, "next": _next()}[version]
     codec = AvroCodec([schema])
-    assert codec._compiled is not None  # every shipped layout is compiled
+    # every shipped layout is compiled, from record dicts and straight from events
+    assert codec._compiled is not None and codec._from_event is not None
     e = make_event(session_id=session_id, seq=seq, event_id="e", time=time, type=typ,
                    data=data, surface_op=op, source_event_seqs=sources,
                    writer=Writer("w", epoch), ignorable=ignorable, turn_id=turn_id,
@@ -477,9 +478,10 @@ def test_the_compiled_writer_writes_exactly_the_bytes_fastavro_writes(
                     sealed=[p.to_record() for p in e.sealed])
     if version == "next":
         rec["trace_id"] = None
-    expected = raw(schema, {k: v for k, v in rec.items() if k in
-                            {f["name"] for f in schema["fields"]}})
+    fields = {f["name"] for f in schema["fields"]}
+    expected = raw(schema, {k: v for k, v in rec.items() if k in fields})
     assert codec.encode(e) == expected
+    assert codec._compiled(rec, MAGIC + codec.writer.fingerprint) == expected
 
 
 def test_a_value_the_compiled_writer_cannot_write_is_a_codec_error_naming_the_event() -> None:
@@ -493,6 +495,6 @@ def test_a_schema_construct_the_compiled_writer_does_not_know_falls_back_to_fast
     odd = copy.deepcopy(CURRENT)
     odd["fields"].append({"name": "extra", "type": ["null", "long", "string"], "default": None})
     codec = AvroCodec([odd])
-    assert codec._compiled is None
+    assert codec._compiled is None and codec._from_event is None
     e = event()
     assert codec.decode(codec.encode(e)) == e

@@ -23,3 +23,17 @@ def test_an_index_written_before_runs_is_one_run_from_first_to_last() -> None:
 
 def test_unreadable_runs_fall_back_to_first_to_last() -> None:
     assert parse_runs("0:x ", "5", "6", 0, 6) == ((0, 6),)
+
+
+def test_only_admitted_offsets_outside_the_runs_are_repairs() -> None:
+    from producers.index import LogIndex
+    from producers.readback import ReadBack
+    from producers.resume import index_repairs
+
+    rb = ReadBack("s", 0, 0, 5000, offsets={f"e{o}": o for o in
+                                             (0, 5, 9, 2000, 2001, 4000, 4002)})
+    idx = LogIndex(0, 0, 2001, False, ((0, 9), (2000, 2001)))
+    assert index_repairs(rb, idx) == ((4000, 4002),)
+    assert index_repairs(rb, None) == ((0, 9), (2000, 2001), (4000, 4002))
+    other_partition = LogIndex(3, 0, 2001, False, ((0, 9000),))
+    assert len(index_repairs(rb, other_partition)) == 3

@@ -1,0 +1,197 @@
+"""The live worker's batch (``NativeFold.process``) against ``Processor.process``.
+
+Differential, over the in-memory sink (the integration tests run the same over Kafka
+and Redis): generated logs with faults (tests/unit/test_native_fold.py's strategy)
+are processed batch by batch by the Python processor and by the native fold, with
+worker restarts (the native fold continues each session from its stored row),
+rebalances (partitions forgotten) and a second worker that processes some batches
+first (redeliveries, and a stale cache whose writes the compare-and-set refuses);
+every Redis field, the feed, the index, the progress and the dead letters must be
+equal. With encryption, the sealed rows must open to the same texts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.simulate import simulate_session
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.keys import FileKeyStore
+from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.governance.rows import RowCipher, is_sealed
+from streams import native_fold
+from streams.memory import MemoryDeadLetters, MemorySink
+from streams.native_fold import NativeFold, _unit_of, live_driver
+from streams.processor import Processor
+from tests.unit.test_native_fold import _assert_same, _records, fleets
+from tests.unit.test_native_sealed import _sealed
+from tests.unit.test_streams_processor import processor
+
+if not native_fold.available():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must build the native extension (make install)")
+    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+
+
+def _batches(records: list[Record], sizes: list[int]) -> list[list[Record]]:
+    out, i, b = [], 0, 0
+    while i < len(records):
+        size = sizes[b % len(sizes)]
+        out.append(records[i:i + size])
+        i += size
+        b += 1
+    return out
+
+
+async def _live(records: list[Record], sizes: list[int], restarts: set[int],
+                others: set[int], forgets: set[int], make: Any, sink: MemorySink,
+                dlq: MemoryDeadLetters, missed: frozenset[int] = frozenset()) -> Any:
+    driver = make(processor_for(sink, dlq))
+    for b, batch in enumerate(_batches(records, sizes)):
+        if b in restarts:
+            driver = make(processor_for(sink, dlq))  # a restarted worker: empty caches
+        if b in others or b in missed:
+            # another worker (after a rebalance this one missed) folds the batch first
+            await processor_for(sink, dlq).process(batch)
+        if b in missed:
+            continue  # and this one never sees it: its next write is based on an old row
+        if b in forgets:
+            driver.forget([(batch[0].topic, batch[0].partition)])
+        await driver.process(batch)
+    return driver
+
+
+_PIPELINE: dict[str, Any] = {}
+
+
+def processor_for(sink: MemorySink, dlq: MemoryDeadLetters) -> Processor:
+    make = _PIPELINE.get("make")
+    if make is None:
+        proc = processor(sink, dead_letters=dlq)
+    else:
+        pipeline, rows = make()
+        proc = Processor(pipeline=pipeline, sink=sink, group="g", dead_letters=dlq, rows=rows)
+    if "chunk" in _PIPELINE:  # items per row chunk (ADR 0013): small ones cross chunks
+        proc.codec.chunk = _PIPELINE["chunk"]
+    return proc
+
+
+def _run(records: list[Record], sizes: list[int], restarts: set[int], others: set[int],
+         forgets: set[int], missed: frozenset[int] = frozenset()
+         ) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
+    py_sink, na_sink = MemorySink(), MemorySink()
+    py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
+    asyncio.run(_live(records, sizes, restarts, others, forgets, lambda p: p, py_sink, py_dlq,
+                      missed))
+    na = asyncio.run(_live(records, sizes, restarts, others, forgets, NativeFold, na_sink,
+                           na_dlq, missed))
+    return (py_sink, na_sink, py_dlq, na_dlq), na
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.sets(st.integers(1, 10), max_size=2), st.sets(st.integers(1, 10), max_size=2),
+       st.sets(st.integers(1, 10), max_size=2), st.frozensets(st.integers(1, 10), max_size=2))
+def test_the_live_native_batch_equals_the_python_batch_with_restarts_and_rebalances(
+        case: tuple[list[Record], list[int], set[int], int], restarts: set[int],
+        others: set[int], forgets: set[int], missed: frozenset[int]) -> None:
+    records, sizes, _, chunk = case
+    _PIPELINE.clear()
+    _PIPELINE["chunk"] = chunk
+    (py_sink, na_sink, py_dlq, na_dlq), _ = _run(records, sizes, restarts, others, forgets,
+                                                 missed)
+    # The feed as readers use it: de-duplicated by entry (a redelivered batch re-emits an
+    # entry, and after a missed rebalance the two paths may re-emit a different number
+    # of times); rows, index, change records, progress and dead letters are exact.
+    for gen in py_sink.feed:
+        assert set(py_sink.feed[gen]) == set(na_sink.feed.get(gen, []))
+    py_sink.feed = na_sink.feed = {}
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+
+
+def _fleet_records() -> list[Record]:
+    rng = random.Random(21)
+    logs = {f"w{i}": simulate_session(rng, f"w{i}", turns=4, compact_every=2, failures=0.2)
+            for i in range(6)}
+    merged = [(e, sid) for k in range(max(map(len, logs.values())))
+              for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
+    return _records(merged, 3)
+
+
+def test_a_restarted_native_worker_continues_stored_sessions_natively() -> None:
+    _PIPELINE.clear()
+    records = _fleet_records()
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(records, [41], {4}, set(), set())
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()  # loaded from their rows, not handed to Python
+    assert na.folder.sessions == 6
+
+
+def test_a_stale_cache_is_refused_and_refolded_as_in_python() -> None:
+    _PIPELINE.clear()
+    records = _fleet_records()
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(records, [37], set(), {3}, set(),
+                                                  frozenset({6, 9}))
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()  # native again after the Python refold
+
+
+async def _conflicts() -> int:
+    sink, dlq = MemorySink(), MemoryDeadLetters()
+    na = NativeFold(processor_for(sink, dlq))
+    conflicts = 0
+    for b, batch in enumerate(_batches(_fleet_records(), [37])):
+        if b == 6:
+            await processor_for(sink, dlq).process(batch)
+            continue
+        conflicts += (await na.process(batch)).conflicts
+    return conflicts
+
+
+def test_the_stale_cache_case_does_meet_refused_writes() -> None:
+    _PIPELINE.clear()
+    assert asyncio.run(_conflicts()) > 0
+
+
+def test_live_sealed_content_and_sealed_rows_fold_as_in_python(tmp_path: Path) -> None:
+    store = FileKeyStore(tmp_path / "keys")
+    cipher = ContentCipher(store, "default")
+    rng = random.Random(5)
+    logs = {f"x{i}": _sealed(cipher, simulate_session(rng, f"x{i}", turns=3)) for i in range(4)}
+    merged = [(e, sid) for k in range(max(map(len, logs.values())))
+              for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
+    rows = RowCipher(cipher)
+    _PIPELINE["make"] = lambda: (ReaderPipeline.default(
+        opener=SealedContentOpener(ContentCipher(store, "default"))), rows)
+    try:
+        (py_sink, na_sink, _, _), na = _run(_records(merged, 2), [23], {3}, set(),
+                                                      set())
+    finally:
+        _PIPELINE.clear()
+    assert na._python == set()
+
+    def opened(sink: MemorySink) -> dict[Any, dict[str, str | None]]:
+        out: dict[Any, dict[str, str | None]] = {}
+        for (gen, sid), h in sink.hashes.items():
+            out[(gen, sid)] = {k: rows.open(sid, _unit_of(k), k, v) if _unit_of(k) else v
+                               for k, v in h.items()}
+        return out
+    assert opened(na_sink) == opened(py_sink)
+    surface = na_sink.hashes[(1, "x1")]["view:surface"]
+    assert is_sealed(surface) and is_sealed(na_sink.hashes[(1, "x1")]["state:turns"])
+    assert not is_sealed(na_sink.hashes[(1, "x1")]["view:index"])
+
+
+def test_the_fold_setting_selects_the_live_driver() -> None:
+    proc = processor(MemorySink())
+    assert live_driver(proc, "python") is proc
+    assert isinstance(live_driver(proc, "native"), NativeFold)
+    assert isinstance(live_driver(proc, "auto"), NativeFold)

@@ -1,0 +1,188 @@
+"""Sealed content opened by the native fold (AES-256-GCM in the extension) == Python.
+
+Differential, as tests/unit/test_native_fold.py: the same sealed records are folded by
+the Python processor (its pipeline's content opener) and by the native path (the
+extension opens them with the data keys the Python key store unwraps); every Redis
+field, the feed, the index and the dead letters must be equal. Covered: forks whose
+seed is sealed with the parent's keys, crypto-shredded classes (the deleted content
+must not come back: placeholders only), missing keys, tampered and moved ciphertext
+(the Python opener's quarantine, reason included), and generated logs with faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.core.codec import decode, encode
+from sessionstream.core.events import Event
+from sessionstream.core.fork import fork
+from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.privacy import DELETED_TEXT, UNAVAILABLE_TEXT, DataClass
+from sessionstream.core.session import Session
+from sessionstream.core.simulate import simulate_session
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.keys import FileKeyStore
+from sessionstream.governance.opener import SealedContentOpener
+from streams import native_fold
+from streams.memory import MemoryDeadLetters, MemorySink
+from streams.native_fold import NativeFold
+from tests.unit.test_native_fold import _assert_same, _fold, _records, fleets
+from tests.unit.test_streams_processor import processor
+
+if not native_fold.available():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must build the native extension (make install)")
+    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+
+
+def _sealed(cipher: ContentCipher, events: list[Event],
+            origins: dict[int, tuple[str, str]] | None = None) -> list[Event]:
+    out = []
+    for ev in events:
+        origin = (origins or {}).get(ev.seq)
+        clear, parts = cipher.seal(ev, origin=origin)
+        out.append(clear.replace(sealed=parts) if parts else clear)
+    return out
+
+
+def _run(records: list[Record], sizes: list[int], flushes: set[int], store: FileKeyStore,
+         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], NativeFold]:
+    """Fold with two pipelines (each its own opener) over the same key store."""
+    def pipeline() -> ReaderPipeline:
+        return ReaderPipeline.default(opener=SealedContentOpener(ContentCipher(store, "default")))
+    py_sink, na_sink = MemorySink(), MemorySink()
+    py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
+    py = processor(py_sink, pipeline(), dead_letters=py_dlq)
+    na = NativeFold(processor(na_sink, pipeline(), dead_letters=na_dlq))
+    if chunk is not None:
+        py.codec.chunk = na.proc.codec.chunk = chunk
+    asyncio.run(_fold(py, records, sizes, flushes))
+    asyncio.run(_fold(na, records, sizes, flushes))
+    return (py_sink, na_sink, py_dlq, na_dlq), na
+
+
+def _values(sink: MemorySink, sid: str) -> str:
+    return "\n".join(v for (_, s), h in sink.hashes.items() if s == sid for v in h.values())
+
+
+def _fleet(store: FileKeyStore) -> tuple[dict[str, list[Event]], list[tuple[Event, str]]]:
+    cipher = ContentCipher(store, "default")
+    rng = random.Random(11)
+    clear = {f"e{i}": simulate_session(rng, f"e{i}", turns=3, compact_every=2, failures=0.2)
+             for i in range(4)}
+    logs = {sid: _sealed(cipher, evs) for sid, evs in clear.items()}
+    parent = Session.from_events(clear["e0"]) if hasattr(Session, "from_events") else None
+    if parent is not None:
+        seed_at = next(i for i, e in enumerate(clear["e0"])
+                       if i > 2 and e.type == "turn/end") + 1
+        child = fork(parent, "e0-fork", at=seed_at, writer=clear["e0"][0].writer)
+        origins = {e.seq: ("e0", clear["e0"][e.seq].event_id) for e in child.events[1:-1]}
+        logs["e0-fork"] = _sealed(cipher, list(child.events), origins)
+    merged = [(e, sid) for k in range(max(map(len, logs.values())))
+              for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
+    return clear, merged
+
+
+def test_sealed_sessions_are_opened_natively_and_fold_as_in_python(tmp_path: Path) -> None:
+    store = FileKeyStore(tmp_path / "keys")
+    clear, merged = _fleet(store)
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 3), [53], {2}, store)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert sum(bool(e.sealed) for e, _ in merged) > len(merged) // 3
+    assert na._python == set()  # opened in the extension: nothing handed to Python
+    message = next(e for e in clear["e1"] if e.type == "user/message")
+    assert str(message.data["content"])[:40] in _values(na_sink, "e1")
+
+
+def test_a_shredded_class_reads_as_deleted_and_its_content_stays_gone(tmp_path: Path) -> None:
+    store = FileKeyStore(tmp_path / "keys")
+    clear, merged = _fleet(store)
+    store.shred("default", "e1", (DataClass.SURFACE, DataClass.RAW), principal="t",
+                reason="test")
+    store.shred("default", "e0", (DataClass.SURFACE,), principal="t", reason="test")
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 2), [29], {1, 4}, store)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()
+    folded = _values(na_sink, "e1")
+    assert DELETED_TEXT in folded
+    for e in clear["e1"]:
+        if e.type in ("user/message", "assistant/message") and e.data.get("content"):
+            assert str(e.data["content"]) not in folded
+    # the fork's inherited seed was sealed with e0's keys: deleting e0 reaches it
+    if "e0-fork" in {s for _, s in merged}:
+        assert DELETED_TEXT in _values(na_sink, "e0-fork")
+
+
+def test_missing_keys_read_as_unavailable_as_in_python(tmp_path: Path) -> None:
+    _, merged = _fleet(FileKeyStore(tmp_path / "keys"))
+    elsewhere = FileKeyStore(tmp_path / "another-node")  # has none of these keys
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 2), [40], set(), elsewhere)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()
+    assert UNAVAILABLE_TEXT in _values(na_sink, "e2")
+
+
+def _tamper(ev: Event, how: str, other: Event | None = None) -> Event:
+    part = ev.sealed[0]
+    if how == "flip":
+        ct = bytes([part.ciphertext[0] ^ 1]) + part.ciphertext[1:]
+        moved = type(part)(part.data_class, part.key_session, part.origin_event_id,
+                           part.paths, part.nonce, ct)
+        return ev.replace(sealed=(moved, *ev.sealed[1:]))
+    assert other is not None  # a part sealed for another event of the session
+    return ev.replace(sealed=other.sealed)
+
+
+@pytest.mark.parametrize("how", ["flip", "moved"])
+def test_tampered_or_moved_ciphertext_quarantines_as_the_python_opener(
+        tmp_path: Path, how: str) -> None:
+    store = FileKeyStore(tmp_path / "keys")
+    _, merged = _fleet(store)
+    sealed = [i for i, (e, s) in enumerate(merged) if s == "e2" and e.sealed
+              and e.type == "user/message"]
+    victim, donor = sealed[1], sealed[0]
+    ev = merged[victim][0]
+    merged[victim] = (_tamper(ev, how, merged[donor][0]), "e2")
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 2), [31], {3}, store)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    meta = na_sink.hashes[(1, "e2")]["meta"]
+    assert '"content_unavailable"' in meta
+    assert na._python == {"e2"}  # handed to the Python opener, which gave the verdict
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.sets(st.sampled_from(list(DataClass))), st.booleans())
+def test_native_open_equals_python_on_generated_sealed_logs(
+        case: tuple[list[Record], list[int], set[int], int], shred: set[DataClass],
+        tamper: bool) -> None:
+    records, sizes, flushes, chunk = case
+    with tempfile.TemporaryDirectory() as tmp:
+        store = FileKeyStore(Path(tmp) / "keys")
+        cipher = ContentCipher(store, "default")
+        out = []
+        for r in records:
+            try:
+                ev = decode(r.value or b"")
+            except Exception:
+                out.append(r)  # corrupt on purpose: stays a dead letter
+                continue
+            if ev.format_version > 1 or ev.type.startswith("alien/"):
+                out.append(r)
+                continue
+            sealed = cipher.seal_event(ev)
+            if tamper and sealed.sealed and sealed.session_id == "s0" and sealed.seq % 5 == 3:
+                sealed = _tamper(sealed, "flip")
+            out.append(Record(r.topic, r.partition, r.offset, r.key, encode(sealed)))
+        if shred:
+            store.shred("default", "s0", tuple(shred), principal="t", reason="test")
+        (py_sink, na_sink, py_dlq, na_dlq), _ = _run(out, sizes, flushes, store, chunk)
+        _assert_same(py_sink, na_sink, py_dlq, na_dlq)
