@@ -130,6 +130,8 @@ pub fn compaction(c: &Compaction, marks: &mut Marks, chunk: usize) -> (String, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units_more::ResultRow;
+    use std::sync::Arc;
 
     #[test]
     fn parts_start_at_the_chunk_of_the_first_unwritten_item() {
@@ -142,5 +144,30 @@ mod tests {
         assert_eq!(view, "{\"counts\":{},\"unknown_updates\":0}");
         assert_eq!(state, "{\"unknown_updates\":0}");
         assert_eq!(parts, vec![("items", 0, 0, Vec::<String>::new())]);
+    }
+
+    fn result(cid: &str, op: Option<&str>) -> Arc<ResultRow> {
+        Arc::new(ResultRow { call_id: cid.into(), operation_id: op.map(str::to_string),
+                             text: format!("{{\"call_id\":\"{cid}\"}}") })
+    }
+
+    #[test]
+    fn tools_give_only_the_chunks_after_the_last_write_and_keep_every_result_item() {
+        let mut t = Tools::default();
+        let mut marks = Marks::default();
+        for i in 0..5 {
+            t.results.push(result(if i == 3 { "c0" } else { ["c0", "c1", "c2", "c3", "c4"][i] },
+                                  (i % 2 == 0).then_some("op")));
+        }
+        let (_, _, parts) = tools(&t, &mut marks, 2);
+        let by_id = &parts[1];
+        assert_eq!((by_id.0, by_id.1, by_id.2, by_id.3.len()), ("results_by_id", 5, 0, 5));
+        assert_eq!(by_id.3[3], "\"c0\":{\"call_id\":\"c0\"}"); // a repeated call id stays
+        assert_eq!(parts[2].3[1], ""); // no operation id: an empty item, still counted
+        t.results.push(result("c5", None));
+        let (_, _, parts) = tools(&t, &mut marks, 2);
+        assert_eq!((parts[0].1, parts[0].2, parts[0].3.len()), (6, 4, 2)); // from chunk 2
+        let (_, _, parts) = tools(&t, &mut marks, 2);
+        assert_eq!((parts[0].2, parts[0].3.len()), (6, 0)); // nothing new
     }
 }
