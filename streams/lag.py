@@ -10,7 +10,8 @@ partitions, ``sessionstream lag`` prints it:
   progress has reached its offset; otherwise its ``seq`` − the ``as_of_seq`` readers see
   for its session (−1 for a session with no row yet): how many events of the most
   recently written session are not yet visible. None when that record is no
-  sessionstream record (a dead letter: the offsets lag still counts it).
+  sessionstream record (a dead letter: the offsets lag still counts it) or did not
+  arrive within :data:`TIMEOUT_S`.
 
 Cost per measurement: one watermark query and one fetch of one record per partition,
 one Redis round trip for the progress and one for the rows; the engines measure at most
@@ -56,6 +57,24 @@ class Newest:
     seq: int | None
 
 
+def partition_lag(partition: int, high: int, progress: int, newest: Newest | None,
+                  as_of_seq: int | None) -> PartitionLag:
+    """Both lags of one partition (the definitions of the module docstring).
+
+    ``newest``: the record at ``high - 1`` (None: the partition is empty, or it was not
+    fetched in time); ``as_of_seq``: its session's, None when the session has no row.
+    """
+    offsets = max(0, high - progress - 1)
+    seq: int | None
+    if offsets == 0:
+        seq = 0  # every record is in Redis: readers see all there is
+    elif newest is None or newest.session_id is None or newest.seq is None:
+        seq = None  # unmeasured: not fetched, or no sessionstream record
+    else:
+        seq = max(0, newest.seq - (-1 if as_of_seq is None else as_of_seq))
+    return PartitionLag(partition, high, progress, offsets, seq)
+
+
 class LagProbe:
     """Measures :class:`PartitionLag` of ``topic`` for the consumer group ``group``."""
 
@@ -95,14 +114,9 @@ class LagProbe:
         out = []
         for p, (high, n) in sorted(newest.items()):
             done = progress.get(f"{self.topic}:{p}", -1)
-            seq: int | None = 0
-            if n is not None and done < n.offset:
-                if n.session_id is None or n.seq is None:
-                    seq = None
-                else:
-                    row = rows.get(n.session_id) or {}
-                    seq = max(0, n.seq - SessionRow.as_of_seq(row))
-            out.append(PartitionLag(p, high, done, max(0, high - done - 1), seq))
+            row = rows.get(n.session_id) if n is not None and n.session_id else None
+            out.append(partition_lag(p, high, done, n,
+                                     None if row is None else SessionRow.as_of_seq(row)))
         return out
 
     # -- Kafka (runs in a thread) --------------------------------------------------------

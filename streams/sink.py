@@ -80,6 +80,25 @@ end
 return out
 """)
 
+# The tenant's part of a batch in one call (ADR 0013). KEYS: session index, change feed,
+# progress hash (one slot: all carry the tenant's hash tag). ARGV[1] the feed maxlen,
+# ARGV[2] n, then per session: id, activity ms, change entry; then progress field/offset
+# pairs. ZADD GT: a member's score never moves back; progress only moves forward.
+WRITE_TENANT_LUA = lua("""
+local n = tonumber(ARGV[2])
+for i = 3, 2 + 3 * n, 3 do
+  redis.call('ZADD', KEYS[1], 'GT', ARGV[i + 1], ARGV[i])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', $CHANGE, ARGV[i + 2])
+end
+for i = 3 + 3 * n, #ARGV, 2 do
+  local cur = tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '-1')
+  if tonumber(ARGV[i + 1]) > cur then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+""")
+
 # KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
 PROGRESS_MAX_LUA = """
 for i = 1, #ARGV, 2 do
@@ -166,6 +185,7 @@ class RedisSink:
         #: False: one script call per session in a pipeline (before ADR 0013; benches)
         self.one_call = one_call
         self._progress = Script(PROGRESS_MAX_LUA)
+        self._tenant = Script(WRITE_TENANT_LUA)
 
     async def generation(self) -> int:
         raw = await self.retry.run(
@@ -257,14 +277,23 @@ class RedisSink:
             args += [tp, off]
         if not writes and not args:
             return
+        if self.one_call:
+            targs: list[Any] = [self.feed_maxlen, len(writes)]
+            for w in writes:
+                targs += [w.session_id, w.activity_ms, _change_entry(w)]
+            targs += args
+            await self.retry.run("tenant write", lambda: self._tenant(
+                self.redis, [index, feed, pkey], targs))
+            return
         if args and self._progress.sha is None:
             self._progress.sha = await self.retry.run(
                 "script load", lambda: self.redis.script_load(self._progress.source))
 
         async def op() -> None:
-            # One round trip: index, feed and progress share the tenant's hash tag (one
-            # slot), so this is one pipeline. Each part is idempotent. On a cluster
-            # redis-py refuses EVALSHA in a pipeline: the progress script follows it.
+            # (Before ADR 0013; benches.) One round trip: index, feed and progress share
+            # the tenant's hash tag (one slot), so this is one pipeline. Each part is
+            # idempotent. On a cluster redis-py refuses EVALSHA in a pipeline: the
+            # progress script follows it.
             async with self.redis.pipeline(transaction=False) as pipe:
                 if writes:
                     # GT: an existing member's score never moves back; new members are added.

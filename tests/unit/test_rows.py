@@ -22,12 +22,13 @@ from streams import sink
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
-LUA_TOKENS = {"GET", "HGET", "HSET", "HDEL", "HMGET", "HSETNX", "XADD", "INCR", "EXISTS",
-              "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
+LUA_TOKENS = {"GET", "HGET", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD", "INCR",
+              "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
     "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
+    "sink.WRITE_TENANT_LUA": sink.WRITE_TENANT_LUA,
     "lease._ACQUIRE": lease._ACQUIRE,
     "lease._RENEW": lease._RENEW,
     "lease._CHECK": lease._CHECK,
