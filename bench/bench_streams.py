@@ -80,8 +80,18 @@ FAUST_VARIANTS = {
 }
 
 
+#: kafka-engine fold paths by engine name (``--engines kafka-native,kafka-python``);
+#: plain ``kafka`` uses the default (auto: native when the extension is built).
+KAFKA_FOLDS = {"kafka": None, "kafka-native": "native", "kafka-python": "python"}
+
+
+def worker_env(engine: str, env: dict[str, str]) -> dict[str, str]:
+    fold = KAFKA_FOLDS.get(engine)
+    return {**env, Env.FOLD: fold} if fold else env
+
+
 def worker_cmd(engine: str, variant: str = "uvloop") -> list[str]:
-    if engine == "kafka":
+    if engine in KAFKA_FOLDS:
         return [sys.executable, "-m", "streams.engine_kafka"]
     loop, app = FAUST_VARIANTS[variant]
     return [sys.executable, "-m", "faust", "--loop", loop, "-A", app, "worker",
@@ -106,7 +116,7 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     wenv = {**env, Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: dlq,
             Env.STREAMS_GROUP: group, Env.KEY_PREFIX: prefix,
             Env.TRACE_STAGES: trace_path}
-    w = subprocess.Popen(worker_cmd(engine), env=wenv,
+    w = subprocess.Popen(worker_cmd(engine), env=worker_env(engine, wenv),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(w)
     feed = KeySpace(s.tenant, prefix).tenant_changes(1)
@@ -251,7 +261,7 @@ def main() -> None:
                 run = len(folds.get(name, []))
                 env.update({Env.STREAMS_GROUP: f"bench-{name}-{run}-{tag}",
                             Env.KEY_PREFIX: f"{prefix}-{name}" + (f"-{run}" if run else "")})
-                w = subprocess.Popen(worker_cmd(engine, variant), env=env,
+                w = subprocess.Popen(worker_cmd(engine, variant), env=worker_env(engine, env),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(w)
                 keys = KeySpace(s.tenant, env[Env.KEY_PREFIX])
