@@ -212,8 +212,48 @@ _CANONICAL = json.JSONEncoder(
 
 
 def canonical_dumps(value: JsonValue) -> str:
-    """Canonical JSON text: sorted keys, no spaces, UTF-8 kept as is."""
-    return _CANONICAL.encode(value)
+    """Canonical JSON text: sorted keys, no spaces, UTF-8 kept as is.
+
+    A mapping whose keys mix strings with numbers, booleans or null (a unit keying by a
+    value from event data that a writer's checks would have refused) cannot be sorted as
+    it is; its keys are then sorted by the JSON text each becomes, so such a record is
+    folded like any other instead of failing the batch's write.
+    """
+    try:
+        return _CANONICAL.encode(value)
+    except TypeError:
+        return _CANONICAL.encode(_text_keys(value))
+
+
+def json_key(key: object) -> str:
+    """The object key text JSON gives a str, int, float, bool or None key."""
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, float):
+        return float.__repr__(key)
+    return str(key)
+
+
+def sorted_map(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A copy in key order; keys of mixed kinds are ordered by their JSON text."""
+    try:
+        return dict(sorted(mapping.items()))
+    except TypeError:
+        return dict(sorted(mapping.items(), key=lambda kv: json_key(kv[0])))
+
+
+def _text_keys(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {json_key(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, FrozenList | list | tuple):
+        return [_text_keys(v) for v in value]
+    return value
 
 
 def loads(text: str) -> JsonValue:

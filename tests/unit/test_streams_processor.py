@@ -207,6 +207,36 @@ async def test_an_unknown_required_event_quarantines_only_its_session() -> None:
     assert views_of(sink, "s001") == offline_views(b)
 
 
+@pytest.mark.parametrize(("data", "counts"), [
+    ({"id": "x", "text": "y", "status": 3}, {"3": 1, "pending": 1}),  # a number beside strings
+    ({"id": 3, "text": "y", "status": "done"}, {"done": 1, "pending": 1}),  # an id keyed by
+])
+async def test_data_keys_of_mixed_kinds_fold_instead_of_failing_the_batch(
+        data: dict[str, Any], counts: dict[str, int]) -> None:
+    # Written past the writer's checks (another client): a unit that keys by a number
+    # next to strings must not make the batch's write fail (a poison record that would
+    # stop the partition); the session folds, keyed by the JSON text, and so do the others.
+    logs, _ = fleet(2)
+    a, b = logs["s000"], logs["s001"]
+    first = make_event(session_id="s000", seq=len(a), event_id="ok", time=1, type="todo/add",
+                       data={"id": "k", "text": "fine", "status": "pending"},
+                       writer=a[-1].writer, prev_event_id=a[-1].event_id)
+    odd = make_event(session_id="s000", seq=len(a) + 1, event_id="odd", time=2,
+                     type="todo/add", data=data, writer=a[-1].writer, prev_event_id="ok")
+    sink = MemorySink()
+    report = await processor(sink).process(as_records([*a, first, odd, *b], partitions=1))
+    assert report.quarantined == []
+    assert int(sink.hashes[(1, "s000")]["as_of_seq"]) == odd.seq
+    todo = views_of(sink, "s000")["todo"]
+    before = offline_views(a)["todo"]["counts"]
+    expected = dict(before)
+    for k, n in counts.items():
+        expected[k] = expected.get(k, 0) + n
+    assert todo["counts"] == expected
+    assert [i["id"] for i in todo["items"]][-2:] == ["k", data["id"]]
+    assert views_of(sink, "s001") == offline_views(b)
+
+
 async def test_an_unknown_ignorable_event_is_skipped() -> None:
     a = simulate_session(random.Random(3), "s1", turns=1)
     skip = make_event(session_id="s1", seq=len(a), event_id="ign", time=1, type="alien/note",

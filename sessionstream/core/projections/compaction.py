@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sessionstream.core.events import Event, SurfaceOp
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps, freeze, thaw
+from sessionstream.core.jsonvalue import (
+    FrozenMap,
+    JsonValue,
+    canonical_dumps,
+    freeze,
+    sorted_map,
+    thaw,
+)
 from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
@@ -129,7 +136,7 @@ class CompactionUnit(ProjectionUnit[CompactionState]):
         return {
             "open": state.open.to_json() if state.open else None,
             "attempts": [a.to_json() for a in state.attempts],
-            "outcomes": dict(sorted(state.outcomes.items())),
+            "outcomes": sorted_map(state.outcomes),
         }
 
     def dump(self, state: CompactionState) -> JsonValue:

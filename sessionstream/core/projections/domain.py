@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps, sorted_map
 from sessionstream.core.projections.base import Collection, ProjectionUnit
 
 
@@ -141,7 +141,7 @@ class TodoUnit(ProjectionUnit[TodoState]):
     def view(self, state: TodoState) -> JsonValue:
         return {
             "items": [i.to_json() for i in state],
-            "counts": dict(sorted(state.counts.items())),
+            "counts": sorted_map(state.counts),
             "unknown_updates": state.unknown_updates,
         }
 

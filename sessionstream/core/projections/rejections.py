@@ -13,7 +13,7 @@ from typing import Any
 
 from sessionstream.core.admission import REJECTIONS
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, freeze, thaw
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, freeze, sorted_map, thaw
 from sessionstream.core.projections.base import ProjectionUnit
 
 #: Rejections kept in full; older ones only count (a zombie writer can produce many).
@@ -69,7 +69,7 @@ class RejectionsUnit(ProjectionUnit[RejectionsState]):
     def view(self, state: RejectionsState) -> JsonValue:
         return {
             "total": state.total,
-            "by_verdict": dict(sorted(state.by_verdict.items())),
+            "by_verdict": sorted_map(state.by_verdict),
             "recent": [thaw(r) for r in state.recent],
         }
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps, sorted_map
 from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
@@ -141,7 +141,7 @@ class ToolsUnit(ProjectionUnit[ToolsState]):
                 r.operation_id: r.call_id for r in state.results if r.operation_id is not None
             },
             "abandoned": [_row(a) for a in state.abandoned],
-            "counts": dict(sorted(state.counts.items())),
+            "counts": sorted_map(state.counts),
         }
 
     def dump(self, state: ToolsState) -> JsonValue:

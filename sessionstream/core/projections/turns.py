@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps
+from sessionstream.core.jsonvalue import FrozenMap, JsonValue, canonical_dumps, sorted_map
 from sessionstream.core.projections.base import Collection, ProjectionUnit
 from sessionstream.core.projections.vec import Vec
 
@@ -99,7 +99,7 @@ class TurnsUnit(ProjectionUnit[TurnsState]):
         return {
             "open_turn": state.open.turn_id if state.open else None,
             "open_step": state.open_step,
-            "counts": dict(sorted(state.counts.items())),
+            "counts": sorted_map(state.counts),
             "total": len(turns),
             "turns": turns,
         }
