@@ -88,6 +88,10 @@ class KafkaEngine:
             "heartbeat.interval.ms": 1_000,
             "fetch.wait.max.ms": 5,  # latency: don't let the broker sit on small fetches
             "queued.min.messages": max(10_000, cfg.batch_max * 4),
+            # Once that queue is full librdkafka waits this long before its next fetch
+            # (1 s by default): a worker that folds faster than one refill drained the
+            # queue and then sat through the backoff, ~40% of a catch-up's wall time.
+            "fetch.queue.backoff.ms": 5,
         }
         if cfg.instance_id:
             # Static membership: a restarted worker with the same name gets its own
