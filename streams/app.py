@@ -1,4 +1,4 @@
-"""The faust engine of the projection worker (the default; kept small).
+"""The faust engine of the projection worker (supported and tested; kept small).
 
 Run: ``sessionstream worker`` (or ``python -m faust -A streams.app:app worker --without-web``).
 Configuration and wiring: ``streams.worker``. The other engine, ``streams.engine_kafka``,

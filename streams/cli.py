@@ -54,9 +54,10 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
 @click.option("--loglevel", "-l", default="info",
               type=click.Choice(["crit", "error", "warn", "info", "debug"]))
 @click.option("--engine", default=None, type=click.Choice(list(ENGINES)),
-              help="faust worker, or a confluent-kafka consumer loop driving the same "
-                   "processor (several times faster, see docs/adr/0003-faust-limits.md); "
-                   f"default: {Env.ENGINE} or faust")
+              help="kafka: a confluent-kafka consumer loop on the native fold when built; "
+                   "faust: the faust-streaming worker (same processor and guarantees, about "
+                   "a third of the throughput; docs/adr/0003-faust-limits.md); "
+                   f"default: {Env.ENGINE} or kafka")
 def worker_cmd(loglevel: str, engine: str | None) -> None:
     """Run the projection processor for the tenant's events topic."""
     s = settings()

@@ -1,4 +1,4 @@
-"""The end-to-end demo: a simulated agent fleet writes to Kafka, a faust worker folds
+"""The end-to-end demo: a simulated agent fleet writes to Kafka, the projection worker folds
 every projection into Redis, and the projections are read back from Redis.
 
 It is the composition of the real parts, nothing demo-only: `topics ensure`, the

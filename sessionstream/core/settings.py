@@ -351,7 +351,7 @@ class Settings:
             batch_max=_int(env, Env.BATCH_MAX, 500),
             batch_within_ms=_int(env, Env.BATCH_WITHIN_MS, 10),
             converge_sessions=_int(env, Env.CONVERGE_SESSIONS, 64),
-            engine=env.get(Env.ENGINE) or "faust",
+            engine=env.get(Env.ENGINE) or "kafka",
             log_level=_log_level(env.get(Env.LOGLEVEL) or "info"),
             trace_stages=Path(env[Env.TRACE_STAGES]) if env.get(Env.TRACE_STAGES) else None,
             kafka_security_protocol=(env.get(Env.KAFKA_SECURITY_PROTOCOL) or (
