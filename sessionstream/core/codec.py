@@ -300,14 +300,7 @@ def _compile_event(schema: Any) -> Callable[[Event, bytes], bytes]:
     gen.access = _EVENT_ACCESS
     if str(schema.get("name", "")).rsplit(".", 1)[-1] != "SessionEvent":
         raise _NotCompiled(schema.get("name"))
-    gen.emit(0, "def write(v, header):")
-    gen.emit(1, "parts = [header]")
-    gen.emit(1, "ap = parts.append")
-    gen.value(schema, "v", 1, "")
-    gen.emit(1, 'return b"".join(parts)')
-    namespace = dict(gen.env)
-    exec(compile("\n".join(gen.lines), "<sessionstream event writer>", "exec"), namespace)
-    writer: Callable[[Event, bytes], bytes] = namespace["write"]
+    writer: Callable[[Event, bytes], bytes] = _generate(gen, schema, "event writer")
     return writer
 
 
@@ -317,15 +310,19 @@ def _compile(schema: Any) -> RecordWriter:
     one generated function, no call per field (about 2.5x faster than fastavro's
     generic writer on this envelope, see tests/unit/test_codec.py for the equality)."""
     gen = _Gen()
+    return _generate(gen, schema, "envelope writer")
+
+
+def _generate(gen: _Gen, schema: Any, name: str) -> Any:
+    """Compile ``gen``'s one function writing ``schema`` after a header (both writers)."""
     gen.emit(0, "def write(v, header):")
     gen.emit(1, "parts = [header]")
     gen.emit(1, "ap = parts.append")
     gen.value(schema, "v", 1, "")
     gen.emit(1, 'return b"".join(parts)')
     namespace = dict(gen.env)
-    exec(compile("\n".join(gen.lines), "<sessionstream envelope writer>", "exec"), namespace)
-    writer: RecordWriter = namespace["write"]
-    return writer
+    exec(compile("\n".join(gen.lines), f"<sessionstream {name}>", "exec"), namespace)
+    return namespace["write"]
 
 
 class AvroCodec:
