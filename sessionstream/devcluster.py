@@ -137,7 +137,30 @@ def _signal_and_wait(pid: int, sig: signal.Signals, timeout: float) -> None:
         _wait_gone(pid, 10)
 
 
-class KafkaNode:
+class _NodeProcess:
+    """What the cluster's node processes share: stopping, killing, reaping by pid."""
+
+    _proc: subprocess.Popen[bytes] | None
+
+    def pid(self) -> int | None:
+        raise NotImplementedError
+
+    def kill(self) -> bool:
+        """SIGKILL: a crash, no controlled shutdown."""
+        return self._signal(signal.SIGKILL, 10)
+
+    def _signal(self, sig: signal.Signals, timeout: float) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_and_wait(pid, sig, timeout)
+        if self._proc is not None:
+            self._proc.poll()
+            self._proc = None
+        return True
+
+
+class KafkaNode(_NodeProcess):
     """One combined broker+controller of the cluster profile."""
 
     def __init__(self, cfg: ClusterConfig, node_id: int) -> None:
@@ -234,29 +257,10 @@ class KafkaNode:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """SIGTERM (a controlled shutdown: leadership moves first), SIGKILL after timeout."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        _signal_and_wait(pid, signal.SIGTERM, timeout)
-        self._reap()
-        return True
-
-    def kill(self) -> bool:
-        """SIGKILL: a crash, no controlled shutdown."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        _signal_and_wait(pid, signal.SIGKILL, 10)
-        self._reap()
-        return True
-
-    def _reap(self) -> None:
-        if self._proc is not None:
-            self._proc.poll()
-            self._proc = None
+        return self._signal(signal.SIGTERM, timeout)
 
 
-class RedisNode:
+class RedisNode(_NodeProcess):
     """One ``redis-server`` in cluster mode."""
 
     def __init__(self, cfg: ClusterConfig, port: int) -> None:
@@ -318,25 +322,7 @@ class RedisNode:
             time.sleep(0.1)
 
     def stop(self, timeout: float = 20.0) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        _signal_and_wait(pid, signal.SIGTERM, timeout)
-        self._reap()
-        return True
-
-    def kill(self) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        _signal_and_wait(pid, signal.SIGKILL, 10)
-        self._reap()
-        return True
-
-    def _reap(self) -> None:
-        if self._proc is not None:
-            self._proc.poll()
-            self._proc = None
+        return self._signal(signal.SIGTERM, timeout)
 
 
 class LocalCluster:

@@ -184,12 +184,7 @@ class NativeFold:
             item = proc.decode_item(records[i], report)
             if item is not None:  # Python reads what the extension refused: Python folds all
                 return await self._fold_in_python(records, native, report)
-        for sid, _partition, idxs in native:
-            if idxs and not self._apply_python_units(sid, idxs, envelopes):
-                self.folder.restore(sid)
-                handed.append((sid, [i for i, r in enumerate(records)
-                                     if _is_of(r, sid, proc.pipeline)]))
-                continue
+        for sid in self._python_units_or_hand_over(records, native, envelopes, handed):
             self._dirty[sid] = None
         if handed:
             await self._hand_over(gen, records, handed, report)
@@ -197,6 +192,21 @@ class NativeFold:
         await proc.send_dead_letters(report, high_tp)
         proc.note_unflushed(high_tp)
         return report
+
+    def _python_units_or_hand_over(self, records: Sequence[Record], native: Any,
+                                   envelopes: Any, handed: list[Any]) -> list[str]:
+        """Run the Python units over each natively folded session; a session they
+        cannot fold is restored in the extension and handed to the Python processor
+        (appended to ``handed`` with all its records). Returns the sessions kept."""
+        kept: list[str] = []
+        for sid, _partition, idxs in native:
+            if idxs and not self._apply_python_units(sid, idxs, envelopes):
+                self.folder.restore(sid)
+                handed.append((sid, [i for i, r in enumerate(records)
+                                     if _is_of(r, sid, self.proc.pipeline)]))
+                continue
+            kept.append(sid)
+        return kept
 
     def _apply_python_units(self, sid: str, idxs: list[int],
                             envelopes: Mapping[int, tuple[Any, ...]]) -> bool:
@@ -347,14 +357,7 @@ class NativeFold:
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
             handed += [(sid, [sub[j] for j in idxs]) for sid, idxs in h2]
             envelopes.update({sub[j]: t for j, t in e2.items()})
-        live: list[str] = []
-        for sid, _partition, idxs in native:
-            if idxs and not self._apply_python_units(sid, idxs, envelopes):
-                self.folder.restore(sid)
-                handed.append((sid, [i for i, r in enumerate(records)
-                                     if _is_of(r, sid, proc.pipeline)]))
-                continue
-            live.append(sid)
+        live = self._python_units_or_hand_over(records, native, envelopes, handed)
         if proc.on_stage is not None:
             proc.on_stage("folded")
         writes: list[SessionWrite] = []
