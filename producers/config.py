@@ -62,6 +62,9 @@ class WriterConfig:
     #: with its id at ``schema_registry_url``; readers detect either.
     wire: str = "single-object"
     schema_registry_url: str | None = None
+    #: Decode read-backs (resume, proofs, confirm) with the native extension's Avro
+    #: reader when it is installed; False (``Settings.fold`` "python"): fastavro only.
+    native_decode: bool = True
 
     @property
     def keys(self) -> KeySpace:
@@ -81,6 +84,7 @@ class WriterConfig:
             "attachment_dir": getattr(settings, "attachment_dir", None),
             "wire": getattr(settings, "wire", "single-object"),
             "schema_registry_url": getattr(settings, "schema_registry_url", None),
+            "native_decode": getattr(settings, "fold", "auto") != "python",
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()

@@ -23,6 +23,7 @@
 mod avro;
 mod chunks;
 mod crypto;
+mod decode;
 mod json;
 mod load;
 mod units;
@@ -828,6 +829,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
              (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
     }
     m.add_class::<Folder>()?;
+    m.add_class::<decode::Decoder>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     Ok(())
 }
