@@ -65,6 +65,9 @@ class WriterConfig:
     #: Decode read-backs (resume, proofs, confirm) with the native extension's Avro
     #: reader when it is installed; False (``Settings.fold`` "python"): fastavro only.
     native_decode: bool = True
+    #: The append path (``Settings.append``): "auto" (native when the extension serves
+    #: this writer), "native" (required), "python" (the reference); producers.native_append.
+    append: str = "auto"
 
     @property
     def keys(self) -> KeySpace:
@@ -85,6 +88,7 @@ class WriterConfig:
             "wire": getattr(settings, "wire", "single-object"),
             "schema_registry_url": getattr(settings, "schema_registry_url", None),
             "native_decode": getattr(settings, "fold", "auto") != "python",
+            "append": getattr(settings, "append", "auto"),
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()
