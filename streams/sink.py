@@ -110,6 +110,28 @@ end
 return 1
 """
 
+#: One script call writes at most this many sessions and about this many bytes of
+#: fields: a replay's flush of every session in one call took seconds on the server
+#: (past the socket timeout) and as long again to pack.
+CALL_SESSIONS = 256
+CALL_BYTES = 4 << 20
+
+
+def _slices(calls: Sequence[tuple[list[str], list[Any]]]) -> list[tuple[int, int]]:
+    """(lo, hi) index ranges of ``calls``, each within CALL_SESSIONS and CALL_BYTES."""
+    out: list[tuple[int, int]] = []
+    lo, size = 0, 0
+    for i, (_, args) in enumerate(calls):
+        n = sum(len(a) for a in args if isinstance(a, str))
+        if i > lo and (i - lo >= CALL_SESSIONS or size + n > CALL_BYTES):
+            out.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if lo < len(calls):
+        out.append((lo, len(calls)))
+    return out
+
+
 _RETRYABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError,
               rexc.TryAgainError, rexc.ClusterDownError, OSError)
 
@@ -219,8 +241,26 @@ class RedisSink:
             calls.append(([self.keys.session_row(w.session_id, gen),
                            self.keys.session_changes(w.session_id, gen)], args))
 
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        out: list[WriteOutcome] = []
+        for lo, hi in _slices(calls):
+            flat, tries = await self._write_calls(calls[lo:hi])
+            for j in range(0, len(flat), 2):
+                status, stored = names[int(flat[j])], int(flat[j + 1])
+                if status == "stale" and tries > 1 and stored == writes[lo + j // 2].last_offset:
+                    status = "applied"  # by the attempt whose reply was lost
+                out.append(WriteOutcome(status, stored))
+        return out
+
+    async def _write_calls(self, calls: Sequence[tuple[list[str], list[Any]]]
+                           ) -> tuple[list[Any], int]:
+        """One slice of a batch's session writes (retried); the reply and the attempts."""
+        tries = 0
+
         async def op() -> list[Any]:
             # Re-sending after a lost reply is safe: each session is idempotent by offset.
+            nonlocal tries
+            tries += 1
             if self._cluster:
                 return await self._cluster_calls(calls)
             if not self.one_call:
@@ -233,9 +273,7 @@ class RedisSink:
             return list(await self._write(self.redis, keys, args))
 
         flat = await self.retry.run("session writes", op)
-        names = {1: "applied", 0: "stale", -1: "conflict"}
-        return [WriteOutcome(names[int(flat[i])], int(flat[i + 1]))
-                for i in range(0, len(flat), 2)]
+        return flat, tries
 
     async def _pipelined(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         async with self.redis.pipeline(transaction=False) as pipe:
