@@ -25,6 +25,7 @@ mod chunks;
 mod crypto;
 mod json;
 mod load;
+mod rowseal;
 mod units;
 mod units_more;
 
@@ -829,5 +830,6 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_class::<Folder>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
     Ok(())
 }
