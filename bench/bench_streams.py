@@ -8,7 +8,8 @@
 
 Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline;
-2. worker fold throughput per engine (events/s, from its first write to caught up), ratio;
+2. worker fold throughput per engine (events/s, from its first write to caught up), ratio,
+   and the worker's CPU time per event over the same span (beside the raw loop's);
 3. in-process replay rate (confluent consumer + processor, events/s) and the ratio; with
    ``--replay-only`` each replay switches readers to its generation, so the next one
    (``--folds native,native``) compares every session with a full live generation;
@@ -60,6 +61,17 @@ def make_events(n: int, seed: int = 1) -> list:  # type: ignore[type-arg]
         out.extend(simulate_session(rng, f"bench-{i:05d}", turns=4))
         i += 1
     return out[:n]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc; 0 elsewhere): steadier
+    than wall time on a shared machine."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raw_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -272,7 +284,9 @@ def main() -> None:
             if args.keep:
                 print(f"kept: --topic {topic} --prefix {prefix}")
 
+            cpu_raw0 = time.process_time()
             raw = raw_consume(s.kafka_bootstrap, topic, n_events)
+            raw_cpu = time.process_time() - cpu_raw0
             print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
             env.update({Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: lat_topic})
@@ -295,6 +309,7 @@ def main() -> None:
                 while r.zcard(index) == 0:
                     time.sleep(0.01)
                 t0 = time.perf_counter()
+                cpu0 = cpu_seconds(w.pid)
                 last = {sid: seq for sid, seq in sessions.items()}
                 while True:
                     with r.pipeline(transaction=False) as pipe:
@@ -306,9 +321,12 @@ def main() -> None:
                         break
                     time.sleep(0.05)
                 fold = n_events / (time.perf_counter() - t0)
+                cpu = cpu_seconds(w.pid) - cpu0
                 folds.setdefault(name, []).append(fold)
                 print(f"{name} worker fold: {fold:,.0f} events/s  (ratio to raw "
-                      f"{fold / raw:.3f}, target >= 0.5)", flush=True)
+                      f"{fold / raw:.3f}, target >= 0.5); worker CPU "
+                      f"{cpu * 1e6 / n_events:.1f} us/event (raw consume "
+                      f"{raw_cpu * 1e6 / n_events:.1f})", flush=True)
                 w.terminate()
                 w.wait(30)
             if args.repeat > 1 and folds:

@@ -26,6 +26,8 @@ mod chunks;
 mod crypto;
 mod json;
 mod load;
+mod resp;
+mod rowseal;
 mod units;
 mod units_more;
 
@@ -831,5 +833,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
     Ok(())
 }
