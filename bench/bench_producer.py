@@ -1,7 +1,7 @@
 """Append-path benchmark: the session writer against a fair raw produce of the same run.
 
     PYTHONPATH=. python bench/bench_producer.py [--events 20000] [--sessions 200]
-        [--rounds 2]
+        [--rounds 2] [--append auto|native|python|both]
 
 For one session and for ``--sessions`` sessions appending round-robin in one process (a
 fleet agent: every writer shares the process's one librdkafka producer), with content
@@ -17,6 +17,10 @@ printed figures are the medians and the ratio is writer / raw (target >= 0.7x). 
 the wall-clock ratio: the CPU time of the producing thread per event (``thread_time``,
 librdkafka's own threads excluded: they do the same work for both), which stays steady
 on a loaded machine where wall-clock rates swing 3x.
+
+``--append`` picks the writer's append path (producers/native_append.py); ``both`` runs
+the native path and the Python reference in each round, so their figures are of the same
+run.
 
 Then the flush latency at a steady 1000 appends/s (flush every 50) against raw produce +
 ``Producer.flush`` of the same records at the same rate. The resume benchmark is
@@ -189,6 +193,19 @@ def cipher_in(directory: Path) -> ContentCipher:
                                                               create=True)), "default")
 
 
+def report(path: str, sessions: int, encrypted: bool, events: int, runs: list[Run]) -> None:
+    med = statistics.median
+    print(f"append ({path} path), {sessions} session(s), encryption "
+          f"{'on' if encrypted else 'off'}, {events} events of "
+          f"{runs[0].size} B: writer {med(r.writer for r in runs):,.0f}/s, fair "
+          f"raw produce {med(r.raw for r in runs):,.0f}/s, ratio "
+          f"{med(r.ratio for r in runs):.2f}x (target >= 0.7x; rounds "
+          f"{', '.join(f'{r.ratio:.2f}' for r in runs)}); thread CPU per event: "
+          f"writer {med(r.writer_cpu for r in runs):.1f} us, raw "
+          f"{med(r.raw_cpu for r in runs):.1f} us, CPU ratio "
+          f"{med(r.cpu_ratio for r in runs):.2f}x", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20_000)
@@ -196,6 +213,8 @@ def main() -> None:
                     help="sessions appending round-robin in the many-session figure")
     ap.add_argument("--rounds", type=int, default=2, help="runs per figure (medians)")
     ap.add_argument("--no-flush", action="store_true", help="skip the flush latency")
+    ap.add_argument("--append", choices=("auto", "native", "python", "both"), default="both",
+                    help="the writer's append path (both: native and python, same run)")
     args = ap.parse_args()
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
@@ -203,23 +222,19 @@ def main() -> None:
     topic = make_topic(admin, 12)
     keys = Path(tempfile.mkdtemp(prefix="ssbench-keys-"))
     try:
+        paths = ("native", "python") if args.append == "both" else (args.append,)
         for encrypted in (False, True):
-            cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=topic,
-                               redis_url=s.redis_url, key_prefix=prefix,
-                               cipher=cipher_in(keys) if encrypted else None)
             for sessions in (1, args.sessions):
-                runs = [bench_throughput(cfg, args.events, sessions)
-                        for _ in range(args.rounds)]
-                med = statistics.median
-                print(f"append, {sessions} session(s), encryption "
-                      f"{'on' if encrypted else 'off'}, {args.events} events of "
-                      f"{runs[0].size} B: writer {med(r.writer for r in runs):,.0f}/s, fair "
-                      f"raw produce {med(r.raw for r in runs):,.0f}/s, ratio "
-                      f"{med(r.ratio for r in runs):.2f}x (target >= 0.7x; rounds "
-                      f"{', '.join(f'{r.ratio:.2f}' for r in runs)}); thread CPU per event: "
-                      f"writer {med(r.writer_cpu for r in runs):.1f} us, raw "
-                      f"{med(r.raw_cpu for r in runs):.1f} us, CPU ratio "
-                      f"{med(r.cpu_ratio for r in runs):.2f}x", flush=True)
+                by_path: dict[str, list[Run]] = {p: [] for p in paths}
+                for _ in range(args.rounds):
+                    for path in paths:
+                        cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=topic,
+                                           redis_url=s.redis_url, key_prefix=prefix,
+                                           cipher=cipher_in(keys) if encrypted else None,
+                                           append=path)
+                        by_path[path].append(bench_throughput(cfg, args.events, sessions))
+                for path, runs in by_path.items():
+                    report(path, sessions, encrypted, args.events, runs)
         if not args.no_flush:
             cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=topic,
                                redis_url=s.redis_url, key_prefix=prefix)

@@ -62,6 +62,9 @@ class WriterConfig:
     #: with its id at ``schema_registry_url``; readers detect either.
     wire: str = "single-object"
     schema_registry_url: str | None = None
+    #: The append path (``Settings.append``): "auto" (native when the extension serves
+    #: this writer), "native" (required), "python" (the reference); producers.native_append.
+    append: str = "auto"
 
     @property
     def keys(self) -> KeySpace:
@@ -81,6 +84,7 @@ class WriterConfig:
             "attachment_dir": getattr(settings, "attachment_dir", None),
             "wire": getattr(settings, "wire", "single-object"),
             "schema_registry_url": getattr(settings, "schema_registry_url", None),
+            "append": getattr(settings, "append", "auto"),
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()

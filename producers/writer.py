@@ -47,6 +47,7 @@ from producers.errors import (
 from producers.kafka import DeliveryState
 from producers.lease import Lease
 from producers.limits import ENVELOPE_OVERHEAD, size_bound
+from producers.native_append import append_path
 from producers.readback import ReadBack, Rejection, read_session
 from producers.resume import AdmissionProof, read_back, read_log
 from sessionstream.core.catalog import Catalog
@@ -129,6 +130,9 @@ class SessionWriter:
             self._store = SealedAttachmentStore(edges.cfg.attachment_dir, cipher,
                                                 session.session_id)
         self._limit = edges.limit()
+        #: The append path (native or the Python reference; producers.native_append).
+        self._path = append_path(edges.cfg.append, edges.encode, edges.cfg.cipher,
+                                 session.session_id)
         self._sender = edges.sender
         stats = edges.cfg.stats
         if stats is not None:
@@ -414,8 +418,18 @@ class SessionWriter:
                 step_id=step_id,
             )
         draft = self._spill(draft)
-        self._precheck_size(draft)
-        event = self.session.append(draft)
+        prepared = self._path.freeze(draft.data)
+        if prepared is None:  # the reference path (or data the native one declines)
+            self._precheck_size(draft)
+            event = self.session.append(draft)
+        else:
+            frozen, text, size = prepared  # checked, frozen and rendered in one walk
+            if size + ENVELOPE_OVERHEAD > self._limit:
+                raise MessageTooLarge(
+                    f"{draft.type} data of session {self.session_id} is {size} bytes; the "
+                    f"topic accepts at most {self._limit} per record",
+                )
+            event = self.session.append_checked(draft, frozen, text)
         self._produce(event)
         return event
 
@@ -448,10 +462,8 @@ class SessionWriter:
             )
 
     def _produce(self, event: Event) -> None:
-        cipher = self._e.cfg.cipher
-        wire = event if cipher is None else cipher.seal_event(
-            event, origin=self._origins.get(event.seq))
-        value = self._e.encode(wire)
+        value = self._path.record(event, self._origins.get(event.seq) if self._origins
+                                  else None)
         if len(value) + len(self._key) > self._limit:
             # The session already holds the event: this writer cannot continue safely.
             self._closed = f"event seq {event.seq} encoded to {len(value)} bytes (over the limit)"

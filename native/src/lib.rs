@@ -21,11 +21,14 @@
 //! tenant and the key store's lookup; the opened data of events a Python unit reads
 //! is handed back in their envelopes, so they are neither decoded nor opened twice.
 
+mod append;
 mod avro;
 mod chunks;
 mod crypto;
 mod json;
 mod load;
+mod resp;
+mod rowseal;
 mod surface;
 mod units;
 mod units_more;
@@ -852,6 +855,9 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
              (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
     }
     m.add_class::<Folder>()?;
+    m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
     Ok(())
 }

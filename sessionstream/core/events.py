@@ -342,6 +342,13 @@ def mark_lossless(event: Event) -> Event:
     return event
 
 
+def cache_text(event: Event, text: str) -> Event:
+    """Give ``event`` the JSON text of its data (its canonical text, computed elsewhere:
+    the native append path), so :meth:`Event.data_json` does not render it again."""
+    _set(event, "_text", text)
+    return event
+
+
 def decoded_event(
     session_id: str,
     seq: int,

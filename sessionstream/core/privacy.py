@@ -233,6 +233,19 @@ def _plan(catalog: Catalog, type_name: str) -> _Plan:
     return plan
 
 
+def sealing_plan(catalog: Catalog | None, type_name: str
+                 ) -> tuple[list[tuple[list[str], str, str]], list[str], str, str]:
+    """The plan :func:`split` follows for ``type_name``, as plain values (for the native
+    append path, which seals exactly as :func:`split` + :func:`seal_parts` do): the
+    content leaves (parts, class, canonical text of the placeholder), the top-level
+    names the catalog knows, and the class and placeholder text of any other field."""
+    plan = _plan(catalog if catalog is not None else _default(), type_name)
+    leaves = [(list(leaf.parts), leaf.data_class.value,
+               canonical_dumps(placeholder(leaf.kinds))) for leaf in plan.leaves]
+    return (leaves, sorted(plan.known_top), plan.extra_class.value,
+            canonical_dumps(placeholder(("any",))))
+
+
 def placeholder(kinds: Sequence[str], text: str = SEALED_TEXT) -> JsonValue:
     """The clear stand-in for a content value of the declared kinds.
 

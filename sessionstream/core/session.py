@@ -65,6 +65,7 @@ from sessionstream.core.events import (
     IdSource,
     SurfaceOp,
     Writer,
+    cache_text,
     mark_lossless,
     system_clock,
     uuid4_ids,
@@ -314,7 +315,20 @@ class Session:
                 step_id=step_id,
             )
         etype = self.catalog.require(draft.type)
-        data = check_and_freeze(draft.data)
+        return self._append(draft, etype, check_and_freeze(draft.data), None)
+
+    def append_checked(self, draft: Draft, data: JsonValue, text: str) -> Event:
+        """:meth:`append` of a draft whose data was already checked and frozen elsewhere.
+
+        ``data`` must be what ``check_and_freeze(draft.data)`` returns and ``text`` its
+        ``canonical_dumps`` (the native append path computes both in one walk; a
+        differential test holds it to that): the event caches ``text``, so encoding
+        it does not render the data again. Every other rule runs as in :meth:`append`.
+        """
+        return self._append(draft, self.catalog.require(draft.type), data, text)
+
+    def _append(self, draft: Draft, etype: EventType, data: JsonValue,
+                text: str | None) -> Event:
         etype.schema.check(draft.type, data)
         op = draft.surface_op if draft.surface_op is not None else etype.surface_ops[0]
         seq = self.next_seq
@@ -335,6 +349,8 @@ class Session:
             prev_event_id=self._events[-1].event_id if self._events else None,
         )
         mark_lossless(event)
+        if text is not None:
+            cache_text(event, text)
         apply = self._check(event, etype)
         apply()
         self._events.append(event)

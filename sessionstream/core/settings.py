@@ -84,6 +84,7 @@ class Env:
     SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
     DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     FOLD = "SESSIONSTREAM_FOLD"
+    APPEND = "SESSIONSTREAM_APPEND"
     REDIS_CLUSTER = "SESSIONSTREAM_REDIS_CLUSTER"
     WIRE = "SESSIONSTREAM_WIRE"
     SCHEMA_REGISTRY_URL = "SESSIONSTREAM_SCHEMA_REGISTRY_URL"
@@ -135,6 +136,7 @@ class Settings:
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
     fold: str = "auto"  # replay's and the kafka worker's fold: auto | native (Rust) | python
+    append: str = "auto"  # the session writer's append path: auto | native (Rust) | python
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     worker_instance: str | None = None  # static group membership (group.instance.id)
@@ -222,6 +224,10 @@ class Settings:
         if self.fold not in FOLDS:
             raise SettingsError(
                 f"{Env.FOLD}={self.fold!r} is not a fold path: use "
+                + ", ".join(FOLDS) + " (native needs the extension built by make install)")
+        if self.append not in FOLDS:
+            raise SettingsError(
+                f"{Env.APPEND}={self.append!r} is not an append path: use "
                 + ", ".join(FOLDS) + " (native needs the extension built by make install)")
         if not self.principal or len(self.principal) > 200:
             raise SettingsError("SESSIONSTREAM_PRINCIPAL must be 1-200 characters")
@@ -346,6 +352,7 @@ class Settings:
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
             fold=env.get(Env.FOLD) or "auto",
+            append=env.get(Env.APPEND) or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or None,
             batch_max=_int(env, Env.BATCH_MAX, 500),

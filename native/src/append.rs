@@ -1,0 +1,613 @@
+//! The append path's per-event work, in one or two calls (docs/adr/0016).
+//!
+//! `Appender.freeze(data)` does what `sessionstream.core.jsonvalue.check_and_freeze`
+//! followed by `canonical_dumps` does, in one walk of the Python value: it checks
+//! the value is lossless JSON, copies it into the read-only containers
+//! (`FrozenMap` / `FrozenList`, handed in) and renders its canonical text. It
+//! returns `None` for anything it does not accept; the caller then takes the Python
+//! path, which names the offending path (so a rejection reads exactly as before).
+//!
+//! `Appender.encode(event, text)` writes the Avro single-object record of a stamped
+//! `Event` (schema v2's field layout, the writer schema's header handed in), the
+//! bytes `sessionstream.core.codec.AvroCodec.encode` writes. `Appender.seal(...)`
+//! does what `ContentCipher.seal_event` + encode do: takes the content fields out
+//! of `data` by the type's sealing plan (`sessionstream.core.privacy.split`, whose
+//! plan the caller registers with `set_plan`), puts the placeholders in, encrypts
+//! each class's values (AES-256-GCM, crate::crypto's associated data, the nonces
+//! handed in), and writes the envelope with its `sealed` parts. Whatever it cannot
+//! do exactly as Python does (a field of an unexpected type, nested sealed paths, a
+//! key that is not 32 bytes) is `None`: the caller uses the Python reference.
+
+use std::collections::HashMap;
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Key, Nonce};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::crypto;
+use crate::json;
+
+const MAX_DEPTH: usize = 64;
+const CIPHER_CACHE: usize = 4096;
+
+/// Not handled here: the caller takes the Python path.
+struct Decline;
+
+type R<T> = Result<T, Decline>;
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum Tok {
+    Key(String),
+    Idx(usize),
+}
+
+/// One content field of a type's sealing plan (privacy._Leaf).
+struct Leaf {
+    parts: Vec<String>, // "[]" walks a list
+    class: String,
+    placeholder: String, // canonical JSON of its placeholder
+}
+
+struct Plan {
+    leaves: Vec<Leaf>,
+    known_top: Vec<String>,
+    extra_class: String,
+    extra_placeholder: String,
+}
+
+/// Where the clear text gets a placeholder instead of the value.
+#[derive(Default)]
+struct Node {
+    placeholder: Option<String>,
+    children: HashMap<Tok, Node>,
+}
+
+#[pyclass(module = "sessionstream_native")]
+pub struct Appender {
+    header: Vec<u8>,
+    frozen_map: Py<PyAny>,
+    frozen_list: Py<PyAny>,
+    plans: HashMap<String, Plan>,
+    ciphers: HashMap<Vec<u8>, Aes256Gcm>,
+}
+
+fn put_long(out: &mut Vec<u8>, v: i64) {
+    let mut n = ((v << 1) ^ (v >> 63)) as u64;
+    while n > 0x7F {
+        out.push(((n & 0x7F) as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_long(out, b.len() as i64);
+    out.extend_from_slice(b);
+}
+
+fn is_type(obj: &Bound<'_, PyAny>, t: &Py<PyAny>) -> bool {
+    obj.get_type().is(t.bind(obj.py()))
+}
+
+fn exact_str<'a>(obj: &'a Bound<'_, PyAny>) -> R<&'a Bound<'a, PyString>> {
+    if !obj.is_exact_instance_of::<PyString>() {
+        return Err(Decline);
+    }
+    obj.downcast::<PyString>().map_err(|_| Decline)
+}
+
+/// A str field (exact str or a str subclass such as a StrEnum member).
+fn text_of(obj: &Bound<'_, PyAny>) -> R<String> {
+    let s = obj.downcast::<PyString>().map_err(|_| Decline)?;
+    s.to_str().map(str::to_owned).map_err(|_| Decline)
+}
+
+fn long_of(obj: &Bound<'_, PyAny>) -> R<i64> {
+    if !obj.is_exact_instance_of::<PyInt>() {
+        return Err(Decline);
+    }
+    obj.extract::<i64>().map_err(|_| Decline)
+}
+
+fn opt_text(obj: &Bound<'_, PyAny>) -> R<Option<String>> {
+    if obj.is_none() {
+        Ok(None)
+    } else {
+        text_of(obj).map(Some)
+    }
+}
+
+fn put_opt(out: &mut Vec<u8>, s: &Option<String>) {
+    match s {
+        None => out.push(0),
+        Some(s) => {
+            out.push(2);
+            put_bytes(out, s.as_bytes());
+        }
+    }
+}
+
+/// One sealed part of the envelope, ready to write.
+struct SealedOut {
+    class: String,
+    key_session: String,
+    origin: String,
+    paths: Vec<String>,
+    nonce: Vec<u8>,
+    ciphertext: Vec<u8>,
+}
+
+impl Appender {
+    /// check_and_freeze + canonical text of one value (see the module doc).
+    fn freeze_into<'py>(&self, v: &Bound<'py, PyAny>, out: &mut String, depth: usize)
+        -> R<Bound<'py, PyAny>> {
+        let py = v.py();
+        if v.is_none() {
+            out.push_str("null");
+            return Ok(v.clone());
+        }
+        if v.is_exact_instance_of::<PyBool>() {
+            out.push_str(if v.is_truthy().map_err(|_| Decline)? { "true" } else { "false" });
+            return Ok(v.clone());
+        }
+        if v.is_exact_instance_of::<PyString>() {
+            let s = v.downcast::<PyString>().map_err(|_| Decline)?;
+            write_str(out, s.to_str().map_err(|_| Decline)?);
+            return Ok(v.clone());
+        }
+        if v.is_exact_instance_of::<PyInt>() {
+            let i: i64 = v.extract().map_err(|_| Decline)?;
+            json::write_int(out, i);
+            return Ok(v.clone());
+        }
+        if v.is_exact_instance_of::<PyFloat>() {
+            let f = v.downcast::<PyFloat>().map_err(|_| Decline)?.value();
+            if !f.is_finite() {
+                return Err(Decline);
+            }
+            json::write_float(out, f);
+            return Ok(v.clone());
+        }
+        let is_dict = v.is_exact_instance_of::<PyDict>() || is_type(v, &self.frozen_map);
+        if is_dict {
+            if depth >= MAX_DEPTH {
+                return Err(Decline);
+            }
+            let d = v.downcast::<PyDict>().map_err(|_| Decline)?;
+            let mut items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(d.len());
+            for (k, x) in d.iter() {
+                exact_str(&k)?.to_str().map_err(|_| Decline)?;
+                items.push((k, x));
+            }
+            let mut order: Vec<usize> = (0..items.len()).collect();
+            // Code point order = UTF-8 byte order (Python's sort_keys on str keys).
+            let keys: Vec<&str> = items.iter()
+                .map(|(k, _)| k.downcast::<PyString>().unwrap().to_str().unwrap())
+                .collect();
+            order.sort_by(|a, b| keys[*a].as_bytes().cmp(keys[*b].as_bytes()));
+            let mut frozen: Vec<Option<Bound<'py, PyAny>>> = vec![None; items.len()];
+            out.push('{');
+            for (n, i) in order.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                write_str(out, keys[*i]);
+                out.push(':');
+                frozen[*i] = Some(self.freeze_into(&items[*i].1, out, depth + 1)?);
+            }
+            out.push('}');
+            // An empty FrozenMap filled through the C API (PyDict_SetItem does not go
+            // through the read-only Python-level __setitem__): no second copy.
+            let copy = self.frozen_map.bind(py).call0().map_err(|_| Decline)?;
+            let dict = copy.downcast::<PyDict>().map_err(|_| Decline)?;
+            for (i, (k, _)) in items.iter().enumerate() {
+                dict.set_item(k, frozen[i].take().unwrap()).map_err(|_| Decline)?;
+            }
+            return Ok(copy);
+        }
+        let is_list = v.is_exact_instance_of::<PyList>() || is_type(v, &self.frozen_list);
+        if is_list {
+            if depth >= MAX_DEPTH {
+                return Err(Decline);
+            }
+            let mut items = Vec::new();
+            out.push('[');
+            for (n, x) in v.try_iter().map_err(|_| Decline)?.enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                let x = x.map_err(|_| Decline)?;
+                items.push(self.freeze_into(&x, out, depth + 1)?);
+            }
+            out.push(']');
+            let list = PyList::new(py, items).map_err(|_| Decline)?;
+            return self.frozen_list.bind(py).call1((list,)).map_err(|_| Decline);
+        }
+        Err(Decline)
+    }
+
+    /// Canonical text of an already frozen value, with placeholders where `node` says.
+    fn write_clear(&self, v: &Bound<'_, PyAny>, out: &mut String, node: Option<&Node>,
+                   depth: usize) -> R<()> {
+        if let Some(n) = node {
+            if let Some(p) = &n.placeholder {
+                out.push_str(p);
+                return Ok(());
+            }
+        }
+        if depth > MAX_DEPTH + 1 {
+            return Err(Decline);
+        }
+        if v.is_none() {
+            out.push_str("null");
+        } else if v.is_exact_instance_of::<PyBool>() {
+            out.push_str(if v.is_truthy().map_err(|_| Decline)? { "true" } else { "false" });
+        } else if v.is_exact_instance_of::<PyString>() {
+            write_str(out, v.downcast::<PyString>().map_err(|_| Decline)?.to_str()
+                .map_err(|_| Decline)?);
+        } else if v.is_exact_instance_of::<PyInt>() {
+            json::write_int(out, v.extract().map_err(|_| Decline)?);
+        } else if v.is_exact_instance_of::<PyFloat>() {
+            let f = v.downcast::<PyFloat>().map_err(|_| Decline)?.value();
+            if !f.is_finite() {
+                return Err(Decline);
+            }
+            json::write_float(out, f);
+        } else if v.is_exact_instance_of::<PyDict>() || is_type(v, &self.frozen_map) {
+            let d = v.downcast::<PyDict>().map_err(|_| Decline)?;
+            let mut items = Vec::with_capacity(d.len());
+            for (k, x) in d.iter() {
+                let key = exact_str(&k)?.to_str().map_err(|_| Decline)?.to_owned();
+                items.push((key, x));
+            }
+            items.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push('{');
+            for (n, (k, x)) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                write_str(out, k);
+                out.push(':');
+                let child = node.and_then(|nd| nd.children.get(&Tok::Key(k.clone())));
+                self.write_clear(x, out, child, depth + 1)?;
+            }
+            out.push('}');
+        } else if v.is_exact_instance_of::<PyList>() || is_type(v, &self.frozen_list) {
+            out.push('[');
+            for (n, x) in v.try_iter().map_err(|_| Decline)?.enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                let x = x.map_err(|_| Decline)?;
+                let child = node.and_then(|nd| nd.children.get(&Tok::Idx(n)));
+                self.write_clear(&x, out, child, depth + 1)?;
+            }
+            out.push(']');
+        } else {
+            return Err(Decline);
+        }
+        Ok(())
+    }
+
+    fn is_mapping(&self, v: &Bound<'_, PyAny>) -> bool {
+        v.is_exact_instance_of::<PyDict>() || is_type(v, &self.frozen_map)
+    }
+
+    fn is_seq(&self, v: &Bound<'_, PyAny>) -> bool {
+        v.is_exact_instance_of::<PyList>() || is_type(v, &self.frozen_list)
+    }
+
+    /// privacy._walk: every (pointer tokens, value) the leaf's parts reach.
+    fn walk<'py>(&self, v: &Bound<'py, PyAny>, parts: &[String], prefix: &mut Vec<Tok>,
+                 found: &mut Vec<(Vec<Tok>, Bound<'py, PyAny>)>) -> R<()> {
+        let Some((head, rest)) = parts.split_first() else {
+            found.push((prefix.clone(), v.clone()));
+            return Ok(());
+        };
+        if head == "[]" {
+            if self.is_seq(v) {
+                for (i, x) in v.try_iter().map_err(|_| Decline)?.enumerate() {
+                    let x = x.map_err(|_| Decline)?;
+                    prefix.push(Tok::Idx(i));
+                    self.walk(&x, rest, prefix, found)?;
+                    prefix.pop();
+                }
+            } else if v.downcast::<PyTuple>().is_ok() || v.downcast::<PyList>().is_ok() {
+                return Err(Decline);
+            }
+            return Ok(());
+        }
+        if self.is_mapping(v) {
+            let d = v.downcast::<PyDict>().map_err(|_| Decline)?;
+            if let Some(x) = d.get_item(head.as_str()).map_err(|_| Decline)? {
+                prefix.push(Tok::Key(head.clone()));
+                self.walk(&x, rest, prefix, found)?;
+                prefix.pop();
+            }
+        } else if v.downcast::<PyDict>().is_ok() {
+            return Err(Decline); // another Mapping: leave it to Python
+        }
+        Ok(())
+    }
+
+    fn cipher(&mut self, key: &[u8]) -> R<Aes256Gcm> {
+        if key.len() != crypto::KEY_BYTES {
+            return Err(Decline);
+        }
+        if let Some(c) = self.ciphers.get(key) {
+            return Ok(c.clone());
+        }
+        let c = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key));
+        if self.ciphers.len() >= CIPHER_CACHE {
+            self.ciphers.clear();
+        }
+        self.ciphers.insert(key.to_vec(), c.clone());
+        Ok(c)
+    }
+
+    fn envelope<'py>(&self, event: &Bound<'py, PyAny>, text: &str, sealed: &[SealedOut])
+        -> R<Vec<u8>> {
+        let py = event.py();
+        let get = |name: &Bound<'py, PyString>| event.getattr(name).map_err(|_| Decline);
+        let format_version = long_of(&get(pyo3::intern!(py, "format_version"))?)?;
+        if !(i32::MIN as i64..=i32::MAX as i64).contains(&format_version) {
+            return Err(Decline);
+        }
+        let session_id = text_of(&get(pyo3::intern!(py, "session_id"))?)?;
+        let seq = long_of(&get(pyo3::intern!(py, "seq"))?)?;
+        let event_id = text_of(&get(pyo3::intern!(py, "event_id"))?)?;
+        let time = long_of(&get(pyo3::intern!(py, "time"))?)?;
+        let etype = text_of(&get(pyo3::intern!(py, "type"))?)?;
+        let op = text_of(&get(pyo3::intern!(py, "surface_op"))?)?;
+        let op = match op.as_str() {
+            "none" => 0,
+            "append" => 1,
+            "replace" => 2,
+            _ => return Err(Decline),
+        };
+        let seqs_obj = get(pyo3::intern!(py, "source_event_seqs"))?;
+        let mut seqs = Vec::new();
+        for x in seqs_obj.try_iter().map_err(|_| Decline)? {
+            seqs.push(long_of(&x.map_err(|_| Decline)?)?);
+        }
+        let writer = get(pyo3::intern!(py, "writer"))?;
+        let writer_id = text_of(&writer.getattr(pyo3::intern!(py, "id")).map_err(|_| Decline)?)?;
+        let epoch = long_of(&writer.getattr(pyo3::intern!(py, "epoch")).map_err(|_| Decline)?)?;
+        let ignorable = get(pyo3::intern!(py, "ignorable"))?;
+        if !ignorable.is_exact_instance_of::<PyBool>() {
+            return Err(Decline);
+        }
+        let ignorable = ignorable.is_truthy().map_err(|_| Decline)?;
+        let turn_id = opt_text(&get(pyo3::intern!(py, "turn_id"))?)?;
+        let step_id = opt_text(&get(pyo3::intern!(py, "step_id"))?)?;
+        let prev = opt_text(&get(pyo3::intern!(py, "prev_event_id"))?)?;
+
+        let mut out = Vec::with_capacity(self.header.len() + text.len() + 160);
+        out.extend_from_slice(&self.header);
+        put_long(&mut out, format_version);
+        put_bytes(&mut out, session_id.as_bytes());
+        put_long(&mut out, seq);
+        put_bytes(&mut out, event_id.as_bytes());
+        put_long(&mut out, time);
+        put_bytes(&mut out, etype.as_bytes());
+        put_bytes(&mut out, text.as_bytes());
+        put_long(&mut out, op);
+        if !seqs.is_empty() {
+            put_long(&mut out, seqs.len() as i64);
+            for s in &seqs {
+                put_long(&mut out, *s);
+            }
+        }
+        out.push(0);
+        put_bytes(&mut out, writer_id.as_bytes());
+        put_long(&mut out, epoch);
+        out.push(ignorable as u8);
+        put_opt(&mut out, &turn_id);
+        put_opt(&mut out, &step_id);
+        put_opt(&mut out, &prev);
+        if !sealed.is_empty() {
+            put_long(&mut out, sealed.len() as i64);
+            for p in sealed {
+                put_bytes(&mut out, p.class.as_bytes());
+                put_bytes(&mut out, p.key_session.as_bytes());
+                put_bytes(&mut out, p.origin.as_bytes());
+                if !p.paths.is_empty() {
+                    put_long(&mut out, p.paths.len() as i64);
+                    for path in &p.paths {
+                        put_bytes(&mut out, path.as_bytes());
+                    }
+                }
+                out.push(0);
+                put_bytes(&mut out, &p.nonce);
+                put_bytes(&mut out, &p.ciphertext);
+            }
+        }
+        out.push(0);
+        Ok(out)
+    }
+}
+
+/// `json::write_str`, copying the runs that need no escape at once.
+fn write_str(out: &mut String, s: &str) {
+    let bytes = s.as_bytes();
+    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    json::write_str(out, s);
+}
+
+fn pointer(toks: &[Tok]) -> String {
+    let mut s = String::new();
+    for t in toks {
+        s.push('/');
+        match t {
+            Tok::Key(k) => s.push_str(&k.replace('~', "~0").replace('/', "~1")),
+            Tok::Idx(i) => s.push_str(&i.to_string()),
+        }
+    }
+    s
+}
+
+/// The data classes in `privacy.ALL_CLASSES` order (the parts' order).
+const CLASS_ORDER: [&str; 3] = ["raw", "surface", "business"];
+
+#[pymethods]
+impl Appender {
+    /// `header`: the writer schema's single-object header (magic + fingerprint; the
+    /// caller checks the schema is v2); the FrozenMap and FrozenList types.
+    #[new]
+    fn new(header: Vec<u8>, frozen_map: Py<PyAny>, frozen_list: Py<PyAny>) -> Self {
+        Appender { header, frozen_map, frozen_list, plans: HashMap::new(),
+                   ciphers: HashMap::new() }
+    }
+
+    /// (frozen value, canonical text, its UTF-8 length), or None: not plain lossless JSON.
+    fn freeze<'py>(&self, data: &Bound<'py, PyAny>)
+        -> PyResult<Option<(Bound<'py, PyAny>, String, usize)>> {
+        let mut out = String::with_capacity(256);
+        match self.freeze_into(data, &mut out, 0) {
+            Ok(frozen) => {
+                let n = out.len();
+                Ok(Some((frozen, out, n)))
+            }
+            Err(Decline) => Ok(None),
+        }
+    }
+
+    /// The clear record of a stamped event whose data's canonical text is `text`.
+    fn encode<'py>(&self, py: Python<'py>, event: &Bound<'py, PyAny>, text: &str)
+        -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(self.envelope(event, text, &[]).ok().map(|b| PyBytes::new(py, &b)))
+    }
+
+    fn has_plan(&self, etype: &str) -> bool {
+        self.plans.contains_key(etype)
+    }
+
+    /// Register a type's sealing plan: leaves (parts, class, placeholder text), the
+    /// top-level names the catalog knows, the class (and placeholder) of the others.
+    fn set_plan(&mut self, etype: String, leaves: Vec<(Vec<String>, String, String)>,
+                known_top: Vec<String>, extra_class: String, extra_placeholder: String) {
+        let leaves = leaves.into_iter()
+            .map(|(parts, class, placeholder)| Leaf { parts, class, placeholder })
+            .collect();
+        self.plans.insert(etype, Plan { leaves, known_top, extra_class, extra_placeholder });
+    }
+
+    /// The sealed record (ContentCipher.seal_event with origin None, then encode) of a
+    /// stamped event whose data is frozen and whose canonical text is `text`:
+    /// `key_for(class)` gives the session's data key of a class (called once per class
+    /// that has content, in part order; its exceptions propagate), `nonces` holds 12
+    /// bytes per part. None: not handled here (use the Python reference).
+    fn seal<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, text: &str,
+                 tenant: &str, key_for: &Bound<'py, PyAny>, nonces: &[u8])
+        -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let done = |r: R<Vec<u8>>| Ok(r.ok().map(|b| PyBytes::new(py, &b)));
+        let Ok(etype) = event.getattr(pyo3::intern!(py, "type")).map_err(|_| Decline)
+            .and_then(|t| text_of(&t)) else { return Ok(None) };
+        let Some(plan) = self.plans.get(&etype) else { return Ok(None) };
+        let Ok(data) = event.getattr(pyo3::intern!(py, "data")) else { return Ok(None) };
+        if !self.is_mapping(&data) {
+            if data.downcast::<PyDict>().is_ok() {
+                return Ok(None);
+            }
+            return done(self.envelope(event, text, &[]));
+        }
+        // (class, tokens, value, placeholder) in the order split() finds them.
+        let mut found: Vec<(String, Vec<Tok>, Bound<'py, PyAny>, String)> = Vec::new();
+        let mut prefix = Vec::new();
+        for leaf in &plan.leaves {
+            let mut hits = Vec::new();
+            if self.walk(&data, &leaf.parts, &mut prefix, &mut hits).is_err() {
+                return Ok(None);
+            }
+            for (toks, v) in hits {
+                if !v.is_none() {
+                    found.push((leaf.class.clone(), toks, v, leaf.placeholder.clone()));
+                }
+            }
+        }
+        let d = data.downcast::<PyDict>().map_err(|_| pyo3::exceptions::PyTypeError::new_err("data"))?;
+        for (k, v) in d.iter() {
+            let Ok(name) = exact_str(&k).and_then(|s| s.to_str().map_err(|_| Decline)) else {
+                return Ok(None);
+            };
+            if !plan.known_top.iter().any(|t| t == name) && !v.is_none() {
+                found.push((plan.extra_class.clone(), vec![Tok::Key(name.to_owned())], v,
+                            plan.extra_placeholder.clone()));
+            }
+        }
+        if found.is_empty() {
+            return done(self.envelope(event, text, &[]));
+        }
+        // The placeholders' tree; a path inside another sealed path: Python decides.
+        let mut root = Node::default();
+        for (_, toks, _, ph) in &found {
+            let mut node = &mut root;
+            for t in toks {
+                if node.placeholder.is_some() {
+                    return Ok(None);
+                }
+                node = node.children.entry(t.clone()).or_default();
+            }
+            if node.placeholder.is_some() || !node.children.is_empty() {
+                return Ok(None);
+            }
+            node.placeholder = Some(ph.clone());
+        }
+        let mut clear = String::with_capacity(text.len());
+        if self.write_clear(&data, &mut clear, Some(&root), 0).is_err() {
+            return Ok(None);
+        }
+        let session_id = match event.getattr(pyo3::intern!(py, "session_id")).map_err(|_| Decline)
+            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
+        let event_id = match event.getattr(pyo3::intern!(py, "event_id")).map_err(|_| Decline)
+            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
+        let seq = match event.getattr(pyo3::intern!(py, "seq")).map_err(|_| Decline)
+            .and_then(|s| long_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
+        // A class outside CLASS_ORDER: Python decides.
+        if found.iter().any(|f| !CLASS_ORDER.contains(&f.0.as_str())) {
+            return Ok(None);
+        }
+        let mut sealed = Vec::new();
+        for class in CLASS_ORDER {
+            let mine: Vec<&(String, Vec<Tok>, Bound<'py, PyAny>, String)> =
+                found.iter().filter(|f| f.0 == class).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            if sealed.len() >= nonces.len() / crypto::NONCE_BYTES {
+                return Ok(None);
+            }
+            let paths: Vec<String> = mine.iter().map(|f| pointer(&f.1)).collect();
+            let mut plain = String::from("[");
+            for (i, f) in mine.iter().enumerate() {
+                if i > 0 {
+                    plain.push(',');
+                }
+                if self.write_clear(&f.2, &mut plain, None, 0).is_err() {
+                    return Ok(None);
+                }
+            }
+            plain.push(']');
+            let key = key_for.call1((class,))?;
+            let Ok(key) = key.downcast::<PyBytes>() else { return Ok(None) };
+            let Ok(cipher) = self.cipher(key.as_bytes()) else { return Ok(None) };
+            let ad = crypto::associated_data(tenant, &session_id, seq, &event_id, &etype,
+                                             class, &paths);
+            let at = sealed.len() * crypto::NONCE_BYTES;
+            let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
+            let Ok(ciphertext) = cipher.encrypt(Nonce::from_slice(&nonce),
+                                                Payload { msg: plain.as_bytes(), aad: &ad })
+            else { return Ok(None) };
+            sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.clone(),
+                                    origin: event_id.clone(), paths, nonce, ciphertext });
+        }
+        done(self.envelope(event, &clear, &sealed))
+    }
+}

@@ -1,0 +1,237 @@
+"""The native append path (native/src/append.rs) against the Python reference.
+
+Differential: for generated data the native walk returns what ``check_and_freeze`` +
+``canonical_dumps`` return (and declines exactly what they refuse); for generated
+appends (valid session walks, with bad drafts mixed in) both paths raise the same
+error class and message, stamp the same events and write the same record bytes, clear
+and sealed (the nonce injected, so sealed records compare byte for byte; a record
+sealed with random nonces is opened by the Python opener).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from producers import native_append as na
+from sessionstream.core import codec
+from sessionstream.core.events import CountingClock, Draft, Event, SequentialIds
+from sessionstream.core.jsonvalue import (
+    FrozenList,
+    FrozenMap,
+    canonical_dumps,
+    check_and_freeze,
+    thaw,
+)
+from sessionstream.core.session import Session
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.crypto import AesGcm
+from sessionstream.governance.keys import FileKeyStore, TenantKeys
+from tests.unit.strategies import random_log
+
+pytestmark = pytest.mark.skipif(na.why_not(codec.encode) is not None,
+                                reason="the native extension is not built")
+
+NONCE = bytes(range(12))
+
+
+class FixedNonceAesGcm(AesGcm):
+    """The reference AEAD with the nonce the native path is handed (tests only)."""
+
+    def seal(self, key: bytes, plaintext: bytes, ad: bytes) -> tuple[bytes, bytes]:
+        return NONCE, self._cipher(key).encrypt(NONCE, plaintext, ad)
+
+
+def fixed_nonces(n: int) -> bytes:
+    return NONCE * (n // len(NONCE))
+
+
+_KEYS = Path(tempfile.mkdtemp(prefix="native-append-keys-"))
+
+
+def cipher(aead: AesGcm | None = None) -> ContentCipher:
+    return ContentCipher(FileKeyStore(_KEYS, TenantKeys(_KEYS / "tenants", create=True)),
+                         "default", aead=aead)
+
+
+def native(c: ContentCipher | None, sid: str, nonces: Any = fixed_nonces) -> na.NativeAppend:
+    return na.NativeAppend(codec.encode, c, na.writer_header(), sid, nonces=nonces)
+
+
+# ------------------------------------------------------------------ data
+
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.sampled_from(["\ud800", "a\udfffb", "\x00\x1f\x7f\"\\/\u2028", "é😀"]),
+)
+bad_leaves = st.sampled_from([(1, 2), b"x", {1, 2}, frozenset(), object(), 1j])
+json_like = st.recursive(
+    st.one_of(scalars, bad_leaves),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=6), st.sampled_from(["\ud800", "z"])),
+                        inner, max_size=4),
+        st.dictionaries(st.one_of(st.integers(0, 3), st.none()), inner, max_size=2),
+    ),
+    max_leaves=12,
+)
+
+
+def same_shape(a: Any, b: Any) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)  # insertion order kept
+        for k in a:
+            same_shape(a[k], b[k])
+    elif isinstance(a, tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same_shape(x, y)
+    elif isinstance(a, float) and math.isnan(a):
+        raise AssertionError("NaN accepted")
+    else:
+        assert a == b
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_like)
+def test_native_freeze_matches_check_and_freeze_and_canonical_dumps(value: Any) -> None:
+    path = native(None, "s")
+    got = path.freeze(value)
+    try:
+        want = check_and_freeze(value)
+    except Exception:
+        assert got is None  # declined: the Python path names the problem
+        return
+    assert got is not None
+    frozen, text, size = got
+    same_shape(frozen, want)
+    assert text == canonical_dumps(want)
+    assert size == len(text.encode())
+
+
+def test_native_freeze_declines_deep_nesting_and_copies_frozen_input() -> None:
+    path = native(None, "s")
+    ok: Any = []
+    for _ in range(63):
+        ok = [ok]
+    assert path.freeze({"a": ok}) is None  # 65 levels with the dict
+    assert path.freeze(ok) is not None  # 64 levels
+    src = FrozenMap({"k": FrozenList([1, {"x": 2}])})
+    frozen, text, _ = path.freeze(src)
+    assert frozen == src and frozen is not src and text == '{"k":[1,{"x":2}]}'
+
+
+# --------------------------------------------------------------- appends
+
+
+def bad_drafts(draft: Draft) -> st.SearchStrategy[Draft]:
+    data = thaw(draft.data) if isinstance(draft.data, dict) else {}
+    return st.one_of(
+        st.builds(lambda v: Draft(draft.type, {**data, "bad": v}, draft.surface_op,
+                                  draft.source_event_seqs, draft.turn_id, draft.step_id),
+                  bad_leaves | st.sampled_from([float("nan"), 2**63, "\ud800"])),
+        st.just(Draft("nope/unknown", data)),
+        st.just(Draft(draft.type, {}, draft.surface_op, (), draft.turn_id, draft.step_id)),
+        st.just(Draft(draft.type, data, draft.surface_op, draft.source_event_seqs,
+                      "no-such-turn", draft.step_id)),
+        st.just(Draft("turn/start", {})),
+        st.just(Draft("tool/result", {"call_id": "never", "status": "ok", "content": "x"})),
+        st.just(Draft(draft.type, {**data, "extra_field": {"x": [1, None, "y"]}},
+                      draft.surface_op, draft.source_event_seqs, draft.turn_id,
+                      draft.step_id)),
+    )
+
+
+def outcome(fn: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn()
+    except Exception as exc:  # the comparison is of class and message
+        return "error", (type(exc), str(exc))
+
+
+def run_both(seed: int, mix: Any, encrypted: bool) -> int:
+    """Replay a generated log's drafts (bad ones mixed in) through both paths."""
+    log = random_log(seed, steps=60)
+    sid = log[0].session_id
+
+    def fresh() -> Session:
+        return Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+
+    ref, nat = fresh(), fresh()
+    ref_path = na.PythonAppend(codec.encode,
+                               cipher(FixedNonceAesGcm()) if encrypted else None)
+    nat_path = native(cipher() if encrypted else None, sid)
+    checked = 0
+    for e in log[1:]:
+        if e.ignorable:
+            continue  # a plugin type: admitted by readers, never appended
+        good = Draft(e.type, thaw(e.data), e.surface_op, e.source_event_seqs, e.turn_id,
+                     e.step_id)
+        drafts = [mix(bad_drafts(good)), good] if mix(st.booleans()) else [good]
+        for draft in drafts:
+            a = outcome(lambda d=draft: ref.append(d))
+            b = outcome(lambda d=draft: na.append(nat_path, nat, d))
+            assert a[0] == b[0], (draft, a, b)
+            if a[0] == "error":
+                assert a[1] == b[1]
+                continue
+            ev_a, ev_b = a[1], b[1]
+            assert ev_a == ev_b
+            assert ev_b.data_json() == canonical_dumps(ev_b.data)
+            assert nat_path.record(ev_b) == ref_path.record(ev_a), draft
+            checked += 1
+    assert ref.events == nat.events
+    return checked
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.booleans(), st.data())
+def test_native_appends_match_python_bytes_and_errors(seed: int, encrypted: bool,
+                                                      data: st.DataObject) -> None:
+    assert run_both(seed, data.draw, encrypted) > 0
+
+
+def test_native_sealed_record_opens_with_the_python_opener() -> None:
+    c = cipher()
+    sid = "open-me"
+    session = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    path = native(c, sid, nonces=os.urandom)
+    na.append(path, session, Draft("turn/start", {}))
+    na.append(path, session, Draft("step/start", {}))
+    na.append(path, session, Draft("request/header", {"provider": "p", "model": "m"}))
+    ev = na.append(path, session, Draft("assistant/message", {
+        "content": "secret ✓", "stop_reason": "tool_use", "surprise": [1, 2],
+        "tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"q": "x/y~z"}}]}))
+    record = path.record(ev)
+    wire = codec.decode(record)
+    assert wire.sealed and "secret" not in wire.data_json()
+    reference = c.seal_event(ev)
+    assert [(p.data_class, p.paths) for p in wire.sealed] == [
+        (p.data_class, p.paths) for p in reference.sealed]
+    assert wire.data == reference.data
+    opened = c.open(wire, wire.sealed)
+    assert not opened.unopened
+    assert opened.data == ev.data
+
+
+def test_native_setting_refuses_another_codec_and_python_setting_is_the_reference() -> None:
+    def other(e: Event) -> bytes:
+        return b""
+
+    with pytest.raises(na.NativeAppendUnavailable, match="another codec"):
+        na.append_path("native", other, None, "s")
+    assert not na.append_path("auto", other, None, "s").native
+    assert not na.append_path("python", codec.encode, None, "s").native
+    assert na.append_path("auto", codec.encode, None, "s").native
+    with pytest.raises(na.NativeAppendUnavailable, match="not an append path"):
+        na.append_path("fast", codec.encode, None, "s")
