@@ -115,6 +115,28 @@ end
 return 1
 """
 
+#: One script call writes at most this many sessions and about this many bytes of
+#: fields: a replay's flush of every session in one call took seconds on the server
+#: (past the socket timeout) and as long again to pack.
+CALL_SESSIONS = 256
+CALL_BYTES = 4 << 20
+
+
+def _slices(writes: Sequence[SessionWrite]) -> list[tuple[int, int]]:
+    """(lo, hi) index ranges of ``writes``, each within CALL_SESSIONS and CALL_BYTES."""
+    out: list[tuple[int, int]] = []
+    lo, size = 0, 0
+    for i, w in enumerate(writes):
+        n = sum(len(k) + len(v) for k, v in w.fields.items())
+        if i > lo and (i - lo >= CALL_SESSIONS or size + n > CALL_BYTES):
+            out.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if lo < len(writes):
+        out.append((lo, len(writes)))
+    return out
+
+
 _RETRYABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError,
               rexc.TryAgainError, rexc.ClusterDownError, OSError)
 
@@ -213,20 +235,34 @@ class RedisSink:
         if self._write.sha is None:
             self._write.sha = await self.retry.run(
                 "script load", lambda: self.redis.script_load(self._write.source))
-        if _native_pack is not None and self.one_call and not self._cluster \
-                and self.redis.connection is None:
+        native = _native_pack is not None and self.one_call and not self._cluster \
+            and self.redis.connection is None
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        out: list[WriteOutcome] = []
+        for lo, hi in _slices(writes):
+            part = writes[lo:hi]
             packed = [(self.keys.session_row(w.session_id, gen),
                        self.keys.session_changes(w.session_id, gen), w.base_offset,
                        w.last_offset, w.as_of_seq, w.force, _change_entry(w),
                        w.fields if type(w.fields) is dict else dict(w.fields), w.deletes)
-                      for w in writes]
-            flat = await self.retry.run("session writes", lambda: self._packed_call(packed))
-        else:
-            flat = await self.retry.run("session writes",
-                                        self._write_op(self._write_calls(gen, writes)))
-        names = {1: "applied", 0: "stale", -1: "conflict"}
-        return [WriteOutcome(names[int(flat[i])], int(flat[i + 1]))
-                for i in range(0, len(flat), 2)]
+                      for w in part] if native else []
+            calls = [] if native else self._write_calls(gen, part)
+            tries = 0
+
+            async def op() -> list[Any]:
+                nonlocal tries
+                tries += 1
+                if native:
+                    return await self._packed_call(packed)  # noqa: B023 (awaited here)
+                return await self._write_op(calls)()  # noqa: B023 (awaited here)
+
+            flat = await self.retry.run("session writes", op)
+            for j in range(0, len(flat), 2):
+                status, stored = names[int(flat[j])], int(flat[j + 1])
+                if status == "stale" and tries > 1 and stored == part[j // 2].last_offset:
+                    status = "applied"  # by the attempt whose reply was lost
+                out.append(WriteOutcome(status, stored))
+        return out
 
     async def _packed_call(self, calls: list[tuple[Any, ...]]) -> list[Any]:
         """The one script call of a batch, packed by the extension (the same bytes
