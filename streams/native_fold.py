@@ -1,21 +1,23 @@
 """The native fold path: ``Processor.fold``/``flush`` over the Rust extension.
 
 ``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
-a batch's Avro records by schema fingerprint, applies the admission rule and folds the
-built-in units it implements (all but the surface: index, turns, tools, usage, todo,
-plan, goal, business, compaction, rejections) without a Python object per event, and
-hands back each session's Redis fields as text. The other units of the registry (the
-surface unit and any custom unit) stay Python: the extension returns the record indices
-of the admitted events of the types they read, and only those records are decoded in
-Python.
+a batch's Avro records by schema fingerprint, applies the admission rule and folds
+every built-in unit (index, turns, tools, usage, todo, plan, goal, business,
+compaction, rejections and the surface, the model's message history: native/src/
+surface.rs) without a Python object per event, and hands back each session's Redis
+fields as text (chunked units as heads plus the item texts from the first chunk
+changed, ADR 0013). With the default registry no event is decoded in Python. A custom
+unit of the registry stays Python: the extension returns the record indices (and
+envelopes) of the admitted events of the types it reads, and only those records become
+Python events.
 
 The Python processor stays the reference and takes over whatever the extension does
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises, a
-deletion's audit event): their state moves to the Python processor through the same
-fields the sink stores.
+cannot fold (a quarantine, data of an unexpected shape, a compaction replace whose
+range the surface refuses, a Python unit that raises, a deletion's audit event): their
+state moves to the Python processor through the same fields the sink stores.
 
 Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
@@ -41,6 +43,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
+from sessionstream.core.privacy import DataClass, unit_class
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
@@ -48,6 +51,7 @@ from sessionstream.core.projections.compaction import CompactionUnit
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
 from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.surface import SurfaceUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
@@ -60,6 +64,7 @@ from sessionstream.core.rows import (
     manifest,
 )
 from sessionstream.core.settings import Env
+from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
@@ -74,7 +79,7 @@ except ImportError:  # pragma: no cover - depends on the install
 NATIVE_UNITS: dict[str, type] = {
     "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
     "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
-    "business": BusinessUnit, "compaction": CompactionUnit,
+    "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
@@ -143,6 +148,10 @@ class NativeFold:
         self._gen: int | None = None  # the live path's generation (reset on a change)
         processor.cached_elsewhere = self.folder.has
         self._native_units = tuple(u for u in reg.units if u.key in NATIVE_UNITS)
+        #: The governance row cipher, when the codec seals with it: the extension seals.
+        self._row_cipher = _row_cipher_of(processor.codec.rows)
+        self._unit_classes = {u.key: None if (c := unit_class(u.key)) is None else c.value
+                              for u in reg.units}
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -328,11 +337,12 @@ class NativeFold:
             self.forget()
             self._gen = gen
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
+        items = native_items(records)  # a consumed batch's messages: no Record each
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
-            records, progress, self._python, True)
+            items, progress, self._python, True)
         report.skipped += skipped
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
@@ -344,7 +354,7 @@ class NativeFold:
             await self._resume(gen, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
             _, n2, h2, _, s2, e2, u2 = self.folder.fold(
-                [records[i] for i in sub], progress, self._python, True)
+                [items[i] for i in sub], progress, self._python, True)
             assert not u2, "every session was started or loaded"
             report.skipped += s2
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
@@ -517,18 +527,32 @@ class NativeFold:
         self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
-        rows = self.proc.codec.rows
-        if rows is not None:  # content-bearing fields are sealed in Redis, as the codec does
-            for name in list(fields):
-                ukey = _unit_of(name)
-                if ukey is not None:
-                    fields[name] = rows.seal(sid, ukey, name, fields[name])
+        self._seal(sid, fields)
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
+
+    def _seal(self, sid: str, fields: dict[str, str]) -> None:
+        """Content-bearing fields are sealed in Redis, as the codec does: in the
+        extension with the governance row cipher (byte-compatible, the Python codec
+        opens them), else field by field through the codec's sealer."""
+        rows = self.proc.codec.rows
+        if rows is None:
+            return
+        if self._row_cipher is not None:
+            row_key, classes = self._row_cipher.row_key, _CLASSES
+
+            def key_of(cls: str) -> bytes | None:
+                return row_key(sid, classes[cls])
+            _native.seal_row(self._row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+            return
+        for name in list(fields):
+            ukey = _unit_of(name)
+            if ukey is not None:
+                fields[name] = rows.seal(sid, ukey, name, fields[name])
 
 
 def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
@@ -566,6 +590,7 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
 #: The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
 #: there, with the codec's rules).
 _event = codec.event_from_envelope
+_CLASSES = {c.value: c for c in DataClass}
 
 
 def _cipher_of(opener: Any) -> Any:
@@ -576,6 +601,18 @@ def _cipher_of(opener: Any) -> Any:
     except ImportError:  # pragma: no cover - the governance extra is part of the install
         return None
     return opener.cipher if isinstance(opener, SealedContentOpener) else None
+
+
+def _row_cipher_of(rows: Any) -> Any:
+    """The codec's sealer when it is the governance row cipher (whose format the
+    extension writes), else None."""
+    if rows is None or not hasattr(_native, "seal_row"):
+        return None
+    try:
+        from sessionstream.governance.rows import RowCipher
+    except ImportError:  # pragma: no cover - the governance extra is part of the install
+        return None
+    return rows if type(rows) is RowCipher else None
 
 
 def _key_lookup(cipher: Any) -> Any:

@@ -3,11 +3,12 @@
 //! Bytes in, text out: `Folder.fold(records, progress)` takes one poll's records (the
 //! Kafka values as they came), decodes each Avro single-object record by its schema
 //! fingerprint, applies the admission rule per session and folds the built-in units
-//! it implements (all built-in units but the surface: index, turns, usage, plan, goal,
-//! rejections in units.rs; tools, todo, business, compaction in units_more.rs); `Folder.fields(sid)`
+//! it implements (every built-in unit: index, turns, usage, plan, goal, rejections in
+//! units.rs; tools, todo, business, compaction in units_more.rs; the surface in
+//! surface.rs); `Folder.fields(sid)`
 //! hands back the session's Redis fields (view/state texts, admission, meta). No
-//! Python object is made per event, except for events whose type a Python unit reads
-//! (their record indices are returned, so the caller decodes just those).
+//! Python object is made per event, except for events whose type a custom Python unit
+//! reads (their record indices are returned, so the caller decodes just those).
 //!
 //! What it does not handle it hands back to the caller, which folds it with the
 //! Python reference (the same results by construction): records it cannot decode
@@ -28,6 +29,10 @@ mod decode;
 mod json;
 mod load;
 mod undo;
+mod messages;
+mod resp;
+mod rowseal;
+mod surface;
 mod units;
 mod units_more;
 
@@ -39,19 +44,20 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
 use crate::units_more::More;
 
-pub const NATIVE_UNITS: [&str; 10] = ["index", "turns", "usage", "plan", "goal", "rejections",
-                                      "tools", "todo", "business", "compaction"];
+pub const NATIVE_UNITS: [&str; 11] = ["index", "turns", "usage", "plan", "goal", "rejections",
+                                      "tools", "todo", "business", "compaction", "surface"];
 const INDEX: u16 = 1;
 const TURNS: u16 = 2;
 const USAGE: u16 = 4;
 const PLAN: u16 = 8;
 const GOAL: u16 = 16;
 const REJECTIONS: u16 = 32;
+const SURFACE: u16 = 1024;
 /// Every native unit's change bit and key.
-const BITS: [(u16, &str); 10] = [
+const BITS: [(u16, &str); 11] = [
     (INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"), (GOAL, "goal"),
     (REJECTIONS, "rejections"), units_more::KEYS[0], units_more::KEYS[1], units_more::KEYS[2],
-    units_more::KEYS[3]];
+    units_more::KEYS[3], (SURFACE, "surface")];
 /// The audit event of a deletion (streams.processor.SHRED_TYPE).
 const SHRED_TYPE: &str = "session/shred";
 
@@ -81,6 +87,7 @@ struct Sess {
     goal: Goal,
     rejections: Rejections,
     more: More,
+    surface: surface::Surface,
     marks: chunks::Marks,
     changed: u16,
     /// The seed length learnt from this session's `session/start` (the opener's rule
@@ -107,6 +114,7 @@ impl Sess {
             goal: Goal::default(),
             rejections: Rejections::default(),
             more: More::default(),
+            surface: surface::Surface::default(),
             marks: chunks::Marks::default(),
             changed: 0,
             seed: None,
@@ -132,6 +140,7 @@ impl Sess {
                 let t = self.rejections.text();
                 (t.clone(), t)
             }
+            SURFACE => (self.surface.view(), self.surface.dump()),
             _ => self.more.encode(bit).unwrap_or_default(),
         }
     }
@@ -324,8 +333,8 @@ impl Folder {
         let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
         for (idx, rec) in records.iter().enumerate() {
-            let partition: i64 = rec.getattr(s_partition)?.extract()?;
-            let offset: i64 = rec.getattr(s_offset)?.extract()?;
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
             let h = high.entry(partition).or_insert(-1);
             if offset > *h {
                 *h = offset;
@@ -334,7 +343,7 @@ impl Folder {
                 skipped += 1;
                 continue;
             }
-            let value = rec.getattr(s_value)?;
+            let value = field(&rec, s_value)?;
             let Ok(value) = value.downcast::<PyBytes>() else {
                 dead.push(idx);
                 continue;
@@ -344,7 +353,7 @@ impl Folder {
                 dead.push(idx);
                 continue;
             };
-            let key = rec.getattr(s_key)?;
+            let key = field(&rec, s_key)?;
             if !key.is_none() {
                 match key.downcast::<PyBytes>() {
                     Ok(k) if k.as_bytes() == env.session_id.as_bytes() => {}
@@ -397,11 +406,11 @@ impl Folder {
                         // sealed: the opened data's text replaces it (see below)
                         text: if env.sealed.is_empty() { env.data.to_string() }
                               else { String::new() },
-                        source_event_seqs: env.source_event_seqs,
                     }))
                 } else {
                     None
                 },
+                source_event_seqs: env.source_event_seqs,
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -489,7 +498,7 @@ impl Folder {
                             break;
                         }
                     }
-                    if !(units::prescan(&it.ev) && units_more::prescan(&it.ev)) {
+                    if !prescan(&it.ev) {
                         aborted = true;
                         break;
                     }
@@ -517,6 +526,14 @@ impl Folder {
                     _ => 0,
                 };
                 sess.changed |= bit | sess.more.apply(ev);
+                match sess.surface.apply(ev) {
+                    Ok(true) => sess.changed |= SURFACE,
+                    Ok(false) => {}
+                    Err(surface::Refuse) => {
+                        aborted = true; // the Python unit raises (or folds otherwise)
+                        break;
+                    }
+                }
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
                     batch_opened.push((it.idx, py_event(py, ev)?));
@@ -576,6 +593,7 @@ impl Folder {
         if let Some(s) = self.sessions.get_mut(session_id) {
             s.marks = chunks::Marks::default();
             s.more.todo.dirty_from = 0;
+            s.surface.dirty_from = 0;
         }
     }
 
@@ -710,6 +728,7 @@ impl Folder {
         s.goal = load::goal(state("goal")?)?;
         s.rejections = load::rejections(state("rejections")?)?;
         s.more = load::more(|k| state(k).map(str::to_string))?;
+        s.surface = surface::Surface::load(state("surface")?)?;
         if s.adm.text() != get("admission")? || s.meta() != get("meta")? {
             return None;
         }
@@ -732,7 +751,8 @@ impl Folder {
         let mut parts = Vec::new();
         for (bit, key) in [(INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"),
                            (GOAL, "goal"), (REJECTIONS, "rejections")]
-                           .into_iter().chain(units_more::KEYS) {
+                           .into_iter().chain(units_more::KEYS)
+                           .chain([(SURFACE, "surface")]) {
             if s.changed & bit != 0 {
                 changed.push(key);
             }
@@ -747,6 +767,7 @@ impl Folder {
                     units_more::COMPACTION => {
                         Some(chunks::compaction(&s.more.compaction, &mut s.marks, chunk))
                     }
+                    SURFACE => Some(s.surface.chunked(chunk)),
                     _ => None,
                 }
             };
@@ -770,6 +791,7 @@ impl Folder {
                     let t = s.rejections.text();
                     (t.clone(), t)
                 }
+                (SURFACE, _) => (s.surface.view(), s.surface.dump()),
                 (_, None) => s.more.encode(bit).unwrap_or_default(),
             };
             d.set_item(format!("view:{key}"), view)?;
@@ -797,8 +819,13 @@ impl Folder {
             return false; // unknown required type: quarantine
         }
         // sealed data holds placeholders: its shapes are checked once it is opened
-        !ev.sealed.is_empty() || (units::prescan(ev) && units_more::prescan(ev))
+        !ev.sealed.is_empty() || prescan(ev)
     }
+}
+
+/// Whether every native unit folds `ev` exactly as its Python unit would.
+fn prescan(ev: &Ev) -> bool {
+    units::prescan(ev) && units_more::prescan(ev) && surface::prescan(ev)
 }
 
 /// The envelope of an event a Python unit reads, as `Folder.fold` documents it.
@@ -812,7 +839,7 @@ fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
         ev.etype.as_str().into_pyobject(py)?.into_any(),
         p.text.as_str().into_pyobject(py)?.into_any(),
         ev.surface_op.into_pyobject(py)?.into_any(),
-        PyTuple::new(py, &p.source_event_seqs)?.into_any(),
+        PyTuple::new(py, &ev.source_event_seqs)?.into_any(),
         ev.writer_id.as_str().into_pyobject(py)?.into_any(),
         ev.writer_epoch.into_pyobject(py)?.into_any(),
         ev.format_version.into_pyobject(py)?.into_any(),
@@ -825,6 +852,14 @@ fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
 }
 
 /// The unit keys folded natively.
+/// A record's attribute, or a confluent-kafka `Message`'s accessor of that name called
+/// (the live worker hands its messages over without a `Record` each).
+fn field<'py>(rec: &Bound<'py, PyAny>, name: &Bound<'py, pyo3::types::PyString>)
+              -> PyResult<Bound<'py, PyAny>> {
+    let v = rec.getattr(name)?;
+    if v.is_callable() { v.call0() } else { Ok(v) }
+}
+
 #[pyfunction]
 fn native_units() -> Vec<&'static str> {
     NATIVE_UNITS.to_vec()
@@ -846,5 +881,8 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
+    m.add_function(wrap_pyfunction!(messages::scan_messages, m)?)?;
     Ok(())
 }
