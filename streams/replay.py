@@ -329,10 +329,13 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
             if verdict == 1:
                 report.equal += 1
                 continue
-            a = {k: v for k, v in _views(_pairs(verdict[0]), sid, sealed).items()
-                 if k in wanted}
-            b = {k: v for k, v in _views(_pairs(verdict[1]), sid, sealed).items()
-                 if k in wanted}
+            # opened, the same texts are the same views (sealed rows that are equal)
+            opened = [_opened(_pairs(v), sid, sealed) for v in verdict]
+            if opened[0] == opened[1]:
+                report.equal += 1
+                continue
+            a = {k: v for k, v in _views({}, opened=opened[0]).items() if k in wanted}
+            b = {k: v for k, v in _views({}, opened=opened[1]).items() if k in wanted}
             if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
@@ -345,9 +348,8 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, Any]:
-    """The views of a row, opened (sealed values use random nonces: compare clear text)."""
-    out: dict[str, Any] = {}
+def _opened(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, str]:
+    """A row's fields as text, sealed values opened (they use random nonces)."""
     clear: dict[str, str] = {}
     for k, v in row.items():
         if v is not None:
@@ -357,6 +359,14 @@ def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, 
         from sessionstream.governance.rows import open_fields
 
         clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
+    return clear
+
+
+def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None,
+           opened: dict[str, str] | None = None) -> dict[str, Any]:
+    """The views of a row (``opened``: its fields as :func:`_opened` gave them)."""
+    out: dict[str, Any] = {}
+    clear = _opened(row, sid, sealed) if opened is None else opened
     clear = assemble(clear, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}),
                      sides=("view",))
     for k, v in clear.items():
