@@ -61,6 +61,7 @@ from sessionstream.core.rows import (
     manifest,
 )
 from sessionstream.core.settings import Env
+from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
@@ -340,11 +341,12 @@ class NativeFold:
             self.forget()
             self._gen = gen
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
+        items = native_items(records)  # a consumed batch's messages: no Record each
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
-            records, progress, self._python, True)
+            items, progress, self._python, True)
         report.skipped += skipped
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
@@ -356,7 +358,7 @@ class NativeFold:
             await self._resume(gen, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
             _, n2, h2, _, s2, e2, u2 = self.folder.fold(
-                [records[i] for i in sub], progress, self._python, True)
+                [items[i] for i in sub], progress, self._python, True)
             assert not u2, "every session was started or loaded"
             report.skipped += s2
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]

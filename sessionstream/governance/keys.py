@@ -536,19 +536,26 @@ class FileKeyStore(KeyStore):
         super().__init__(tenant_keys or TenantKeys(self.root / "tenants"), **kw)
 
     def _path(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> Path:
-        return self.root / "data" / tenant / f"{_session_file(session_id)}.{cls.value}.{suffix}"
+        return Path(self._file(tenant, session_id, cls, suffix))
 
-    def _read(self, path: Path) -> dict[str, Any] | None:
+    def _file(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> str:
+        """The path as text (a lookup reads two files: no pathlib objects on that path)."""
+        return (f"{self.root}{os.sep}data{os.sep}{tenant}{os.sep}"
+                f"{_session_file(session_id)}.{cls.value}.{suffix}")
+
+    def _read(self, path: Path | str) -> dict[str, Any] | None:
         try:
-            value: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, "rb") as fh:
+                value: dict[str, Any] = json.loads(fh.read())
             return value
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise KeyConfigError(f"key file {path.name} is unreadable: {exc}") from None
+            raise KeyConfigError(f"key file {os.path.basename(path)} is unreadable: {exc}"
+                                 ) from None
 
     def _get(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
-        return self._read(self._path(tenant, session_id, cls, "key"))
+        return self._read(self._file(tenant, session_id, cls, "key"))
 
     def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
                        record: dict[str, Any]) -> dict[str, Any]:
@@ -562,7 +569,7 @@ class FileKeyStore(KeyStore):
                        json.dumps({**record, "session_id": session_id}))
 
     def _tombstone(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
-        return self._read(self._path(tenant, session_id, cls, "shredded"))
+        return self._read(self._file(tenant, session_id, cls, "shredded"))
 
     def _destroy(self, tenant: str, session_id: str, cls: DataClass,
                  tombstone: dict[str, Any]) -> bool:
