@@ -180,11 +180,11 @@ class NativeFold:
         report = BatchReport(records=len(records))
         gen = await proc.current_generation()
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
         dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
-            records, progress, self._python)
+            native_items(records), progress, self._python)
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
