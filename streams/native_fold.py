@@ -1,21 +1,23 @@
 """The native fold path: ``Processor.fold``/``flush`` over the Rust extension.
 
 ``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
-a batch's Avro records by schema fingerprint, applies the admission rule and folds the
-built-in units it implements (all but the surface: index, turns, tools, usage, todo,
-plan, goal, business, compaction, rejections) without a Python object per event, and
-hands back each session's Redis fields as text. The other units of the registry (the
-surface unit and any custom unit) stay Python: the extension returns the record indices
-of the admitted events of the types they read, and only those records are decoded in
-Python.
+a batch's Avro records by schema fingerprint, applies the admission rule and folds
+every built-in unit (index, turns, tools, usage, todo, plan, goal, business,
+compaction, rejections and the surface, the model's message history: native/src/
+surface.rs) without a Python object per event, and hands back each session's Redis
+fields as text (chunked units as heads plus the item texts from the first chunk
+changed, ADR 0013). With the default registry no event is decoded in Python. A custom
+unit of the registry stays Python: the extension returns the record indices (and
+envelopes) of the admitted events of the types it reads, and only those records become
+Python events.
 
 The Python processor stays the reference and takes over whatever the extension does
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises, a
-deletion's audit event): their state moves to the Python processor through the same
-fields the sink stores.
+cannot fold (a quarantine, data of an unexpected shape, a compaction replace whose
+range the surface refuses, a Python unit that raises, a deletion's audit event): their
+state moves to the Python processor through the same fields the sink stores.
 
 Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
@@ -50,6 +52,7 @@ from sessionstream.core.projections.compaction import CompactionUnit
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
 from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.surface import SurfaceUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
@@ -77,7 +80,7 @@ except ImportError:  # pragma: no cover - depends on the install
 NATIVE_UNITS: dict[str, type] = {
     "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
     "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
-    "business": BusinessUnit, "compaction": CompactionUnit,
+    "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
 #: Sessions per slice of a deferred flush (the sink's call size).
