@@ -3,17 +3,24 @@
     PYTHONPATH=. python bench/bench_streams.py [--events 60000] [--rate 2000] [--seconds 10]
         [--engines faust,kafka] [--faust-variants aio,uvloop,noacks,uvloop+noacks]
         [--skip-latency] [--skip-replay]
+    PYTHONPATH=. python bench/bench_streams.py --replay-only --events 1000000 --folds native
+        [--keep] [--topic T --prefix P]
 
 Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline;
-2. worker fold throughput per engine (events/s, from its first write to caught up), ratio;
-3. in-process replay rate (confluent consumer + processor, events/s) and the ratio;
+2. worker fold throughput per engine (events/s, from its first write to caught up), ratio,
+   and the worker's CPU time per event over the same span (beside the raw loop's);
+3. in-process replay rate (confluent consumer + processor, events/s) and the ratio; with
+   ``--replay-only`` each replay switches readers to its generation, so the next one
+   (``--folds native,native``) compares every session with a full live generation;
 4. append -> visible in Redis latency p50/p99 at a fixed produce rate, per engine, with
    the producer in its own process (bench/lat_producer.py, the writers' producer config)
    and a per-stage breakdown (produce -> broker ack -> consumed -> folded -> Redis
    written -> feed read; the kafka engine writes its stage times when
    the trace_stages setting names a file); ratio to the log's own produce->consumed.
-Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards.
+Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards (``--keep``
+keeps the topic and the Redis keys and prints how to reuse them: ``--topic``/``--prefix``
+replay them again without producing; the bench deletes what it reused unless ``--keep``).
 """
 
 from __future__ import annotations
@@ -54,6 +61,17 @@ def make_events(n: int, seed: int = 1) -> list:  # type: ignore[type-arg]
         out.extend(simulate_session(rng, f"bench-{i:05d}", turns=4))
         i += 1
     return out[:n]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc; 0 elsewhere): steadier
+    than wall time on a shared machine."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raw_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -221,32 +239,54 @@ def main() -> None:
                     help="only the raw consume and replay figures (e.g. --events 1000000)")
     ap.add_argument("--folds", default="python,native",
                     help="replay fold paths to measure: auto, native, python (Settings.fold)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the events topic and the Redis keys (reuse: --topic/--prefix)")
+    ap.add_argument("--topic", help="replay this existing bench topic (made by --keep) "
+                                    "instead of producing one; with --replay-only")
+    ap.add_argument("--prefix", help="the Redis key prefix --keep printed, with --topic")
     args = ap.parse_args()
+    if args.topic and not args.replay_only:
+        ap.error("--topic reuses a topic for --replay-only")
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
     tag = uuid.uuid4().hex[:8]
-    topic, lat_topic = f"bench.streams.{tag}", f"bench.streams.lat.{tag}"
-    prefix = f"bench-{tag}"
+    topic, lat_topic = args.topic or f"bench.streams.{tag}", f"bench.streams.lat.{tag}"
+    prefix = args.prefix or f"bench-{tag}"
     engines = args.engines.split(",")
     lat_topics = {e: f"{lat_topic}.{e}" for e in engines}  # one each: session ids repeat
-    for f in admin.create_topics([NewTopic(t, args.partitions, 1)
-                                  for t in (topic, lat_topic, *lat_topics.values())]).values():
+    made = [lat_topic, *lat_topics.values()] if not args.replay_only else []
+    if not args.topic:
+        made.insert(0, topic)
+    for f in admin.create_topics([NewTopic(t, args.partitions, 1) for t in made]).values():
         f.result(30)
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
     try:
         env = {**os.environ, Env.LOGLEVEL: "warning"}
         if not args.latency_only:
-            events = make_events(args.events)
-            p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20, "log_level": 3})
-            for ev in events:
-                p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
-                p.poll(0)
-            p.flush(60)
-            sessions = {ev.session_id: ev.seq for ev in events}
-            print(f"{len(events)} events, {len(sessions)} sessions, {args.partitions} partitions")
+            if args.topic:
+                n_events = topic_size(s.kafka_bootstrap, topic)
+                sessions = {}
+                print(f"{n_events} events in {topic} (reused)")
+            else:
+                events = make_events(args.events)
+                p = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 20,
+                              "log_level": 3})
+                for ev in events:
+                    p.produce(topic, key=ev.session_id.encode(), value=encode(ev))
+                    p.poll(0)
+                p.flush(60)
+                sessions = {ev.session_id: ev.seq for ev in events}
+                n_events = len(events)
+                del events
+                print(f"{n_events} events, {len(sessions)} sessions, {args.partitions} "
+                      "partitions")
+            if args.keep:
+                print(f"kept: --topic {topic} --prefix {prefix}")
 
-            raw = raw_consume(s.kafka_bootstrap, topic, len(events))
+            cpu_raw0 = time.process_time()
+            raw = raw_consume(s.kafka_bootstrap, topic, n_events)
+            raw_cpu = time.process_time() - cpu_raw0
             print(f"raw confluent consume loop: {raw:,.0f} events/s")
 
             env.update({Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: lat_topic})
@@ -269,6 +309,7 @@ def main() -> None:
                 while r.zcard(index) == 0:
                     time.sleep(0.01)
                 t0 = time.perf_counter()
+                cpu0 = cpu_seconds(w.pid)
                 last = {sid: seq for sid, seq in sessions.items()}
                 while True:
                     with r.pipeline(transaction=False) as pipe:
@@ -279,10 +320,13 @@ def main() -> None:
                            for sid, v in zip(last, vals, strict=True)):
                         break
                     time.sleep(0.05)
-                fold = len(events) / (time.perf_counter() - t0)
+                fold = n_events / (time.perf_counter() - t0)
+                cpu = cpu_seconds(w.pid) - cpu0
                 folds.setdefault(name, []).append(fold)
                 print(f"{name} worker fold: {fold:,.0f} events/s  (ratio to raw "
-                      f"{fold / raw:.3f}, target >= 0.5)", flush=True)
+                      f"{fold / raw:.3f}, target >= 0.5); worker CPU "
+                      f"{cpu * 1e6 / n_events:.1f} us/event (raw consume "
+                      f"{raw_cpu * 1e6 / n_events:.1f})", flush=True)
                 w.terminate()
                 w.wait(30)
             if args.repeat > 1 and folds:
@@ -293,23 +337,24 @@ def main() -> None:
                           f"{base} {m / med[base]:.2f}; runs "
                           f"{', '.join(f'{x:,.0f}' for x in folds[n])})")
 
-            async def run_replay(fold: str) -> tuple[float, str]:
+            async def run_replay(fold: str) -> tuple[float, str, str]:
                 ar = Redis.from_url(s.redis_url, decode_responses=True)
                 first = engines[0] if engines[0] != "faust" else (
                     "faust-" + args.faust_variants.split(",")[0].replace("+", "-"))
                 rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
                                    keys=KeySpace(s.tenant, f"{prefix}-{first}"),
-                                   topic=topic, switch=False, fold=fold,
+                                   topic=topic, switch=args.replay_only, fold=fold,
                                    pipeline=reader_pipeline(s), rows=row_cipher(s))
                 await ar.aclose()
-                if not args.replay_only:  # compared with the worker's live generation
-                    assert rep.equals_live, rep.different[:5]
-                return rep.rate, rep.fold
+                assert rep.equals_live, rep.different[:5]
+                compared = (f"{rep.equal} sessions equal to the live generation, "
+                            f"{len(rep.not_comparable)} not comparable")
+                return rep.rate, rep.fold, compared
             for fold in ([] if args.skip_replay else args.folds.split(",")):
-                rrate, path = asyncio.run(run_replay(fold))
+                rrate, path, compared = asyncio.run(run_replay(fold))
                 print(f"replay ({path} fold, one process): {rrate:,.0f} events/s  (ratio to "
-                      f"raw {rrate / raw:.2f}; over {len(events)} events; target >= 100k/s "
-                      "over 1M)")
+                      f"raw {rrate / raw:.2f}; over {n_events} events; target >= 100k/s "
+                      f"over 1M; {compared})", flush=True)
 
         for ei, engine in enumerate([] if args.replay_only or args.skip_latency
                                     else engines):
@@ -322,11 +367,28 @@ def main() -> None:
                 w.wait(20)
             except subprocess.TimeoutExpired:
                 w.kill()
-        for f in admin.delete_topics([topic, lat_topic, *lat_topics.values()]).values():
+        gone = [t for t in made if t != topic] + ([] if args.keep else [topic])
+        for f in (admin.delete_topics(gone).values() if gone else []):
             with contextlib.suppress(Exception):
                 f.result(30)
-        for k in r.scan_iter(match=f"{prefix}*", count=1000):
-            r.delete(k)
+        if not args.keep:
+            for k in r.scan_iter(match=f"{prefix}*", count=1000):
+                r.delete(k)
+
+
+def topic_size(bootstrap: str, topic: str) -> int:
+    """Records in ``topic`` (high minus low watermark over its partitions)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+                  "log_level": 3})
+    meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise SystemExit(f"--topic {topic}: no such topic (make one with --keep)")
+    total = 0
+    for p in meta.partitions:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        total += hi - lo
+    c.close()
+    return total
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -35,6 +36,7 @@ from producers.kafka_clients import KafkaClients
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
+from streams.batch import MessageBatch
 from streams.errors import TopicMissing
 from streams.native_fold import NativeFold, NativeUnavailable, live_driver
 from streams.processor import Processor
@@ -52,6 +54,11 @@ from streams.worker import (
     check_topics,
     process_retrying,
 )
+
+try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
+    from sessionstream_native import scan_messages as _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -211,23 +218,35 @@ class KafkaEngine:
                 await asyncio.to_thread(self.lag_probe.close)
             await asyncio.to_thread(self.consumer.close)
 
-    def _records(self, msgs: list[Message]) -> list[Record]:
+    def _records(self, msgs: list[Message]) -> Sequence[Record]:
+        """The batch's records: with the extension, the messages themselves (a Record
+        is built only for one Python reads: streams.batch); errors are logged or raised."""
+        if _scan is not None:
+            good, errors, high, first = _scan(msgs)
+            for i in errors:
+                self._consumer_error(msgs[i].error())
+            kept = msgs if not errors else [msgs[i] for i in good]
+            return MessageBatch(kept, high, first)
         out = []
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise KafkaException(err)
-                log.warning("consumer error: %s", err)
+                self._consumer_error(err)
                 continue
             ts = m.timestamp()
             out.append(Record(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(),
                               m.value(), ts[1] if ts[0] else None))
         return out
 
-    async def _process(self, records: list[Record]) -> None:
+    @staticmethod
+    def _consumer_error(err: KafkaError) -> None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.fatal():
+            raise KafkaException(err)
+        log.warning("consumer error: %s", err)
+
+    async def _process(self, records: Sequence[Record]) -> None:
         began = time.monotonic()
         retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
@@ -241,9 +260,12 @@ class KafkaEngine:
                          traceback.format_exc())
             os._exit(EXIT_BUG)
         high: dict[tuple[str, int], int] = {}
-        for r in records:
-            k = (r.topic, r.partition)
-            high[k] = max(high.get(k, -1), r.offset)
+        if isinstance(records, MessageBatch):
+            high = {(self.cfg.topic, p): o for p, o in records.high.items()}
+        else:
+            for r in records:
+                k = (r.topic, r.partition)
+                high[k] = max(high.get(k, -1), r.offset)
         try:  # a lost commit only means a harmless re-read (progress is in Redis)
             self.consumer.commit(offsets=[TopicPartition(t, p, o + 1)
                                           for (t, p), o in high.items()], asynchronous=True)

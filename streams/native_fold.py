@@ -41,6 +41,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
 from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
+from sessionstream.core.privacy import DataClass, unit_class
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
@@ -60,6 +61,7 @@ from sessionstream.core.rows import (
     manifest,
 )
 from sessionstream.core.settings import Env
+from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
 from streams.ports import SessionWrite
 from streams.processor import BatchReport, Processor
@@ -150,6 +152,10 @@ class NativeFold:
         self._gen: int | None = None  # the live path's generation (reset on a change)
         processor.cached_elsewhere = self.folder.has
         self._native_units = tuple(u for u in reg.units if u.key in NATIVE_UNITS)
+        #: The governance row cipher, when the codec seals with it: the extension seals.
+        self._row_cipher = _row_cipher_of(processor.codec.rows)
+        self._unit_classes = {u.key: None if (c := unit_class(u.key)) is None else c.value
+                              for u in reg.units}
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -335,11 +341,12 @@ class NativeFold:
             self.forget()
             self._gen = gen
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
+        items = native_items(records)  # a consumed batch's messages: no Record each
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
-            records, progress, self._python, True)
+            items, progress, self._python, True)
         report.skipped += skipped
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
@@ -351,7 +358,7 @@ class NativeFold:
             await self._resume(gen, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
             _, n2, h2, _, s2, e2, u2 = self.folder.fold(
-                [records[i] for i in sub], progress, self._python, True)
+                [items[i] for i in sub], progress, self._python, True)
             assert not u2, "every session was started or loaded"
             report.skipped += s2
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
@@ -524,18 +531,32 @@ class NativeFold:
         self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
-        rows = self.proc.codec.rows
-        if rows is not None:  # content-bearing fields are sealed in Redis, as the codec does
-            for name in list(fields):
-                ukey = _unit_of(name)
-                if ukey is not None:
-                    fields[name] = rows.seal(sid, ukey, name, fields[name])
+        self._seal(sid, fields)
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
+
+    def _seal(self, sid: str, fields: dict[str, str]) -> None:
+        """Content-bearing fields are sealed in Redis, as the codec does: in the
+        extension with the governance row cipher (byte-compatible, the Python codec
+        opens them), else field by field through the codec's sealer."""
+        rows = self.proc.codec.rows
+        if rows is None:
+            return
+        if self._row_cipher is not None:
+            row_key, classes = self._row_cipher.row_key, _CLASSES
+
+            def key_of(cls: str) -> bytes | None:
+                return row_key(sid, classes[cls])
+            _native.seal_row(self._row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+            return
+        for name in list(fields):
+            ukey = _unit_of(name)
+            if ukey is not None:
+                fields[name] = rows.seal(sid, ukey, name, fields[name])
 
 
 def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
@@ -570,6 +591,7 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
     return chunk, counts
 
 
+_CLASSES = {c.value: c for c in DataClass}
 _OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order
 _WRITERS: dict[tuple[str, int], Writer] = {}
 
@@ -597,6 +619,18 @@ def _cipher_of(opener: Any) -> Any:
     except ImportError:  # pragma: no cover - the governance extra is part of the install
         return None
     return opener.cipher if isinstance(opener, SealedContentOpener) else None
+
+
+def _row_cipher_of(rows: Any) -> Any:
+    """The codec's sealer when it is the governance row cipher (whose format the
+    extension writes), else None."""
+    if rows is None or not hasattr(_native, "seal_row"):
+        return None
+    try:
+        from sessionstream.governance.rows import RowCipher
+    except ImportError:  # pragma: no cover - the governance extra is part of the install
+        return None
+    return rows if type(rows) is RowCipher else None
 
 
 def _key_lookup(cipher: Any) -> Any:

@@ -17,6 +17,7 @@ Replay only folds projections: it never executes a tool or any other side effect
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -25,18 +26,84 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from producers.kafka_clients import consumer_config, private_group
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
-from sessionstream.core.rows import KeySpace, SessionRow, assemble
+from sessionstream.core.rows import KeySpace, SessionRow, assemble, lua
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
 from streams.native_fold import NativeFold, fold_driver
 from streams.processor import Processor
 from streams.read import current_generation
-from streams.sink import RedisSink, Retry
+from streams.sink import RedisSink, Retry, Script
+
+#: Sessions compared per script call (and per round trip on a Redis Cluster).
+COMPARE_CHUNK = 200
+
+# The compare of each session's new row with its live row, in Redis (ADR 0015): KEYS per
+# session the new row and the live row (one hash tag, so one slot); ARGV the prefixes of
+# the fields compared (views, chunk manifests, chunks). Per session: 0 when exactly one
+# row has an as_of_seq or the two differ (not comparable); 1 when every compared field is
+# byte-identical in both rows (so are their views, however assembled or opened); else
+# both rows' compared fields and as_of_seq (field/value lists) for the caller's exact
+# compare of the views. Sealed fields use random nonces: such rows always come back.
+COMPARE_ROWS_LUA = lua("""
+local function pick(row)
+  local t, n = {}, 0
+  for i = 1, #row, 2 do
+    local k = row[i]
+    for j = 1, #ARGV do
+      if string.sub(k, 1, #ARGV[j]) == ARGV[j] then
+        t[k] = row[i + 1]
+        n = n + 1
+        break
+      end
+    end
+  end
+  return t, n
+end
+local function flat(t, seq)
+  local f = {}
+  for k, v in pairs(t) do
+    f[#f + 1] = k
+    f[#f + 1] = v
+  end
+  if seq then
+    f[#f + 1] = $AS_OF_SEQ
+    f[#f + 1] = seq
+  end
+  return f
+end
+local out = {}
+for s = 1, #KEYS, 2 do
+  local sa = redis.call('HGET', KEYS[s], $AS_OF_SEQ)
+  local sb = redis.call('HGET', KEYS[s + 1], $AS_OF_SEQ)
+  if (not sa) ~= (not sb) or (sa and tonumber(sa) ~= tonumber(sb)) then
+    out[#out + 1] = 0
+  else
+    local ta, na = pick(redis.call('HGETALL', KEYS[s]))
+    local tb, nb = pick(redis.call('HGETALL', KEYS[s + 1]))
+    local same = na == nb
+    if same then
+      for k, v in pairs(ta) do
+        if tb[k] ~= v then
+          same = false
+          break
+        end
+      end
+    end
+    if same then
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = {flat(ta, sa), flat(tb, sb)}
+    end
+  end
+end
+return out
+""")
 
 
 @dataclass
@@ -55,6 +122,9 @@ class ReplayReport:
     switched: bool = False
     caught_up_after_switch: int = 0
     fold: str = "python"  # the in-memory fold's path: native or python
+    #: wall seconds per phase: read (consume), fold, flush, compare, catch_up (after
+    #: the switch, all of its phases)
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -67,6 +137,7 @@ class ReplayReport:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["rate"] = round(self.rate, 1)
+        out["phases"] = {k: round(v, 3) for k, v in self.phases.items()}
         out["equals_live"] = self.equals_live
         return out
 
@@ -105,7 +176,11 @@ async def replay(
     report.fold = "native" if isinstance(driver, NativeFold) else "python"
     group = private_group("replay")
     consumer = Consumer(consumer_config(bootstrap, group, {
-        "enable.partition.eof": False, "fetch.max.bytes": 64 * 1024 * 1024}, security=security))
+        "enable.partition.eof": False, "fetch.max.bytes": 64 * 1024 * 1024,
+        # A full fetch queue makes librdkafka wait 1 s (its default) before the next
+        # fetch; a fold that drains the queue faster than one refill then sat in empty
+        # consume() calls (as the kafka engine did, ADR 0003).
+        "fetch.queue.backoff.ms": 5}, security=security))
     # Offsets are asked on a consumer that fetches nothing: on the reading one each
     # watermark query waits behind its fetches (~140 ms each, measured).
     meta = Consumer(consumer_config(bootstrap, group, {"enable.partition.eof": False},
@@ -120,13 +195,17 @@ async def replay(
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions), folder=driver)
+        t0 = time.monotonic()
         await _compare(redis, keys, live, new, report, views, rows)
+        _took(report, "compare", t0)
         if switch and from_time_ms is None:
             await redis.set(keys.generation(), new)
             report.switched = True
             before = report.events
+            t0 = time.monotonic()
             await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
-                               progress, progress_every, started)
+                               progress, progress_every, started, phases=False)
+            _took(report, "catch_up", t0)
             report.caught_up_after_switch = report.events - before
     except KafkaException as exc:
         raise GenerationError(f"replay of {topic} failed reading Kafka: {exc}; the readers "
@@ -168,15 +247,18 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                        position: dict[int, int], report: ReplayReport, batch: int,
                        progress: Progress | None, every: float, started: float,
                        deferred: tuple[int, int] | None = None,
-                       folder: Processor | NativeFold | None = None) -> None:
+                       folder: Processor | NativeFold | None = None,
+                       phases: bool = True) -> None:
     """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
     and flush after that many records or folded sessions, and at the end."""
     fold = folder or proc
+    took = _took if phases else (lambda report, phase, t0: None)
     ends = {p: meta.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
             for p in parts}
     last_report = time.monotonic()
     since_flush = 0
     while any(position[p] < ends[p] for p in parts):
+        t0 = time.monotonic()
         msgs = consumer.consume(batch, timeout=0.5)
         records = []
         for m in msgs:
@@ -186,52 +268,81 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
             off: int = m.offset() or 0
             records.append(Record(topic, part, off, m.key(), m.value(), m.timestamp()[1]))
             position[part] = max(position[part], off)
+        took(report, "read", t0)
         if records and deferred is None:
             result = await proc.process(records)
             report.events += len(records)
             report.dead_letters += len(result.dead_letters)
         elif records and deferred is not None:
+            t0 = time.monotonic()
             result = await fold.fold(records)
+            took(report, "fold", t0)
             report.events += len(records)
             report.dead_letters += len(result.dead_letters)
             since_flush += len(records)
             if since_flush >= deferred[0] or fold.unflushed_sessions >= deferred[1]:
+                t0 = time.monotonic()
                 await fold.flush()
+                took(report, "flush", t0)
                 since_flush = 0
         if progress and time.monotonic() - last_report >= every:
             report.seconds = time.monotonic() - started
             progress(report)
             last_report = time.monotonic()
     if deferred is not None:
+        t0 = time.monotonic()
         await fold.flush()
+        took(report, "flush", t0)
+
+
+def _took(report: ReplayReport, phase: str, t0: float) -> None:
+    report.phases[phase] = report.phases.get(phase, 0.0) + time.monotonic() - t0
 
 
 async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                    report: ReplayReport, views: list[str], sealed: Any = None) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
-    Reads each whole row (chunked views, ADR 0013, span several fields); compares the
-    ``views`` and ``as_of_seq``."""
+    Redis compares the two rows' stored view fields (chunked views, ADR 0013, span
+    several fields) and answers equal / not comparable without sending them; a pair
+    whose stored texts differ (always so when sealed: random nonces) comes back and its
+    ``views`` are opened, assembled and compared here (ADR 0015)."""
     wanted = {SessionRow.AS_OF_SEQ, *views}
     ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
                       for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
     report.sessions = len(ids)
-    for i in range(0, len(ids), 200):
-        chunk = ids[i:i + 200]
-        async with redis.pipeline(transaction=False) as pipe:
-            for sid in chunk:
-                pipe.hgetall(keys.session_row(sid, new))
-                pipe.hgetall(keys.session_row(sid, live))
-            rows = await pipe.execute()
-        for j, sid in enumerate(chunk):
-            a = {k: v for k, v in _views(rows[2 * j], sid, sealed).items() if k in wanted}
-            b = {k: v for k, v in _views(rows[2 * j + 1], sid, sealed).items() if k in wanted}
+    script = Script(COMPARE_ROWS_LUA)
+    prefixes = [SessionRow.VIEW, SessionRow.PARTS, SessionRow.PART]
+    cluster = isinstance(redis, RedisCluster)
+    for i in range(0, len(ids), COMPARE_CHUNK):
+        chunk = ids[i:i + COMPARE_CHUNK]
+        pairs = [[keys.session_row(sid, new), keys.session_row(sid, live)] for sid in chunk]
+        if cluster:  # one call per session, each in its session's slot
+            got = [r for rs in await asyncio.gather(
+                *(script(redis, ks, prefixes) for ks in pairs)) for r in rs]
+        else:
+            got = list(await script(redis, [k for ks in pairs for k in ks], prefixes))
+        for sid, verdict in zip(chunk, got, strict=True):
+            if verdict == 0:
+                report.not_comparable.append(sid)
+                continue
+            if verdict == 1:
+                report.equal += 1
+                continue
+            a = {k: v for k, v in _views(_pairs(verdict[0]), sid, sealed).items()
+                 if k in wanted}
+            b = {k: v for k, v in _views(_pairs(verdict[1]), sid, sealed).items()
+                 if k in wanted}
             if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
                 report.equal += 1
             else:
                 report.different.append(sid)
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, Any]:

@@ -36,6 +36,11 @@ from sessionstream.core.settings import Env
 from streams.errors import SinkError
 from streams.ports import SessionWrite, WriteOutcome
 
+try:  # the compiled extension packs the batch's script call (absent: redis-py packs it)
+    from sessionstream_native import pack_session_writes as _native_pack
+except ImportError:  # pragma: no cover - depends on the install
+    _native_pack = None
+
 log = logging.getLogger("sessionstream.streams.sink")
 
 T = TypeVar("T")
@@ -109,6 +114,28 @@ for i = 1, #ARGV, 2 do
 end
 return 1
 """
+
+#: One script call writes at most this many sessions and about this many bytes of
+#: fields: a replay's flush of every session in one call took seconds on the server
+#: (past the socket timeout) and as long again to pack.
+CALL_SESSIONS = 256
+CALL_BYTES = 4 << 20
+
+
+def _slices(writes: Sequence[SessionWrite]) -> list[tuple[int, int]]:
+    """(lo, hi) index ranges of ``writes``, each within CALL_SESSIONS and CALL_BYTES."""
+    out: list[tuple[int, int]] = []
+    lo, size = 0, 0
+    for i, w in enumerate(writes):
+        n = sum(len(k) + len(v) for k, v in w.fields.items())
+        if i > lo and (i - lo >= CALL_SESSIONS or size + n > CALL_BYTES):
+            out.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if lo < len(writes):
+        out.append((lo, len(writes)))
+    return out
+
 
 _RETRYABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError,
               rexc.TryAgainError, rexc.ClusterDownError, OSError)
@@ -208,6 +235,65 @@ class RedisSink:
         if self._write.sha is None:
             self._write.sha = await self.retry.run(
                 "script load", lambda: self.redis.script_load(self._write.source))
+        native = _native_pack is not None and self.one_call and not self._cluster \
+            and self.redis.connection is None
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        out: list[WriteOutcome] = []
+        for lo, hi in _slices(writes):
+            part = writes[lo:hi]
+            packed = [(self.keys.session_row(w.session_id, gen),
+                       self.keys.session_changes(w.session_id, gen), w.base_offset,
+                       w.last_offset, w.as_of_seq, w.force, _change_entry(w),
+                       w.fields if type(w.fields) is dict else dict(w.fields), w.deletes)
+                      for w in part] if native else []
+            calls = [] if native else self._write_calls(gen, part)
+            tries = 0
+
+            async def op() -> list[Any]:
+                nonlocal tries
+                tries += 1
+                if native:
+                    return await self._packed_call(packed)  # noqa: B023 (awaited here)
+                return await self._write_op(calls)()  # noqa: B023 (awaited here)
+
+            flat = await self.retry.run("session writes", op)
+            for j in range(0, len(flat), 2):
+                status, stored = names[int(flat[j])], int(flat[j + 1])
+                if status == "stale" and tries > 1 and stored == part[j // 2].last_offset:
+                    status = "applied"  # by the attempt whose reply was lost
+                out.append(WriteOutcome(status, stored))
+        return out
+
+    async def _packed_call(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """The one script call of a batch, packed by the extension (the same bytes
+        redis-py would send, without its per-argument encoding) and sent on a pooled
+        connection; NOSCRIPT sends the source with EVAL, as :class:`Script` does."""
+        assert _native_pack is not None
+        try:
+            return await self._send_packed(_native_pack(
+                "EVALSHA", str(self._write.sha), self.change_maxlen, calls))
+        except rexc.NoScriptError:
+            self._write.sha = await self.redis.script_load(self._write.source)
+            return await self._send_packed(_native_pack(
+                "EVAL", self._write.source, self.change_maxlen, calls))
+
+    async def _send_packed(self, packed: bytes) -> Any:
+        pool = self.redis.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(packed)
+            reply = await conn.read_response()
+        except rexc.ResponseError:
+            raise  # the reply was read whole: the connection stays usable
+        except BaseException:
+            await conn.disconnect()  # a half-read reply must not reach the next command
+            raise
+        finally:
+            await pool.release(conn)
+        return list(reply)
+
+    def _write_calls(self, gen: int, writes: Sequence[SessionWrite]
+                     ) -> list[tuple[list[str], list[Any]]]:
         calls = []
         for w in writes:
             args: list[Any] = [w.base_offset, w.last_offset, w.as_of_seq,
@@ -218,7 +304,10 @@ class RedisSink:
             args += w.deletes
             calls.append(([self.keys.session_row(w.session_id, gen),
                            self.keys.session_changes(w.session_id, gen)], args))
+        return calls
 
+    def _write_op(self, calls: list[tuple[list[str], list[Any]]]
+                  ) -> Callable[[], Awaitable[list[Any]]]:
         async def op() -> list[Any]:
             # Re-sending after a lost reply is safe: each session is idempotent by offset.
             if self._cluster:
@@ -231,11 +320,7 @@ class RedisSink:
                 keys += k
                 args += a
             return list(await self._write(self.redis, keys, args))
-
-        flat = await self.retry.run("session writes", op)
-        names = {1: "applied", 0: "stale", -1: "conflict"}
-        return [WriteOutcome(names[int(flat[i])], int(flat[i + 1]))
-                for i in range(0, len(flat), 2)]
+        return op
 
     async def _pipelined(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -26,6 +26,9 @@ mod chunks;
 mod crypto;
 mod json;
 mod load;
+mod messages;
+mod resp;
+mod rowseal;
 mod units;
 mod units_more;
 
@@ -321,8 +324,8 @@ impl Folder {
         let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
         for (idx, rec) in records.iter().enumerate() {
-            let partition: i64 = rec.getattr(s_partition)?.extract()?;
-            let offset: i64 = rec.getattr(s_offset)?.extract()?;
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
             let h = high.entry(partition).or_insert(-1);
             if offset > *h {
                 *h = offset;
@@ -331,7 +334,7 @@ impl Folder {
                 skipped += 1;
                 continue;
             }
-            let value = rec.getattr(s_value)?;
+            let value = field(&rec, s_value)?;
             let Ok(value) = value.downcast::<PyBytes>() else {
                 dead.push(idx);
                 continue;
@@ -341,7 +344,7 @@ impl Folder {
                 dead.push(idx);
                 continue;
             };
-            let key = rec.getattr(s_key)?;
+            let key = field(&rec, s_key)?;
             if !key.is_none() {
                 match key.downcast::<PyBytes>() {
                     Ok(k) if k.as_bytes() == env.session_id.as_bytes() => {}
@@ -811,6 +814,14 @@ fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
 }
 
 /// The unit keys folded natively.
+/// A record's attribute, or a confluent-kafka `Message`'s accessor of that name called
+/// (the live worker hands its messages over without a `Record` each).
+fn field<'py>(rec: &Bound<'py, PyAny>, name: &Bound<'py, pyo3::types::PyString>)
+              -> PyResult<Bound<'py, PyAny>> {
+    let v = rec.getattr(name)?;
+    if v.is_callable() { v.call0() } else { Ok(v) }
+}
+
 #[pyfunction]
 fn native_units() -> Vec<&'static str> {
     NATIVE_UNITS.to_vec()
@@ -831,5 +842,8 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
+    m.add_function(wrap_pyfunction!(messages::scan_messages, m)?)?;
     Ok(())
 }

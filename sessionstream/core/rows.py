@@ -29,6 +29,7 @@ key                                 type       what
 ``<p>:{<t>}:compaction-watch:<n>``  hash       a watcher's feed cursor (:class:`WatchCursorFields`)
 ``<p>:{<t>/<s>}:dkeys``             hash       wrapped data keys + shred tombstones (governance)
 ``<p>:{<t>}:dkeys``                 set        sessions with data keys (rotation, retention)
+``<p>:{<t>}:dkeys:shreds``          list       the shred feed: ``[session, class]`` per shred
 ``<p>:{<t>}:holds``                 hash       legal holds: ``tenant`` / ``session:<s>`` → JSON
 =================================== ========== =========================================
 
@@ -155,6 +156,11 @@ class KeySpace:
 
     def data_key_sessions(self) -> str:
         return self.tenant_key("dkeys")
+
+    def data_key_shreds(self) -> str:
+        """The tenant's shred feed: a list of ``[session, class]`` JSON, one per shred
+        (readers drop those cached keys)."""
+        return self.tenant_key("dkeys:shreds")
 
     def holds(self) -> str:
         return self.tenant_key("holds")

@@ -19,9 +19,9 @@ contract test suite runs over both):
 Shredding a data key deletes the wrapped key and leaves a tombstone (when, by whom,
 why) so readers can say *deleted* rather than *missing*. Rotating the tenant key rewraps
 every data key with the new version; the events in Kafka are not touched. Legal holds
-live in the same store. Unwrapped keys are cached per process for ``cache_ttl_s``: a
-shred done elsewhere reaches a running process within that time (at once in the
-process that shreds).
+live in the same store. Unwrapped keys are cached per process until the tenant's shred
+feed names them (checked every ``cache_ttl_s``): a shred done elsewhere reaches a
+running process within that time (at once in the process that shreds).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,14 +261,36 @@ class Hold:
 
 
 class KeyStore(ABC):
-    """Data keys (wrapped), their tombstones and legal holds; the ``ContentKeys`` port."""
+    """Data keys (wrapped), their tombstones and legal holds; the ``ContentKeys`` port.
+
+    Lookups are cached per process (bounded, least recently used out first). An active
+    or shredded key stays cached until the tenant's *shred feed* names it: every shred
+    appends (session, class) to the feed after destroying the key, and a lookup reads
+    the feed's new entries when its last check is ``cache_ttl_s`` old (one stat or one
+    LLEN per tenant, not two reads per session), so a shred done elsewhere reaches a
+    running process within that time (at once in the process that shreds). A missing
+    key is cached for ``cache_ttl_s`` only (a writer may create it meanwhile), and every
+    entry is read again after ``max_age_s`` (a shredder that died between its destroy
+    and its feed entry). ``cache_ttl_s=0``: the feed is checked on every lookup.
+    """
+
+    #: Lookups cached per store (the least recently used go first).
+    CACHE_ENTRIES = 65_536
 
     def __init__(self, tenant_keys: TenantKeys, *, clock: Clock = _now_ms,
-                 cache_ttl_s: float = 2.0) -> None:
+                 cache_ttl_s: float = 2.0, max_age_s: float = 60.0,
+                 cache_entries: int | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.tenant_keys = tenant_keys
+        self._monotonic = monotonic
         self._clock = clock
         self._ttl = cache_ttl_s
-        self._cache: dict[tuple[str, str, DataClass], tuple[float, KeyLookup]] = {}
+        self._max_age = max_age_s
+        self._bound = cache_entries or self.CACHE_ENTRIES
+        self._cache: OrderedDict[tuple[str, str, DataClass], tuple[float, KeyLookup]] = \
+            OrderedDict()
+        #: per tenant: (monotonic time of the last feed check, the feed position read)
+        self._feed: dict[str, tuple[float, Any]] = {}
 
     # backend ------------------------------------------------------------
     @abstractmethod
@@ -291,6 +314,18 @@ class KeyStore(ABC):
         """Write the tombstone, then delete the wrapped key; True if a key existed."""
 
     @abstractmethod
+    def _announce(self, tenant: str, session_id: str, cls: DataClass) -> None:
+        """Append (session, class) to the tenant's shred feed (``_destroy`` does it too,
+        after the key is gone)."""
+
+    @abstractmethod
+    def _shreds_since(self, tenant: str, position: Any) -> tuple[Any, list[tuple[str, str]]]:
+        """The shred feed of ``tenant`` past ``position`` (None: from its current end):
+        its new position and the (session, class value) shredded since. A feed that
+        was reset (shorter than ``position``) answers ``position`` None: the caller
+        drops every cached key of the tenant."""
+
+    @abstractmethod
     def _records(self, tenant: str) -> Iterator[tuple[str, DataClass, dict[str, Any]]]: ...
 
     @abstractmethod
@@ -301,16 +336,44 @@ class KeyStore(ABC):
 
     # ContentKeys ----------------------------------------------------------
     def lookup(self, tenant: str, session_id: str, data_class: DataClass) -> KeyLookup:
+        now = self._monotonic()
+        self._follow_shreds(tenant, now)
         ck = (tenant, session_id, data_class)
         hit = self._cache.get(ck)
-        now = time.monotonic()
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
+        if hit is not None:
+            at, found = hit
+            age = now - at
+            if age < self._max_age and (found.state is not KeyState.MISSING
+                                        or age < self._ttl):
+                self._cache.move_to_end(ck)
+                return found
         found = self._lookup(tenant, session_id, data_class)
-        if len(self._cache) > 65536:
-            self._cache.clear()
         self._cache[ck] = (now, found)
+        self._cache.move_to_end(ck)
+        while len(self._cache) > self._bound:
+            self._cache.popitem(last=False)
         return found
+
+    def _follow_shreds(self, tenant: str, now: float) -> None:
+        """Drop the cached keys the tenant's shred feed names since the last check
+        (at most one check per ``cache_ttl_s``)."""
+        seen = self._feed.get(tenant)
+        if seen is not None and now - seen[0] < self._ttl:
+            return
+        if seen is None:  # first use: start at the feed's end (nothing cached yet)
+            position, _ = self._shreds_since(tenant, None)
+            self._feed[tenant] = (now, position)
+            return
+        position, shredded = self._shreds_since(tenant, seen[1])
+        if position is None:  # the feed was reset: nothing cached of the tenant is trusted
+            for ck in [k for k in self._cache if k[0] == tenant]:
+                del self._cache[ck]
+            position, _ = self._shreds_since(tenant, None)
+        for session_id, cls in shredded:
+            for c in DataClass:
+                if c.value == cls:
+                    self._cache.pop((tenant, session_id, c), None)
+        self._feed[tenant] = (now, position)
 
     def _lookup(self, tenant: str, session_id: str, cls: DataClass) -> KeyLookup:
         tomb = self._tombstone(tenant, session_id, cls)
@@ -375,6 +438,8 @@ class KeyStore(ABC):
             if self._tombstone(tenant, session_id, cls) is None:
                 self._destroy(tenant, session_id, cls, tomb)
                 done.append(Shredded(tenant, session_id, cls, at, principal, reason))
+            else:  # shredded before: tell the feed again (a shredder may have died
+                self._announce(tenant, session_id, cls)  # between destroy and feed)
             self._cache.pop((tenant, session_id, cls), None)
         return done
 
@@ -471,19 +536,26 @@ class FileKeyStore(KeyStore):
         super().__init__(tenant_keys or TenantKeys(self.root / "tenants"), **kw)
 
     def _path(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> Path:
-        return self.root / "data" / tenant / f"{_session_file(session_id)}.{cls.value}.{suffix}"
+        return Path(self._file(tenant, session_id, cls, suffix))
 
-    def _read(self, path: Path) -> dict[str, Any] | None:
+    def _file(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> str:
+        """The path as text (a lookup reads two files: no pathlib objects on that path)."""
+        return (f"{self.root}{os.sep}data{os.sep}{tenant}{os.sep}"
+                f"{_session_file(session_id)}.{cls.value}.{suffix}")
+
+    def _read(self, path: Path | str) -> dict[str, Any] | None:
         try:
-            value: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, "rb") as fh:
+                value: dict[str, Any] = json.loads(fh.read())
             return value
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise KeyConfigError(f"key file {path.name} is unreadable: {exc}") from None
+            raise KeyConfigError(f"key file {os.path.basename(path)} is unreadable: {exc}"
+                                 ) from None
 
     def _get(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
-        return self._read(self._path(tenant, session_id, cls, "key"))
+        return self._read(self._file(tenant, session_id, cls, "key"))
 
     def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
                        record: dict[str, Any]) -> dict[str, Any]:
@@ -497,7 +569,7 @@ class FileKeyStore(KeyStore):
                        json.dumps({**record, "session_id": session_id}))
 
     def _tombstone(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
-        return self._read(self._path(tenant, session_id, cls, "shredded"))
+        return self._read(self._file(tenant, session_id, cls, "shredded"))
 
     def _destroy(self, tenant: str, session_id: str, cls: DataClass,
                  tombstone: dict[str, Any]) -> bool:
@@ -508,7 +580,46 @@ class FileKeyStore(KeyStore):
             # Overwrite before unlinking: the wrapped key's bytes do not linger in the file.
             _write_private(path, json.dumps({"destroyed": True}))
             path.unlink()
+        self._announce(tenant, session_id, cls)
         return existed
+
+    def _feed_path(self, tenant: str) -> Path:
+        return self.root / "data" / tenant / "shreds.log"
+
+    def _announce(self, tenant: str, session_id: str, cls: DataClass) -> None:
+        """One JSON line per shred, appended (O_APPEND: a line is written whole)."""
+        path = self._feed_path(tenant)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        line = (json.dumps([session_id, cls.value]) + "\n").encode("utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _shreds_since(self, tenant: str, position: Any) -> tuple[Any, list[tuple[str, str]]]:
+        path = self._feed_path(tenant)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if position is None or size == position:
+            return size, []
+        if size < position:
+            return None, []
+        with path.open("rb") as fh:
+            fh.seek(position)
+            raw = fh.read(size - position)
+        end = raw.rfind(b"\n") + 1  # a line still being written is read next time
+        out = []
+        for line in raw[:end].splitlines():
+            try:
+                sid, cls = json.loads(line)
+                out.append((str(sid), str(cls)))
+            except (ValueError, TypeError):
+                return None, []  # not a feed line: drop the tenant's cache
+        return position + end, out
 
     def _records(self, tenant: str) -> Iterator[tuple[str, DataClass, dict[str, Any]]]:
         base = self.root / "data" / tenant
@@ -541,7 +652,8 @@ class RedisKeyStore(KeyStore):
 
     ``<prefix>:{<tenant>/<session>}:dkeys`` (hash: ``<class>`` → wrapped key,
     ``<class>:shredded`` → tombstone), the tenant's key list ``<prefix>:{<tenant>}:dkeys``
-    (a set of session ids, for rotation and retention) and ``<prefix>:{<tenant>}:holds``.
+    (a set of session ids, for rotation and retention), its shred feed
+    ``<prefix>:{<tenant>}:dkeys:shreds`` (a list) and ``<prefix>:{<tenant>}:holds``.
     Purging a session's Redis rows keeps its ``dkeys`` hash: the tombstones are the proof.
     """
 
@@ -583,7 +695,29 @@ class RedisKeyStore(KeyStore):
         pipe = self._r.pipeline(transaction=True)
         pipe.hset(key, f"{cls.value}:shredded", json.dumps(tombstone))
         pipe.hdel(key, cls.value)
+        pipe.rpush(KeySpace(tenant, self._prefix).data_key_shreds(),
+                   json.dumps([session_id, cls.value]))
         return bool(pipe.execute()[1])
+
+    def _announce(self, tenant: str, session_id: str, cls: DataClass) -> None:
+        self._r.rpush(KeySpace(tenant, self._prefix).data_key_shreds(),
+                      json.dumps([session_id, cls.value]))
+
+    def _shreds_since(self, tenant: str, position: Any) -> tuple[Any, list[tuple[str, str]]]:
+        feed = KeySpace(tenant, self._prefix).data_key_shreds()
+        size = int(self._r.llen(feed))
+        if position is None or size == position:
+            return size, []
+        if size < position:
+            return None, []
+        out = []
+        for raw in self._r.lrange(feed, position, size - 1):
+            try:
+                sid, cls = json.loads(raw)
+                out.append((str(sid), str(cls)))
+            except (ValueError, TypeError):
+                return None, []
+        return size, out
 
     def _records(self, tenant: str) -> Iterator[tuple[str, DataClass, dict[str, Any]]]:
         for raw in sorted(self._r.smembers(KeySpace(tenant, self._prefix).data_key_sessions())):

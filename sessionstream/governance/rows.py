@@ -24,6 +24,7 @@ from sessionstream.core.errors import ContentKeyShredded, MovedCiphertext
 from sessionstream.core.privacy import (
     DELETED_TEXT,
     UNAVAILABLE_TEXT,
+    DataClass,
     KeyState,
     unit_class,
 )
@@ -54,14 +55,21 @@ class RowCipher:
         self.cipher = cipher
         self.tenant = cipher.tenant
 
+    def row_key(self, session_id: str, cls: DataClass) -> bytes | None:
+        """The data key the session's fields of ``cls`` are sealed with (created on first
+        use), or None: they are stored clear (encryption off, or the key shredded)."""
+        if not self.cipher.enabled:
+            return None
+        try:
+            return self.cipher.store.data_key(self.tenant, session_id, cls)
+        except ContentKeyShredded:
+            return None  # folded from placeholders (see the module docstring)
+
     def seal(self, session_id: str, unit: str, field: str, text: str) -> str:
         cls = unit_class(unit)
-        if cls is None or not self.cipher.enabled:
+        key = None if cls is None else self.row_key(session_id, cls)
+        if key is None:
             return text
-        try:
-            key = self.cipher.store.data_key(self.tenant, session_id, cls)
-        except ContentKeyShredded:
-            return text  # folded from placeholders (see the module docstring)
         assert self.cipher.aead is not None
         nonce, ct = self.cipher.aead.seal(key, text.encode("utf-8"),
                                           row_ad(self.tenant, session_id, field))

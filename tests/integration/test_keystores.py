@@ -89,3 +89,63 @@ def test_the_redis_store_holds_no_key_in_the_clear(redis_client: redis.Redis,
     other = RedisKeyStore(redis_client, TenantKeys(tmp_path / "none", create=False),
                           prefix=redis_prefix)
     assert other.lookup("t1", "s1", DataClass.SURFACE).state is KeyState.MISSING
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(params=["file", "redis"])
+def make_cached(request: pytest.FixtureRequest, tmp_path: Path
+                ) -> Callable[..., KeyStore]:
+    """Stores with the default lookup cache (2 s feed checks) on a clock the test moves."""
+    if request.param == "file":
+        return lambda **kw: FileKeyStore(tmp_path / "keys", **kw)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("redis_prefix")
+    kek_dir = tmp_path / "tenant-keys"
+    return lambda **kw: RedisKeyStore(client, TenantKeys(kek_dir), prefix=prefix, **kw)
+
+
+def test_a_cached_key_is_read_once_until_a_shred_elsewhere_reaches_the_feed(
+        make_cached: Callable[..., KeyStore]) -> None:
+    clock = _Clock()
+    a, b = make_cached(), make_cached(monotonic=clock)
+    key = a.data_key("t1", "s1", DataClass.SURFACE)
+    reads: list[str] = []
+    backend = b._lookup
+
+    def counted(tenant: str, session_id: str, cls: DataClass) -> object:
+        reads.append(session_id)
+        return backend(tenant, session_id, cls)
+    b._lookup = counted  # type: ignore[method-assign]
+    for _ in range(3):  # cached past the feed interval: the key store is not read again
+        assert b.lookup("t1", "s1", DataClass.SURFACE).key == key
+        clock.t += 5
+    assert reads == ["s1"]
+    a.shred("t1", "s1", (DataClass.SURFACE,), principal="ops", reason="erasure")
+    clock.t += 2.0  # the next feed check names s1: the key is gone from b's cache
+    found = b.lookup("t1", "s1", DataClass.SURFACE)
+    assert found.state is KeyState.SHREDDED and found.key is None
+    assert reads == ["s1", "s1"]
+
+
+def test_a_missing_key_is_asked_again_after_the_feed_interval(
+        make_cached: Callable[..., KeyStore]) -> None:
+    clock = _Clock()
+    a, b = make_cached(), make_cached(monotonic=clock)
+    assert b.lookup("t1", "s2", DataClass.RAW).state is KeyState.MISSING
+    key = a.data_key("t1", "s2", DataClass.RAW)  # a writer creates it meanwhile
+    clock.t += 2.0
+    assert b.lookup("t1", "s2", DataClass.RAW).key == key
+
+
+def test_the_lookup_cache_is_bounded(make_cached: Callable[..., KeyStore]) -> None:
+    b = make_cached(cache_entries=2)
+    for sid in ("s1", "s2", "s3"):
+        b.data_key("t1", sid, DataClass.RAW)
+    assert len(b._cache) == 2 and ("t1", "s1", DataClass.RAW) not in b._cache

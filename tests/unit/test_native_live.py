@@ -29,6 +29,7 @@ from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
 from streams import native_fold
+from streams.batch import MessageBatch
 from streams.memory import MemoryDeadLetters, MemorySink
 from streams.native_fold import NativeFold, _unit_of, live_driver
 from streams.processor import Processor
@@ -52,11 +53,53 @@ def _batches(records: list[Record], sizes: list[int]) -> list[list[Record]]:
     return out
 
 
+class _Message:
+    """A consumed message as confluent-kafka gives it (accessor methods, no attributes)."""
+
+    def __init__(self, r: Record | None, error: Any = None) -> None:
+        self._r, self._error = r, error
+
+    def error(self) -> Any:
+        return self._error
+
+    def topic(self) -> str | None:
+        return self._r.topic if self._r else None
+
+    def partition(self) -> int | None:
+        return self._r.partition if self._r else None
+
+    def offset(self) -> int | None:
+        return self._r.offset if self._r else None
+
+    def key(self) -> bytes | None:
+        return self._r.key if self._r else None
+
+    def value(self) -> bytes | None:
+        return self._r.value if self._r else None
+
+    def timestamp(self) -> tuple[int, int]:
+        ts = self._r.timestamp_ms if self._r else None
+        return (0, -1) if ts is None else (1, ts)
+
+
+def message_batch(batch: list[Record], errors: int = 0) -> MessageBatch:
+    """``batch`` as the kafka engine hands it on: its messages, read by the extension
+    (with ``errors`` error messages in front, which the scan leaves out)."""
+    import sessionstream_native
+
+    msgs = [_Message(None, error="eof")] * errors + [_Message(r) for r in batch]
+    good, bad, high, first = sessionstream_native.scan_messages(msgs)
+    assert len(bad) == errors
+    return MessageBatch([msgs[i] for i in good], high, first)
+
+
 async def _live(records: list[Record], sizes: list[int], restarts: set[int],
                 others: set[int], forgets: set[int], make: Any, sink: MemorySink,
-                dlq: MemoryDeadLetters, missed: frozenset[int] = frozenset()) -> Any:
+                dlq: MemoryDeadLetters, missed: frozenset[int] = frozenset(),
+                messages: bool = False) -> Any:
     driver = make(processor_for(sink, dlq))
-    for b, batch in enumerate(_batches(records, sizes)):
+    for b, raw in enumerate(_batches(records, sizes)):
+        batch: Any = message_batch(raw, b % 2) if messages else raw
         if b in restarts:
             driver = make(processor_for(sink, dlq))  # a restarted worker: empty caches
         if b in others or b in missed:
@@ -86,14 +129,14 @@ def processor_for(sink: MemorySink, dlq: MemoryDeadLetters) -> Processor:
 
 
 def _run(records: list[Record], sizes: list[int], restarts: set[int], others: set[int],
-         forgets: set[int], missed: frozenset[int] = frozenset()
+         forgets: set[int], missed: frozenset[int] = frozenset(), messages: bool = False
          ) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
     asyncio.run(_live(records, sizes, restarts, others, forgets, lambda p: p, py_sink, py_dlq,
                       missed))
     na = asyncio.run(_live(records, sizes, restarts, others, forgets, NativeFold, na_sink,
-                           na_dlq, missed))
+                           na_dlq, missed, messages))
     return (py_sink, na_sink, py_dlq, na_dlq), na
 
 
@@ -115,6 +158,31 @@ def test_the_live_native_batch_equals_the_python_batch_with_restarts_and_rebalan
         assert set(py_sink.feed[gen]) == set(na_sink.feed.get(gen, []))
     py_sink.feed = na_sink.feed = {}
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.sets(st.integers(1, 10), max_size=2), st.sets(st.integers(1, 10), max_size=2))
+def test_a_batch_of_consumed_messages_folds_as_its_records(
+        case: tuple[list[Record], list[int], set[int], int], restarts: set[int],
+        forgets: set[int]) -> None:
+    """The kafka engine hands the native fold its messages (streams.batch): no Record
+    per message, the same rows, progress and dead letters as the Python batch."""
+    records, sizes, _, chunk = case
+    _PIPELINE.clear()
+    _PIPELINE["chunk"] = chunk
+    (py_sink, na_sink, py_dlq, na_dlq), _ = _run(records, sizes, restarts, set(), forgets,
+                                                 messages=True)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+
+
+def test_a_message_batch_reads_as_its_records() -> None:
+    records = _fleet_records()[:40]
+    batch = message_batch(records, errors=2)
+    assert list(batch) == records and batch[-1] == records[-1] and batch[1:3] == records[1:3]
+    assert batch.high == {p: max(r.offset for r in records if r.partition == p)
+                          for p in {r.partition for r in records}}
+    assert {(r.topic, r.partition) for r in batch.heads()} == {
+        (r.topic, r.partition) for r in records}
 
 
 def _fleet_records() -> list[Record]:

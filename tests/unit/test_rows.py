@@ -17,18 +17,19 @@ from sessionstream.core.rows import (
     lua_literals,
     read_change_entry,
 )
-from streams import sink
+from streams import replay, sink
 
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
-LUA_TOKENS = {"GET", "HGET", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD", "INCR",
-              "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
+LUA_TOKENS = {"GET", "HGET", "HGETALL", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD",
+              "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
     "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
     "sink.WRITE_TENANT_LUA": sink.WRITE_TENANT_LUA,
+    "replay.COMPARE_ROWS_LUA": replay.COMPARE_ROWS_LUA,
     "lease._ACQUIRE": lease._ACQUIRE,
     "lease._RENEW": lease._RENEW,
     "lease._CHECK": lease._CHECK,

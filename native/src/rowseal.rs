@@ -1,0 +1,159 @@
+//! Sealing the content-bearing fields of a Redis session row, as
+//! `sessionstream.governance.rows.RowCipher.seal` does, byte for byte:
+//! `ss-aead1:` + base64(nonce (12 bytes) || AES-256-GCM ciphertext || tag (16 bytes)),
+//! the associated data `b"sessionstream-row-v1"` then tenant, session and field name,
+//! each as a 4-byte big-endian length + UTF-8 bytes. The Python codec opens these
+//! (tests/unit/test_native_rowseal.py checks both ways).
+//!
+//! The key store stays in Python: the caller hands in, per unit key, its data class
+//! (None: a metadata unit, stored clear) and a `key_of(class)` that answers the
+//! session's data key, or None to store the class clear (encryption off, or the key
+//! shredded); it is asked at most once per class per row.
+
+use std::collections::HashMap;
+
+use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::crypto::{cipher, NONCE_BYTES};
+
+pub const PREFIX: &str = "ss-aead1:";
+pub const ROW_MAGIC: &[u8] = b"sessionstream-row-v1";
+/// A unit the class table does not name (a plugin's) is surface content.
+const DEFAULT_CLASS: &str = "surface";
+
+/// The associated data of one row field (`governance.rows.row_ad`).
+pub fn row_ad(tenant: &str, session_id: &str, field: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ROW_MAGIC.len() + 12 + tenant.len() + session_id.len()
+                                     + field.len());
+    out.extend_from_slice(ROW_MAGIC);
+    for text in [tenant, session_id, field] {
+        out.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    out
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding, appended to `out`.
+pub fn b64_into(raw: &[u8], out: &mut String) {
+    out.reserve(raw.len().div_ceil(3) * 4);
+    for chunk in raw.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        out.push(B64[(n >> 18) as usize & 63] as char);
+        out.push(B64[(n >> 12) as usize & 63] as char);
+        out.push(if chunk.len() > 1 { B64[(n >> 6) as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+    }
+}
+
+/// One sealed field value.
+pub fn seal_text(c: &Aes256Gcm, nonce: &[u8], tenant: &str, session_id: &str, field: &str,
+                 text: &str) -> Option<String> {
+    let ad = row_ad(tenant, session_id, field);
+    let ct = c.encrypt(Nonce::from_slice(nonce), Payload { msg: text.as_bytes(), aad: &ad })
+        .ok()?;
+    let mut blob = Vec::with_capacity(NONCE_BYTES + ct.len());
+    blob.extend_from_slice(nonce);
+    blob.extend_from_slice(&ct);
+    let mut out = String::with_capacity(PREFIX.len() + blob.len().div_ceil(3) * 4);
+    out.push_str(PREFIX);
+    b64_into(&blob, &mut out);
+    Some(out)
+}
+
+/// The unit owning a view, state or chunk field (None: a field never sealed).
+pub fn unit_of(field: &str) -> Option<&str> {
+    if let Some(rest) = field.strip_prefix("part:") {
+        return Some(rest.split(':').next().unwrap_or(rest));
+    }
+    field.strip_prefix("view:").or_else(|| field.strip_prefix("state:"))
+}
+
+/// Seal, in place, every view/state/chunk field of `fields` whose unit's class has a
+/// key: `classes` unit key -> class value (None: clear); `key_of(class)` -> the data key
+/// (bytes) or None (clear). Returns how many fields were sealed.
+#[pyfunction]
+pub fn seal_row(py: Python<'_>, tenant: &str, session_id: &str, fields: &Bound<'_, PyDict>,
+                classes: HashMap<String, Option<String>>, key_of: &Bound<'_, PyAny>)
+                -> PyResult<usize> {
+    let mut todo: Vec<(String, String, usize)> = Vec::new();  // (name, text, key slot)
+    let mut slots: HashMap<String, usize> = HashMap::new();
+    let mut ciphers: Vec<Option<Aes256Gcm>> = Vec::new();
+    for (k, v) in fields.iter() {
+        let name: String = k.extract()?;
+        let Some(unit) = unit_of(&name) else { continue };
+        let class = match classes.get(unit) {
+            Some(None) => continue,
+            Some(Some(c)) => c.as_str(),
+            None => DEFAULT_CLASS,
+        };
+        let slot = match slots.get(class) {
+            Some(&s) => s,
+            None => {
+                let got = key_of.call1((class,))?;
+                let c = if got.is_none() {
+                    None
+                } else {
+                    let key = got.downcast::<PyBytes>()?.as_bytes();
+                    Some(cipher(key).ok_or_else(|| PyValueError::new_err(format!(
+                        "the data key of class {class:?} is {} bytes, need 32", key.len())))?)
+                };
+                ciphers.push(c);
+                slots.insert(class.to_string(), ciphers.len() - 1);
+                ciphers.len() - 1
+            }
+        };
+        if ciphers[slot].is_some() {
+            todo.push((name, v.extract()?, slot));
+        }
+    }
+    if todo.is_empty() {
+        return Ok(0);
+    }
+    let mut nonces = vec![0u8; NONCE_BYTES * todo.len()];
+    getrandom::getrandom(&mut nonces)
+        .map_err(|e| PyRuntimeError::new_err(format!("no random nonce: {e}")))?;
+    let sealed: Vec<(String, String)> = py.allow_threads(|| {
+        todo.iter().enumerate().map(|(i, (name, text, slot))| {
+            let c = ciphers[*slot].as_ref().expect("a key");
+            let nonce = &nonces[i * NONCE_BYTES..(i + 1) * NONCE_BYTES];
+            (name.clone(), seal_text(c, nonce, tenant, session_id, name, text)
+                .expect("AES-GCM seals any length a row holds"))
+        }).collect()
+    });
+    for (name, value) in &sealed {
+        fields.set_item(name, value)?;
+    }
+    Ok(sealed.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        for (raw, want) in [(&b""[..], ""), (b"f", "Zg=="), (b"fo", "Zm8="), (b"foo", "Zm9v"),
+                            (b"foob", "Zm9vYg=="), (b"\xff\xfe\xfd", "//79")] {
+            let mut out = String::new();
+            b64_into(raw, &mut out);
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn unit_of_follows_the_codec_rule() {
+        assert_eq!(unit_of("view:surface"), Some("surface"));
+        assert_eq!(unit_of("state:turns"), Some("turns"));
+        assert_eq!(unit_of("part:surface:messages:3"), Some("surface"));
+        assert_eq!(unit_of("parts:surface"), None);
+        assert_eq!(unit_of("sv:surface"), None);
+        assert_eq!(unit_of("meta"), None);
+    }
+}

@@ -1,0 +1,55 @@
+"""The batch's session-write script call packed by the extension is, byte for byte, what
+redis-py's ``pack_command`` sends for the same arguments (the sink's fallback path)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.asyncio.connection import Connection
+
+from streams import native_fold
+
+if not native_fold.available():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must build the native extension (make install)")
+    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+
+from sessionstream_native import pack_session_writes
+
+
+def _redis_py(command: str, script: str, maxlen: int, calls: list[tuple]) -> bytes:  # type: ignore[type-arg]
+    """The same call as streams.sink's fallback builds it."""
+    keys: list[str] = []
+    args: list[object] = [maxlen]
+    for row, changes, base, last, seq, force, entry, fields, deletes in calls:
+        keys += [row, changes]
+        args += [base, last, seq, "1" if force else "0", entry, len(fields)]
+        for k, v in fields.items():
+            args += [k, v]
+        args.append(len(deletes))
+        args += deletes
+    return b"".join(Connection().pack_command(command, script, len(keys), *keys, *args))
+
+
+_text = st.text(max_size=40)
+_call = st.tuples(_text, _text, st.integers(-1, 2**40), st.integers(-1, 2**40),
+                  st.integers(-1, 2**31), st.booleans(), _text,
+                  st.dictionaries(_text, st.text(max_size=2000), max_size=8),
+                  st.lists(_text, max_size=4).map(tuple))
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=st.lists(_call, max_size=6), maxlen=st.integers(0, 10**6),
+       command=st.sampled_from(["EVALSHA", "EVAL"]), script=_text)
+def test_the_packed_script_call_is_the_bytes_redis_py_sends(
+        calls: list[tuple], maxlen: int, command: str, script: str) -> None:  # type: ignore[type-arg]
+    assert pack_session_writes(command, script, maxlen, calls) == _redis_py(
+        command, script, maxlen, calls)
+
+
+def test_a_field_that_is_not_text_is_refused_with_its_role() -> None:
+    with pytest.raises(TypeError, match="a field value must be a str"):
+        pack_session_writes("EVALSHA", "x", 1, [("r", "c", 0, 1, 1, False, "{}", {"a": 1}, ())])
