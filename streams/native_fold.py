@@ -41,8 +41,8 @@ from typing import Any
 
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
-from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
-from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
+from sessionstream.core.events import FORMAT_VERSION
+from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.privacy import DataClass, unit_class
 from sessionstream.core.projections import Registry
@@ -111,14 +111,7 @@ def why_not(pipeline: ReaderPipeline) -> str | None:
     return None
 
 
-def schema_fingerprints() -> list[tuple[bytes, int]]:
-    """(fingerprint, N) of every shipped ``session_event.vN.avsc``."""
-    out = []
-    for path in codec.schema_files():
-        version = int(path.name.split(".v")[1].split(".")[0])
-        out.append((codec.load_schema(json.loads(path.read_text("utf-8"))).fingerprint,
-                    version))
-    return out
+schema_fingerprints = codec.schema_fingerprints
 
 
 class NativeFold:
@@ -612,24 +605,10 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
     return chunk, counts
 
 
+#: The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
+#: there, with the codec's rules).
+_event = codec.event_from_envelope
 _CLASSES = {c.value: c for c in DataClass}
-_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order
-_WRITERS: dict[tuple[str, int], Writer] = {}
-
-
-def _event(t: tuple[Any, ...]) -> Event:
-    """The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
-    there, with the codec's rules)."""
-    (sid, seq, eid, time, typ, text, op, seqs, wid, epoch, version, ignorable, turn, step,
-     prev) = t
-    writer = _WRITERS.get((wid, epoch))
-    if writer is None:
-        if len(_WRITERS) > 4096:
-            _WRITERS.clear()
-        writer = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
-    value, frozen = loads_checked(text)
-    return decoded_event(sid, seq, eid, time, typ, text, value, frozen, _OPS[op], seqs,
-                         writer, version, ignorable, turn, step, prev, ())
 
 
 def _cipher_of(opener: Any) -> Any:
