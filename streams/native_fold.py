@@ -34,6 +34,7 @@ an error names the install command when it is missing) or ``python``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -82,6 +83,8 @@ NATIVE_UNITS: dict[str, type] = {
     "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
+#: Sessions per slice of a deferred flush (the sink's call size).
+FLUSH_SLICE = 256
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
                 f"cargo), or set {Env.FOLD}=python")
 
@@ -176,11 +179,11 @@ class NativeFold:
         report = BatchReport(records=len(records))
         gen = await proc.current_generation()
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
         dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
-            records, progress, self._python)
+            native_items(records), progress, self._python)
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
@@ -293,20 +296,35 @@ class NativeFold:
         report = BatchReport()
         if self._dirty:
             gen = await proc.current_generation()
-            writes = [self._write(sid) for sid in self._dirty]
-            outcomes = await proc.sink.write_sessions(gen, writes)
-            done = []
-            for w, outcome in zip(writes, outcomes, strict=True):
-                memo = self._memo.pop(w.session_id)
-                if outcome.status == "applied":
-                    report.sessions_written += 1
-                    self._written[w.session_id] = w.last_offset
-                    self._py_base.setdefault(w.session_id, {}).update(memo[0])
-                    self._chunks.setdefault(w.session_id, {}).update(memo[1])
-                    done.append(w)
-                else:
-                    report.conflicts += 1
-                    self.folder.rewrite(w.session_id)  # its next write gives every item
+            sids = list(self._dirty)
+            done: list[SessionWrite] = []
+
+            def build(part: list[str]) -> list[SessionWrite]:
+                return [self._write(sid) for sid in part]
+
+            # Redis applies one slice while a thread encodes and seals the next (replay's
+            # flush of every session: the two overlap on two cores).
+            writes = build(sids[:FLUSH_SLICE])
+            for i in range(0, len(sids), FLUSH_SLICE):
+                sending = asyncio.ensure_future(proc.sink.write_sessions(gen, writes))
+                nxt = sids[i + FLUSH_SLICE:i + 2 * FLUSH_SLICE]
+                try:
+                    upcoming = await asyncio.to_thread(build, nxt) if nxt else []
+                except BaseException:
+                    sending.cancel()
+                    raise
+                for w, outcome in zip(writes, await sending, strict=True):
+                    memo = self._memo.pop(w.session_id)
+                    if outcome.status == "applied":
+                        report.sessions_written += 1
+                        self._written[w.session_id] = w.last_offset
+                        self._py_base.setdefault(w.session_id, {}).update(memo[0])
+                        self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                        done.append(w)
+                    else:
+                        report.conflicts += 1
+                        self.folder.rewrite(w.session_id)  # its next write gives every item
+                writes = upcoming
             self._dirty.clear()
             await proc.sink.write_tenant(gen, done, proc.group, {})
         py = await proc.flush()
