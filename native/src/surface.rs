@@ -36,7 +36,7 @@ const ROLES: [&str; 3] = ["user", "assistant", "tool"];
 /// One tool call of an assistant node: its id and its canonical text.
 #[derive(Clone, Debug)]
 pub struct Call {
-    pub call_id: String,
+    pub call_id: Arc<str>,
     pub text: String,
 }
 
@@ -50,7 +50,7 @@ pub struct Node {
     pub seqs: Vec<i64>,
     pub calls: Vec<Call>,
     /// tool results only: the call id and the canonical JSON of the status
-    pub result: Option<(String, String)>,
+    pub result: Option<(Arc<str>, String)>,
     /// `Message.json_text()`
     pub text: String,
     /// `message_tokens`
@@ -59,7 +59,7 @@ pub struct Node {
 
 impl Node {
     fn new(role: &'static str, kind: &'static str, content: String, seqs: Vec<i64>,
-           calls: Vec<Call>, result: Option<(String, String)>) -> Node {
+           calls: Vec<Call>, result: Option<(Arc<str>, String)>) -> Node {
         let mut o = String::with_capacity(content.len() + 64
                                           + calls.iter().map(|c| c.text.len() + 1).sum::<usize>());
         o.push('{');
@@ -136,7 +136,7 @@ fn calls_of(d: &serde_json::Map<String, Value>) -> Option<Vec<Call>> {
         Some(Value::Array(calls)) => calls.iter().map(|c| {
             let c = c.as_object()?;
             let cid = c.get("call_id")?.as_str()?;
-            Some(Call { call_id: cid.to_string(),
+            Some(Call { call_id: Arc::from(cid),
                         text: call_text(cid, c.get("name")?, c.get("arguments")?) })
         }).collect(),
         // iterating an empty object or string gives nothing; anything else raises
@@ -181,7 +181,7 @@ fn message_for(ev: &Ev) -> Option<Node> {
             } else {
                 "null".to_string()
             };
-            let cid = d.get("call_id")?.as_str()?.to_string();
+            let cid: Arc<str> = Arc::from(d.get("call_id")?.as_str()?);
             let status = canonical(d.get("status")?);
             Some(Node::new("tool", "tool_result", content, seqs, Vec::new(), Some((cid, status))))
         }
@@ -197,10 +197,10 @@ fn message_for(ev: &Ev) -> Option<Node> {
 pub struct Surface {
     pub nodes: Vec<Arc<Node>>,
     pos: HashMap<i64, usize>,
-    call_node: HashMap<String, i64>,
-    result_node: HashMap<String, i64>,
+    call_node: HashMap<Arc<str>, i64>,
+    result_node: HashMap<Arc<str>, i64>,
     /// calls on the surface with no result yet, in dict order
-    unanswered: Vec<String>,
+    unanswered: Vec<Arc<str>>,
     pub tokens: i64,
     /// The lowest position changed since the last chunked write (chunks.rs).
     pub dirty_from: usize,
@@ -237,7 +237,7 @@ impl Surface {
     }
 
     fn unanswered_remove(&mut self, cid: &str) {
-        if let Some(i) = self.unanswered.iter().position(|c| c == cid) {
+        if let Some(i) = self.unanswered.iter().position(|c| **c == *cid) {
             self.unanswered.remove(i);
         }
     }
@@ -314,11 +314,11 @@ impl Surface {
     }
 
     /// `Surface.drop_calls`: whether anything changed.
-    fn drop_calls(&mut self, ids: &[String], cause_seq: i64) -> Result<bool, Refuse> {
-        let mut by_node: Vec<(i64, HashSet<String>)> = Vec::new();
+    fn drop_calls(&mut self, ids: &[Arc<str>], cause_seq: i64) -> Result<bool, Refuse> {
+        let mut by_node: Vec<(i64, HashSet<Arc<str>>)> = Vec::new();
         for cid in ids {
             self.unanswered_remove(cid);
-            if let Some(owner) = self.call_node.remove(cid) {
+            if let Some(owner) = self.call_node.remove(&**cid) {
                 match by_node.iter_mut().find(|(o, _)| *o == owner) {
                     Some((_, set)) => {
                         set.insert(cid.clone());
@@ -444,14 +444,14 @@ impl Surface {
                 Some(Value::Array(calls)) => calls.iter().map(|c| {
                     let c = c.as_object()?;
                     let cid = c.get("call_id")?.as_str()?;
-                    Some(Call { call_id: cid.to_string(),
+                    Some(Call { call_id: Arc::from(cid),
                                 text: call_text(cid, c.get("name")?, c.get("arguments")?) })
                 }).collect::<Option<_>>()?,
                 Some(_) => return None,
             };
             let result = match m.get("call_id") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(cid)) => Some((cid.clone(),
+                Some(Value::String(cid)) => Some((Arc::from(cid.as_str()),
                                                   canonical(m.get("status").unwrap_or(&Value::Null)))),
                 Some(_) => return None,
             };
