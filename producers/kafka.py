@@ -61,6 +61,12 @@ _DOWN_CODES = frozenset(
     {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 )
 
+#: This process's id, kept current across os.fork() (produce() compares it on every
+#: record, and os.getpid() is a system call).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 class DeliveryState(StrEnum):
     PENDING = "pending"
     OK = "ok"
@@ -411,7 +417,7 @@ class KafkaSender:
         """Queue one record (tracked by ``event_id``); raises QueueFull or a mapped error."""
         entry = self._entry
         p = self._producer
-        if entry is None or p is None or entry.pid != os.getpid():
+        if entry is None or p is None or entry.pid != _PID[0]:
             p = self._handle()
             entry = self._entry
         if entry is not None and entry.fatal is not None:

@@ -79,10 +79,8 @@ class NativeAppend(PythonAppend):
         self._nonces = nonces
         self._seals = cipher is not None and cipher.enabled
         self._classes = {c.value: c for c in DataClass}
-
-    def freeze(self, data: JsonValue) -> tuple[JsonValue, str, int] | None:
-        result: tuple[JsonValue, str, int] | None = self._app.freeze(data)
-        return result
+        # The extension's method itself: no Python frame per append in between.
+        self.freeze = self._app.freeze  # type: ignore[method-assign]
 
     def _key(self, data_class: str) -> bytes:
         cipher = self._cipher

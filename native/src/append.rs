@@ -86,6 +86,19 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// Take a frozen container out of the cyclic garbage collector's lists: it holds only
+/// scalars and other frozen containers, all made by this walk, and is read-only, so it
+/// can never be part of a reference cycle (a writer keeps every event it wrote; without
+/// this, each collection of the oldest generation walks all their data again).
+fn untrack(obj: &Bound<'_, PyAny>) {
+    // SAFETY: obj is a live GC-tracked container (a dict or tuple subclass instance).
+    unsafe {
+        if pyo3::ffi::PyObject_GC_IsTracked(obj.as_ptr()) != 0 {
+            pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast());
+        }
+    }
+}
+
 fn is_type(obj: &Bound<'_, PyAny>, t: &Py<PyAny>) -> bool {
     obj.get_type().is(t.bind(obj.py()))
 }
@@ -204,6 +217,7 @@ impl Appender {
             for (i, (k, _)) in items.iter().enumerate() {
                 dict.set_item(k, frozen[i].take().unwrap()).map_err(|_| Decline)?;
             }
+            untrack(&copy);
             return Ok(copy);
         }
         let is_list = v.is_exact_instance_of::<PyList>() || is_type(v, &self.frozen_list);
@@ -222,7 +236,9 @@ impl Appender {
             }
             out.push(']');
             let list = PyList::new(py, items).map_err(|_| Decline)?;
-            return self.frozen_list.bind(py).call1((list,)).map_err(|_| Decline);
+            let frozen = self.frozen_list.bind(py).call1((list,)).map_err(|_| Decline)?;
+            untrack(&frozen);
+            return Ok(frozen);
         }
         Err(Decline)
     }
@@ -428,10 +444,29 @@ impl Appender {
     }
 }
 
+/// Whether a byte of `bytes` is a control character, `"` or `\\` (eight at a time:
+/// the has-less-than / has-zero-byte bit tricks, exact as an "any").
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let x = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+        let q = x ^ (ONES * 0x22);
+        let quote = q.wrapping_sub(ONES) & !q & HIGH;
+        let b = x ^ (ONES * 0x5C);
+        let backslash = b.wrapping_sub(ONES) & !b & HIGH;
+        if control | quote | backslash != 0 {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
 /// `json::write_str`, copying the runs that need no escape at once.
 fn write_str(out: &mut String, s: &str) {
-    let bytes = s.as_bytes();
-    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+    if !needs_escape(s.as_bytes()) {
         out.reserve(s.len() + 2);
         out.push('"');
         out.push_str(s);
@@ -609,5 +644,30 @@ impl Appender {
                                     origin: event_id.clone(), paths, nonce, ciphertext });
         }
         done(self.envelope(event, &clear, &sealed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_escape;
+
+    #[test]
+    fn needs_escape_finds_every_escaped_byte_at_every_offset() {
+        for len in 0..24 {
+            let clean: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(!needs_escape(&clean));
+            let high = "é😀".repeat(len);
+            assert!(!needs_escape(high.as_bytes()));
+            for at in 0..len {
+                for bad in [0u8, 0x1f, b'"', b'\\', b'\n'] {
+                    let mut v = clean.clone();
+                    v[at] = bad;
+                    assert!(needs_escape(&v), "{len} {at} {bad}");
+                }
+                let mut v = clean.clone();
+                v[at] = 0x20;
+                assert!(!needs_escape(&v));
+            }
+        }
     }
 }

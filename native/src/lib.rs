@@ -25,8 +25,10 @@ mod append;
 mod avro;
 mod chunks;
 mod crypto;
+mod decode;
 mod json;
 mod load;
+mod undo;
 mod messages;
 mod resp;
 mod rowseal;
@@ -191,7 +193,8 @@ pub struct Folder {
     versions: HashMap<String, i64>,
     window: i64,
     sessions: HashMap<String, Sess>,
-    snapshots: HashMap<String, Option<Sess>>,
+    /// How to undo the last fold of each session it folded (None: it was new).
+    snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
 }
 
@@ -315,7 +318,7 @@ impl Folder {
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
                    HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
                    Vec<(String, i64, Vec<usize>)>)> {
-        self.snapshots.clear();
+        self.settle();
         if let Some(o) = self.opener.as_mut() {
             o.cache = crypto::Cache::default(); // keys are asked again each batch
         }
@@ -429,7 +432,7 @@ impl Folder {
                 continue;
             }
             let window = self.window;
-            let before = self.sessions.get(&sid).cloned();
+            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
             let sess = self.sessions.entry(sid.clone())
                 .or_insert_with(|| Sess::new(&sid, partition, window));
             let mut py_idx = Vec::new();
@@ -538,14 +541,7 @@ impl Folder {
                 sess.as_of_seq = ev.seq;
             }
             if aborted {
-                match before {
-                    Some(b) => {
-                        self.sessions.insert(sid.clone(), b);
-                    }
-                    None => {
-                        self.sessions.remove(&sid);
-                    }
-                }
+                self.undo(&sid, before);
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
                 continue;
             }
@@ -553,6 +549,8 @@ impl Folder {
             if touched {
                 self.snapshots.insert(sid.clone(), before);
                 native.push((sid, partition, py_idx));
+            } else if let Some(s) = self.sessions.get_mut(&sid) {
+                undo::Checkpoint::settle(s); // nothing folded: nothing to undo
             }
         }
         Ok((dead, native, handed, high, skipped, opened_text, unknown))
@@ -561,14 +559,8 @@ impl Folder {
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
     /// events): back to its state before the last `fold`, to be handed to the caller.
     fn restore(&mut self, session_id: &str) {
-        match self.snapshots.remove(session_id) {
-            Some(Some(s)) => {
-                self.sessions.insert(session_id.to_string(), s);
-            }
-            Some(None) => {
-                self.sessions.remove(session_id);
-            }
-            None => {}
+        if let Some(before) = self.snapshots.remove(session_id) {
+            self.undo(session_id, before);
         }
     }
 
@@ -619,6 +611,7 @@ impl Folder {
                    -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
         let out = self.fields(py, session_id, false)?;
         self.sessions.remove(session_id);
+        self.snapshots.remove(session_id);
         Ok(out)
     }
 
@@ -656,6 +649,7 @@ impl Folder {
     /// Start folding a session that has no stored row.
     fn start(&mut self, session_id: &str, partition: i64) {
         let window = self.window;
+        self.snapshots.remove(session_id); // a checkpoint of what it replaces is void
         self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
     }
 
@@ -671,6 +665,7 @@ impl Folder {
         match self.load_row(session_id, &fields) {
             Some(mut s) => {
                 s.seed = seed;
+                self.snapshots.remove(session_id);
                 self.sessions.insert(session_id.to_string(), s);
                 true
             }
@@ -689,6 +684,25 @@ type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
                        Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
 
 impl Folder {
+    /// Put a session back as it was before this batch's fold (`before` None: it was new).
+    fn undo(&mut self, sid: &str, before: Option<undo::Checkpoint>) {
+        match (before, self.sessions.get_mut(sid)) {
+            (Some(cp), Some(s)) => cp.restore(s),
+            _ => {
+                self.sessions.remove(sid);
+            }
+        }
+    }
+
+    /// The last fold can no longer be undone (a new batch starts).
+    fn settle(&mut self) {
+        for (sid, _) in self.snapshots.drain() {
+            if let Some(s) = self.sessions.get_mut(&sid) {
+                undo::Checkpoint::settle(s);
+            }
+        }
+    }
+
     fn load_row(&self, sid: &str, f: &HashMap<String, String>) -> Option<Sess> {
         let get = |k: &str| f.get(k).map(String::as_str);
         for key in NATIVE_UNITS {
@@ -864,6 +878,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
              (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
     }
     m.add_class::<Folder>()?;
+    m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;

@@ -67,7 +67,8 @@ class Obj:
     fields: Mapping[str, F] = field(default_factory=dict)
 
     def check(self, event_type: str, value: JsonValue, path: str = "$") -> None:
-        if not isinstance(value, Mapping):
+        # type() first: the ABC check costs about as much as the rest for a small object.
+        if type(value) is not FrozenMap and not isinstance(value, Mapping):
             raise SchemaViolation(event_type, path, "expected an object")
         for name, spec in self.fields.items():
             if name not in value:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import FrozenInstanceError, dataclass, field
 from enum import StrEnum
 from typing import Any, final
@@ -424,13 +424,29 @@ def system_clock() -> int:
     return _time.time_ns() // 1_000_000
 
 
+def _random_chunks() -> Iterator[bytes]:
+    raw = os.urandom(16 * 256)
+    return iter([raw[i:i + 16] for i in range(0, len(raw), 16)])
+
+
+#: 16-byte pieces of one os.urandom read (one system call per 256 ids, not per id).
+#: ``next`` on a list iterator is atomic under the GIL, so two threads never get the
+#: same piece; a forked child drops its parent's unused pieces.
+_CHUNKS: list[Iterator[bytes]] = [iter(())]
+os.register_at_fork(after_in_child=lambda: _CHUNKS.__setitem__(0, iter(())))
+
+
 def uuid4_ids() -> str:
     """A random (version 4) UUID in its canonical text form, as ``str(uuid.uuid4())``.
 
     Built from 16 random bytes directly: a third of the cost of going through
     ``uuid.UUID`` on the append hot path.
     """
-    b = bytearray(os.urandom(16))
+    piece = next(_CHUNKS[0], None)
+    while piece is None:
+        _CHUNKS[0] = it = _random_chunks()
+        piece = next(it, None)
+    b = bytearray(piece)
     b[6] = (b[6] & 0x0F) | 0x40  # version 4
     b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = b.hex()

@@ -340,8 +340,9 @@ class Session:
             time=self.clock(),
             type=draft.type,
             data=data,
-            surface_op=SurfaceOp(op),
-            source_event_seqs=tuple(draft.source_event_seqs),
+            surface_op=op if type(op) is SurfaceOp else SurfaceOp(op),
+            source_event_seqs=(seqs if type(seqs := draft.source_event_seqs) is tuple
+                               else tuple(seqs)),
             writer=self._writer,
             ignorable=etype.ignorable,
             turn_id=turn,

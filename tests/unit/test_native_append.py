@@ -235,3 +235,21 @@ def test_native_setting_refuses_another_codec_and_python_setting_is_the_referenc
     assert na.append_path("auto", codec.encode, None, "s").native
     with pytest.raises(na.NativeAppendUnavailable, match="not an append path"):
         na.append_path("fast", codec.encode, None, "s")
+
+
+def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
+    from sessionstream.core.events import uuid4_ids
+
+    uuid4_ids()  # the parent now holds unused random pieces
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(w, ",".join(uuid4_ids() for _ in range(40)).encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 1 << 16).decode().split(",")
+    os.close(r)
+    os.waitpid(pid, 0)
+    parent = [uuid4_ids() for _ in range(40)]
+    assert len(child) == 40 and not set(child) & set(parent)
+    assert len(set(parent)) == 40
