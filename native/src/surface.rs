@@ -204,6 +204,29 @@ pub struct Surface {
     pub tokens: i64,
     /// The lowest position changed since the last chunked write (chunks.rs).
     pub dirty_from: usize,
+    /// How to undo the batch being folded (crate::undo; None: not journaling).
+    journal: Option<Box<Journal>>,
+}
+
+/// What a batch changed, to undo it at a cost independent of the surface's length:
+/// appends journal the index entries they set; a replace or an abandonment (rare:
+/// compactions, failed turns) saves the whole surface once, as before the batch.
+#[derive(Clone, Debug)]
+struct Journal {
+    len: usize,
+    tokens: i64,
+    dirty_from: usize,
+    ops: Vec<Op>,
+    whole: Option<Box<Surface>>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Pos(i64, Option<usize>),
+    CallNode(Arc<str>, Option<i64>),
+    ResultNode(Arc<str>, Option<i64>),
+    Pushed,
+    Removed(usize, Arc<str>),
 }
 
 /// The Python unit would raise (or the fold would differ): hand the session over.
@@ -238,22 +261,86 @@ impl Surface {
 
     fn unanswered_remove(&mut self, cid: &str) {
         if let Some(i) = self.unanswered.iter().position(|c| **c == *cid) {
-            self.unanswered.remove(i);
+            let gone = self.unanswered.remove(i);
+            self.note(|| Op::Removed(i, gone));
         }
+    }
+
+    fn note(&mut self, op: impl FnOnce() -> Op) {
+        if let Some(j) = self.journal.as_mut() {
+            if j.whole.is_none() {
+                j.ops.push(op());
+            }
+        }
+    }
+
+    /// Start journaling a batch (crate::undo::Checkpoint::take).
+    pub fn begin(&mut self) {
+        self.journal = Some(Box::new(Journal {
+            len: self.nodes.len(), tokens: self.tokens, dirty_from: self.dirty_from,
+            ops: Vec::new(), whole: None }));
+    }
+
+    /// The batch can no longer be undone.
+    pub fn settle(&mut self) {
+        self.journal = None;
+    }
+
+    /// Back to the surface as it was at `begin` (then not journaling).
+    pub fn undo(&mut self) {
+        let Some(j) = self.journal.take() else { return };
+        let dirty = self.dirty_from;
+        if let Some(whole) = j.whole {
+            *self = *whole;
+        } else {
+            for op in j.ops.into_iter().rev() {
+                match op {
+                    Op::Pos(k, v) => restore(&mut self.pos, k, v),
+                    Op::CallNode(k, v) => restore(&mut self.call_node, k, v),
+                    Op::ResultNode(k, v) => restore(&mut self.result_node, k, v),
+                    Op::Pushed => {
+                        self.unanswered.pop();
+                    }
+                    Op::Removed(i, cid) => self.unanswered.insert(i, cid),
+                }
+            }
+            self.nodes.truncate(j.len);
+            self.tokens = j.tokens;
+            self.dirty_from = j.dirty_from;
+        }
+        self.journal = None;
+        self.dirty_from = self.dirty_from.min(dirty).min(self.nodes.len());
+    }
+
+    /// Before a change that is not an append: keep the whole surface as it was before
+    /// the batch (once per batch: the appends journaled so far are undone on a copy).
+    fn save_whole(&mut self) {
+        if self.journal.as_ref().is_none_or(|j| j.whole.is_some()) {
+            return;
+        }
+        let journal = self.journal.take();
+        let mut before = Surface { journal, ..self.clone() };
+        before.undo();
+        self.journal = Some(Box::new(Journal { len: 0, tokens: 0, dirty_from: 0, ops: Vec::new(),
+                                               whole: Some(Box::new(before)) }));
     }
 
     /// `Surface.append`.
     fn append(&mut self, node: Node) {
         let seq = node.seq();
-        self.pos.insert(seq, self.nodes.len());
+        let old = self.pos.insert(seq, self.nodes.len());
+        self.note(|| Op::Pos(seq, old));
         for c in &node.calls {
-            self.call_node.insert(c.call_id.clone(), seq);
+            let old = self.call_node.insert(c.call_id.clone(), seq);
+            self.note(|| Op::CallNode(c.call_id.clone(), old));
             if !self.unanswered.contains(&c.call_id) {
                 self.unanswered.push(c.call_id.clone());
+                self.note(|| Op::Pushed);
             }
         }
         if let Some((cid, _)) = &node.result {
-            self.result_node.insert(cid.clone(), seq);
+            let old = self.result_node.insert(cid.clone(), seq);
+            self.note(|| Op::ResultNode(cid.clone(), old));
             let cid = cid.clone();
             self.unanswered_remove(&cid);
         }
@@ -294,6 +381,7 @@ impl Surface {
 
     /// `Surface.replace` (range checked).
     fn replace(&mut self, seqs: &[i64], summary: Node) {
+        self.save_whole();
         let first = self.pos[&seqs[0]];
         self.dirty_from = self.dirty_from.min(first);
         let removed: Vec<Arc<Node>> = self.nodes.splice(first..first + seqs.len(),
@@ -315,6 +403,7 @@ impl Surface {
 
     /// `Surface.drop_calls`: whether anything changed.
     fn drop_calls(&mut self, ids: &[Arc<str>], cause_seq: i64) -> Result<bool, Refuse> {
+        self.save_whole(); // it changes the indexes even when nothing is dropped
         let mut by_node: Vec<(i64, HashSet<Arc<str>>)> = Vec::new();
         for cid in ids {
             self.unanswered_remove(cid);
@@ -461,6 +550,17 @@ impl Surface {
     }
 }
 
+fn restore<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, k: K, v: Option<V>) {
+    match v {
+        Some(v) => {
+            map.insert(k, v);
+        }
+        None => {
+            map.remove(&k);
+        }
+    }
+}
+
 /// A placeholder for a dropped node while `drop_calls` rewrites the list (no seqs).
 fn dropped_node() -> Arc<Node> {
     Arc::new(Node { role: "assistant", kind: "assistant", content: String::new(), seqs: Vec::new(),
@@ -556,6 +656,65 @@ mod tests {
         assert_eq!((parts[0].1, parts[0].2, parts[0].3.len()), (2, 0, 2));
         let again = s.chunked(1).2.remove(0); // nothing changed since: no items
         assert_eq!((again.2, again.3.len()), (2, 0));
+    }
+
+    fn fingerprint(s: &Surface) -> String {
+        let sorted = |m: &HashMap<Arc<str>, i64>| {
+            let mut v: Vec<_> = m.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            v.sort();
+            v
+        };
+        let mut pos: Vec<_> = s.pos.iter().map(|(k, v)| (*k, *v)).collect();
+        pos.sort();
+        // dirty_from may come back lower (more chunks rewritten: always correct)
+        format!("{} {} {:?} {:?} {:?} {:?}", s.dump(), s.tokens, s.unanswered, pos,
+                sorted(&s.call_node), sorted(&s.result_node))
+    }
+
+    fn call(seq: i64, ids: &[&str]) -> Ev {
+        let calls: Vec<String> = ids.iter()
+            .map(|c| format!("{{\"call_id\":\"{c}\",\"name\":\"x\",\"arguments\":1}}")).collect();
+        ev("assistant/message", seq, 1,
+           &format!("{{\"content\":\"\",\"tool_calls\":[{}]}}", calls.join(",")))
+    }
+
+    fn result(seq: i64, id: &str) -> Ev {
+        ev("tool/result", seq, 1, &format!("{{\"call_id\":\"{id}\",\"status\":\"ok\"}}"))
+    }
+
+    #[test]
+    fn undo_puts_back_the_surface_of_before_the_batch() {
+        let mut s = Surface::default();
+        for e in [call(0, &["a", "b"]), result(1, "a"), call(2, &["c"])] {
+            s.apply(&e).unwrap();
+        }
+        s.dirty_from = 3;
+        let before = fingerprint(&s);
+        // appends only: journaled
+        s.begin();
+        for e in [result(3, "b"), call(4, &["a", "d"]), result(5, "c")] {
+            s.apply(&e).unwrap();
+        }
+        s.undo();
+        assert_eq!(fingerprint(&s), before);
+        assert_eq!(s.dirty_from, 3);
+        // appends, then an abandonment and a replace: the whole surface is kept once
+        s.begin();
+        s.apply(&call(6, &["e"])).unwrap();
+        s.apply(&ev("turn/end", 7, 0, "{\"reason\":\"failed\"}")).unwrap();
+        let mut rep = ev("user/message", 8, 2, "{\"content\":\"s\"}");
+        rep.source_event_seqs = vec![0, 1];
+        s.apply(&rep).unwrap();
+        assert_ne!(fingerprint(&s), before);
+        s.undo();
+        assert_eq!(fingerprint(&s), before);
+        // settled: nothing to undo
+        s.begin();
+        s.apply(&result(9, "c")).unwrap();
+        s.settle();
+        let after = fingerprint(&s);
+        s.undo();
+        assert_eq!(fingerprint(&s), after);
     }
 
     #[test]

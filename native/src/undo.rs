@@ -96,10 +96,13 @@ impl Checkpoint {
     /// Checkpoint `s` before folding a batch into it (journals todo's overwrites from now).
     pub fn take(s: &mut Sess) -> Checkpoint {
         let growing = Growing::take(s);
+        let surface = std::mem::take(&mut s.surface); // journals its own undo
         s.more.todo.undo = None;
         let small = Box::new(s.clone());
         let lengths = growing.lengths();
         growing.put(s);
+        s.surface = surface;
+        s.surface.begin();
         s.more.todo.undo = Some((lengths.0[4], Vec::new()));
         Checkpoint { small, lengths }
     }
@@ -113,13 +116,17 @@ impl Checkpoint {
             }
         }
         growing.truncate(self.lengths);
+        let mut surface = std::mem::take(&mut s.surface);
+        surface.undo();
         *s = *self.small;
         growing.put(s);
+        s.surface = surface;
     }
 
     /// The batch can no longer be undone: stop journaling todo's overwrites.
     pub fn settle(s: &mut Sess) {
         s.more.todo.undo = None;
+        s.surface.settle();
     }
 }
 
