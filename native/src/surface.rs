@@ -36,7 +36,7 @@ const ROLES: [&str; 3] = ["user", "assistant", "tool"];
 /// One tool call of an assistant node: its id and its canonical text.
 #[derive(Clone, Debug)]
 pub struct Call {
-    pub call_id: Arc<str>,
+    pub call_id: String,
     pub text: String,
 }
 
@@ -50,7 +50,7 @@ pub struct Node {
     pub seqs: Vec<i64>,
     pub calls: Vec<Call>,
     /// tool results only: the call id and the canonical JSON of the status
-    pub result: Option<(Arc<str>, String)>,
+    pub result: Option<(String, String)>,
     /// `Message.json_text()`
     pub text: String,
     /// `message_tokens`
@@ -59,7 +59,7 @@ pub struct Node {
 
 impl Node {
     fn new(role: &'static str, kind: &'static str, content: String, seqs: Vec<i64>,
-           calls: Vec<Call>, result: Option<(Arc<str>, String)>) -> Node {
+           calls: Vec<Call>, result: Option<(String, String)>) -> Node {
         let mut o = String::with_capacity(content.len() + 64
                                           + calls.iter().map(|c| c.text.len() + 1).sum::<usize>());
         o.push('{');
@@ -136,7 +136,7 @@ fn calls_of(d: &serde_json::Map<String, Value>) -> Option<Vec<Call>> {
         Some(Value::Array(calls)) => calls.iter().map(|c| {
             let c = c.as_object()?;
             let cid = c.get("call_id")?.as_str()?;
-            Some(Call { call_id: Arc::from(cid),
+            Some(Call { call_id: cid.to_string(),
                         text: call_text(cid, c.get("name")?, c.get("arguments")?) })
         }).collect(),
         // iterating an empty object or string gives nothing; anything else raises
@@ -181,7 +181,7 @@ fn message_for(ev: &Ev) -> Option<Node> {
             } else {
                 "null".to_string()
             };
-            let cid: Arc<str> = Arc::from(d.get("call_id")?.as_str()?);
+            let cid = d.get("call_id")?.as_str()?.to_string();
             let status = canonical(d.get("status")?);
             Some(Node::new("tool", "tool_result", content, seqs, Vec::new(), Some((cid, status))))
         }
@@ -197,36 +197,30 @@ fn message_for(ev: &Ev) -> Option<Node> {
 pub struct Surface {
     pub nodes: Vec<Arc<Node>>,
     pos: HashMap<i64, usize>,
-    call_node: HashMap<Arc<str>, i64>,
-    result_node: HashMap<Arc<str>, i64>,
+    call_node: HashMap<String, i64>,
+    result_node: HashMap<String, i64>,
     /// calls on the surface with no result yet, in dict order
-    unanswered: Vec<Arc<str>>,
+    unanswered: Vec<String>,
     pub tokens: i64,
     /// The lowest position changed since the last chunked write (chunks.rs).
     pub dirty_from: usize,
-    /// How to undo the batch being folded (crate::undo; None: not journaling).
-    journal: Option<Box<Journal>>,
+    /// While a batch may still be undone (crate::undo): how to put it back.
+    undo: Option<Box<Undo>>,
 }
 
-/// What a batch changed, to undo it at a cost independent of the surface's length:
-/// appends journal the index entries they set; a replace or an abandonment (rare:
-/// compactions, failed turns) saves the whole surface once, as before the batch.
+/// How to undo a batch's changes to a surface: appends are journaled (the node count
+/// before, the index entries they replaced); before the batch's first replace or
+/// abandon (rare), the surface as it was is kept whole.
 #[derive(Clone, Debug)]
-struct Journal {
-    len: usize,
+struct Undo {
+    nodes: usize,
+    unanswered: Vec<String>,
     tokens: i64,
     dirty_from: usize,
-    ops: Vec<Op>,
-    whole: Option<Box<Surface>>,
-}
-
-#[derive(Clone, Debug)]
-enum Op {
-    Pos(i64, Option<usize>),
-    CallNode(Arc<str>, Option<i64>),
-    ResultNode(Arc<str>, Option<i64>),
-    Pushed,
-    Removed(usize, Arc<str>),
+    pos: Vec<(i64, Option<usize>)>,
+    call_node: Vec<(String, Option<i64>)>,
+    result_node: Vec<(String, Option<i64>)>,
+    whole: Option<Surface>,
 }
 
 /// The Python unit would raise (or the fold would differ): hand the session over.
@@ -260,87 +254,33 @@ impl Surface {
     }
 
     fn unanswered_remove(&mut self, cid: &str) {
-        if let Some(i) = self.unanswered.iter().position(|c| **c == *cid) {
-            let gone = self.unanswered.remove(i);
-            self.note(|| Op::Removed(i, gone));
+        if let Some(i) = self.unanswered.iter().position(|c| c == cid) {
+            self.unanswered.remove(i);
         }
-    }
-
-    fn note(&mut self, op: impl FnOnce() -> Op) {
-        if let Some(j) = self.journal.as_mut() {
-            if j.whole.is_none() {
-                j.ops.push(op());
-            }
-        }
-    }
-
-    /// Start journaling a batch (crate::undo::Checkpoint::take).
-    pub fn begin(&mut self) {
-        self.journal = Some(Box::new(Journal {
-            len: self.nodes.len(), tokens: self.tokens, dirty_from: self.dirty_from,
-            ops: Vec::new(), whole: None }));
-    }
-
-    /// The batch can no longer be undone.
-    pub fn settle(&mut self) {
-        self.journal = None;
-    }
-
-    /// Back to the surface as it was at `begin` (then not journaling).
-    pub fn undo(&mut self) {
-        let Some(j) = self.journal.take() else { return };
-        let dirty = self.dirty_from;
-        if let Some(whole) = j.whole {
-            *self = *whole;
-        } else {
-            for op in j.ops.into_iter().rev() {
-                match op {
-                    Op::Pos(k, v) => restore(&mut self.pos, k, v),
-                    Op::CallNode(k, v) => restore(&mut self.call_node, k, v),
-                    Op::ResultNode(k, v) => restore(&mut self.result_node, k, v),
-                    Op::Pushed => {
-                        self.unanswered.pop();
-                    }
-                    Op::Removed(i, cid) => self.unanswered.insert(i, cid),
-                }
-            }
-            self.nodes.truncate(j.len);
-            self.tokens = j.tokens;
-            self.dirty_from = j.dirty_from;
-        }
-        self.journal = None;
-        self.dirty_from = self.dirty_from.min(dirty).min(self.nodes.len());
-    }
-
-    /// Before a change that is not an append: keep the whole surface as it was before
-    /// the batch (once per batch: the appends journaled so far are undone on a copy).
-    fn save_whole(&mut self) {
-        if self.journal.as_ref().is_none_or(|j| j.whole.is_some()) {
-            return;
-        }
-        let journal = self.journal.take();
-        let mut before = Surface { journal, ..self.clone() };
-        before.undo();
-        self.journal = Some(Box::new(Journal { len: 0, tokens: 0, dirty_from: 0, ops: Vec::new(),
-                                               whole: Some(Box::new(before)) }));
     }
 
     /// `Surface.append`.
     fn append(&mut self, node: Node) {
         let seq = node.seq();
         let old = self.pos.insert(seq, self.nodes.len());
-        self.note(|| Op::Pos(seq, old));
+        let mut u = self.undo.as_mut().filter(|u| u.whole.is_none());
+        if let Some(u) = u.as_mut() {
+            u.pos.push((seq, old));
+        }
         for c in &node.calls {
             let old = self.call_node.insert(c.call_id.clone(), seq);
-            self.note(|| Op::CallNode(c.call_id.clone(), old));
+            if let Some(u) = u.as_mut() {
+                u.call_node.push((c.call_id.clone(), old));
+            }
             if !self.unanswered.contains(&c.call_id) {
                 self.unanswered.push(c.call_id.clone());
-                self.note(|| Op::Pushed);
             }
         }
         if let Some((cid, _)) = &node.result {
             let old = self.result_node.insert(cid.clone(), seq);
-            self.note(|| Op::ResultNode(cid.clone(), old));
+            if let Some(u) = u.as_mut() {
+                u.result_node.push((cid.clone(), old));
+            }
             let cid = cid.clone();
             self.unanswered_remove(&cid);
         }
@@ -381,7 +321,7 @@ impl Surface {
 
     /// `Surface.replace` (range checked).
     fn replace(&mut self, seqs: &[i64], summary: Node) {
-        self.save_whole();
+        self.keep_whole();
         let first = self.pos[&seqs[0]];
         self.dirty_from = self.dirty_from.min(first);
         let removed: Vec<Arc<Node>> = self.nodes.splice(first..first + seqs.len(),
@@ -402,12 +342,12 @@ impl Surface {
     }
 
     /// `Surface.drop_calls`: whether anything changed.
-    fn drop_calls(&mut self, ids: &[Arc<str>], cause_seq: i64) -> Result<bool, Refuse> {
-        self.save_whole(); // it changes the indexes even when nothing is dropped
-        let mut by_node: Vec<(i64, HashSet<Arc<str>>)> = Vec::new();
+    fn drop_calls(&mut self, ids: &[String], cause_seq: i64) -> Result<bool, Refuse> {
+        self.keep_whole();
+        let mut by_node: Vec<(i64, HashSet<String>)> = Vec::new();
         for cid in ids {
             self.unanswered_remove(cid);
-            if let Some(owner) = self.call_node.remove(&**cid) {
+            if let Some(owner) = self.call_node.remove(cid) {
                 match by_node.iter_mut().find(|(o, _)| *o == owner) {
                     Some((_, set)) => {
                         set.insert(cid.clone());
@@ -533,14 +473,14 @@ impl Surface {
                 Some(Value::Array(calls)) => calls.iter().map(|c| {
                     let c = c.as_object()?;
                     let cid = c.get("call_id")?.as_str()?;
-                    Some(Call { call_id: Arc::from(cid),
+                    Some(Call { call_id: cid.to_string(),
                                 text: call_text(cid, c.get("name")?, c.get("arguments")?) })
                 }).collect::<Option<_>>()?,
                 Some(_) => return None,
             };
             let result = match m.get("call_id") {
                 None | Some(Value::Null) => None,
-                Some(Value::String(cid)) => Some((Arc::from(cid.as_str()),
+                Some(Value::String(cid)) => Some((cid.clone(),
                                                   canonical(m.get("status").unwrap_or(&Value::Null)))),
                 Some(_) => return None,
             };
@@ -550,13 +490,76 @@ impl Surface {
     }
 }
 
-fn restore<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, k: K, v: Option<V>) {
-    match v {
-        Some(v) => {
-            map.insert(k, v);
+/// Undo of one batch (crate::undo).
+impl Surface {
+    /// Start journaling: the batch folded from here on can be undone by `undo`.
+    pub fn checkpoint(&mut self) {
+        self.undo = Some(Box::new(Undo {
+            nodes: self.nodes.len(), unanswered: self.unanswered.clone(), tokens: self.tokens,
+            dirty_from: self.dirty_from, pos: Vec::new(), call_node: Vec::new(),
+            result_node: Vec::new(), whole: None,
+        }));
+    }
+
+    /// Stop journaling (the batch can no longer be undone).
+    pub fn settle(&mut self) {
+        self.undo = None;
+    }
+
+    /// Put the surface back as it was at `checkpoint` (and stop journaling).
+    pub fn undo(&mut self) {
+        let Some(u) = self.undo.take() else { return };
+        let u = *u;
+        if let Some(whole) = u.whole {
+            *self = whole;
+            return;
         }
-        None => {
-            map.remove(&k);
+        self.rewind(u);
+    }
+
+    /// Undo the journaled appends (the only changes before `keep_whole`).
+    fn rewind(&mut self, u: Undo) {
+        fn back<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, log: Vec<(K, Option<V>)>) {
+            for (k, old) in log.into_iter().rev() {
+                match old {
+                    Some(v) => {
+                        map.insert(k, v);
+                    }
+                    None => {
+                        map.remove(&k);
+                    }
+                }
+            }
+        }
+        back(&mut self.pos, u.pos);
+        back(&mut self.call_node, u.call_node);
+        back(&mut self.result_node, u.result_node);
+        self.nodes.truncate(u.nodes);
+        self.unanswered = u.unanswered;
+        self.tokens = u.tokens;
+        self.dirty_from = u.dirty_from;
+    }
+
+    /// Before a change that is not an append: keep the surface as it was at the
+    /// checkpoint whole (once per batch; the journal of the appends so far rewinds a copy).
+    fn keep_whole(&mut self) {
+        let Some(u) = self.undo.as_mut() else { return };
+        if u.whole.is_some() {
+            return;
+        }
+        let journal = Undo { whole: None, ..(**u).clone() };
+        let mut copy = self.clone_without_undo();
+        copy.rewind(journal);
+        if let Some(u) = self.undo.as_mut() {
+            u.whole = Some(copy);
+        }
+    }
+
+    fn clone_without_undo(&self) -> Surface {
+        Surface {
+            nodes: self.nodes.clone(), pos: self.pos.clone(), call_node: self.call_node.clone(),
+            result_node: self.result_node.clone(), unanswered: self.unanswered.clone(),
+            tokens: self.tokens, dirty_from: self.dirty_from, undo: None,
         }
     }
 }
@@ -656,65 +659,6 @@ mod tests {
         assert_eq!((parts[0].1, parts[0].2, parts[0].3.len()), (2, 0, 2));
         let again = s.chunked(1).2.remove(0); // nothing changed since: no items
         assert_eq!((again.2, again.3.len()), (2, 0));
-    }
-
-    fn fingerprint(s: &Surface) -> String {
-        let sorted = |m: &HashMap<Arc<str>, i64>| {
-            let mut v: Vec<_> = m.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-            v.sort();
-            v
-        };
-        let mut pos: Vec<_> = s.pos.iter().map(|(k, v)| (*k, *v)).collect();
-        pos.sort();
-        // dirty_from may come back lower (more chunks rewritten: always correct)
-        format!("{} {} {:?} {:?} {:?} {:?}", s.dump(), s.tokens, s.unanswered, pos,
-                sorted(&s.call_node), sorted(&s.result_node))
-    }
-
-    fn call(seq: i64, ids: &[&str]) -> Ev {
-        let calls: Vec<String> = ids.iter()
-            .map(|c| format!("{{\"call_id\":\"{c}\",\"name\":\"x\",\"arguments\":1}}")).collect();
-        ev("assistant/message", seq, 1,
-           &format!("{{\"content\":\"\",\"tool_calls\":[{}]}}", calls.join(",")))
-    }
-
-    fn result(seq: i64, id: &str) -> Ev {
-        ev("tool/result", seq, 1, &format!("{{\"call_id\":\"{id}\",\"status\":\"ok\"}}"))
-    }
-
-    #[test]
-    fn undo_puts_back_the_surface_of_before_the_batch() {
-        let mut s = Surface::default();
-        for e in [call(0, &["a", "b"]), result(1, "a"), call(2, &["c"])] {
-            s.apply(&e).unwrap();
-        }
-        s.dirty_from = 3;
-        let before = fingerprint(&s);
-        // appends only: journaled
-        s.begin();
-        for e in [result(3, "b"), call(4, &["a", "d"]), result(5, "c")] {
-            s.apply(&e).unwrap();
-        }
-        s.undo();
-        assert_eq!(fingerprint(&s), before);
-        assert_eq!(s.dirty_from, 3);
-        // appends, then an abandonment and a replace: the whole surface is kept once
-        s.begin();
-        s.apply(&call(6, &["e"])).unwrap();
-        s.apply(&ev("turn/end", 7, 0, "{\"reason\":\"failed\"}")).unwrap();
-        let mut rep = ev("user/message", 8, 2, "{\"content\":\"s\"}");
-        rep.source_event_seqs = vec![0, 1];
-        s.apply(&rep).unwrap();
-        assert_ne!(fingerprint(&s), before);
-        s.undo();
-        assert_eq!(fingerprint(&s), before);
-        // settled: nothing to undo
-        s.begin();
-        s.apply(&result(9, "c")).unwrap();
-        s.settle();
-        let after = fingerprint(&s);
-        s.undo();
-        assert_eq!(fingerprint(&s), after);
     }
 
     #[test]
