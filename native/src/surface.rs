@@ -204,6 +204,23 @@ pub struct Surface {
     pub tokens: i64,
     /// The lowest position changed since the last chunked write (chunks.rs).
     pub dirty_from: usize,
+    /// While a batch may still be undone (crate::undo): how to put it back.
+    undo: Option<Box<Undo>>,
+}
+
+/// How to undo a batch's changes to a surface: appends are journaled (the node count
+/// before, the index entries they replaced); before the batch's first replace or
+/// abandon (rare), the surface as it was is kept whole.
+#[derive(Clone, Debug)]
+struct Undo {
+    nodes: usize,
+    unanswered: Vec<String>,
+    tokens: i64,
+    dirty_from: usize,
+    pos: Vec<(i64, Option<usize>)>,
+    call_node: Vec<(String, Option<i64>)>,
+    result_node: Vec<(String, Option<i64>)>,
+    whole: Option<Surface>,
 }
 
 /// The Python unit would raise (or the fold would differ): hand the session over.
@@ -245,15 +262,25 @@ impl Surface {
     /// `Surface.append`.
     fn append(&mut self, node: Node) {
         let seq = node.seq();
-        self.pos.insert(seq, self.nodes.len());
+        let old = self.pos.insert(seq, self.nodes.len());
+        let mut u = self.undo.as_mut().filter(|u| u.whole.is_none());
+        if let Some(u) = u.as_mut() {
+            u.pos.push((seq, old));
+        }
         for c in &node.calls {
-            self.call_node.insert(c.call_id.clone(), seq);
+            let old = self.call_node.insert(c.call_id.clone(), seq);
+            if let Some(u) = u.as_mut() {
+                u.call_node.push((c.call_id.clone(), old));
+            }
             if !self.unanswered.contains(&c.call_id) {
                 self.unanswered.push(c.call_id.clone());
             }
         }
         if let Some((cid, _)) = &node.result {
-            self.result_node.insert(cid.clone(), seq);
+            let old = self.result_node.insert(cid.clone(), seq);
+            if let Some(u) = u.as_mut() {
+                u.result_node.push((cid.clone(), old));
+            }
             let cid = cid.clone();
             self.unanswered_remove(&cid);
         }
@@ -294,6 +321,7 @@ impl Surface {
 
     /// `Surface.replace` (range checked).
     fn replace(&mut self, seqs: &[i64], summary: Node) {
+        self.keep_whole();
         let first = self.pos[&seqs[0]];
         self.dirty_from = self.dirty_from.min(first);
         let removed: Vec<Arc<Node>> = self.nodes.splice(first..first + seqs.len(),
@@ -315,6 +343,7 @@ impl Surface {
 
     /// `Surface.drop_calls`: whether anything changed.
     fn drop_calls(&mut self, ids: &[String], cause_seq: i64) -> Result<bool, Refuse> {
+        self.keep_whole();
         let mut by_node: Vec<(i64, HashSet<String>)> = Vec::new();
         for cid in ids {
             self.unanswered_remove(cid);
@@ -458,6 +487,80 @@ impl Surface {
             s.append(Node::new(role, kind.0, canonical(m.get("content")?), seqs, calls, result));
         }
         Some(s)
+    }
+}
+
+/// Undo of one batch (crate::undo).
+impl Surface {
+    /// Start journaling: the batch folded from here on can be undone by `undo`.
+    pub fn checkpoint(&mut self) {
+        self.undo = Some(Box::new(Undo {
+            nodes: self.nodes.len(), unanswered: self.unanswered.clone(), tokens: self.tokens,
+            dirty_from: self.dirty_from, pos: Vec::new(), call_node: Vec::new(),
+            result_node: Vec::new(), whole: None,
+        }));
+    }
+
+    /// Stop journaling (the batch can no longer be undone).
+    pub fn settle(&mut self) {
+        self.undo = None;
+    }
+
+    /// Put the surface back as it was at `checkpoint` (and stop journaling).
+    pub fn undo(&mut self) {
+        let Some(u) = self.undo.take() else { return };
+        let u = *u;
+        if let Some(whole) = u.whole {
+            *self = whole;
+            return;
+        }
+        self.rewind(u);
+    }
+
+    /// Undo the journaled appends (the only changes before `keep_whole`).
+    fn rewind(&mut self, u: Undo) {
+        fn back<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, log: Vec<(K, Option<V>)>) {
+            for (k, old) in log.into_iter().rev() {
+                match old {
+                    Some(v) => {
+                        map.insert(k, v);
+                    }
+                    None => {
+                        map.remove(&k);
+                    }
+                }
+            }
+        }
+        back(&mut self.pos, u.pos);
+        back(&mut self.call_node, u.call_node);
+        back(&mut self.result_node, u.result_node);
+        self.nodes.truncate(u.nodes);
+        self.unanswered = u.unanswered;
+        self.tokens = u.tokens;
+        self.dirty_from = u.dirty_from;
+    }
+
+    /// Before a change that is not an append: keep the surface as it was at the
+    /// checkpoint whole (once per batch; the journal of the appends so far rewinds a copy).
+    fn keep_whole(&mut self) {
+        let Some(u) = self.undo.as_mut() else { return };
+        if u.whole.is_some() {
+            return;
+        }
+        let journal = Undo { whole: None, ..(**u).clone() };
+        let mut copy = self.clone_without_undo();
+        copy.rewind(journal);
+        if let Some(u) = self.undo.as_mut() {
+            u.whole = Some(copy);
+        }
+    }
+
+    fn clone_without_undo(&self) -> Surface {
+        Surface {
+            nodes: self.nodes.clone(), pos: self.pos.clone(), call_node: self.call_node.clone(),
+            result_node: self.result_node.clone(), unanswered: self.unanswered.clone(),
+            tokens: self.tokens, dirty_from: self.dirty_from, undo: None,
+        }
     }
 }
 

@@ -13,10 +13,14 @@
 //! items, which a batch may overwrite: `Todo::undo` journals the old item first. Undo
 //! truncates each collection back to its length, puts the journaled items back, drops
 //! the new items' ids from todo's index, and takes the small clone for everything else.
+//! The surface journals its own appends and keeps itself whole before a batch's first
+//! replace or abandon (`Surface::checkpoint`; the rare batch that rewrites the surface
+//! pays one copy of it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::surface::Surface;
 use crate::units::Turn;
 use crate::units_more::{ResultRow, TodoItem};
 use crate::Sess;
@@ -32,6 +36,9 @@ struct Growing {
     todo_index: HashMap<String, usize>,
     invalidations: Vec<(i64, &'static str)>,
     attempts: Vec<Arc<str>>,
+    /// The surface undoes itself (`Surface::checkpoint`): its nodes and indexes change
+    /// in place on a replace or an abandon.
+    surface: Surface,
 }
 
 /// Their lengths.
@@ -51,6 +58,7 @@ impl Growing {
             todo_index: take(&mut m.todo.index),
             invalidations: take(&mut m.business.invalidations),
             attempts: take(&mut m.compaction.attempts),
+            surface: take(&mut s.surface),
         }
     }
 
@@ -64,6 +72,7 @@ impl Growing {
         m.todo.index = self.todo_index;
         m.business.invalidations = self.invalidations;
         m.compaction.attempts = self.attempts;
+        s.surface = self.surface;
     }
 
     fn lengths(&self) -> Lengths {
@@ -101,6 +110,7 @@ impl Checkpoint {
         let lengths = growing.lengths();
         growing.put(s);
         s.more.todo.undo = Some((lengths.0[4], Vec::new()));
+        s.surface.checkpoint();
         Checkpoint { small, lengths }
     }
 
@@ -113,6 +123,7 @@ impl Checkpoint {
             }
         }
         growing.truncate(self.lengths);
+        growing.surface.undo();
         *s = *self.small;
         growing.put(s);
     }
@@ -120,6 +131,7 @@ impl Checkpoint {
     /// The batch can no longer be undone: stop journaling todo's overwrites.
     pub fn settle(s: &mut Sess) {
         s.more.todo.undo = None;
+        s.surface.settle();
     }
 }
 
@@ -131,6 +143,63 @@ mod tests {
     fn item(id: &str, status: &str, seq: i64) -> TodoItem {
         TodoItem { id: id.into(), text: serde_json::Value::Null, status: status.into(),
                    added_seq: seq, updated_seq: seq }
+    }
+
+    fn ev(etype: &str, seq: i64, data: &str) -> crate::units::Ev {
+        let op = if etype == "turn/end" { 0 } else { 1 };
+        crate::units::Ev {
+            session_id: "s".into(), seq, event_id: format!("e{seq}"), time: seq,
+            etype: etype.into(), data: crate::json::parse_checked(data).unwrap(),
+            writer_id: "w".into(), writer_epoch: 1, ignorable: false,
+            turn_id: Some("t1".into()), step_id: None, format_version: 1,
+            prev_event_id: None, sealed: Vec::new(), surface_op: op,
+            source_event_seqs: Vec::new(), py: None,
+        }
+    }
+
+    fn call(seq: i64, ids: &[&str]) -> crate::units::Ev {
+        let calls: Vec<String> = ids.iter()
+            .map(|c| format!("{{\"call_id\":\"{c}\",\"name\":\"x\",\"arguments\":1}}"))
+            .collect();
+        ev("assistant/message", seq, &format!("{{\"content\":\"\",\"tool_calls\":[{}]}}",
+                                              calls.join(",")))
+    }
+
+    fn result(seq: i64, id: &str) -> crate::units::Ev {
+        ev("tool/result", seq, &format!("{{\"call_id\":\"{id}\",\"status\":\"ok\",\"content\":1}}"))
+    }
+
+    /// A surface undone after `batch` folds the events after it as one never changed.
+    fn undone_surface_matches(batch: &[crate::units::Ev]) {
+        let mut s = Surface::default();
+        for e in [ev("user/message", 0, "{\"content\":\"hi\"}"), call(1, &["a", "b"]),
+                  result(2, "a")] {
+            s.apply(&e).unwrap();
+        }
+        let mut reference = s.clone();
+        s.checkpoint();
+        for e in batch {
+            s.apply(e).unwrap();
+        }
+        s.undo();
+        for e in [result(3, "b"), call(4, &["c"]), ev("turn/end", 5, "{\"reason\":\"failed\"}"),
+                  ev("user/message", 6, "{\"content\":\"again\"}")] {
+            assert_eq!(s.apply(&e), reference.apply(&e));
+        }
+        assert_eq!((s.dump(), s.tokens, s.dirty_from),
+                   (reference.dump(), reference.tokens, reference.dirty_from));
+    }
+
+    #[test]
+    fn a_surface_batch_of_appends_is_undone_by_its_journal() {
+        undone_surface_matches(&[result(3, "b"), call(4, &["c", "a"]), result(5, "c"),
+                                 ev("user/message", 6, "{\"content\":\"x\"}")]);
+    }
+
+    #[test]
+    fn a_surface_batch_that_abandons_calls_is_undone_whole() {
+        undone_surface_matches(&[call(3, &["c"]), ev("turn/end", 4, "{\"reason\":\"cancelled\"}"),
+                                 ev("user/message", 5, "{\"content\":\"x\"}")]);
     }
 
     #[test]
