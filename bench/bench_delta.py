@@ -1,15 +1,16 @@
 """Write cost per batch against session length (ADR 0013), on the real Redis (run by hand).
 
     PYTHONPATH=. python bench/bench_delta.py [--events 100000] [--small 1000] [--batch 20]
-        [--window 60] [--sessions 100]
+        [--window 60] [--sessions 100] [--native-only]
 
 One simulated lab session (no compaction: the surface, turns, tools and todo keep
 growing) is folded by the processor into Redis (the settings' Redis URL, e.g. the local
 stack) under a private key prefix, deleted afterwards. Near event ``--small`` and
 near event ``--events`` it folds ``--window`` batches of ``--batch`` events and prints, per
 batch, the bytes the session writes send (field names and values of the script call)
-and the wall time of ``process()`` (fold + encode + the Redis calls), then the ratio
-large / small (target <= 1.5x). The same run does it twice: chunked rows (ADR 0013) and
+and the wall time of ``process()`` (fold + encode + the Redis calls) with this
+process's CPU time beside it (steadier on a busy machine), then the ratios large /
+small (target <= 1.5x). The same run does it twice: chunked rows (ADR 0013) and
 the whole-row baseline (every touched unit's whole view and state, as before), so the
 before/after figures come from one machine state; then the native fold path (fold in
 the extension, flush per batch) when it is installed.
@@ -71,8 +72,10 @@ def _bytes(w: SessionWrite) -> int:
 
 
 async def near(records: list[Record], at: int, batch: int, window: int, chunked: bool,
-               native: bool = False) -> tuple[float, float]:
-    """(median bytes, median seconds) per batch of the ``window`` batches after ``at``."""
+               native: bool = False) -> tuple[float, float, float]:
+    """(median bytes, median seconds, median CPU seconds of this process) per batch of
+    the ``window`` batches after ``at``. The CPU figure leaves out the waits for Redis
+    (and for other processes on a busy machine): the fold's and encode's own cost."""
     redis = async_redis(URL, decode_responses=True)
     keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
     sink = Counting(redis, keys)
@@ -92,13 +95,14 @@ async def near(records: list[Record], at: int, batch: int, window: int, chunked:
         for i in range(0, at, 2000):
             await step(records[i:min(at, i + 2000)])
         sink.sent.clear()
-        took = []
+        took, cpu = [], []
         for b in range(window):
             part = records[at + b * batch: at + (b + 1) * batch]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await step(part)
             took.append(time.perf_counter() - t0)
-        return statistics.median(sink.sent), statistics.median(took)
+            cpu.append(time.process_time() - c0)
+        return statistics.median(sink.sent), statistics.median(took), statistics.median(cpu)
     finally:
         async for k in redis.scan_iter(match=f"{keys.prefix}:*", count=1000):
             await redis.delete(k)
@@ -139,20 +143,24 @@ async def main() -> None:
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--window", type=int, default=60)
     ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument("--native-only", action="store_true",
+                    help="only the native fold path (the Python paths take minutes at 100k)")
     args = ap.parse_args()
     records = lab_records(args.events + args.batch * args.window)
     print(f"one lab session, {len(records)} events (crc {zlib.crc32(records[-1].value or b'')}),"
           f" batches of {args.batch}, median of {args.window} batches")
     modes = [(True, False, "chunked rows (ADR 0013)"), (False, False, "whole rows (baseline) ")]
+    if args.native_only:
+        modes = []
     if native_fold.available():
         modes.append((True, True, "native fold, chunked   "))
     for chunked, native, label in modes:
-        sb, st = await near(records, args.small, args.batch, args.window, chunked, native)
-        lb, lt = await near(records, args.events, args.batch, args.window, chunked, native)
+        sb, st, sc = await near(records, args.small, args.batch, args.window, chunked, native)
+        lb, lt, lc = await near(records, args.events, args.batch, args.window, chunked, native)
         print(f"{label}: near {args.small // 1000}k events {sb / 1024:8.1f} KiB "
-              f"{st * 1e3:6.2f} ms; near {args.events // 1000}k events {lb / 1024:8.1f} KiB "
-              f"{lt * 1e3:6.2f} ms; ratio bytes {lb / sb:5.2f}x, time {lt / st:5.2f}x "
-              f"(target <= 1.5x)")
+              f"{st * 1e3:6.2f} ms (cpu {sc * 1e3:.2f}); near {args.events // 1000}k events "
+              f"{lb / 1024:8.1f} KiB {lt * 1e3:6.2f} ms (cpu {lc * 1e3:.2f}); ratio bytes "
+              f"{lb / sb:5.2f}x, time {lt / st:5.2f}x, cpu {lc / sc:5.2f}x (target <= 1.5x)")
     one, piped = await per_command(args.sessions, 30)
     print(f"{args.sessions} sessions per batch (rows, then index + feed + progress): two script "
           f"calls {one * 1e3:.2f} ms, pipelines of a command per session {piped * 1e3:.2f} ms; "

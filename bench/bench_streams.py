@@ -49,7 +49,7 @@ from sessionstream.core.codec import encode
 from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
-from sessionstream.governance.wiring import reader_pipeline, row_cipher
+from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
 from streams.replay import replay
 
 
@@ -339,12 +339,14 @@ def main() -> None:
 
             async def run_replay(fold: str) -> tuple[float, str, str]:
                 ar = Redis.from_url(s.redis_url, decode_responses=True)
+                store = key_store(s)  # as the CLI: one key cache for events and rows
                 first = engines[0] if engines[0] != "faust" else (
                     "faust-" + args.faust_variants.split(",")[0].replace("+", "-"))
                 rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
                                    keys=KeySpace(s.tenant, f"{prefix}-{first}"),
                                    topic=topic, switch=args.replay_only, fold=fold,
-                                   pipeline=reader_pipeline(s), rows=row_cipher(s))
+                                   pipeline=reader_pipeline(s, store),
+                                   rows=row_cipher(s, store))
                 await ar.aclose()
                 assert rep.equals_live, rep.different[:5]
                 compared = (f"{rep.equal} sessions equal to the live generation, "

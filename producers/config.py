@@ -62,6 +62,9 @@ class WriterConfig:
     #: with its id at ``schema_registry_url``; readers detect either.
     wire: str = "single-object"
     schema_registry_url: str | None = None
+    #: Decode read-backs (resume, proofs, confirm) with the native extension's Avro
+    #: reader when it is installed; False (``Settings.fold`` "python"): fastavro only.
+    native_decode: bool = True
     #: The append path (``Settings.append``): "auto" (native when the extension serves
     #: this writer), "native" (required), "python" (the reference); producers.native_append.
     append: str = "auto"
@@ -84,6 +87,7 @@ class WriterConfig:
             "attachment_dir": getattr(settings, "attachment_dir", None),
             "wire": getattr(settings, "wire", "single-object"),
             "schema_registry_url": getattr(settings, "schema_registry_url", None),
+            "native_decode": getattr(settings, "fold", "auto") != "python",
             "append": getattr(settings, "append", "auto"),
         }
         if hasattr(settings, "kafka_security"):

@@ -21,6 +21,7 @@ from producers.index import SessionIndex
 from producers.kafka import KafkaSender
 from producers.lease import Lease, LeaseStore
 from producers.limits import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, topic_max_message_bytes
+from producers.readback import DecodeMany, NativeDecoder
 from sessionstream import redisconn
 from sessionstream.core.events import Event
 from sessionstream.governance.opener import SealedContentOpener
@@ -51,6 +52,12 @@ class WriterEdges:
         if cfg.cipher is not None:
             self.opener = SealedContentOpener(cfg.cipher)
             self.decode = self.opener.decoder(decode)
+        #: Decodes a read-back's records in one call (the native Avro reader, the codec
+        #: deciding what it does not take); None: record by record with ``decode``.
+        self.decode_many: DecodeMany | None = None
+        if cfg.native_decode and decode is codec.decode and NativeDecoder.available():
+            self.decode_many = NativeDecoder(
+                self.decode, self.opener.open if self.opener is not None else None)
         self.redis = redisconn.sync_redis(
             cfg.redis_url,
             cluster=cfg.redis_cluster,

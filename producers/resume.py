@@ -66,7 +66,7 @@ def _read(edges: WriterEdges, session_id: str, was_clean: bool, use_index: bool,
         rb = read_session(
             cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
             partition=idx.partition, ranges=ranges, timeout=timeout,
-            consumer_config=dict(cfg.kafka_security),
+            consumer_config=dict(cfg.kafka_security), decode_many=edges.decode_many,
         )
         why = untrusted(rb, idx, next_seq_hint)
         if why is None:
@@ -76,7 +76,8 @@ def _read(edges: WriterEdges, session_id: str, was_clean: bool, use_index: bool,
                  session_id, why)
     # No index, or one the read contradicts: scan the whole partition the key hashes to.
     rb = read_session(cfg.bootstrap, cfg.topic, session_id, decode=edges.decode,
-                      timeout=timeout, consumer_config=dict(cfg.kafka_security))
+                      timeout=timeout, consumer_config=dict(cfg.kafka_security),
+                      decode_many=edges.decode_many)
     if idx is not None and idx.partition != rb.partition:
         log.warning("session %s: the index names partition %d, the key hashes to %d",
                     session_id, idx.partition, rb.partition)
@@ -176,7 +177,7 @@ class AdmissionProof:
         rb = read_session(
             cfg.bootstrap, cfg.topic, self.session_id, decode=edges.decode,
             partition=partition, start=start, end=last + 1, timeout=timeout, state=self.state,
-            consumer_config=dict(cfg.kafka_security),
+            consumer_config=dict(cfg.kafka_security), decode_many=edges.decode_many,
         )
         if rb.state is not None:
             self.state = rb.state

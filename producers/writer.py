@@ -712,6 +712,7 @@ class SessionWriter:
             self._e.cfg.bootstrap, self._e.cfg.topic, self.session_id,
             decode=self._e.decode, partition=self._partition, start=start, end=last + 1,
             timeout=timeout, consumer_config=dict(self._e.cfg.kafka_security),
+            decode_many=self._e.decode_many,
         )
         mine = {e.event_id for e in self._mine}
         admitted = [eid for eid in rb.offsets if eid in mine]

@@ -147,10 +147,11 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
 
     Never executes a tool: replay only folds the logged events into projections.
     """
-    from sessionstream.governance.wiring import reader_pipeline, row_cipher
+    from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
     from streams.replay import ReplayReport, replay
 
     s = settings()
+    store = key_store(s)  # one key cache for opening events and sealing rows
     topic = s.events_topic
     ms = _parse_time(from_time) if from_time else None
 
@@ -160,7 +161,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     report = _with_redis(lambda redis: replay(
         bootstrap=s.kafka_bootstrap, redis=redis, keys=s.keys, topic=topic,
         from_time_ms=ms, switch=not no_switch, progress=show,
-        pipeline=reader_pipeline(s), rows=row_cipher(s), fold=s.fold,
+        pipeline=reader_pipeline(s, store), rows=row_cipher(s, store), fold=s.fold,
         security=s.kafka_security()))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))

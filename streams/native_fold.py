@@ -1,21 +1,23 @@
 """The native fold path: ``Processor.fold``/``flush`` over the Rust extension.
 
 ``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
-a batch's Avro records by schema fingerprint, applies the admission rule and folds the
-built-in units it implements (all but the surface: index, turns, tools, usage, todo,
-plan, goal, business, compaction, rejections) without a Python object per event, and
-hands back each session's Redis fields as text. The other units of the registry (the
-surface unit and any custom unit) stay Python: the extension returns the record indices
-of the admitted events of the types they read, and only those records are decoded in
-Python.
+a batch's Avro records by schema fingerprint, applies the admission rule and folds
+every built-in unit (index, turns, tools, usage, todo, plan, goal, business,
+compaction, rejections and the surface, the model's message history: native/src/
+surface.rs) without a Python object per event, and hands back each session's Redis
+fields as text (chunked units as heads plus the item texts from the first chunk
+changed, ADR 0013). With the default registry no event is decoded in Python. A custom
+unit of the registry stays Python: the extension returns the record indices (and
+envelopes) of the admitted events of the types it reads, and only those records become
+Python events.
 
 The Python processor stays the reference and takes over whatever the extension does
 not fold exactly: records it cannot decode (dead letters, with the Python codec's
 message; a record it refuses but Python decodes, e.g. a schema version it does not
 know yet, sends the whole batch to the Python fold), and sessions whose events it
-cannot fold (a quarantine, data of an unexpected shape, a Python unit that raises, a
-deletion's audit event): their state moves to the Python processor through the same
-fields the sink stores.
+cannot fold (a quarantine, data of an unexpected shape, a compaction replace whose
+range the surface refuses, a Python unit that raises, a deletion's audit event): their
+state moves to the Python processor through the same fields the sink stores.
 
 Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
@@ -32,14 +34,15 @@ an error names the install command when it is missing) or ``python``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
-from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
-from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
+from sessionstream.core.events import FORMAT_VERSION
+from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
 from sessionstream.core.privacy import DataClass, unit_class
 from sessionstream.core.projections import Registry
@@ -49,6 +52,7 @@ from sessionstream.core.projections.compaction import CompactionUnit
 from sessionstream.core.projections.domain import GoalUnit, PlanUnit, TodoUnit
 from sessionstream.core.projections.index import IndexUnit
 from sessionstream.core.projections.rejections import RejectionsUnit
+from sessionstream.core.projections.surface import SurfaceUnit
 from sessionstream.core.projections.tools import ToolsUnit
 from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
@@ -76,9 +80,11 @@ except ImportError:  # pragma: no cover - depends on the install
 NATIVE_UNITS: dict[str, type] = {
     "index": IndexUnit, "turns": TurnsUnit, "usage": UsageUnit, "plan": PlanUnit,
     "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
-    "business": BusinessUnit, "compaction": CompactionUnit,
+    "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
+#: Sessions per slice of a deferred flush (the sink's call size).
+FLUSH_SLICE = 256
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
                 f"cargo), or set {Env.FOLD}=python")
 
@@ -105,14 +111,7 @@ def why_not(pipeline: ReaderPipeline) -> str | None:
     return None
 
 
-def schema_fingerprints() -> list[tuple[bytes, int]]:
-    """(fingerprint, N) of every shipped ``session_event.vN.avsc``."""
-    out = []
-    for path in codec.schema_files():
-        version = int(path.name.split(".v")[1].split(".")[0])
-        out.append((codec.load_schema(json.loads(path.read_text("utf-8"))).fingerprint,
-                    version))
-    return out
+schema_fingerprints = codec.schema_fingerprints
 
 
 class NativeFold:
@@ -180,11 +179,11 @@ class NativeFold:
         report = BatchReport(records=len(records))
         gen = await proc.current_generation()
         topic = records[0].topic
-        await proc.load_progress_of(records)
+        await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
         dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
-            records, progress, self._python)
+            native_items(records), progress, self._python)
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
@@ -297,20 +296,35 @@ class NativeFold:
         report = BatchReport()
         if self._dirty:
             gen = await proc.current_generation()
-            writes = [self._write(sid) for sid in self._dirty]
-            outcomes = await proc.sink.write_sessions(gen, writes)
-            done = []
-            for w, outcome in zip(writes, outcomes, strict=True):
-                memo = self._memo.pop(w.session_id)
-                if outcome.status == "applied":
-                    report.sessions_written += 1
-                    self._written[w.session_id] = w.last_offset
-                    self._py_base.setdefault(w.session_id, {}).update(memo[0])
-                    self._chunks.setdefault(w.session_id, {}).update(memo[1])
-                    done.append(w)
-                else:
-                    report.conflicts += 1
-                    self.folder.rewrite(w.session_id)  # its next write gives every item
+            sids = list(self._dirty)
+            done: list[SessionWrite] = []
+
+            def build(part: list[str]) -> list[SessionWrite]:
+                return [self._write(sid) for sid in part]
+
+            # Redis applies one slice while a thread encodes and seals the next (replay's
+            # flush of every session: the two overlap on two cores).
+            writes = build(sids[:FLUSH_SLICE])
+            for i in range(0, len(sids), FLUSH_SLICE):
+                sending = asyncio.ensure_future(proc.sink.write_sessions(gen, writes))
+                nxt = sids[i + FLUSH_SLICE:i + 2 * FLUSH_SLICE]
+                try:
+                    upcoming = await asyncio.to_thread(build, nxt) if nxt else []
+                except BaseException:
+                    sending.cancel()
+                    raise
+                for w, outcome in zip(writes, await sending, strict=True):
+                    memo = self._memo.pop(w.session_id)
+                    if outcome.status == "applied":
+                        report.sessions_written += 1
+                        self._written[w.session_id] = w.last_offset
+                        self._py_base.setdefault(w.session_id, {}).update(memo[0])
+                        self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                        done.append(w)
+                    else:
+                        report.conflicts += 1
+                        self.folder.rewrite(w.session_id)  # its next write gives every item
+                writes = upcoming
             self._dirty.clear()
             await proc.sink.write_tenant(gen, done, proc.group, {})
         py = await proc.flush()
@@ -591,24 +605,10 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
     return chunk, counts
 
 
+#: The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
+#: there, with the codec's rules).
+_event = codec.event_from_envelope
 _CLASSES = {c.value: c for c in DataClass}
-_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)  # the Avro enum's order
-_WRITERS: dict[tuple[str, int], Writer] = {}
-
-
-def _event(t: tuple[Any, ...]) -> Event:
-    """The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
-    there, with the codec's rules)."""
-    (sid, seq, eid, time, typ, text, op, seqs, wid, epoch, version, ignorable, turn, step,
-     prev) = t
-    writer = _WRITERS.get((wid, epoch))
-    if writer is None:
-        if len(_WRITERS) > 4096:
-            _WRITERS.clear()
-        writer = _WRITERS[(wid, epoch)] = Writer(wid, epoch)
-    value, frozen = loads_checked(text)
-    return decoded_event(sid, seq, eid, time, typ, text, value, frozen, _OPS[op], seqs,
-                         writer, version, ignorable, turn, step, prev, ())
 
 
 def _cipher_of(opener: Any) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,12 +33,18 @@ from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
 from sessionstream.core.rows import KeySpace, SessionRow, assemble, lua
+from streams.batch import MessageBatch
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
 from streams.native_fold import NativeFold, fold_driver
 from streams.processor import Processor
 from streams.read import current_generation
 from streams.sink import RedisSink, Retry, Script
+
+try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
+    from sessionstream_native import scan_messages as _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
 
 #: Sessions compared per script call (and per round trip on a Redis Cluster).
 COMPARE_CHUNK = 200
@@ -259,15 +265,7 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
     since_flush = 0
     while any(position[p] < ends[p] for p in parts):
         t0 = time.monotonic()
-        msgs = consumer.consume(batch, timeout=0.5)
-        records = []
-        for m in msgs:
-            if m.error() is not None:
-                raise KafkaException(m.error())
-            part: int = m.partition() or 0
-            off: int = m.offset() or 0
-            records.append(Record(topic, part, off, m.key(), m.value(), m.timestamp()[1]))
-            position[part] = max(position[part], off)
+        records = _records(consumer.consume(batch, timeout=0.5), topic, position)
         took(report, "read", t0)
         if records and deferred is None:
             result = await proc.process(records)
@@ -295,6 +293,29 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         took(report, "flush", t0)
 
 
+def _records(msgs: list[Any], topic: str, position: dict[int, int]) -> Sequence[Record]:
+    """A consumed batch as records (with the extension, the messages themselves: a
+    Record is built only for one Python reads, streams.batch); ``position`` moves to
+    each partition's highest offset. A message carrying an error raises it."""
+    if _scan is not None:
+        good, errors, high, first = _scan(msgs)
+        if errors:
+            raise KafkaException(msgs[errors[0]].error())
+        for p, hi in high.items():
+            position[p] = max(position[p], hi)
+        return MessageBatch(msgs if len(good) == len(msgs) else [msgs[i] for i in good],
+                            high, first)
+    records = []
+    for m in msgs:
+        if m.error() is not None:
+            raise KafkaException(m.error())
+        part: int = m.partition() or 0
+        off: int = m.offset() or 0
+        records.append(Record(topic, part, off, m.key(), m.value(), m.timestamp()[1]))
+        position[part] = max(position[part], off)
+    return records
+
+
 def _took(report: ReplayReport, phase: str, t0: float) -> None:
     report.phases[phase] = report.phases.get(phase, 0.0) + time.monotonic() - t0
 
@@ -314,14 +335,15 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
     script = Script(COMPARE_ROWS_LUA)
     prefixes = [SessionRow.VIEW, SessionRow.PARTS, SessionRow.PART]
     cluster = isinstance(redis, RedisCluster)
-    for i in range(0, len(ids), COMPARE_CHUNK):
-        chunk = ids[i:i + COMPARE_CHUNK]
+
+    async def call(chunk: list[str]) -> list[Any]:
         pairs = [[keys.session_row(sid, new), keys.session_row(sid, live)] for sid in chunk]
         if cluster:  # one call per session, each in its session's slot
-            got = [r for rs in await asyncio.gather(
+            return [r for rs in await asyncio.gather(
                 *(script(redis, ks, prefixes) for ks in pairs)) for r in rs]
-        else:
-            got = list(await script(redis, [k for ks in pairs for k in ks], prefixes))
+        return list(await script(redis, [k for ks in pairs for k in ks], prefixes))
+
+    def judge(chunk: list[str], got: list[Any]) -> None:
         for sid, verdict in zip(chunk, got, strict=True):
             if verdict == 0:
                 report.not_comparable.append(sid)
@@ -329,10 +351,13 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
             if verdict == 1:
                 report.equal += 1
                 continue
-            a = {k: v for k, v in _views(_pairs(verdict[0]), sid, sealed).items()
-                 if k in wanted}
-            b = {k: v for k, v in _views(_pairs(verdict[1]), sid, sealed).items()
-                 if k in wanted}
+            # opened, the same texts are the same views (sealed rows that are equal)
+            opened = [_opened(_pairs(v), sid, sealed) for v in verdict]
+            if opened[0] == opened[1]:
+                report.equal += 1
+                continue
+            a = {k: v for k, v in _views({}, opened=opened[0]).items() if k in wanted}
+            b = {k: v for k, v in _views({}, opened=opened[1]).items() if k in wanted}
             if a.get(SessionRow.AS_OF_SEQ) != b.get(SessionRow.AS_OF_SEQ):
                 report.not_comparable.append(sid)
             elif a == b:
@@ -340,14 +365,30 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
             else:
                 report.different.append(sid)
 
+    chunks = [ids[i:i + COMPARE_CHUNK] for i in range(0, len(ids), COMPARE_CHUNK)]
+    got = await call(chunks[0]) if chunks else []
+    for n, chunk in enumerate(chunks):
+        # Redis compares the next chunk while this process opens this one's pairs
+        nxt = asyncio.ensure_future(call(chunks[n + 1])) if n + 1 < len(chunks) else None
+        try:
+            if any(v not in (0, 1) for v in got):
+                await asyncio.to_thread(judge, chunk, got)
+            else:
+                judge(chunk, got)
+        except BaseException:
+            if nxt is not None:
+                nxt.cancel()
+            raise
+        if nxt is not None:
+            got = await nxt
+
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, Any]:
-    """The views of a row, opened (sealed values use random nonces: compare clear text)."""
-    out: dict[str, Any] = {}
+def _opened(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, str]:
+    """A row's fields as text, sealed values opened (they use random nonces)."""
     clear: dict[str, str] = {}
     for k, v in row.items():
         if v is not None:
@@ -357,6 +398,14 @@ def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str, 
         from sessionstream.governance.rows import open_fields
 
         clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
+    return clear
+
+
+def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None,
+           opened: dict[str, str] | None = None) -> dict[str, Any]:
+    """The views of a row (``opened``: its fields as :func:`_opened` gave them)."""
+    out: dict[str, Any] = {}
+    clear = _opened(row, sid, sealed) if opened is None else opened
     clear = assemble(clear, unavailable=canonical_dumps({"unavailable": UNAVAILABLE_TEXT}),
                      sides=("view",))
     for k, v in clear.items():

@@ -33,7 +33,7 @@ impl Layout {
 
 /// One decoded envelope; strings borrow from the record bytes.
 #[derive(Debug)]
-#[allow(dead_code)] // surface_op and source_event_seqs: read by the surface unit (Python)
+#[allow(dead_code)]
 pub struct Envelope<'a> {
     pub format_version: i64,
     pub session_id: &'a str,

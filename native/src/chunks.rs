@@ -2,7 +2,8 @@
 //!
 //! The Python units declare `collections` (core/projections/*.py): a head (the view
 //! and dump without those keys) plus item texts stored in chunks of `chunk` items.
-//! Here each native chunked unit (turns, tools, todo, compaction) gives its heads and,
+//! Here each native chunked unit (turns, tools, todo, compaction; the surface in
+//! surface.rs: its lowest position changed, `Surface::dirty_from`) gives its heads and,
 //! per collection, its item count and the item texts from the first chunk that may
 //! have changed since the session's last write: the items are exactly the Python
 //! unit's `items()`, so the row is the one the Python processor writes, while a

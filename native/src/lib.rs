@@ -3,11 +3,12 @@
 //! Bytes in, text out: `Folder.fold(records, progress)` takes one poll's records (the
 //! Kafka values as they came), decodes each Avro single-object record by its schema
 //! fingerprint, applies the admission rule per session and folds the built-in units
-//! it implements (all built-in units but the surface: index, turns, usage, plan, goal,
-//! rejections in units.rs; tools, todo, business, compaction in units_more.rs); `Folder.fields(sid)`
+//! it implements (every built-in unit: index, turns, usage, plan, goal, rejections in
+//! units.rs; tools, todo, business, compaction in units_more.rs; the surface in
+//! surface.rs); `Folder.fields(sid)`
 //! hands back the session's Redis fields (view/state texts, admission, meta). No
-//! Python object is made per event, except for events whose type a Python unit reads
-//! (their record indices are returned, so the caller decodes just those).
+//! Python object is made per event, except for events whose type a custom Python unit
+//! reads (their record indices are returned, so the caller decodes just those).
 //!
 //! What it does not handle it hands back to the caller, which folds it with the
 //! Python reference (the same results by construction): records it cannot decode
@@ -24,11 +25,14 @@ mod append;
 mod avro;
 mod chunks;
 mod crypto;
+mod decode;
 mod json;
 mod load;
+mod undo;
 mod messages;
 mod resp;
 mod rowseal;
+mod surface;
 mod units;
 mod units_more;
 
@@ -40,19 +44,20 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use crate::units::{Admission, Ev, Goal, Index, Plan, Rejections, Turns, Usage, Verdict};
 use crate::units_more::More;
 
-pub const NATIVE_UNITS: [&str; 10] = ["index", "turns", "usage", "plan", "goal", "rejections",
-                                      "tools", "todo", "business", "compaction"];
+pub const NATIVE_UNITS: [&str; 11] = ["index", "turns", "usage", "plan", "goal", "rejections",
+                                      "tools", "todo", "business", "compaction", "surface"];
 const INDEX: u16 = 1;
 const TURNS: u16 = 2;
 const USAGE: u16 = 4;
 const PLAN: u16 = 8;
 const GOAL: u16 = 16;
 const REJECTIONS: u16 = 32;
+const SURFACE: u16 = 1024;
 /// Every native unit's change bit and key.
-const BITS: [(u16, &str); 10] = [
+const BITS: [(u16, &str); 11] = [
     (INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"), (GOAL, "goal"),
     (REJECTIONS, "rejections"), units_more::KEYS[0], units_more::KEYS[1], units_more::KEYS[2],
-    units_more::KEYS[3]];
+    units_more::KEYS[3], (SURFACE, "surface")];
 /// The audit event of a deletion (streams.processor.SHRED_TYPE).
 const SHRED_TYPE: &str = "session/shred";
 
@@ -82,6 +87,7 @@ struct Sess {
     goal: Goal,
     rejections: Rejections,
     more: More,
+    surface: surface::Surface,
     marks: chunks::Marks,
     changed: u16,
     /// The seed length learnt from this session's `session/start` (the opener's rule
@@ -108,6 +114,7 @@ impl Sess {
             goal: Goal::default(),
             rejections: Rejections::default(),
             more: More::default(),
+            surface: surface::Surface::default(),
             marks: chunks::Marks::default(),
             changed: 0,
             seed: None,
@@ -133,6 +140,7 @@ impl Sess {
                 let t = self.rejections.text();
                 (t.clone(), t)
             }
+            SURFACE => (self.surface.view(), self.surface.dump()),
             _ => self.more.encode(bit).unwrap_or_default(),
         }
     }
@@ -185,7 +193,8 @@ pub struct Folder {
     versions: HashMap<String, i64>,
     window: i64,
     sessions: HashMap<String, Sess>,
-    snapshots: HashMap<String, Option<Sess>>,
+    /// How to undo the last fold of each session it folded (None: it was new).
+    snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
 }
 
@@ -309,7 +318,7 @@ impl Folder {
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
                    HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
                    Vec<(String, i64, Vec<usize>)>)> {
-        self.snapshots.clear();
+        self.settle();
         if let Some(o) = self.opener.as_mut() {
             o.cache = crypto::Cache::default(); // keys are asked again each batch
         }
@@ -397,11 +406,11 @@ impl Folder {
                         // sealed: the opened data's text replaces it (see below)
                         text: if env.sealed.is_empty() { env.data.to_string() }
                               else { String::new() },
-                        source_event_seqs: env.source_event_seqs,
                     }))
                 } else {
                     None
                 },
+                source_event_seqs: env.source_event_seqs,
             };
             let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
                 order.push(ev.session_id.clone());
@@ -423,7 +432,7 @@ impl Folder {
                 continue;
             }
             let window = self.window;
-            let before = self.sessions.get(&sid).cloned();
+            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
             let sess = self.sessions.entry(sid.clone())
                 .or_insert_with(|| Sess::new(&sid, partition, window));
             let mut py_idx = Vec::new();
@@ -489,7 +498,7 @@ impl Folder {
                             break;
                         }
                     }
-                    if !(units::prescan(&it.ev) && units_more::prescan(&it.ev)) {
+                    if !prescan(&it.ev) {
                         aborted = true;
                         break;
                     }
@@ -517,6 +526,14 @@ impl Folder {
                     _ => 0,
                 };
                 sess.changed |= bit | sess.more.apply(ev);
+                match sess.surface.apply(ev) {
+                    Ok(true) => sess.changed |= SURFACE,
+                    Ok(false) => {}
+                    Err(surface::Refuse) => {
+                        aborted = true; // the Python unit raises (or folds otherwise)
+                        break;
+                    }
+                }
                 if self.python_types.contains(t) {
                     py_idx.push(it.idx);
                     batch_opened.push((it.idx, py_event(py, ev)?));
@@ -524,14 +541,7 @@ impl Folder {
                 sess.as_of_seq = ev.seq;
             }
             if aborted {
-                match before {
-                    Some(b) => {
-                        self.sessions.insert(sid.clone(), b);
-                    }
-                    None => {
-                        self.sessions.remove(&sid);
-                    }
-                }
+                self.undo(&sid, before);
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
                 continue;
             }
@@ -539,6 +549,8 @@ impl Folder {
             if touched {
                 self.snapshots.insert(sid.clone(), before);
                 native.push((sid, partition, py_idx));
+            } else if let Some(s) = self.sessions.get_mut(&sid) {
+                undo::Checkpoint::settle(s); // nothing folded: nothing to undo
             }
         }
         Ok((dead, native, handed, high, skipped, opened_text, unknown))
@@ -547,14 +559,8 @@ impl Folder {
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
     /// events): back to its state before the last `fold`, to be handed to the caller.
     fn restore(&mut self, session_id: &str) {
-        match self.snapshots.remove(session_id) {
-            Some(Some(s)) => {
-                self.sessions.insert(session_id.to_string(), s);
-            }
-            Some(None) => {
-                self.sessions.remove(session_id);
-            }
-            None => {}
+        if let Some(before) = self.snapshots.remove(session_id) {
+            self.undo(session_id, before);
         }
     }
 
@@ -587,6 +593,7 @@ impl Folder {
         if let Some(s) = self.sessions.get_mut(session_id) {
             s.marks = chunks::Marks::default();
             s.more.todo.dirty_from = 0;
+            s.surface.dirty_from = 0;
         }
     }
 
@@ -604,6 +611,7 @@ impl Folder {
                    -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>)>> {
         let out = self.fields(py, session_id, false)?;
         self.sessions.remove(session_id);
+        self.snapshots.remove(session_id);
         Ok(out)
     }
 
@@ -641,6 +649,7 @@ impl Folder {
     /// Start folding a session that has no stored row.
     fn start(&mut self, session_id: &str, partition: i64) {
         let window = self.window;
+        self.snapshots.remove(session_id); // a checkpoint of what it replaces is void
         self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
     }
 
@@ -656,6 +665,7 @@ impl Folder {
         match self.load_row(session_id, &fields) {
             Some(mut s) => {
                 s.seed = seed;
+                self.snapshots.remove(session_id);
                 self.sessions.insert(session_id.to_string(), s);
                 true
             }
@@ -674,6 +684,25 @@ type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
                        Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
 
 impl Folder {
+    /// Put a session back as it was before this batch's fold (`before` None: it was new).
+    fn undo(&mut self, sid: &str, before: Option<undo::Checkpoint>) {
+        match (before, self.sessions.get_mut(sid)) {
+            (Some(cp), Some(s)) => cp.restore(s),
+            _ => {
+                self.sessions.remove(sid);
+            }
+        }
+    }
+
+    /// The last fold can no longer be undone (a new batch starts).
+    fn settle(&mut self) {
+        for (sid, _) in self.snapshots.drain() {
+            if let Some(s) = self.sessions.get_mut(&sid) {
+                undo::Checkpoint::settle(s);
+            }
+        }
+    }
+
     fn load_row(&self, sid: &str, f: &HashMap<String, String>) -> Option<Sess> {
         let get = |k: &str| f.get(k).map(String::as_str);
         for key in NATIVE_UNITS {
@@ -699,6 +728,7 @@ impl Folder {
         s.goal = load::goal(state("goal")?)?;
         s.rejections = load::rejections(state("rejections")?)?;
         s.more = load::more(|k| state(k).map(str::to_string))?;
+        s.surface = surface::Surface::load(state("surface")?)?;
         if s.adm.text() != get("admission")? || s.meta() != get("meta")? {
             return None;
         }
@@ -721,7 +751,8 @@ impl Folder {
         let mut parts = Vec::new();
         for (bit, key) in [(INDEX, "index"), (TURNS, "turns"), (USAGE, "usage"), (PLAN, "plan"),
                            (GOAL, "goal"), (REJECTIONS, "rejections")]
-                           .into_iter().chain(units_more::KEYS) {
+                           .into_iter().chain(units_more::KEYS)
+                           .chain([(SURFACE, "surface")]) {
             if s.changed & bit != 0 {
                 changed.push(key);
             }
@@ -736,6 +767,7 @@ impl Folder {
                     units_more::COMPACTION => {
                         Some(chunks::compaction(&s.more.compaction, &mut s.marks, chunk))
                     }
+                    SURFACE => Some(s.surface.chunked(chunk)),
                     _ => None,
                 }
             };
@@ -759,6 +791,7 @@ impl Folder {
                     let t = s.rejections.text();
                     (t.clone(), t)
                 }
+                (SURFACE, _) => (s.surface.view(), s.surface.dump()),
                 (_, None) => s.more.encode(bit).unwrap_or_default(),
             };
             d.set_item(format!("view:{key}"), view)?;
@@ -786,8 +819,13 @@ impl Folder {
             return false; // unknown required type: quarantine
         }
         // sealed data holds placeholders: its shapes are checked once it is opened
-        !ev.sealed.is_empty() || (units::prescan(ev) && units_more::prescan(ev))
+        !ev.sealed.is_empty() || prescan(ev)
     }
+}
+
+/// Whether every native unit folds `ev` exactly as its Python unit would.
+fn prescan(ev: &Ev) -> bool {
+    units::prescan(ev) && units_more::prescan(ev) && surface::prescan(ev)
 }
 
 /// The envelope of an event a Python unit reads, as `Folder.fold` documents it.
@@ -801,7 +839,7 @@ fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
         ev.etype.as_str().into_pyobject(py)?.into_any(),
         p.text.as_str().into_pyobject(py)?.into_any(),
         ev.surface_op.into_pyobject(py)?.into_any(),
-        PyTuple::new(py, &p.source_event_seqs)?.into_any(),
+        PyTuple::new(py, &ev.source_event_seqs)?.into_any(),
         ev.writer_id.as_str().into_pyobject(py)?.into_any(),
         ev.writer_epoch.into_pyobject(py)?.into_any(),
         ev.format_version.into_pyobject(py)?.into_any(),
@@ -840,6 +878,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
              (pip install ./native) or set SESSIONSTREAM_FOLD=python"));
     }
     m.add_class::<Folder>()?;
+    m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;

@@ -266,8 +266,7 @@ pub fn todo(text: &str) -> Option<Todo> {
         let it = TodoItem { id: string(io, "id")?, text: io.get("text")?.clone(),
                             status: string(io, "status")?, added_seq: int(io, "added_seq")?,
                             updated_seq: int(io, "updated_seq")? };
-        t.index.insert(it.id.clone(), t.items.len());
-        t.items.push(it);
+        t.push(it);
     }
     Some(t)
 }

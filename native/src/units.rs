@@ -664,6 +664,8 @@ pub struct Ev {
     /// Sealed content parts (schema v2), opened by the fold before the units read `data`.
     pub sealed: Vec<crate::crypto::Part>,
     pub surface_op: u8, // SurfaceOp symbol index: 0 none, 1 append, 2 replace
+    /// The shadowed seqs of a replace (the surface unit reads them).
+    pub source_event_seqs: Vec<i64>,
     /// For events a Python unit reads: what the Python event is built from (the record's
     /// data text, source seqs), so it is not decoded a second time.
     pub py: Option<Box<PyParts>>,
@@ -672,7 +674,6 @@ pub struct Ev {
 /// The envelope fields only the Python units read.
 pub struct PyParts {
     pub text: String,
-    pub source_event_seqs: Vec<i64>,
 }
 
 fn plain_str(v: Option<&Value>) -> bool {

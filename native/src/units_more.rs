@@ -526,6 +526,12 @@ pub struct Todo {
     pub unknown_updates: i64,
     /// The lowest item position changed since the last chunked write (chunks.rs).
     pub dirty_from: usize,
+    /// While a batch may still be undone (crate::undo): the item count before it, and
+    /// the items before that count it overwrote, as they were (oldest change first).
+    pub undo: Option<(usize, Vec<(usize, TodoItem)>)>,
+    /// How many items have each status (kept as items change: the view's counts
+    /// without a walk over every item per write).
+    pub statuses: BTreeMap<String, i64>,
 }
 
 impl Todo {
@@ -545,11 +551,12 @@ impl Todo {
                 };
                 self.dirty_from = self.dirty_from.min(at.unwrap_or(self.items.len()));
                 match at {
-                    Some(i) => self.items[i] = item,
-                    None => {
-                        self.index.insert(id.to_string(), self.items.len());
-                        self.items.push(item);
+                    Some(i) => {
+                        self.journal(i);
+                        let old = std::mem::replace(&mut self.items[i], item);
+                        self.recount(Some(&old.status), &self.items[i].status.clone());
                     }
+                    None => self.push(item),
                 }
                 true
             }
@@ -559,16 +566,28 @@ impl Todo {
                     return true;
                 };
                 let status = get_str(ev, "status");
-                let item = &mut self.items[i];
-                if item.status == status {
+                if self.items[i].status == status {
                     return false;
                 }
-                item.status = status.to_string();
+                self.journal(i);
+                let item = &mut self.items[i];
+                let old = std::mem::replace(&mut item.status, status.to_string());
                 item.updated_seq = ev.seq;
+                self.recount(Some(&old), status);
                 self.dirty_from = self.dirty_from.min(i);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Keep item `i` as it is for an undo of this batch (items added by the batch are
+    /// dropped whole instead).
+    pub(crate) fn journal(&mut self, i: usize) {
+        if let Some((before, saved)) = self.undo.as_mut() {
+            if i < *before {
+                saved.push((i, self.items[i].clone()));
+            }
         }
     }
 
@@ -583,12 +602,28 @@ impl Todo {
         o.push(']');
     }
 
-    fn counts(&self) -> BTreeMap<String, i64> {
-        let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-        for it in &self.items {
-            bump(&mut counts, &it.status, 1);
+    fn counts(&self) -> &BTreeMap<String, i64> {
+        &self.statuses
+    }
+
+    /// Add a new item at the end (its id is not indexed yet).
+    pub(crate) fn push(&mut self, item: TodoItem) {
+        self.index.insert(item.id.clone(), self.items.len());
+        self.recount(None, &item.status.clone());
+        self.items.push(item);
+    }
+
+    /// An item's status went from `old` (None: a new item) to `new`.
+    fn recount(&mut self, old: Option<&str>, new: &str) {
+        if let Some(old) = old {
+            if let Some(n) = self.statuses.get_mut(old) {
+                *n -= 1;
+                if *n == 0 {
+                    self.statuses.remove(old);
+                }
+            }
         }
-        counts
+        bump(&mut self.statuses, new, 1);
     }
 
     /// The chunked heads (ADR 0013): view `{"counts","unknown_updates"}`, state
@@ -988,7 +1023,8 @@ mod tests {
             session_id: "s".into(), seq, event_id: format!("e{seq}"), time: seq,
             etype: etype.into(), data: parse_checked(data).unwrap(), writer_id: "w".into(),
             writer_epoch: 1, ignorable: false, turn_id: Some("t1".into()), step_id: None,
-            format_version: 1, prev_event_id: None, sealed: Vec::new(), surface_op: 0, py: None,
+            format_version: 1, prev_event_id: None, sealed: Vec::new(), surface_op: 0,
+            source_event_seqs: Vec::new(), py: None,
         }
     }
 

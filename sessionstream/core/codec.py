@@ -553,6 +553,34 @@ def _to_event(record: dict[str, Any]) -> Event:
     )
 
 
+#: SurfaceOp by its index in the envelope schemas' enum (the native decoder's number).
+ENUM_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)
+
+
+def event_from_envelope(t: tuple[Any, ...]) -> Event:
+    """The event of an envelope tuple decoded natively (``sessionstream_native``:
+    ``Decoder.decode``, ``Folder.fold``): (session_id, seq, event_id, time, type, data
+    text, surface op index, source_event_seqs, writer id, writer epoch, format_version,
+    ignorable, turn_id, step_id, prev_event_id), unsealed. The data text is parsed here
+    with the codec's lossless rules (InvalidData / ValueError when it is not lossless).
+    """
+    (sid, seq, eid, time, typ, text, op, seqs, wid, epoch, version, ignorable, turn, step,
+     prev) = t
+    value, frozen = loads_checked(text)
+    return decoded_event(sid, seq, eid, time, typ, text, value, frozen, ENUM_OPS[op], seqs,
+                         _writer(wid, epoch), version, ignorable, turn, step, prev, ())
+
+
+def schema_fingerprints(directory: Path = SCHEMA_DIR) -> list[tuple[bytes, int]]:
+    """(fingerprint, N) of every shipped ``session_event.vN.avsc`` (the native decoder's
+    table)."""
+    out = []
+    for path in schema_files(directory):
+        version = int(path.name.split(".v")[1].split(".")[0])
+        out.append((load_schema(json.loads(path.read_text("utf-8"))).fingerprint, version))
+    return out
+
+
 def _sealed(session_id: str, seq: int, items: Any) -> tuple[SealedPart, ...]:
     if not items:
         return ()

@@ -181,3 +181,33 @@ def test_a_refused_event_is_never_recorded_in_the_index(
     assert idx is not None
     assert all(not lo <= zombie._offsets[z.event_id] <= hi for lo, hi in idx.runs)
     heir.close()
+
+
+def test_the_native_and_the_python_decoder_read_back_the_same_log(
+        cfg: WriterConfig) -> None:
+    from producers.edges import WriterEdges
+    from producers.readback import NativeDecoder
+
+    if not NativeDecoder.available():
+        pytest.skip("the sessionstream_native extension is not built")
+    sid = three_runs(cfg)
+    p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": cfg.bootstrap, "log_level": 3})
+    p.produce(cfg.topic, b"\xc3\x01 not avro", sid.encode())  # corrupt, under the key
+    assert p.flush(30) == 0
+    python_cfg = WriterConfig(**{**cfg.__dict__, "native_decode": False})
+    for c, native_decoder in ((cfg, True), (python_cfg, False)):
+        edges = WriterEdges(c)
+        try:
+            assert (edges.decode_many is not None) is native_decoder
+        finally:
+            edges.close()
+    native, python = read_log(cfg, sid, use_index=False), read_log(python_cfg, sid,
+                                                                   use_index=False)
+    assert native.admitted == python.admitted and len(native.admitted) > 10
+    assert native.offsets == python.offsets and native.rejections == python.rejections
+    assert native.corrupt == python.corrupt and len(native.corrupt) == 1
+    w = SessionWriter.open(python_cfg, sid)  # the Python path resumes through the index too
+    assert w.read_via == "index"
+    assert [e.event_id for e in w.session.events[:len(python.admitted)]] == [
+        e.event_id for e in python.admitted]
+    w.close()

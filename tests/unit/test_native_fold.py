@@ -5,7 +5,10 @@ unknown ignorable events, forks, plus redeliveries, zombie writers, seq gaps and
 conflicts, history conflicts, unknown required events and newer formats
 (quarantine), corrupt and mis-keyed records (dead letters), and admitted events whose
 data has odd shapes and values (1 vs 1.0 vs true, containers, non-string ids: what
-the tools, todo, business and compaction units compare and key by) — are folded by the
+the tools, todo, business and compaction units compare and key by; surface events:
+tool calls left open and abandoned, results with content, attachment or neither,
+unicode content whose token estimate counts characters, compaction replaces of valid
+and refused ranges) — are folded by the
 Python processor and by the native path, in the same random batches and flushes; every
 Redis field, the feed, the index, the progress and the dead letters must be equal.
 
@@ -136,14 +139,63 @@ def _odd_data(draw: st.DrawFn, sid: str) -> tuple[str, dict[str, Any]]:
     return "business/metric", {"id": "m", "definition_version": draw(v), "status": "ok"}
 
 
+#: Content values for the surface: unicode (tokens count characters, not bytes), empty
+#: values (an abandoned call's node is dropped when nothing else is left of it).
+CONTENTS = [*ODD_VALUES, "h\u00e9 \U0001f600", "\u0000\n\"", [{"type": "text", "text": "hi"}]]
+
+
+def _surface_data(draw: st.DrawFn, sid: str, log: list[Event]) -> dict[str, Any]:
+    """make_event arguments of a surface event (the surface unit's edges): tool calls
+    and results (answered, open, odd ids), context snapshots, abandoning turn ends, and
+    compaction replaces of a run of recent seqs (valid or not: the Python unit refuses)."""
+    content = st.sampled_from(CONTENTS)
+    call = st.sampled_from([f"{sid}-c1", f"{sid}-c2", f"{sid}-c3", "c9"])
+    kind = draw(st.integers(0, 6))
+    if kind == 0:
+        return {"type": "user/message", "data": {"content": draw(content)},
+                "surface_op": draw(st.sampled_from(["append", "none"]))}
+    if kind == 1:
+        return {"type": "context/snapshot", "data": {"content": draw(content)},
+                "surface_op": "append"}
+    if kind == 2:
+        calls = [{"call_id": draw(call), "name": draw(st.sampled_from(["ls", 1])),
+                  "arguments": draw(content)} for _ in range(draw(st.integers(0, 2)))]
+        data: dict[str, Any] = {"content": draw(st.sampled_from(["", None, [], "x"]))}
+        if calls or draw(st.booleans()):
+            data["tool_calls"] = calls
+        return {"type": "assistant/message", "data": data, "surface_op": "append"}
+    if kind == 3:
+        data = {"call_id": draw(call), "status": draw(st.sampled_from(["ok", "error"]))}
+        which = draw(st.integers(0, 2))
+        if which == 0:
+            data["content"] = draw(content)
+        elif which == 1:
+            data["attachment"] = {"uri": draw(st.sampled_from(["a", "\u00e9"]))}
+        return {"type": "tool/result", "data": data, "surface_op": "append"}
+    if kind == 4:
+        return {"type": "turn/end",
+                "data": {"reason": draw(st.sampled_from(["failed", "interrupted", "done"]))}}
+    seqs = [e.seq for e in log if e.surface_op.value != "none"][-6:]
+    first = draw(st.integers(0, max(0, len(seqs) - 1)))
+    run = seqs[first:first + draw(st.integers(0, 3))]
+    if draw(st.booleans()) and run:
+        run = draw(st.permutations(run))  # out of order: refused
+    return {"type": "user/message", "data": {"content": draw(content)},
+            "surface_op": "replace", "source_event_seqs": run}
+
+
 def _append_odd(draw: st.DrawFn, sid: str, log: list[Event]) -> None:
     """Admissible events (the next seqs, linked) with odd data at the end of ``log``."""
     for _ in range(draw(st.integers(1, 12))):
         last = log[-1]
-        etype, data = _odd_data(draw, sid)
+        if draw(st.booleans()):
+            etype, data = _odd_data(draw, sid)
+            extra: dict[str, Any] = {"type": etype, "data": data}
+        else:
+            extra = _surface_data(draw, sid, log)
         log.append(make_event(session_id=sid, seq=last.seq + 1, event_id=f"{sid}-o{last.seq}",
-                              time=last.time + 1, type=etype, data=data, writer=WRITER,
-                              turn_id=last.turn_id, prev_event_id=last.event_id))
+                              time=last.time + 1, writer=WRITER, turn_id=last.turn_id,
+                              prev_event_id=last.event_id, **extra))
 
 
 @st.composite
@@ -273,8 +325,13 @@ def test_native_fold_equals_the_python_fold_on_generated_logs(
     _assert_same(*_run(records, sizes, flushes, chunk=chunk))
 
 
-def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
+def test_native_fold_equals_the_python_fold_on_simulated_fleets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import random
+
+    built: list[Any] = []  # Python events the native path builds (none: every unit is native)
+    real_event = native_fold._event
+    monkeypatch.setattr(native_fold, "_event", lambda t: built.append(t) or real_event(t))
 
     rng = random.Random(3)
     logs = {f"lab{i}": simulate_session(rng, f"lab{i}", turns=4, compact_every=2,
@@ -286,14 +343,59 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets() -> None:
                                             chunk=4)
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert len(py_sink.hashes) == 8
-    # every unit but the surface folded in the extension: no session went to Python, and
-    # the Python side decoded only the types the surface reads
+    # every built-in unit, the surface too, folded in the extension: no session went to
+    # Python and no record was decoded into a Python event
     assert native[0]._python == set()
     assert native[0].folder.sessions == 8
-    assert {u.key for u in native[0]._py_units} == {"surface"}
+    assert native[0]._py_units == ()
+    assert built == []
+    assert any(f.startswith("part:surface:messages:") for h in na_sink.hashes.values()
+               for f in h)
+    assert any('"kind":"summary"' in assemble(h)["view:surface"]
+               for h in na_sink.hashes.values())
     row = assemble(next(h for (_, sid), h in na_sink.hashes.items() if sid == "lab0"))
     assert any(f.startswith("part:tools:") for h in na_sink.hashes.values() for f in h)
     assert '"results":{"' in row["view:tools"] and '"attempts":[{' in row["view:compaction"]
+
+
+def _extend(log: list[Event], *items: dict[str, Any]) -> list[Event]:
+    out = list(log)
+    for kw in items:
+        last = out[-1]
+        out.append(make_event(session_id=last.session_id, seq=last.seq + 1,
+                              event_id=f"{last.session_id}-x{last.seq}", time=last.time + 1,
+                              writer=last.writer, turn_id=last.turn_id,
+                              prev_event_id=last.event_id, **kw))
+    return out
+
+
+def test_the_native_surface_abandons_calls_replaces_and_refuses_as_the_python_unit() -> None:
+    import random
+
+    base = simulate_session(random.Random(4), "a1", turns=3, compact_every=2)
+    calls = [{"call_id": "k1", "name": "ls", "arguments": {"p": "\u00e9"}},
+             {"call_id": "k2", "name": "cat", "arguments": None}]
+    good = _extend(base,
+                   {"type": "assistant/message", "data": {"content": "", "tool_calls": calls},
+                    "surface_op": "append"},
+                   {"type": "tool/result", "data": {"call_id": "k1", "status": "ok"},
+                    "surface_op": "append"},
+                   {"type": "turn/end", "data": {"reason": "interrupted"}})
+    kept = [e.seq for e in good if e.surface_op.value != "none"][-3:]
+    good = _extend(good, {"type": "user/message", "data": {"content": "summary \U0001f600"},
+                          "surface_op": "replace", "source_event_seqs": kept})
+    bad = _extend(simulate_session(random.Random(6), "b1", turns=2),
+                  {"type": "user/message", "data": {"content": "s"}, "surface_op": "replace",
+                   "source_event_seqs": [10**6]})
+    native: list[NativeFold] = []
+    merged = [(e, "a1") for e in good] + [(e, "b1") for e in bad]
+    _assert_same(*_run(_records(merged, 1), [13], {1}, native=native, chunk=2))
+    assert native[0]._python == {"b1"}  # the refused replace: the Python unit's verdict
+    na = native[0].proc.sink
+    assert '"projection_error"' in na.hashes[(1, "b1")]["meta"]
+    view = assemble(na.hashes[(1, "a1")])["view:surface"]
+    assert '"kind":"summary"' in view and "\U0001f600" in view
+    assert '"call_id":"k2"' not in view  # abandoned by the interrupted turn
 
 
 class Fragile(ProjectionUnit[int]):
