@@ -1,7 +1,7 @@
 """Append-path benchmark: the session writer against a fair raw produce of the same run.
 
     PYTHONPATH=. python bench/bench_producer.py [--events 20000] [--sessions 200]
-        [--rounds 2] [--append auto|native|python|both]
+        [--rounds 2] [--append auto|native|python|both] [--icount N]
 
 For one session and for ``--sessions`` sessions appending round-robin in one process (a
 fleet agent: every writer shares the process's one librdkafka producer), with content
@@ -22,6 +22,12 @@ on a loaded machine where wall-clock rates swing 3x.
 the native path and the Python reference in each round, so their figures are of the same
 run.
 
+``--icount N`` adds instruction counts per append, stable on a noisy machine: the bench
+runs itself under ``valgrind --tool=callgrind --separate-threads=yes`` appending 0 and N
+chunks to one session (native path, Python path) or raw-producing the writer's records
+of them, and reports the producing thread's instructions per record (librdkafka's own
+threads excluded, as in the CPU figure) and the ratio raw / writer.
+
 Then the flush latency at a steady 1000 appends/s (flush every 50) against raw produce +
 ``Producer.flush`` of the same records at the same rate. The resume benchmark is
 ``bench/bench_resume.py``.
@@ -30,10 +36,16 @@ Then the flush latency at a steady 1000 appends/s (flush every 50) against raw p
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -206,6 +218,79 @@ def report(path: str, sessions: int, encrypted: bool, events: int, runs: list[Ru
           f"{med(r.cpu_ratio for r in runs):.2f}x", flush=True)
 
 
+def icount_child(args: argparse.Namespace) -> None:
+    """One callgrind run: ``args.icount_n`` appends (or raw produces) on one session."""
+    s = Settings.from_env()
+    mode, n = args.icount_run, args.icount_n
+    keys = Path(tempfile.mkdtemp(prefix="ssbench-keys-"))
+    cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=args.icount_topic,
+                       redis_url=s.redis_url, key_prefix=f"ssbench-{uuid.uuid4().hex[:8]}",
+                       cipher=cipher_in(keys) if args.icount_enc else None,
+                       append="python" if mode == "python" else "native")
+    w = SessionWriter.create(cfg)
+    open_step(w)
+    w.flush(30)
+    data = [chunk(i) for i in range(args.icount_max + 10)]  # the same work for every n
+    for d in data[:10]:  # warm: plans, data keys, caches
+        w.append("assistant/chunk", d)
+    if mode == "raw":
+        records = wire_bytes(w, w.session.events[-10:]) * (n // 10 + 1)
+        p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": cfg.bootstrap})
+        p.list_topics(cfg.topic, timeout=10)
+        produce, poll, topic, key = p.produce, p.poll, cfg.topic, w.session_id.encode()
+        for i in range(n):
+            produce(topic, records[i], key)
+            if i % 1000 == 0:
+                poll(0)
+        p.flush(30)
+    else:
+        for d in data[10:10 + n]:
+            w.append("assistant/chunk", d)
+    w.abandon()
+
+
+def instructions(args: argparse.Namespace, topic: str, mode: str, encrypted: bool,
+                 n: int) -> int | None:
+    """The producing (main) thread's instructions, counted by callgrind."""
+    out = Path(tempfile.mkdtemp(prefix="callgrind-"))
+    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+           f"--callgrind-out-file={out / 'cg'}", sys.executable, __file__,
+           "--icount-run", mode, "--icount-topic", topic, "--icount-n", str(n),
+           "--icount-max", str(args.icount)] + (["--icount-enc"] if encrypted else [])
+    subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    main_thread = out / "cg-01"
+    text = main_thread.read_text() if main_thread.exists() else ""
+    shutil.rmtree(out, ignore_errors=True)
+    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def icount(args: argparse.Namespace, topic: str) -> None:
+    if shutil.which("valgrind") is None:
+        print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
+        return
+    modes = ("native", "python", "raw")
+    specs = [(mode, enc, n) for enc in (False, True) for mode in modes for n in (0, args.icount)]
+    with ThreadPoolExecutor(max_workers=6) as pool:  # the runs are independent
+        counts = dict(zip(specs, pool.map(lambda sp: instructions(args, topic, *sp), specs),
+                          strict=True))
+    for encrypted in (False, True):
+        per: dict[str, float] = {}
+        for mode in modes:
+            base, full = counts[(mode, encrypted, 0)], counts[(mode, encrypted, args.icount)]
+            if base is not None and full is not None:
+                per[mode] = (full - base) / args.icount
+        if len(per) < 3:
+            print("instruction count: skipped (callgrind printed no total)")
+            return
+        print(f"instructions per append of the producing thread, encryption "
+              f"{'on' if encrypted else 'off'} (callgrind, {args.icount} chunks, one "
+              f"session): native path {per['native']:,.0f}, python path "
+              f"{per['python']:,.0f}, fair raw produce {per['raw']:,.0f}; ratio raw / "
+              f"writer: native {per['raw'] / per['native']:.3f}x, python "
+              f"{per['raw'] / per['python']:.3f}x (target >= 0.7x)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20_000)
@@ -215,7 +300,19 @@ def main() -> None:
     ap.add_argument("--no-flush", action="store_true", help="skip the flush latency")
     ap.add_argument("--append", choices=("auto", "native", "python", "both"), default="both",
                     help="the writer's append path (both: native and python, same run)")
+    ap.add_argument("--no-throughput", action="store_true", help="skip the throughput")
+    ap.add_argument("--icount", type=int, default=0, metavar="N",
+                    help="also count instructions per append over N chunks (callgrind)")
+    ap.add_argument("--icount-run", choices=("native", "python", "raw"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--icount-topic", help=argparse.SUPPRESS)
+    ap.add_argument("--icount-n", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--icount-max", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--icount-enc", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.icount_run:
+        icount_child(args)
+        return
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
     prefix = f"ssbench-{uuid.uuid4().hex[:8]}"
@@ -223,7 +320,7 @@ def main() -> None:
     keys = Path(tempfile.mkdtemp(prefix="ssbench-keys-"))
     try:
         paths = ("native", "python") if args.append == "both" else (args.append,)
-        for encrypted in (False, True):
+        for encrypted in (False, True) if not args.no_throughput else ():
             for sessions in (1, args.sessions):
                 by_path: dict[str, list[Run]] = {p: [] for p in paths}
                 for _ in range(args.rounds):
@@ -235,6 +332,8 @@ def main() -> None:
                         by_path[path].append(bench_throughput(cfg, args.events, sessions))
                 for path, runs in by_path.items():
                     report(path, sessions, encrypted, args.events, runs)
+        if args.icount:
+            icount(args, topic)
         if not args.no_flush:
             cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=topic,
                                redis_url=s.redis_url, key_prefix=prefix)

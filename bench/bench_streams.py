@@ -257,7 +257,8 @@ def main() -> None:
     made = [lat_topic, *lat_topics.values()] if not args.replay_only else []
     if not args.topic:
         made.insert(0, topic)
-    for f in admin.create_topics([NewTopic(t, args.partitions, 1) for t in made]).values():
+    for f in (admin.create_topics([NewTopic(t, args.partitions, 1) for t in made]).values()
+              if made else []):
         f.result(30)
     r = redis.Redis.from_url(s.redis_url, decode_responses=True)
     procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
@@ -350,7 +351,8 @@ def main() -> None:
                 await ar.aclose()
                 assert rep.equals_live, rep.different[:5]
                 compared = (f"{rep.equal} sessions equal to the live generation, "
-                            f"{len(rep.not_comparable)} not comparable")
+                            f"{len(rep.not_comparable)} not comparable; seconds "
+                            + ", ".join(f"{k} {v:.1f}" for k, v in rep.phases.items()))
                 return rep.rate, rep.fold, compared
             for fold in ([] if args.skip_replay else args.folds.split(",")):
                 rrate, path, compared = asyncio.run(run_replay(fold))

@@ -45,6 +45,10 @@ try:  # the compiled extension reads a batch's messages in one pass (streams.bat
     from sessionstream_native import scan_messages as _scan
 except ImportError:  # pragma: no cover - depends on the install
     _scan = None
+try:  # and opens sealed row fields (the compare)
+    from sessionstream_native import open_row as _open_row
+except ImportError:  # pragma: no cover - depends on the install (or an older build)
+    _open_row = None
 
 #: Sessions compared per script call (and per round trip on a Redis Cluster).
 COMPARE_CHUNK = 200
@@ -397,8 +401,34 @@ def _opened(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str,
     if any(v.startswith("ss-aead1:") for v in clear.values()):
         from sessionstream.governance.rows import open_fields
 
-        clear = open_fields(sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
+        fast = _open_natively(sealed, sid, clear)
+        clear = fast if fast is not None else open_fields(
+            sealed, sid, clear, SessionRow.VIEW, SessionRow.STATE)
     return clear
+
+
+def _open_natively(sealed: Any, sid: str, fields: dict[str, str]) -> dict[str, str] | None:
+    """``fields`` opened by the extension (AES-GCM there, the GIL released) when the
+    cipher is the governance row cipher and every sealed field opens; else None, and
+    the Python opener decides (placeholders for what does not open)."""
+    if _open_row is None:
+        return None
+    from sessionstream.core.privacy import DataClass, unit_class
+    from sessionstream.governance.rows import RowCipher
+
+    if type(sealed) is not RowCipher:
+        return None
+    units = {SessionRow.part_unit(k) if k.startswith(SessionRow.PART) else
+             k.split(":", 1)[1] for k in fields
+             if k.startswith((SessionRow.PART, SessionRow.VIEW, SessionRow.STATE))}
+    classes = {u: None if (c := unit_class(u)) is None else c.value for u in units}
+    store, tenant = sealed.cipher.store, sealed.tenant
+
+    def key_of(cls: str) -> bytes | None:
+        key = store.lookup(tenant, sid, DataClass(cls)).key
+        return None if key is None else bytes(key)
+    opened: dict[str, str] | None = _open_row(tenant, sid, fields, classes, key_of)
+    return opened
 
 
 def _views(row: dict[Any, Any], sid: str = "", sealed: Any = None,

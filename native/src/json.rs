@@ -180,22 +180,30 @@ pub fn write_float(out: &mut String, f: f64) {
 }
 
 pub fn write_str(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
+    // runs of bytes that need no escape are copied at once (escapes are ASCII, so a
+    // byte test never splits a UTF-8 sequence)
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
+        out.push_str(&s[run..i]);
+        run = i + 1;
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => out.push_str(&format!("\\u{:04x}", b)),
         }
     }
+    out.push_str(&s[run..]);
     out.push('"');
 }
 
@@ -249,6 +257,16 @@ mod tests {
         let mut s = String::new();
         write_float(&mut s, x);
         s
+    }
+
+    #[test]
+    fn strings_escape_as_python_json_dumps_without_ensure_ascii() {
+        let mut s = String::new();
+        write_str(&mut s, "a\"b\\c\n\r\t\u{8}\u{c}\u{0}\u{1f} é😀\u{7f}\u{2028}z");
+        assert_eq!(s, "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0000\\u001f é😀\u{7f}\u{2028}z\"");
+        s.clear();
+        write_str(&mut s, "");
+        assert_eq!(s, "\"\"");
     }
 
     #[test]

@@ -133,9 +133,115 @@ pub fn seal_row(py: Python<'_>, tenant: &str, session_id: &str, fields: &Bound<'
     Ok(sealed.len())
 }
 
+/// Standard base64 with padding, strictly (the alphabet, whole quads); None otherwise.
+pub fn b64_decode(text: &str) -> Option<Vec<u8>> {
+    let raw = text.as_bytes();
+    if raw.len() % 4 != 0 {
+        return None;
+    }
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(raw.len() / 4 * 3);
+    let quads = raw.len() / 4;
+    for (q, chunk) in raw.chunks(4).enumerate() {
+        let pad = if q + 1 == quads {
+            chunk.iter().rev().take_while(|&&c| c == b'=').count()
+        } else {
+            0
+        };
+        if pad > 2 {
+            return None;
+        }
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n = (n << 6) | if i >= 4 - pad { 0 } else { val(c)? };
+        }
+        out.push((n >> 16) as u8);
+        if pad < 2 {
+            out.push((n >> 8) as u8);
+        }
+        if pad < 1 {
+            out.push(n as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The clear texts of a row's fields, as `governance.rows.RowCipher.open` gives them:
+/// every value of `fields` not sealed as it is, every sealed one opened with the data
+/// key `key_of(class)` answers (bytes, or None: no key) for its unit's class in
+/// `classes`. None when any sealed field does not open here (no key, a unit without a
+/// class, tampered or moved, not UTF-8): the caller's Python opener decides then.
+#[pyfunction]
+pub fn open_row(py: Python<'_>, tenant: &str, session_id: &str,
+                fields: HashMap<String, String>, classes: HashMap<String, Option<String>>,
+                key_of: &Bound<'_, PyAny>) -> PyResult<Option<HashMap<String, String>>> {
+    let mut ciphers: HashMap<String, Aes256Gcm> = HashMap::new();
+    for (name, value) in &fields {
+        if !value.starts_with(PREFIX) {
+            continue;
+        }
+        let Some(Some(class)) = unit_of(name).and_then(|u| classes.get(u)) else {
+            return Ok(None);
+        };
+        if !ciphers.contains_key(class) {
+            let got = key_of.call1((class.as_str(),))?;
+            if got.is_none() {
+                return Ok(None);
+            }
+            let Some(c) = cipher(got.downcast::<PyBytes>()?.as_bytes()) else {
+                return Ok(None);
+            };
+            ciphers.insert(class.clone(), c);
+        }
+    }
+    Ok(py.allow_threads(|| {
+        let mut out = HashMap::with_capacity(fields.len());
+        for (name, value) in fields {
+            let Some(b64) = value.strip_prefix(PREFIX) else {
+                out.insert(name, value);
+                continue;
+            };
+            let class = unit_of(&name).and_then(|u| classes.get(u)).cloned().flatten()?;
+            let blob = b64_decode(b64)?;
+            if blob.len() < NONCE_BYTES {
+                return None;
+            }
+            let ad = row_ad(tenant, session_id, &name);
+            let clear = ciphers.get(&class)?
+                .decrypt(Nonce::from_slice(&blob[..NONCE_BYTES]),
+                         Payload { msg: &blob[NONCE_BYTES..], aad: &ad })
+                .ok()?;
+            out.insert(name, String::from_utf8(clear).ok()?);
+        }
+        Some(out)
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_decodes_what_it_encodes_and_refuses_other_text() {
+        for n in 0..40usize {
+            let raw: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+            let mut text = String::new();
+            b64_into(&raw, &mut text);
+            assert_eq!(b64_decode(&text), Some(raw));
+        }
+        for bad in ["abc", "ab!=", "a===", "ab=c", "====", "ab==abcd"] {
+            assert_eq!(b64_decode(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn base64_matches_the_standard_alphabet_and_padding() {

@@ -128,14 +128,15 @@ class KeySpace:
     def compaction_watch(self, name: str) -> str:
         return self.tenant_key(f"compaction-watch:{name}")
 
-    # -- every generation (scans: a deletion purges them all) ------------------------------
-    def sessions_index_prefix(self) -> str:
-        """``sessions_index(gen)`` for every gen starts with this."""
-        return self.tenant_key("sessions:g")
-
-    def tenant_changes_prefix(self) -> str:
-        """``tenant_changes(gen)`` for every gen starts with this."""
-        return self.tenant_key("changes:g")
+    # -- every generation (a deletion purges them all, naming each: no SCAN) -----------------
+    @staticmethod
+    def generations(counter: str | bytes | int | None,
+                    pointer: str | bytes | int | None) -> range:
+        """Every generation a key of this tenant can be in: 0 up to the highest of the
+        generation counter (``generation_counter()``, which replay INCRs before it writes a
+        generation), the pointer (``generation()``) and :data:`FIRST_GENERATION`."""
+        top = max(int(counter or 0), int(pointer or 0), FIRST_GENERATION)
+        return range(0, top + 1)
 
     def session_key_role(self, session_id: str, key: str) -> str | None:
         """Which of the session's keys ``key`` is: ``row``, ``changes`` (any generation),

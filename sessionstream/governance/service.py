@@ -37,6 +37,9 @@ from sessionstream.governance.keys import Hold, KeyStore
 
 log = logging.getLogger(__name__)
 
+#: Entries per XRANGE page when a deletion reads a tenant change feed.
+FEED_PAGE = 1000
+
 EXTERNAL_EFFECTS_NOTE = (
     "deleting a session does not undo its side effects in other systems (tool calls that "
     "changed files, tickets, payments…); follow up on the operation ids listed"
@@ -174,28 +177,66 @@ class Governance:
         Kept (metadata, needed to fold the audit event in order): each row's admission
         state, watermark and meta, the fencing epoch, the writer's offset index and the
         data-key tombstones. Returns (keys and fields deleted, feed entries deleted).
+
+        No SCAN: the keys are named from :class:`KeySpace` for every generation from 0 to
+        the tenant's highest (:meth:`KeySpace.generations`), so the cost does not grow with
+        the keyspace. Round trips: one for the generation counter and pointer, one for the
+        session's keys (one slot: the rows' field names, the change streams and lease
+        deleted), one to HDEL the rows' content fields (when there are any), one for the
+        index entries and the first page of each generation's tenant feed, one more per
+        further page, one XDEL. The tenant feed is the one whole read left: its entries'
+        ids are not recorded anywhere else (the session's own change stream gets other
+        ids and is capped far shorter), so each feed is read in pages of
+        :data:`FEED_PAGE` entries; it is capped (``feed_maxlen``), so that cost is bounded
+        by the feed's cap, not by the keyspace.
         """
         r = self.redis
+        ks = self.keys
+        counter, pointer = r.mget([ks.generation_counter(), ks.generation()])
+        gens = ks.generations(counter, pointer)
         deleted = 0
-        for key in (_text(k) for k in r.scan_iter(
-                match=_glob_escape(self.keys.session_key(session_id, "*")), count=500)):
-            role = self.keys.session_key_role(session_id, key)
-            if role in ("changes", "lease"):
-                deleted += r.delete(key)
-            elif role == "row":
-                fields = [f for f in (_text(f) for f in r.hkeys(key))
-                          if f.startswith(SessionRow.CONTENT_PREFIXES)]
-                if fields:
-                    deleted += r.hdel(key, *fields)
-        for key in r.scan_iter(match=_glob_escape(self.keys.sessions_index_prefix()) + "*"):
-            r.zrem(key, session_id)
-        feed = 0
-        for key in r.scan_iter(match=_glob_escape(self.keys.tenant_changes_prefix()) + "*"):
-            ids = [eid for eid, fields in r.xrange(key)
-                   if _names_session(fields, session_id)]
-            if ids:
-                feed += r.xdel(key, *ids)
-        return int(deleted), int(feed)
+        rows = [ks.session_row(session_id, g) for g in gens]
+        with r.pipeline(transaction=False) as pipe:  # the session's slot
+            for key in rows:
+                pipe.hkeys(key)
+            for g in gens:
+                pipe.delete(ks.session_changes(session_id, g))
+            pipe.delete(ks.lease(session_id))
+            out = pipe.execute()
+        deleted += sum(int(n) for n in out[len(rows):])
+        content = {key: [f for f in (_text(f) for f in names)
+                         if f.startswith(SessionRow.CONTENT_PREFIXES)]
+                   for key, names in zip(rows, out[:len(rows)], strict=True)}
+        content = {key: fields for key, fields in content.items() if fields}
+        if content:
+            with r.pipeline(transaction=False) as pipe:
+                for key, fields in content.items():
+                    pipe.hdel(key, *fields)
+                deleted += sum(int(n) for n in pipe.execute())
+        feeds = [ks.tenant_changes(g) for g in gens]
+        with r.pipeline(transaction=False) as pipe:  # the tenant's slot
+            for g in gens:
+                pipe.zrem(ks.sessions_index(g), session_id)
+            for feed in feeds:
+                pipe.xrange(feed, "-", "+", count=FEED_PAGE)
+            pages = pipe.execute()[len(gens):]
+        doomed: dict[str, list[str]] = {}
+        for feed, page in zip(feeds, pages, strict=True):
+            while page:
+                doomed.setdefault(feed, []).extend(
+                    _text(eid) for eid, fields in page if _names_session(fields, session_id))
+                if len(page) < FEED_PAGE:
+                    break
+                page = r.xrange(feed, "(" + _text(page[-1][0]), "+", count=FEED_PAGE)
+        doomed = {feed: ids for feed, ids in doomed.items() if ids}
+        feed_deleted = 0
+        if doomed:
+            with r.pipeline(transaction=False) as pipe:
+                for feed, ids in doomed.items():
+                    for i in range(0, len(ids), FEED_PAGE):
+                        pipe.xdel(feed, *ids[i:i + FEED_PAGE])
+                feed_deleted = sum(int(n) for n in pipe.execute())
+        return int(deleted), feed_deleted
 
     # -- holds -----------------------------------------------------------------------------
     def place_hold(self, session_id: str | None, *, reason: str,
@@ -261,17 +302,6 @@ class Governance:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _glob_escape(text: str) -> str:
-    """Escape Redis glob characters except a trailing ``*`` the caller adds."""
-    out = []
-    for i, ch in enumerate(text):
-        if ch in "?[]\\" or (ch == "*" and i != len(text) - 1):
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _names_session(fields: Any, session_id: str) -> bool:

@@ -13,15 +13,17 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
 import redis.cluster
 
 from sessionstream import redisconn
-from sessionstream.core.rows import KeySpace
+from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
 from sessionstream.devcluster import ClusterConfig, LocalCluster
 from sessionstream.governance.access import redis_url_for
+from sessionstream.governance.service import Governance
 from tests.integration.test_cluster_faults import pick_ports
 
 pytestmark = pytest.mark.integration
@@ -97,3 +99,48 @@ def test_acl_apply_creates_the_tenants_redis_users_on_every_cluster_node(
 
     again = _cli(env, "acl", "apply", "--tenant", tenant, "--no-kafka", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["redis"] == report["redis"]
+
+
+def test_a_deletion_purges_every_generation_on_the_cluster_as_the_tenants_worker(
+        redis_cluster: LocalCluster, tmp_path: Path) -> None:
+    """The purge names its keys (no SCAN: the tenant's users may not list the keyspace)
+    and runs one pipeline per slot, through the cluster client."""
+    tenant = f"aclrd{uuid.uuid4().hex[:8]}"
+    cfg = redis_cluster.cfg
+    env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(tmp_path),
+           "SESSIONSTREAM_REDIS_URL": cfg.redis_url, "SESSIONSTREAM_REDIS_CLUSTER": "true"}
+    done = _cli(env, "acl", "apply", "--tenant", tenant, "--no-kafka", "--json")
+    assert done.returncode == 0, done.stderr
+    secrets = json.loads(Path(json.loads(done.stdout)["secrets_file"]).read_text())["passwords"]
+    keys = KeySpace(tenant, "ss")
+    worker = redisconn.sync_redis(
+        redis_url_for(cfg.redis_url, f"sessionstream.{tenant}.worker", secrets["worker"]),
+        cluster=True, socket_timeout=5, decode_responses=True)
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.scan(match="ss:*")  # what the purge did before
+        sids = [f"s{i}" for i in range(12)]
+        assert len({worker.get_node_from_key(keys.session_row(s, 1)).port
+                    for s in sids}) > 1  # the sessions' slots span masters
+        worker.set(keys.generation_counter(), 2)
+        for g in (1, 2):
+            for sid in sids:
+                worker.hset(keys.session_row(sid, g), mapping={
+                    SessionRow.view("surface"): "secret", SessionRow.AS_OF_SEQ: "3"})
+                worker.xadd(keys.session_changes(sid, g), {CHANGE_FIELD: "{}"})
+                worker.zadd(keys.sessions_index(g), {sid: 1})
+                worker.xadd(keys.tenant_changes(g), {CHANGE_FIELD: json.dumps({"session": sid})})
+        gov = Governance(SimpleNamespace(tenant=tenant, key_prefix="ss"), None, worker)  # type: ignore[arg-type]
+        for doomed in sids[:6]:
+            assert gov.purge_redis(doomed) == (4, 2)  # 2 view fields + 2 change streams
+        for g in (1, 2):
+            assert worker.zrange(keys.sessions_index(g), 0, -1) == sorted(sids[6:])
+            assert sorted(json.loads(f[CHANGE_FIELD])["session"]
+                          for _, f in worker.xrange(keys.tenant_changes(g))) == sorted(sids[6:])
+            for sid in sids:
+                row = worker.hgetall(keys.session_row(sid, g))
+                assert (SessionRow.view("surface") in row) == (sid in sids[6:]), (sid, g)
+                assert row[SessionRow.AS_OF_SEQ] == "3"
+                assert bool(worker.exists(keys.session_changes(sid, g))) == (sid in sids[6:])
+    finally:
+        worker.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 import redis
@@ -12,8 +13,9 @@ import redis
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.errors import LegalHold
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
-from sessionstream.core.rows import CHANGE_FIELD, KeySpace
+from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
 from sessionstream.core.session import Session
+from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.service import Governance, SessionUnknown
@@ -165,6 +167,7 @@ def test_retention_shreds_only_expired_classes_and_skips_held_sessions(
 def test_purge_removes_the_sessions_redis_rows_and_feed_entries_only(
         sealed_cfg: WriterConfig, redis_client: redis.Redis, redis_prefix: str) -> None:
     ks = KeySpace("default", redis_prefix)
+    redis_client.set(ks.generation_counter(), 2)  # replay allocated generation 2
     for sid in ("s1", "s2"):
         redis_client.hset(ks.session_row(sid, 1), mapping={"view:surface": "x"})
         redis_client.hset(ks.session_row(sid, 2), mapping={"view:surface": "x"})
@@ -183,6 +186,105 @@ def test_purge_removes_the_sessions_redis_rows_and_feed_entries_only(
     assert ks.session_row("s2", 1) in left and ks.lease("s2") in left
     assert redis_client.zrange(ks.sessions_index(1), 0, -1) == ["s2"]
     assert redis_client.xlen(ks.tenant_changes(1)) == 1
+
+
+class _Recording(redis.Connection):
+    """A connection that records every command it sends and every round trip."""
+
+    log: ClassVar[list[str]] = []
+    trips: ClassVar[list[int]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        packer = self._command_packer
+
+        class Packer:
+            def pack(self, *cmd: Any) -> Any:
+                _Recording.log.append(str(cmd[0]).upper())
+                return packer.pack(*cmd)
+
+        self._command_packer = Packer()  # type: ignore[assignment]
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _Recording.trips.append(1)
+        super().send_packed_command(command, check_health)
+
+
+def _recording_client(url: str) -> redis.Redis:
+    pool = redis.ConnectionPool.from_url(url, connection_class=_Recording,
+                                         decode_responses=True)
+    return redis.Redis(connection_pool=pool)
+
+
+def _seed_generations(r: redis.Redis, ks: KeySpace, gens: int, feed_filler: int) -> None:
+    """Two sessions in every generation 1..gens: rows with content and metadata, change
+    streams, index entries and feed entries (s1's spread among ``feed_filler`` others)."""
+    r.set(ks.generation_counter(), gens)
+    for g in range(1, gens + 1):
+        for sid in ("s1", "s2"):
+            r.hset(ks.session_row(sid, g), mapping={
+                SessionRow.view("surface"): CANARY, SessionRow.state("surface"): CANARY,
+                SessionRow.state_version("surface"): "1", SessionRow.parts("surface"): "{}",
+                SessionRow.part("surface", "messages", 0): CANARY,
+                SessionRow.AS_OF_SEQ: "9", SessionRow.AS_OF_OFFSET: "9", SessionRow.META: "{}"})
+            r.xadd(ks.session_changes(sid, g), {CHANGE_FIELD: json.dumps({"session": sid})})
+            r.zadd(ks.sessions_index(g), {sid: g})
+        with r.pipeline(transaction=False) as pipe:
+            for i in range(feed_filler):
+                sid = "s1" if i % 97 == 0 else "s2"
+                pipe.xadd(ks.tenant_changes(g), {CHANGE_FIELD: json.dumps({"session": sid})})
+            pipe.execute()
+
+
+def test_purge_clears_every_generations_content_index_feed_and_change_stream(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis, redis_prefix: str) -> None:
+    ks = KeySpace("default", redis_prefix)
+    _seed_generations(redis_client, ks, 3, 2_500)  # the feeds span three XRANGE pages
+    ours = sum(1 for i in range(2_500) if i % 97 == 0) * 3
+    keys, feed = _gov(sealed_cfg, redis_client).purge_redis("s1")
+    assert feed == ours
+    assert keys == 3 * 5 + 3  # five content fields and the change stream per generation
+    for g in (1, 2, 3):
+        row = redis_client.hgetall(ks.session_row("s1", g))
+        assert set(row) == {SessionRow.AS_OF_SEQ, SessionRow.AS_OF_OFFSET, SessionRow.META}, g
+        assert CANARY not in json.dumps(row)
+        assert not redis_client.exists(ks.session_changes("s1", g))
+        assert redis_client.zrange(ks.sessions_index(g), 0, -1) == ["s2"]
+        entries = redis_client.xrange(ks.tenant_changes(g))
+        assert {json.loads(f[CHANGE_FIELD])["session"] for _, f in entries} == {"s2"}
+        assert len(entries) == 2_500 - ours // 3
+        assert CANARY in str(redis_client.hget(ks.session_row("s2", g), SessionRow.view("surface")))
+        assert redis_client.exists(ks.session_changes("s2", g))
+
+
+def test_purge_sends_no_scan_and_its_round_trips_do_not_grow_with_the_keyspace(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis, redis_prefix: str,
+        settings: Settings) -> None:
+    ks = KeySpace("default", redis_prefix)
+    _seed_generations(redis_client, ks, 2, 10)
+    client = _recording_client(settings.redis_url)
+    try:
+        client.ping()  # connect first: the handshake's round trips are not the purge's
+        _Recording.log.clear()
+        _Recording.trips.clear()
+        _gov(sealed_cfg, client).purge_redis("s1")
+        few = (list(_Recording.log), len(_Recording.trips))
+        # 20k unrelated keys, some with this tenant's prefix (a SCAN would walk them all)
+        for n in range(4):
+            with redis_client.pipeline(transaction=False) as pipe:
+                for i in range(5_000):
+                    pipe.set(ks.session_key(f"other{n}-{i}", "g1"), "x")
+                pipe.execute()
+        _seed_generations(redis_client, ks, 2, 10)
+        _Recording.log.clear()
+        _Recording.trips.clear()
+        _gov(sealed_cfg, client).purge_redis("s1")
+        many = (list(_Recording.log), len(_Recording.trips))
+    finally:
+        client.close()
+    assert "SCAN" not in few[0] and "SCAN" not in many[0]
+    assert "XRANGE" in few[0] and "HDEL" in few[0]  # the recorder does see the purge
+    assert many[1] == few[1] == 5  # MGET, session keys, HDEL, index + feeds, XDEL
 
 
 def test_deleting_an_unknown_session_is_a_clear_error(

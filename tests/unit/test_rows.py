@@ -57,9 +57,14 @@ def test_tenant_keys_share_the_tenant_hash_tag() -> None:
     assert KEYS.compaction_watch("w") == "ss:{acme}:compaction-watch:w"
 
 
-def test_every_generation_of_a_key_starts_with_its_prefix_and_roles_are_named() -> None:
-    assert KEYS.sessions_index(7).startswith(KEYS.sessions_index_prefix())
-    assert KEYS.tenant_changes(7).startswith(KEYS.tenant_changes_prefix())
+def test_generations_run_from_zero_to_the_highest_of_counter_pointer_and_first() -> None:
+    assert KEYS.generations(None, None) == range(0, 2)
+    assert KEYS.generations(b"4", None) == range(0, 5)
+    assert KEYS.generations("2", "6") == range(0, 7)
+    assert KEYS.generations(3, b"") == range(0, 4)
+
+
+def test_session_key_roles_are_named() -> None:
     roles = {KEYS.session_key_role("s1", k) for k in (
         KEYS.session_row("s1", 2), KEYS.session_changes("s1", 2), KEYS.lease("s1"),
         KEYS.epoch("s1"), KEYS.log_index("s1"))}
