@@ -401,11 +401,10 @@ class NativeFold:
                 continue
             report.sessions_noop += 1
             if outcome.status == "stale":
-                # at or past our last offset: another pass folded these records already
-                # (a redelivery: re-emit the feed entry); reload with the next batch
+                # at or past our last offset: another pass folded these records and
+                # emitted their feed entry (as in the Python processor: none again);
+                # reload with the next batch
                 self._drop(sid)
-                if outcome.stored_offset == w.last_offset:
-                    writes.append(w)
                 continue
             report.conflicts += 1  # moved under us: Python refolds from the stored row
             redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))

@@ -460,10 +460,11 @@ class Processor:
                 report.sessions_noop += 1
                 del self._cache[sid]  # someone wrote past our base: reload from the sink
                 if outcome.status == "stale":
-                    # Already applied (a redelivery after a crash): re-emit the feed entry,
-                    # which dashboards de-duplicate by (session, as_of_seq).
-                    if outcome.stored_offset == write.last_offset:
-                        out.append(write)
+                    # At or past our last offset: another pass (a worker that took the
+                    # partition over meanwhile) wrote these records and emitted their feed
+                    # entry. No second entry: this write came from a cache that may have
+                    # missed that pass, so its as_of_seq need not be the stored one. (A
+                    # retry whose lost reply had applied is "applied": the sink says so.)
                     continue
                 report.conflicts += 1
                 retry[sid] = todo[sid]
