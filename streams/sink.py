@@ -85,6 +85,17 @@ end
 return out
 """)
 
+def _progress_max(key: str, first: str) -> str:
+    """Lua: HSET each (field, offset) pair of ARGV from index ``first`` on in the hash
+    ``key`` only where the offset is past the stored one (progress never moves back)."""
+    return (f"for i = {first}, #ARGV, 2 do\n"
+            f"  local cur = tonumber(redis.call('HGET', {key}, ARGV[i]) or '-1')\n"
+            "  if tonumber(ARGV[i + 1]) > cur then\n"
+            f"    redis.call('HSET', {key}, ARGV[i], ARGV[i + 1])\n"
+            "  end\n"
+            "end\n")
+
+
 # The tenant's part of a batch in one call (ADR 0013). KEYS: session index, change feed,
 # progress hash (one slot: all carry the tenant's hash tag). ARGV[1] the feed maxlen,
 # ARGV[2] n, then per session: id, activity ms, change entry; then progress field/offset
@@ -95,25 +106,10 @@ for i = 3, 2 + 3 * n, 3 do
   redis.call('ZADD', KEYS[1], 'GT', ARGV[i + 1], ARGV[i])
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', $CHANGE, ARGV[i + 2])
 end
-for i = 3 + 3 * n, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '-1')
-  if tonumber(ARGV[i + 1]) > cur then
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-""")
+""" + _progress_max("KEYS[3]", "3 + 3 * n") + "return 1\n")
 
 # KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
-PROGRESS_MAX_LUA = """
-for i = 1, #ARGV, 2 do
-  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
-  if tonumber(ARGV[i + 1]) > cur then
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-"""
+PROGRESS_MAX_LUA = "\n" + _progress_max("KEYS[1]", "1") + "return 1\n"
 
 #: One script call writes at most this many sessions and about this many bytes of
 #: fields: a replay's flush of every session in one call took seconds on the server

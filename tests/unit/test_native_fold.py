@@ -398,19 +398,17 @@ def test_the_native_surface_abandons_calls_replaces_and_refuses_as_the_python_un
     assert '"call_id":"k2"' not in view  # abandoned by the interrupted turn
 
 
-class Fragile(ProjectionUnit[int]):
-    """A custom Python unit that fails on plan/set (a unit bug)."""
+class Counting(ProjectionUnit[int]):
+    """A custom Python unit that counts the events of its types (base of the test units
+    that fail on chosen events)."""
 
-    key = "fragile"
+    key = "counting"
     state_version = 1
-    types = frozenset({"todo/add", "plan/set"})
 
     def init(self) -> int:
         return 0
 
     def apply(self, state: int, event: Event) -> int:
-        if event.type == "plan/set":
-            raise RuntimeError("fragile unit bug")
         return state + 1
 
     def view(self, state: int) -> int:
@@ -421,6 +419,18 @@ class Fragile(ProjectionUnit[int]):
 
     def load(self, data: Any) -> int:
         return int(data)
+
+
+class Fragile(Counting):
+    """A custom Python unit that fails on plan/set (a unit bug)."""
+
+    key = "fragile"
+    types = frozenset({"todo/add", "plan/set"})
+
+    def apply(self, state: int, event: Event) -> int:
+        if event.type == "plan/set":
+            raise RuntimeError("fragile unit bug")
+        return state + 1
 
 
 def test_a_custom_python_unit_plugs_in_and_its_failure_quarantines_as_in_python() -> None:

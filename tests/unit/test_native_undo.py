@@ -12,46 +12,32 @@ come out as the Python fold's (which quarantines at the same event).
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from sessionstream.core.events import Event, make_event
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import Registry, default_units
-from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.simulate import simulate_session
 from streams import native_fold
-from tests.unit.test_native_fold import _assert_same, _records, _run
+from tests.unit.test_native_fold import Counting, _assert_same, _records, _run
 
 if not native_fold.available():
     pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
 
 
-class FailsOn(ProjectionUnit[int]):
+class FailsOn(Counting):
     """A custom Python unit that fails on the events of ``BAD`` (a unit bug)."""
 
     key = "fails_on"
-    state_version = 1
     types = None  # every event: every batch runs it
     BAD: ClassVar[set[str]] = set()
-
-    def init(self) -> int:
-        return 0
 
     def apply(self, state: int, event: Event) -> int:
         if event.event_id in self.BAD:
             raise RuntimeError("unit bug")
         return state + 1
-
-    def view(self, state: int) -> int:
-        return state
-
-    def dump(self, state: int) -> int:
-        return state
-
-    def load(self, data: Any) -> int:
-        return int(data)
 
 
 def _tail(rng: random.Random, log: list[Event], n: int) -> list[Event]:
