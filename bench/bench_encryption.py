@@ -16,6 +16,16 @@ realistic sessions (``simulate_session``: chunks, tool calls, results, compactio
   >= 0.9), and native vs Python on the sealed records.
 * ``--delete``: with the local Kafka and Redis up, writes one 10,000-event session with
   encryption and times ``Governance.delete`` (read-back, shred, purge, audit event).
+* ``--icount N``: instructions per event of the processor fold (``fold``/``flush``, one
+  pass over the first N records), clear and sealed, Python and native, stable on a noisy
+  machine: the bench runs itself under ``valgrind --tool=callgrind`` once making the
+  records and folding none (the base), then once per path folding N, and divides the
+  difference by N; the encrypted/clear ratio is of events per instruction. ``cold``
+  paths fold the sealed records with a fresh key store over the same key files (every
+  session's first lookup reads its key files, as a process that just started does).
+  ``--live K`` interleaves the records of K sessions at a time round-robin (a busy
+  fleet: each batch then touches many sessions, as a live worker's does; default 0,
+  session after session). Skipped when valgrind is not installed.
 
 Data keys are cached by the key store (as in a running process), so the figures are the
 cipher's and the splitting's cost, not the key store's.
@@ -24,7 +34,12 @@ cipher's and the splitting's cost, not the key store's.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -113,6 +128,107 @@ def _fold_proc(records: list[tuple[str, bytes]], native: bool, opener: Any) -> f
     return 3 * len(recs) / spent
 
 
+def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any) -> None:
+    """One pass of ``_fold_proc`` (what a callgrind run of ``--icount`` counts)."""
+    import asyncio
+
+    from sessionstream.core.pipeline import Record
+    from streams.memory import MemorySink
+    from streams.native_fold import NativeFold
+    from streams.processor import Processor
+
+    recs, offsets = [], [0] * 4
+    for sid, value in records:
+        p = sum(sid.encode()) % 4
+        recs.append(Record("bench", p, offsets[p], sid.encode(), value))
+        offsets[p] += 1
+    proc = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
+                     group="bench")
+    driver: Any = NativeFold(proc) if native else proc
+
+    async def run() -> None:
+        for i in range(0, len(recs), 500):
+            await driver.fold(recs[i:i + 500])
+        await driver.flush()
+    asyncio.run(run())
+
+
+#: ``--icount`` paths: (native, sealed, cold key store)
+PATHS = {"python-clear": (False, False, False), "python-sealed": (False, True, False),
+         "native-clear": (True, False, False), "native-sealed": (True, True, False),
+         "native-sealed-cold": (True, True, True)}
+
+
+def _interleaved(logs: list[list[Event]], live: int) -> list[Event]:
+    """The events of ``live`` sessions at a time, round-robin (0: session after session)."""
+    if live <= 0:
+        return [e for log in logs for e in log]
+    out: list[Event] = []
+    for g in range(0, len(logs), live):
+        group = logs[g:g + live]
+        for k in range(max(len(log) for log in group)):
+            out.extend(log[k] for log in group if k < len(log))
+    return out
+
+
+def _icount_child(path: str, n: int, live: int) -> None:
+    """One run under callgrind: make the records (both kinds), fold ``n`` of ``path``."""
+    from streams import native_fold  # noqa: F401  (imported by the base run too)
+
+    events = _interleaved(_logs(), live)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = FileKeyStore(Path(tmp) / "keys")
+        cipher = ContentCipher(store, "default")
+        clear_records = [(e.session_id, encode(e)) for e in events]
+        sealed_records = [(e.session_id, encode(cipher.seal_event(e))) for e in events]
+        if n == 0:
+            return
+        native, sealed, cold = PATHS[path]
+        if cold:
+            cipher = ContentCipher(FileKeyStore(Path(tmp) / "keys"), "default")
+        records = sealed_records if sealed else clear_records
+        _fold_once(records[:n], native, SealedContentOpener(cipher) if sealed else None)
+
+
+def _instructions(path: str, n: int, live: int) -> int | None:
+    out = tempfile.mktemp(prefix="callgrind-")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+           __file__, "--icount-run", path, "--icount", str(n), "--live", str(live)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    if os.path.exists(out):
+        os.unlink(out)
+    m = re.search(r"Collected : (\d+)", res.stderr)
+    return int(m.group(1)) if m else None
+
+
+def icount(n: int, live: int, paths: list[str]) -> None:
+    from streams import native_fold
+
+    if shutil.which("valgrind") is None:
+        print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
+        return
+    events = sum(len(log) for log in _logs())
+    n = min(n, events)
+    base = _instructions("python-clear", 0, live)
+    if base is None:
+        print("instruction count: skipped (callgrind printed no total)")
+        return
+    per: dict[str, float] = {}
+    layout = f"{live} sessions at a time" if live > 0 else "session after session"
+    for path in paths:
+        if PATHS[path][0] and not native_fold.available():
+            continue
+        full = _instructions(path, n, live)
+        if full is not None:
+            per[path] = (full - base) / n
+            print(f"instructions per event, {path} (callgrind, {n} records, {layout}): "
+                  f"{per[path]:,.0f}")
+    for fold in ("python", "native"):
+        if f"{fold}-clear" in per and f"{fold}-sealed" in per:
+            print(f"encrypted/clear by instructions, {fold}: "
+                  f"{per[f'{fold}-clear'] / per[f'{fold}-sealed']:.2f} (target >= 0.9)")
+
+
 def _pair(fn: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[float, float]:
     """Best of ROUNDS for both sides, interleaved (a load change hits both alike)."""
     best_a = best_b = 0.0
@@ -125,7 +241,24 @@ def _pair(fn: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--delete", action="store_true", help="also time a 10k-event delete")
+    parser.add_argument("--icount", type=int, default=0, metavar="N",
+                        help="only count instructions per event over N records (callgrind)")
+    parser.add_argument("--live", type=int, default=0, metavar="K",
+                        help="--icount: interleave K sessions at a time (default: 0, none)")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="--icount: which paths, comma-separated (default: all)")
+    parser.add_argument("--icount-run", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.icount_run is not None:
+        _icount_child(args.icount_run, args.icount, args.live)
+        return
+    if args.icount:
+        paths = [p for p in args.paths.split(",") if p]
+        unknown = [p for p in paths if p not in PATHS]
+        if unknown:
+            parser.error(f"--paths: unknown {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+        icount(args.icount, args.live, paths)
+        return
     logs = _logs()
     events = sum(len(log) for log in logs)
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,8 +22,11 @@ state moves to the Python processor through the same fields the sink stores.
 Sealed content (ADR 0011) is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
 store and the unwrapping stay here, the extension asks :func:`_key_lookup` for each
-(key session, class) once per batch and gets the unwrapped data key or "shredded" /
-"missing" (its content then reads as the reference placeholders). A part the
+(key session, class) and gets the unwrapped data key or "shredded" / "missing" (its
+content then reads as the reference placeholders); it keeps an active or shredded key
+across batches while the store's :func:`_key_epoch` stays the same (a shred anywhere
+changes it, within the store's shred-feed interval) and the store's own cache would
+still answer it (a missing key is asked again each batch). A part the
 extension does not open on the plain success path (moved, tampered, not lossless
 JSON) hands its session to the Python opener, which quarantines it with its reason.
 
@@ -142,7 +145,8 @@ class NativeFold:
                                      sorted(py_types), versions, WINDOW)
         cipher = _cipher_of(self._opener)
         if cipher is not None:
-            self.folder.set_opener(cipher.tenant, _key_lookup(cipher), _placeholder(cipher))
+            self.folder.set_opener(cipher.tenant, _key_lookup(cipher), _placeholder(cipher),
+                                   _key_epoch(cipher))
         self._py_states: dict[str, dict[str, Any]] = {}  # Python units' states per session
         self._py_changed: dict[str, set[str]] = {}
         self._written: dict[str, int] = {}  # as_of_offset last written, per session
@@ -633,17 +637,38 @@ def _row_cipher_of(rows: Any) -> Any:
 
 
 def _key_lookup(cipher: Any) -> Any:
-    """What the extension asks per (key session, class): (state, unwrapped key)."""
+    """What the extension asks per (key session, class): (state, unwrapped key), and
+    until when it may keep the answer (with :func:`_key_epoch`), when the store says."""
     from sessionstream.core.privacy import DataClass, KeyState
 
     store, tenant = cipher.store, cipher.tenant
+    classes = {c.value: c for c in DataClass}
+    until = getattr(store, "lookup_until", None)
 
-    def lookup(key_session: str, data_class: str) -> tuple[str, bytes | None]:
-        found = store.lookup(tenant, key_session, DataClass(data_class))
+    def lookup(key_session: str, data_class: str) -> tuple[Any, ...]:
+        cls = classes.get(data_class) or DataClass(data_class)
+        if until is None:
+            found, at = store.lookup(tenant, key_session, cls), None
+        else:
+            found, at = until(tenant, key_session, cls)
         if found.state is KeyState.ACTIVE and found.key is not None:
-            return "active", bytes(found.key)
-        return found.state.value, None
+            return "active", bytes(found.key), at
+        return found.state.value, None, at
     return lookup
+
+
+def _key_epoch(cipher: Any) -> Any:
+    """The store's (epoch, now) the extension checks its kept keys against at each batch
+    (None: a store without one; keys are then asked again each batch)."""
+    epoch = getattr(cipher.store, "cache_epoch", None)
+    if epoch is None:
+        return None
+    tenant = cipher.tenant
+
+    def current() -> tuple[int, float]:
+        e, now = epoch(tenant)
+        return int(e), float(now)
+    return current
 
 
 def _placeholder(cipher: Any) -> Any:

@@ -24,8 +24,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use aes_gcm::aead::{Aead, KeyInit, Payload};
-use aes_gcm::{Aes256Gcm, Key, Nonce};
+use std::borrow::Cow;
+
+use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Key, Nonce, Tag};
 use serde_json::Value;
 
 use crate::json;
@@ -37,16 +39,8 @@ pub const KEY_BYTES: usize = 32;
 pub const DELETED_TEXT: &str = "[content deleted]";
 pub const UNAVAILABLE_TEXT: &str = "[content unavailable]";
 
-/// One item of the envelope's `sealed` (schema v2), owned.
-#[derive(Clone, Debug)]
-pub struct Part {
-    pub data_class: String,
-    pub key_session: String,
-    pub origin_event_id: String,
-    pub paths: Vec<String>,
-    pub nonce: Vec<u8>,
-    pub ciphertext: Vec<u8>,
-}
+/// One item of the envelope's `sealed` (schema v2), borrowed from the record bytes.
+pub use crate::avro::SealedRef as Part;
 
 /// What the key store says of one (key session, class).
 #[derive(Clone)]
@@ -61,19 +55,38 @@ pub enum KeyLookup {
 pub struct Refuse;
 
 /// The associated data of one sealed part (`sessionstream.core.privacy.associated_data`).
-pub fn associated_data(tenant: &str, key_session: &str, seq: i64, origin_event_id: &str,
-                       event_type: &str, data_class: &str, paths: &[String]) -> Vec<u8> {
-    let joined = paths.join("\n");
-    let mut out = Vec::with_capacity(AD_MAGIC.len() + 6 * 4 + 8 + tenant.len()
-                                     + key_session.len() + origin_event_id.len()
-                                     + event_type.len() + data_class.len() + joined.len());
+pub fn associated_data<S: AsRef<str>>(tenant: &str, key_session: &str, seq: i64,
+                                      origin_event_id: &str, event_type: &str,
+                                      data_class: &str, paths: &[S]) -> Vec<u8> {
+    let mut out = Vec::new();
+    associated_data_into(&mut out, tenant, key_session, seq, origin_event_id, event_type,
+                         data_class, paths);
+    out
+}
+
+/// `associated_data` written into `out` (cleared first: a buffer reused per part).
+#[allow(clippy::too_many_arguments)]
+pub fn associated_data_into<S: AsRef<str>>(out: &mut Vec<u8>, tenant: &str, key_session: &str,
+                                           seq: i64, origin_event_id: &str, event_type: &str,
+                                           data_class: &str, paths: &[S]) {
+    let joined: usize = paths.iter().map(|p| p.as_ref().len()).sum::<usize>()
+        + paths.len().saturating_sub(1);
+    out.clear();
+    out.reserve(AD_MAGIC.len() + 6 * 4 + 8 + tenant.len() + key_session.len()
+                + origin_event_id.len() + event_type.len() + data_class.len() + joined);
     out.extend_from_slice(AD_MAGIC);
-    for text in [tenant, key_session, origin_event_id, event_type, data_class, joined.as_str()] {
+    for text in [tenant, key_session, origin_event_id, event_type, data_class] {
         out.extend_from_slice(&(text.len() as u32).to_be_bytes());
         out.extend_from_slice(text.as_bytes());
     }
+    out.extend_from_slice(&(joined as u32).to_be_bytes());
+    for (i, p) in paths.iter().enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(p.as_ref().as_bytes());
+    }
     out.extend_from_slice(&seq.to_be_bytes());
-    out
 }
 
 /// A cipher for a 32-byte data key (None: not a data key; Python refuses it too).
@@ -85,6 +98,7 @@ pub fn cipher(key: &[u8]) -> Option<Aes256Gcm> {
 }
 
 /// AES-256-GCM decryption (None: a bad nonce/length or a tag that does not verify).
+#[allow(dead_code)] // the fold decrypts into a reused buffer (decrypt_into)
 pub fn decrypt(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8]) -> Option<Vec<u8>> {
     if nonce.len() != NONCE_BYTES || ciphertext.len() < TAG_BYTES {
         return None;
@@ -92,7 +106,78 @@ pub fn decrypt(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8]) -
     cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: ciphertext, aad: ad }).ok()
 }
 
+/// AES-256-GCM decryption into `out` (cleared first, reused per part: no allocation per
+/// part once it is large enough); false on a bad nonce/length or a tag that does not verify
+/// (`out` then holds no plaintext).
+pub fn decrypt_into(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8],
+                    out: &mut Vec<u8>) -> bool {
+    out.clear();
+    if nonce.len() != NONCE_BYTES || ciphertext.len() < TAG_BYTES {
+        return false;
+    }
+    let (body, tag) = ciphertext.split_at(ciphertext.len() - TAG_BYTES);
+    out.extend_from_slice(body);
+    if cipher.decrypt_in_place_detached(Nonce::from_slice(nonce), ad, out,
+                                        Tag::from_slice(tag)).is_err() {
+        out.clear();
+        return false;
+    }
+    true
+}
+
+/// One RFC 6901 token, unescaped as `privacy.pointer_tokens` does (borrowed unless it
+/// holds an escape).
+fn unescape(t: &str) -> Cow<'_, str> {
+    if t.contains('~') {
+        Cow::Owned(t.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(t)
+    }
+}
+
+/// `value` set at the RFC 6901 pointer `path`: `set_at` over its tokens, without
+/// allocating them (Refuse when the pointer does not start with `/`).
+fn set_at_path(container: &mut Value, path: &str, value: Value) -> Result<(), Refuse> {
+    let mut rest = path.strip_prefix('/').ok_or(Refuse)?;
+    let mut here = container;
+    loop {
+        let (tok, more) = match rest.split_once('/') {
+            Some((t, m)) => (t, Some(m)),
+            None => (rest, None),
+        };
+        let head = unescape(tok);
+        let slot = match here {
+            Value::Array(items) => {
+                if head.is_empty() || !head.bytes().all(|b| b.is_ascii_digit()) || head.len() > 18 {
+                    return Err(Refuse);
+                }
+                let i: usize = head.parse().map_err(|_| Refuse)?;
+                items.get_mut(i).ok_or(Refuse)?
+            }
+            Value::Object(map) => {
+                if more.is_none() {
+                    map.insert(head.into_owned(), value);
+                    return Ok(());
+                }
+                map.get_mut(head.as_ref()).ok_or(Refuse)?
+            }
+            _ => return Err(Refuse),
+        };
+        match more {
+            None => {
+                *slot = value;
+                return Ok(());
+            }
+            Some(m) => {
+                rest = m;
+                here = slot;
+            }
+        }
+    }
+}
+
 /// The tokens of an RFC 6901 pointer, unescaped as `privacy.pointer_tokens` does.
+#[cfg(test)]
 fn tokens(path: &str) -> Option<Vec<String>> {
     let rest = path.strip_prefix('/')?;
     Some(rest.split('/').map(|t| if t.contains('~') {
@@ -153,12 +238,21 @@ pub struct Opened {
     pub data: Value,
 }
 
+/// Buffers reused from part to part (the associated data, the plaintext).
+#[derive(Default)]
+pub struct Scratch {
+    ad: Vec<u8>,
+    plain: Vec<u8>,
+}
+
 impl Opener<'_> {
     /// `data` with every sealed part put back (or its reason's placeholders), exactly as
-    /// `privacy.open_data`; `Refuse` for everything Python would refuse or raise on.
+    /// `privacy.open_data`; `Refuse` for everything Python would refuse or raise on. Each
+    /// part's plaintext is decrypted into `scratch` and parsed once, straight from there;
+    /// its values are set in `data` in part and path order, as Python merges them.
     pub fn open(&self, keys: &mut dyn Keys, seq: i64, event_id: &str, event_type: &str,
-                mut data: Value, parts: &[Part]) -> Result<Opened, Refuse> {
-        let mut replacements: Vec<(&str, Value)> = Vec::new();
+                mut data: Value, parts: &[Part<'_>], scratch: &mut Scratch)
+                -> Result<Opened, Refuse> {
         for part in parts {
             let own = part.key_session == self.session_id && part.origin_event_id == event_id;
             let inherited = part.key_session != self.session_id
@@ -166,33 +260,37 @@ impl Opener<'_> {
             if !own && !inherited {
                 return Err(Refuse); // MovedCiphertext: Python quarantines with its reason
             }
-            match keys.lookup(&part.key_session, &part.data_class)? {
+        }
+        for part in parts {
+            match keys.lookup(part.key_session, part.data_class)? {
                 KeyLookup::Active(c) => {
-                    let ad = associated_data(self.tenant, &part.key_session, seq,
-                                             &part.origin_event_id, event_type,
-                                             &part.data_class, &part.paths);
-                    let plain = decrypt(&c, &part.nonce, &part.ciphertext, &ad).ok_or(Refuse)?;
-                    let text = std::str::from_utf8(&plain).map_err(|_| Refuse)?;
+                    associated_data_into(&mut scratch.ad, self.tenant, part.key_session, seq,
+                                         part.origin_event_id, event_type, part.data_class,
+                                         &part.paths);
+                    if !decrypt_into(&c, part.nonce, part.ciphertext, &scratch.ad,
+                                     &mut scratch.plain) {
+                        return Err(Refuse);
+                    }
+                    let text = std::str::from_utf8(&scratch.plain).map_err(|_| Refuse)?;
                     let Some(Value::Array(values)) = json::parse_checked(text) else {
                         return Err(Refuse);
                     };
                     if values.len() != part.paths.len() {
                         return Err(Refuse);
                     }
-                    replacements.extend(part.paths.iter().map(String::as_str).zip(values));
+                    for (path, value) in part.paths.iter().zip(values) {
+                        set_at_path(&mut data, path, value)?;
+                    }
                 }
                 state => {
                     let text = if matches!(state, KeyLookup::Shredded) { DELETED_TEXT }
                                else { UNAVAILABLE_TEXT };
                     for p in &part.paths {
-                        replacements.push((p.as_str(), keys.placeholder(event_type, p, text)?));
+                        let v = keys.placeholder(event_type, p, text)?;
+                        set_at_path(&mut data, p, v)?;
                     }
                 }
             }
-        }
-        for (path, value) in replacements {
-            let toks = tokens(path).ok_or(Refuse)?;
-            set_at(&mut data, &toks, value)?;
         }
         Ok(Opened { data })
     }
@@ -207,12 +305,67 @@ pub fn class_index(data_class: &str) -> usize {
     }
 }
 
-/// A per-batch cache of key lookups and placeholders over two Python callables.
+/// One key store answer as the fold keeps it.
+pub struct Held {
+    pub found: KeyLookup,
+    /// Until when (the store's monotonic clock) it may be reused in a later batch.
+    pub until: f64,
+    /// The batch that asked for it (reused within that batch whatever `until` says).
+    pub batch: u64,
+}
+
+/// A cache of key lookups and placeholders over the Python callables. An answer is
+/// reused within the batch that asked for it; in a later one only while the store's
+/// epoch is the one seen when it was asked and the store's clock is before its `until`
+/// (`begin` is called at each batch's first lookup with the store's (epoch, now)).
+/// Without an epoch (`begin` never called) nothing is reused across batches.
 #[derive(Default)]
 pub struct Cache {
     /// key session -> the lookup of each class (raw, surface, business)
-    pub keys: HashMap<String, [Option<KeyLookup>; 3]>,
+    pub keys: HashMap<String, [Option<Held>; 3]>,
     pub placeholders: HashMap<(String, String, &'static str), Value>,
+    /// The batch being folded (`next_batch`), and whether `begin` was called in it.
+    pub batch: u64,
+    pub begun: bool,
+    /// The store's clock at this batch's `begin` (-inf: none, reuse nothing).
+    pub now: f64,
+    /// The store's epoch the held keys were asked under.
+    pub epoch: Option<i64>,
+}
+
+impl Cache {
+    /// A new batch: nothing is reused from earlier ones until `begin` says so.
+    pub fn next_batch(&mut self) {
+        self.batch += 1;
+        self.begun = false;
+        self.now = f64::INFINITY; // no `until` reaches it: nothing older is reused
+    }
+
+    /// The store's (epoch, now) at this batch's first lookup: a changed epoch drops
+    /// every held key (a shred, a reset feed, a rewrap since they were asked).
+    pub fn begin(&mut self, epoch: i64, now: f64) {
+        if self.epoch != Some(epoch) {
+            self.keys.clear();
+            self.epoch = Some(epoch);
+        }
+        self.now = now;
+        self.begun = true;
+    }
+
+    /// The held answer for (key session, class index), if it may be used now.
+    pub fn get(&self, key_session: &str, class: usize) -> Option<&KeyLookup> {
+        let held = self.keys.get(key_session)?[class].as_ref()?;
+        (held.batch == self.batch || held.until > self.now).then_some(&held.found)
+    }
+
+    pub fn put(&mut self, key_session: &str, class: usize, found: KeyLookup, until: f64) {
+        let batch = self.batch;
+        let slot = match self.keys.get_mut(key_session) {
+            Some(s) => s,
+            None => self.keys.entry(key_session.to_string()).or_default(),
+        };
+        slot[class] = Some(Held { found, until, batch });
+    }
 }
 
 #[cfg(test)]
@@ -257,30 +410,33 @@ mod tests {
     #[test]
     fn opens_and_refuses_tampering_and_moves() {
         let c = cipher(&[1u8; 32]).unwrap();
-        let paths = vec!["/content".to_string()];
+        let paths = vec!["/content"];
         let ad = associated_data("t", "s", 3, "e3", "user/message", "surface", &paths);
         let (nonce, ct) = seal(&c, "[\"hello\"]", &ad);
-        let part = Part { data_class: "surface".into(), key_session: "s".into(),
-                          origin_event_id: "e3".into(), paths, nonce, ciphertext: ct };
+        let part = Part { data_class: "surface", key_session: "s", origin_event_id: "e3",
+                          paths, nonce: &nonce, ciphertext: &ct };
         let o = Opener { tenant: "t", session_id: "s", seed_length: Some(0) };
         let data: Value = serde_json::from_str("{\"content\":\"[encrypted content]\"}").unwrap();
+        let mut sc = Scratch::default();
         let got = o.open(&mut Fixed(Some(c.clone())), 3, "e3", "user/message", data.clone(),
-                         std::slice::from_ref(&part)).unwrap();
+                         std::slice::from_ref(&part), &mut sc).unwrap();
         assert_eq!(json::dumps(&got.data), "{\"content\":\"hello\"}");
         // another seq: the associated data differs, the tag does not verify
         assert!(o.open(&mut Fixed(Some(c.clone())), 4, "e3", "user/message", data.clone(),
-                       std::slice::from_ref(&part)).is_err());
+                       std::slice::from_ref(&part), &mut sc).is_err());
+        assert!(sc.plain.is_empty(), "no plaintext is left behind by a failed tag");
         // a flipped ciphertext byte
-        let mut bad = part.clone();
-        bad.ciphertext[0] ^= 1;
+        let mut flipped = ct.clone();
+        flipped[0] ^= 1;
+        let bad = Part { ciphertext: &flipped, paths: part.paths.clone(), ..part };
         assert!(o.open(&mut Fixed(Some(c.clone())), 3, "e3", "user/message", data.clone(),
-                       std::slice::from_ref(&bad)).is_err());
+                       std::slice::from_ref(&bad), &mut sc).is_err());
         // moved from another event of the session
         assert!(o.open(&mut Fixed(Some(c)), 3, "e4", "user/message", data.clone(),
-                       std::slice::from_ref(&part)).is_err());
+                       std::slice::from_ref(&part), &mut sc).is_err());
         // shredded: the placeholder
         let got = o.open(&mut Fixed(None), 3, "e3", "user/message", data,
-                         std::slice::from_ref(&part)).unwrap();
+                         std::slice::from_ref(&part), &mut sc).unwrap();
         assert_eq!(json::dumps(&got.data), "{\"content\":\"[content deleted]\"}");
     }
 
@@ -293,5 +449,58 @@ mod tests {
         assert!(set_at(&mut v, &tokens("/a~1b/5").unwrap(), Value::Null).is_err());
         assert!(set_at(&mut v, &tokens("/nope/x").unwrap(), Value::Null).is_err());
         assert!(tokens("nope").is_none());
+    }
+
+    #[test]
+    fn set_at_path_matches_set_at_on_every_pointer() {
+        let doc = "{\"a/b\":[1,{\"x\":2,\"~k\":[0,1]}],\"c\":{\"d\":{}},\"\":3}";
+        for path in ["/a~1b/1/x", "/a~1b/1/~0k/1", "/a~1b/0", "/c/d/new", "/c/new", "/",
+                     "/a~1b/-1", "/a~1b/5", "/a~1b/01", "/nope/x", "/c/d/e/f", "/a~1b/1/x/y",
+                     "/a~1b/", "nope", ""] {
+            let mut want: Value = serde_json::from_str(doc).unwrap();
+            let mut got = want.clone();
+            let w = tokens(path).ok_or(Refuse)
+                .and_then(|t| set_at(&mut want, &t, Value::Bool(true)));
+            let g = set_at_path(&mut got, path, Value::Bool(true));
+            assert_eq!(w.is_ok(), g.is_ok(), "{path}");
+            if w.is_ok() {
+                assert_eq!(json::dumps(&want), json::dumps(&got), "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn associated_data_into_reuses_its_buffer_and_equals_the_plain_one() {
+        let mut buf = b"left over".to_vec();
+        for paths in [vec![], vec!["/a"], vec!["/a", "/b/0", "/c"]] {
+            associated_data_into(&mut buf, "t", "s", -3, "e", "x/y", "raw", &paths);
+            let owned: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+            assert_eq!(buf, associated_data("t", "s", -3, "e", "x/y", "raw", &owned));
+        }
+    }
+
+    #[test]
+    fn held_keys_are_reused_only_in_their_batch_or_under_the_same_epoch_in_time() {
+        let mut c = Cache::default();
+        c.next_batch();
+        c.put("s", 1, KeyLookup::Missing, 0.0);
+        assert!(c.get("s", 1).is_some(), "asked in this batch: reused in it");
+        assert!(c.get("s", 0).is_none());
+        c.next_batch();
+        assert!(c.get("s", 1).is_none(), "no begin: nothing from an earlier batch");
+        c.begin(7, 1.0);
+        assert!(c.get("s", 1).is_none(), "a missing key (until = asked) is asked again");
+        c.put("s", 1, KeyLookup::Shredded, 61.0);
+        c.next_batch();
+        c.begin(7, 60.0);
+        assert!(c.get("s", 1).is_some(), "same epoch, before its until");
+        c.next_batch();
+        c.begin(7, 61.0);
+        assert!(c.get("s", 1).is_none(), "its until reached");
+        c.put("s", 1, KeyLookup::Shredded, 100.0);
+        c.next_batch();
+        c.begin(8, 62.0);
+        assert!(c.get("s", 1).is_none(), "a new epoch drops every held key");
+        assert!(c.keys.is_empty());
     }
 }

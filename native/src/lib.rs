@@ -177,11 +177,12 @@ impl Sess {
     }
 }
 
-/// One record of the batch, decoded.
-struct Item {
+/// One record of the batch, decoded; its sealed parts borrow from the record's bytes.
+struct Item<'a> {
     idx: usize,
     offset: i64,
     ev: Ev,
+    sealed: Vec<avro::SealedRef<'a>>,
 }
 
 #[pyclass]
@@ -203,7 +204,10 @@ struct OpenerConfig {
     tenant: String,
     lookup: Py<PyAny>,
     placeholder: Py<PyAny>,
+    /// The store's (epoch, now) (None: keys are asked again each batch).
+    epoch: Option<Py<PyAny>>,
     cache: crypto::Cache,
+    scratch: crypto::Scratch,
 }
 
 /// The batch's keys: a cache over the Python key store's lookup.
@@ -216,12 +220,30 @@ impl crypto::Keys for PyKeys<'_, '_> {
     fn lookup(&mut self, key_session: &str, data_class: &str)
               -> Result<crypto::KeyLookup, crypto::Refuse> {
         let ci = crypto::class_index(data_class);
-        if let Some(Some(found)) = self.cfg.cache.keys.get(key_session).map(|s| &s[ci]) {
+        if !self.cfg.cache.begun {
+            if let Some(epoch) = &self.cfg.epoch {
+                let (e, now): (i64, f64) = epoch.call0(self.py)
+                    .and_then(|r| r.extract(self.py))
+                    .map_err(|_| crypto::Refuse)?;
+                self.cfg.cache.begin(e, now);
+            }
+            self.cfg.cache.begun = true;
+        }
+        if let Some(found) = self.cfg.cache.get(key_session, ci) {
             return Ok(found.clone());
         }
-        let got: (String, Option<Vec<u8>>) = self.cfg.lookup
+        // (state, key) or (state, key, until): see set_opener
+        let got: (String, Option<Vec<u8>>, Option<f64>) = self.cfg.lookup
             .call1(self.py, (key_session, data_class))
-            .and_then(|r| r.extract(self.py))
+            .and_then(|r| {
+                let r = r.bind(self.py);
+                if r.len()? == 2 {
+                    let (a, b): (String, Option<Vec<u8>>) = r.extract()?;
+                    Ok((a, b, None))
+                } else {
+                    r.extract()
+                }
+            })
             .map_err(|_| crypto::Refuse)?;
         let found = match (got.0.as_str(), got.1) {
             ("active", Some(key)) => crypto::KeyLookup::Active(
@@ -230,7 +252,9 @@ impl crypto::Keys for PyKeys<'_, '_> {
             ("active", None) | ("missing", _) => crypto::KeyLookup::Missing,
             _ => return Err(crypto::Refuse),
         };
-        self.cfg.cache.keys.entry(key_session.to_string()).or_default()[ci] = Some(found.clone());
+        let until = if matches!(found, crypto::KeyLookup::Missing) { f64::NEG_INFINITY }
+                    else { got.2.unwrap_or(f64::NEG_INFINITY) };
+        self.cfg.cache.put(key_session, ci, found.clone(), until);
         Ok(found)
     }
 
@@ -275,12 +299,20 @@ impl Folder {
 
     /// Open sealed content here: `tenant` binds the associated data; `lookup(key_session,
     /// data_class)` returns ("active", key) / ("shredded", None) / ("missing", None)
-    /// from the key store (asked once per key per batch); `placeholder(type, path, text)`
-    /// the canonical JSON text of the reference placeholder (cached). Without it, a
-    /// session with sealed content is handed to the caller.
-    fn set_opener(&mut self, tenant: String, lookup: Py<PyAny>, placeholder: Py<PyAny>) {
-        self.opener = Some(OpenerConfig { tenant, lookup, placeholder,
-                                          cache: crypto::Cache::default() });
+    /// from the key store, optionally with a third item: until when (the store's
+    /// monotonic clock) the answer may be reused; `placeholder(type, path, text)` the
+    /// canonical JSON text of the reference placeholder (cached). Without `epoch`, each
+    /// key is asked once per batch. With it (`epoch()` -> (the store's epoch, its
+    /// clock), called at a batch's first lookup), an active or shredded key is kept
+    /// across batches while the epoch stays the same and the clock is before its
+    /// until; a missing one is asked again each batch. Without an opener, a session
+    /// with sealed content is handed to the caller.
+    #[pyo3(signature = (tenant, lookup, placeholder, epoch = None))]
+    fn set_opener(&mut self, tenant: String, lookup: Py<PyAny>, placeholder: Py<PyAny>,
+                  epoch: Option<Py<PyAny>>) {
+        self.opener = Some(OpenerConfig { tenant, lookup, placeholder, epoch,
+                                          cache: crypto::Cache::default(),
+                                          scratch: crypto::Scratch::default() });
     }
 
     /// The schema layouts this build decodes natively (by the given fingerprints).
@@ -320,7 +352,7 @@ impl Folder {
                    Vec<(String, i64, Vec<usize>)>)> {
         self.settle();
         if let Some(o) = self.opener.as_mut() {
-            o.cache = crypto::Cache::default(); // keys are asked again each batch
+            o.cache.next_batch(); // held keys are checked against the store's epoch again
         }
         let mut opened_text: HashMap<usize, Py<PyTuple>> = HashMap::new();
         let mut dead = Vec::new();
@@ -332,6 +364,8 @@ impl Folder {
         let s_offset = pyo3::intern!(py, "offset");
         let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
+        // The values first, held here, so that decoded sealed parts borrow their bytes.
+        let mut kept = Vec::with_capacity(records.len());
         for (idx, rec) in records.iter().enumerate() {
             let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
             let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
@@ -344,16 +378,20 @@ impl Folder {
                 continue;
             }
             let value = field(&rec, s_value)?;
-            let Ok(value) = value.downcast::<PyBytes>() else {
+            let Ok(value) = value.downcast_into::<PyBytes>() else {
                 dead.push(idx);
                 continue;
             };
+            kept.push((idx, partition, offset, value, rec));
+        }
+        for (idx, partition, offset, value, rec) in &kept {
+            let (idx, partition, offset) = (*idx, *partition, *offset);
             let bytes = value.as_bytes();
             let Some(env) = self.schemas.decode(bytes) else {
                 dead.push(idx);
                 continue;
             };
-            let key = field(&rec, s_key)?;
+            let key = field(rec, s_key)?;
             if !key.is_none() {
                 match key.downcast::<PyBytes>() {
                     Ok(k) if k.as_bytes() == env.session_id.as_bytes() => {}
@@ -392,14 +430,6 @@ impl Folder {
                 step_id: env.step_id.map(str::to_string),
                 format_version: env.format_version,
                 prev_event_id: env.prev_event_id.map(str::to_string),
-                sealed: env.sealed.iter().map(|p| crypto::Part {
-                    data_class: p.data_class.to_string(),
-                    key_session: p.key_session.to_string(),
-                    origin_event_id: p.origin_event_id.to_string(),
-                    paths: p.paths.iter().map(|x| x.to_string()).collect(),
-                    nonce: p.nonce.to_vec(),
-                    ciphertext: p.ciphertext.to_vec(),
-                }).collect(),
                 surface_op: env.surface_op,
                 py: if self.python_types.contains(env.etype) {
                     Some(Box::new(units::PyParts {
@@ -416,14 +446,16 @@ impl Folder {
                 order.push(ev.session_id.clone());
                 (partition, Vec::new())
             });
-            g.1.push(Item { idx, offset, ev });
+            g.1.push(Item { idx, offset, ev, sealed: env.sealed });
         }
+        dead.sort_unstable(); // in record order, as one pass gave them
         let mut native = Vec::new();
         let mut handed = Vec::new();
         let mut unknown = Vec::new();
         for sid in order {
             let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
-            if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
+            if python_owned.contains(&sid)
+                || !items.iter().all(|it| self.foldable(&it.ev, !it.sealed.is_empty())) {
                 handed.push((sid, items.iter().map(|it| it.idx).collect()));
                 continue;
             }
@@ -476,22 +508,26 @@ impl Folder {
                 if ev.etype == "session/start" {
                     sess.seed = Some(seed_length(&ev.data));
                 }
-                if !it.ev.sealed.is_empty() {
+                if !it.sealed.is_empty() {
                     // stage 4 (open), after admission and readability as in the pipeline
                     let Some(cfg) = self.opener.as_mut() else {
                         aborted = true;
                         break;
                     };
-                    let tenant = cfg.tenant.clone();
+                    let tenant = std::mem::take(&mut cfg.tenant);
+                    let mut scratch = std::mem::take(&mut cfg.scratch);
                     let opener = crypto::Opener { tenant: &tenant, session_id: &sid,
                                                   seed_length: sess.seed };
                     let mut keys = PyKeys { py, cfg };
                     let data = std::mem::take(&mut it.ev.data);
-                    match opener.open(&mut keys, it.ev.seq, &it.ev.event_id, &it.ev.etype,
-                                      data, &it.ev.sealed) {
+                    let opened = opener.open(&mut keys, it.ev.seq, &it.ev.event_id,
+                                             &it.ev.etype, data, &it.sealed, &mut scratch);
+                    cfg.tenant = tenant;
+                    cfg.scratch = scratch;
+                    match opened {
                         Ok(o) => {
                             it.ev.data = o.data;
-                            it.ev.sealed.clear();
+                            it.sealed.clear();
                         }
                         Err(_) => {
                             aborted = true; // the Python opener gives the verdict
@@ -806,7 +842,7 @@ impl Folder {
         Ok(Some((d, changed, parts)))
     }
 
-    fn foldable(&self, ev: &Ev) -> bool {
+    fn foldable(&self, ev: &Ev, sealed: bool) -> bool {
         if ev.format_version > self.format_version {
             return false; // quarantine: the Python reference does it
         }
@@ -819,7 +855,7 @@ impl Folder {
             return false; // unknown required type: quarantine
         }
         // sealed data holds placeholders: its shapes are checked once it is opened
-        !ev.sealed.is_empty() || prescan(ev)
+        sealed || prescan(ev)
     }
 }
 

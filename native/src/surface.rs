@@ -579,7 +579,7 @@ mod tests {
             session_id: "s".into(), seq, event_id: format!("e{seq}"), time: seq,
             etype: etype.into(), data: parse_checked(data).unwrap(), writer_id: "w".into(),
             writer_epoch: 1, ignorable: false, turn_id: Some("t1".into()), step_id: None,
-            format_version: 1, prev_event_id: None, sealed: Vec::new(), surface_op: op,
+            format_version: 1, prev_event_id: None, surface_op: op,
             source_event_seqs: Vec::new(), py: None,
         }
     }

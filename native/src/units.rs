@@ -661,8 +661,6 @@ pub struct Ev {
     pub step_id: Option<String>,
     pub format_version: i64,
     pub prev_event_id: Option<String>,
-    /// Sealed content parts (schema v2), opened by the fold before the units read `data`.
-    pub sealed: Vec<crate::crypto::Part>,
     pub surface_op: u8, // SurfaceOp symbol index: 0 none, 1 append, 2 replace
     /// The shadowed seqs of a replace (the surface unit reads them).
     pub source_event_seqs: Vec<i64>,

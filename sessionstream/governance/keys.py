@@ -291,6 +291,10 @@ class KeyStore(ABC):
             OrderedDict()
         #: per tenant: (monotonic time of the last feed check, the feed position read)
         self._feed: dict[str, tuple[float, Any]] = {}
+        #: Bumped whenever a cached key may have become stale (a shred followed from
+        #: the feed or done here, a reset feed, a rewrap): callers that keep keys
+        #: beyond one lookup (the native fold, ADR 0011) drop them when it changes.
+        self._epoch = 0
 
     # backend ------------------------------------------------------------
     @abstractmethod
@@ -354,6 +358,28 @@ class KeyStore(ABC):
             self._cache.popitem(last=False)
         return found
 
+    def lookup_until(self, tenant: str, session_id: str,
+                     data_class: DataClass) -> tuple[KeyLookup, float]:
+        """``lookup``, and until when (this store's monotonic clock) the answer may be
+        reused without asking again, as long as :meth:`cache_epoch` stays the same: an
+        active or shredded key until its cache entry is ``max_age_s`` old; a missing one
+        not after now (a writer may create it any time)."""
+        found = self.lookup(tenant, session_id, data_class)
+        at = self._cache[(tenant, session_id, data_class)][0]  # just used: the newest entry
+        if found.state is KeyState.MISSING:
+            return found, self._monotonic()
+        return found, at + self._max_age
+
+    def cache_epoch(self, tenant: str) -> tuple[int, float]:
+        """(epoch, now): the tenant's shred feed followed (at most once per
+        ``cache_ttl_s``, as a lookup does), then a number that changes whenever a key
+        answered before may be stale, and this store's monotonic time. A caller that
+        keeps answers of :meth:`lookup_until` across calls drops them all when the
+        epoch changed, and each one once ``now`` reaches its time."""
+        now = self._monotonic()
+        self._follow_shreds(tenant, now)
+        return self._epoch, now
+
     def _follow_shreds(self, tenant: str, now: float) -> None:
         """Drop the cached keys the tenant's shred feed names since the last check
         (at most one check per ``cache_ttl_s``)."""
@@ -365,6 +391,8 @@ class KeyStore(ABC):
             self._feed[tenant] = (now, position)
             return
         position, shredded = self._shreds_since(tenant, seen[1])
+        if position is None or shredded:
+            self._epoch += 1
         if position is None:  # the feed was reset: nothing cached of the tenant is trusted
             for ck in [k for k in self._cache if k[0] == tenant]:
                 del self._cache[ck]
@@ -441,6 +469,7 @@ class KeyStore(ABC):
             else:  # shredded before: tell the feed again (a shredder may have died
                 self._announce(tenant, session_id, cls)  # between destroy and feed)
             self._cache.pop((tenant, session_id, cls), None)
+        self._epoch += 1
         return done
 
     def shredded(self, tenant: str, session_id: str) -> list[Shredded]:
@@ -486,6 +515,7 @@ class KeyStore(ABC):
                                                      "wrapped": _b64(wrapped)})
             count += 1
         self._cache.clear()
+        self._epoch += 1
         return count
 
     # legal holds --------------------------------------------------------------

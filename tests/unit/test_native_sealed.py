@@ -186,3 +186,129 @@ def test_native_open_equals_python_on_generated_sealed_logs(
             store.shred("default", "s0", tuple(shred), principal="t", reason="test")
         (py_sink, na_sink, py_dlq, na_dlq), _ = _run(out, sizes, flushes, store, chunk)
         _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+
+
+class _Clock:
+    """A monotonic clock the test moves (the key store's shred-feed interval and ages)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _kept_keys_case(tmp_path: Path) -> tuple[list[Event], list[Event], int, FileKeyStore,
+                                              Path]:
+    """One sealed session (keys made by a writer's store) and where to split it in two
+    batches (at a turn's start: the second batch has content of its own)."""
+    root = tmp_path / "keys"
+    writer = FileKeyStore(root)
+    clear = simulate_session(random.Random(5), "k1", turns=4)
+    sealed = _sealed(ContentCipher(writer, "default"), clear)
+    half = next(i for i, e in enumerate(clear) if i > len(clear) // 2 and e.type == "turn/start")
+    return clear, sealed, half, writer, root
+
+
+def _two_batches(sealed: list[Event], half: int, store: FileKeyStore, native: bool,
+                 between: Any) -> tuple[MemorySink, Any]:
+    sink = MemorySink()
+    proc = processor(sink, ReaderPipeline.default(
+        opener=SealedContentOpener(ContentCipher(store, "default"))))
+    driver: Any = NativeFold(proc) if native else proc
+    records = _records([(e, "k1") for e in sealed], 1)
+
+    async def go() -> None:
+        await driver.fold(records[:half])
+        await driver.flush()
+        between()
+        await driver.fold(records[half:])
+        await driver.flush()
+    asyncio.run(go())
+    return sink, driver
+
+
+def _contents(events: list[Event]) -> list[str]:
+    return [str(e.data["content"]) for e in events
+            if e.type in ("user/message", "assistant/message") and e.data.get("content")]
+
+
+@pytest.mark.parametrize("where", ["another process", "this process"])
+def test_a_key_shredded_between_two_batches_is_not_used_from_the_kept_keys(
+        tmp_path: Path, where: str) -> None:
+    sinks = {}
+    for native in (False, True):  # each with its own keys: the shred is for good
+        clear, sealed, half, writer, root = _kept_keys_case(tmp_path / f"native-{native}")
+        clock = _Clock()
+        reader = FileKeyStore(root, monotonic=clock)
+        asked: list[tuple[str, str]] = []
+        plain = reader.lookup_until
+
+        def counted(tenant: str, sid: str, cls: DataClass, plain: Any = plain,
+                    asked: list[tuple[str, str]] = asked) -> Any:
+            asked.append((sid, cls.value))
+            return plain(tenant, sid, cls)
+        reader.lookup_until = counted  # type: ignore[method-assign]
+        shredder = writer if where == "another process" else reader
+
+        def between(shredder: FileKeyStore = shredder, clock: _Clock = clock,
+                    asked: list[tuple[str, str]] = asked) -> None:
+            asked.clear()
+            shredder.shred("default", "k1", (DataClass.SURFACE, DataClass.RAW),
+                           principal="t", reason="test")
+            clock.now += 2.5  # past the shred feed's interval: the reader follows it
+        sinks[native], driver = _two_batches(sealed, half, reader, native, between)
+        if native:
+            assert driver._python == set()  # opened in the extension, both batches
+            assert ("k1", "surface") in asked  # asked again: the kept key was dropped
+    py_sink, na_sink = sinks[False], sinks[True]
+    assert na_sink.hashes == py_sink.hashes  # the Python reference saw the shred there too
+    folded = _values(na_sink, "k1")
+    assert DELETED_TEXT in folded
+    for text in _contents(clear[half:]):
+        assert text not in folded  # the shredded content never comes back in clear
+
+
+def test_kept_keys_are_reused_across_batches_until_the_store_would_ask_again(
+        tmp_path: Path) -> None:
+    clear, sealed, half, _, root = _kept_keys_case(tmp_path)
+    for later, asks_again in ((1.0, False), (61.0, True)):  # max_age_s is 60
+        clock = _Clock()
+        reader = FileKeyStore(root, monotonic=clock)
+        asked: list[str] = []
+        plain = reader.lookup_until
+
+        def counted(tenant: str, sid: str, cls: DataClass, plain: Any = plain,
+                    asked: list[str] = asked) -> Any:
+            asked.append(cls.value)
+            return plain(tenant, sid, cls)
+        reader.lookup_until = counted  # type: ignore[method-assign]
+
+        def between(clock: _Clock = clock, later: float = later,
+                    asked: list[str] = asked) -> None:
+            asked.clear()
+            clock.now += later
+        sink, driver = _two_batches(sealed, half, reader, True, between)
+        assert driver._python == set()
+        assert bool(asked) is asks_again, (later, asked)
+        assert _contents(clear[half:])[0][:40] in _values(sink, "k1")
+
+
+def test_the_store_epoch_changes_on_shreds_followed_from_the_feed_and_on_rewrap(
+        tmp_path: Path) -> None:
+    clock = _Clock()
+    a, b = FileKeyStore(tmp_path / "k", monotonic=clock), FileKeyStore(tmp_path / "k")
+    a.data_key("default", "s", DataClass.SURFACE)
+    e0, _ = a.cache_epoch("default")
+    assert a.cache_epoch("default")[0] == e0  # nothing happened
+    b.shred("default", "s", (DataClass.SURFACE,), principal="t", reason="x")
+    assert a.cache_epoch("default")[0] == e0  # not followed yet (the feed interval)
+    clock.now += 2.5
+    e1, now = a.cache_epoch("default")
+    assert e1 != e0 and now == clock.now
+    found, until = a.lookup_until("default", "s", DataClass.SURFACE)
+    assert found.key is None and until == clock.now + 60.0
+    missing, until = a.lookup_until("default", "other", DataClass.RAW)
+    assert missing.key is None and until == clock.now  # a missing key is not kept
+    a.rewrap("default")
+    assert a.cache_epoch("default")[0] != e1
