@@ -12,7 +12,9 @@ Deleting a session (or some of its data classes) is **crypto-shredding** plus pu
    lease, and (for ``raw``) its attachments. Kept: each row's admission state and
    watermark, the fencing epoch, the writer's offset index, the key tombstones;
 4. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
-   the session's log; it is metadata, so it stays readable. The projection processor,
+   the session's log through the :class:`~sessionstream.governance.audit.AuditLog` port
+   (the composition root wires the writer-backed one); it is metadata, so it stays
+   readable. The projection processor,
    meeting it, refolds the session from the log — content as placeholders — the same
    row a replay builds.
 
@@ -32,8 +34,11 @@ from typing import Any
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
-from sessionstream.core.settings import Env
+from sessionstream.governance.audit import AuditLog, SessionUnknown
 from sessionstream.governance.keys import Hold, KeyStore
+
+__all__ = ["DeletionReport", "Governance", "RetentionItem", "RetentionReport",
+           "SessionUnknown", "parse_classes"]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +49,6 @@ EXTERNAL_EFFECTS_NOTE = (
     "deleting a session does not undo its side effects in other systems (tool calls that "
     "changed files, tickets, payments…); follow up on the operation ids listed"
 )
-
-
-class SessionUnknown(SessionStreamError):
-    """The session to delete is not known here (no log, no keys)."""
 
 
 @dataclass
@@ -105,56 +106,51 @@ def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
 class Governance:
     """Deletion, holds and retention for one tenant (the composition root builds it).
 
-    ``writer_cfg`` is the tenant's :class:`producers.writer.WriterConfig` (with its
-    cipher); ``redis`` a synchronous client of the projections' Redis.
+    ``cfg`` names the tenant: its ``tenant``, ``key_prefix``, ``cipher`` and
+    ``attachment_dir`` (the tenant's ``producers.writer.WriterConfig`` has them);
+    ``redis`` is a synchronous client of the projections' Redis; ``audit`` the session
+    log the audit events go to (``producers.audit.WriterAuditLog`` over the same config).
     """
 
-    def __init__(self, writer_cfg: Any, store: KeyStore, redis: Any, *,
+    def __init__(self, cfg: Any, store: KeyStore, redis: Any, *, audit: AuditLog,
                  principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
                  clock: Callable[[], int] | None = None) -> None:
-        self.cfg = writer_cfg
+        self.cfg = cfg
         self.store = store
         self.redis = redis
+        self.audit = audit
         self.principal = principal
         self.retention = dict(retention)
-        self.tenant: str = writer_cfg.tenant
-        self.keys = KeySpace(self.tenant, writer_cfg.key_prefix)
+        self.tenant: str = cfg.tenant
+        self.keys = KeySpace(self.tenant, cfg.key_prefix)
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
 
     # -- deletion --------------------------------------------------------------------------
     def delete(self, session_id: str, classes: Sequence[DataClass] = ALL_CLASSES, *,
                reason: str = "", principal: str | None = None,
                scope: str = "delete") -> DeletionReport:
-        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs."""
-        from producers.errors import SessionNotFound
-        from producers.writer import SessionWriter
+        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs.
 
+        Raises :class:`LegalHold` under a hold, :class:`SessionUnknown` for a session
+        with no events.
+        """
         who = principal or self.principal
         hold = self.store.hold_on(self.tenant, session_id)
         if hold is not None:
             raise LegalHold(hold.scope, hold.reason)
-        try:
-            writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
-                                        writer_id=f"governance/{who}")
-        except SessionNotFound:
-            raise SessionUnknown(
-                f"session {session_id!r} has no events in {self.cfg.topic}: nothing to "
-                f"delete (check the id and {Env.TENANT})") from None
-        try:
+        # Taking the session fences its live writer before any key is destroyed.
+        with self.audit.session(session_id, principal=who) as session:
             operation_ids = sorted({
-                str(e.data["operation_id"]) for e in writer.session.events
+                str(e.data["operation_id"]) for e in session.events
                 if e.type == "tool/result" and e.data.get("operation_id")})
             done = self.store.shred(self.tenant, session_id, tuple(classes), principal=who,
                                     reason=reason or scope)
             # Purge first: the processor that folds the audit event then finds no
             # content to keep and refolds the session from the log (placeholders).
             redis_keys, feed = self.purge_redis(session_id)
-            audit = writer.append("session/shred", {
+            audit_seq = session.record("session/shred", {
                 "classes": [c.value for c in classes], "scope": scope, "principal": who,
                 "reason": reason, "shredded_at": self._clock()})
-            writer.flush(30)
-        finally:
-            writer.close()
         redis_keys += self.redis.delete(self.keys.lease(session_id))  # released just now
         blobs = 0
         if DataClass.RAW in classes and self.cfg.cipher is not None and \
@@ -164,10 +160,10 @@ class Governance:
             blobs = SealedAttachmentStore(self.cfg.attachment_dir, self.cfg.cipher,
                                           session_id).purge()
         log.info("deleted classes %s of a session (audit seq %d): %d Redis keys, %d feed "
-                 "entries, %d attachments purged", [c.value for c in classes], audit.seq,
+                 "entries, %d attachments purged", [c.value for c in classes], audit_seq,
                  redis_keys, feed, blobs)
         return DeletionReport(session_id, [c.value for c in classes],
-                              [s.data_class.value for s in done], audit.seq, redis_keys, feed,
+                              [s.data_class.value for s in done], audit_seq, redis_keys, feed,
                               blobs, operation_ids)
 
     def purge_redis(self, session_id: str) -> tuple[int, int]:
@@ -258,16 +254,9 @@ class Governance:
         return released
 
     def _audit_hold(self, session_id: str, action: str, who: str, reason: str) -> None:
-        from producers.writer import SessionWriter
-
-        writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
-                                    writer_id=f"governance/{who}")
-        try:
-            writer.append("session/hold", {"action": action, "principal": who,
-                                           "reason": reason})
-            writer.flush(30)
-        finally:
-            writer.close()
+        with self.audit.session(session_id, principal=who) as session:
+            session.record("session/hold", {"action": action, "principal": who,
+                                            "reason": reason})
 
     # -- retention -------------------------------------------------------------------------
     def run_retention(self, *, dry_run: bool = False) -> RetentionReport:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pytest
 import redis
 
+from producers.audit import WriterAuditLog
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.errors import LegalHold
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
@@ -37,7 +38,8 @@ def sealed_cfg(writer_cfg: WriterConfig, tmp_path: Path) -> WriterConfig:
 
 def _gov(cfg: WriterConfig, client: redis.Redis, **kw: object) -> Governance:
     assert cfg.cipher is not None
-    return Governance(cfg, cfg.cipher.store, client, principal="dpo", **kw)  # type: ignore[arg-type]
+    return Governance(cfg, cfg.cipher.store, client, audit=WriterAuditLog(cfg),  # type: ignore[arg-type]
+                      principal="dpo", **kw)
 
 
 def _session(cfg: WriterConfig, n: int = 1) -> SessionWriter:
