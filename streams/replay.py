@@ -12,6 +12,11 @@ generation atomically (one SET of the tenant's generation pointer), then reads o
 end offsets measured after the switch, so events the live worker applied to the old
 generation meanwhile are in the new one too (the worker follows the pointer per batch).
 
+A reader thread consumes ahead of the fold (the native fold releases the GIL, so the
+two use both cores), another reads each folded session's row keys ahead of the flush,
+and with the native fold the compare opens only the live row of a sealed pair: the
+fold kept digests of what it sealed in the new one (ADR 0015).
+
 Replay only folds projections: it never executes a tool or any other side effect.
 """
 
