@@ -39,7 +39,7 @@ from producers.kafka_clients import consumer_config, private_group
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
-from sessionstream.core.rows import KeySpace, SessionRow, assemble, lua
+from sessionstream.core.rows import FIRST_GENERATION, KeySpace, SessionRow, assemble, lua
 from streams.batch import MessageBatch
 from streams.errors import GenerationError
 from streams.kafka_io import KafkaLogReader
@@ -51,7 +51,6 @@ from streams.native_fold import (
     fold_driver,
 )
 from streams.processor import Processor
-from streams.read import current_generation
 from streams.sink import RedisSink, Retry, Script
 
 try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
@@ -67,6 +66,22 @@ except ImportError:  # pragma: no cover - depends on the install (or an older bu
 COMPARE_CHUNK = 200
 #: Consumed batches the reader thread may hold ahead of the fold (bounds memory).
 READ_AHEAD = 8
+
+# A new generation, allocated atomically: KEYS the tenant's generation counter and
+# pointer (one hash tag), ARGV[1] the first generation. Returns {live, new}: new is past
+# both the counter and the live generation, and the counter is left at new, so two
+# replays never share a generation and the counter never moves back (a deletion purges
+# every generation up to it).
+ALLOCATE_GENERATION_LUA = """
+local live = tonumber(redis.call('GET', KEYS[2]) or '') or tonumber(ARGV[1])
+local new = redis.call('INCR', KEYS[1])
+if new <= live then
+  new = live + 1
+  redis.call('SET', KEYS[1], new)
+end
+return {live, new}
+"""
+_ALLOCATE = Script(ALLOCATE_GENERATION_LUA)
 
 # The compare of each session's new row with its live row, in Redis (ADR 0015): KEYS per
 # session the new row and the live row (one hash tag, so one slot); ARGV[1] the prefix
@@ -198,11 +213,7 @@ async def replay(
     path (``streams.native_fold``); the catch-up after the switch is the live path.
     ``security`` (``Settings.kafka_security()``): the principal its consumers use.
     """
-    live = await current_generation(redis, keys)
-    counter = await redis.incr(keys.generation_counter())
-    new = max(int(counter), live + 1)
-    if new != int(counter):
-        await redis.set(keys.generation_counter(), new)
+    live, new = await allocate_generation(redis, keys)
     report = ReplayReport(topic, live, new,
                           "earliest" if from_time_ms is None else f"time:{from_time_ms}")
     sink = RedisSink(redis, keys, retry=Retry(attempts=20))
@@ -263,6 +274,13 @@ async def replay(
     if progress:
         progress(report)
     return report
+
+
+async def allocate_generation(redis: Redis, keys: KeySpace) -> tuple[int, int]:
+    """(the live generation, a new one for this replay alone), in one script call."""
+    live, new = await _ALLOCATE(redis, [keys.generation_counter(), keys.generation()],
+                                [FIRST_GENERATION])
+    return int(live), int(new)
 
 
 def _partitions(consumer: Consumer, topic: str) -> list[int]:
