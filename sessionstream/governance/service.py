@@ -109,12 +109,16 @@ class Governance:
     ``cfg`` names the tenant: its ``tenant``, ``key_prefix``, ``cipher`` and
     ``attachment_dir`` (the tenant's ``producers.writer.WriterConfig`` has them);
     ``redis`` is a synchronous client of the projections' Redis; ``audit`` the session
-    log the audit events go to (``producers.audit.WriterAuditLog`` over the same config).
+    log the audit events go to (``producers.audit.WriterAuditLog`` over the same config);
+    ``feed_page`` the entries per XRANGE when a deletion reads a tenant change feed.
     """
 
     def __init__(self, cfg: Any, store: KeyStore, redis: Any, *, audit: AuditLog,
                  principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, feed_page: int = FEED_PAGE) -> None:
+        if feed_page < 1:
+            raise ValueError(f"feed_page={feed_page}: a page holds at least one entry")
+        self.feed_page = feed_page
         self.cfg = cfg
         self.store = store
         self.redis = redis
@@ -179,12 +183,13 @@ class Governance:
         the keyspace. Round trips: one for the generation counter and pointer, one for the
         session's keys (one slot: the rows' field names, the change streams and lease
         deleted), one to HDEL the rows' content fields (when there are any), one for the
-        index entries and the first page of each generation's tenant feed, one more per
-        further page, one XDEL. The tenant feed is the one whole read left: its entries'
-        ids are not recorded anywhere else (the session's own change stream gets other
-        ids and is capped far shorter), so each feed is read in pages of
-        :data:`FEED_PAGE` entries; it is capped (``feed_maxlen``), so that cost is bounded
-        by the feed's cap, not by the keyspace.
+        index entries and the first page of each generation's tenant feed, then one per
+        further page (it also XDELs the page before), one for the last XDEL. The tenant
+        feed is the one read of a whole structure left: its entries' ids are not recorded
+        anywhere else (the session's own change stream gets other ids and is capped far
+        shorter), so each feed is read in pages of ``feed_page`` entries (XRANGE with
+        COUNT) and never held whole; it is capped (``feed_maxlen``), so that cost is
+        bounded by the feed's cap, not by the keyspace.
         """
         r = self.redis
         ks = self.keys
@@ -209,29 +214,37 @@ class Governance:
                 for key, fields in content.items():
                     pipe.hdel(key, *fields)
                 deleted += sum(int(n) for n in pipe.execute())
+        page_size = self.feed_page
         feeds = [ks.tenant_changes(g) for g in gens]
         with r.pipeline(transaction=False) as pipe:  # the tenant's slot
             for g in gens:
                 pipe.zrem(ks.sessions_index(g), session_id)
             for feed in feeds:
-                pipe.xrange(feed, "-", "+", count=FEED_PAGE)
-            pages = pipe.execute()[len(gens):]
-        doomed: dict[str, list[str]] = {}
-        for feed, page in zip(feeds, pages, strict=True):
-            while page:
-                doomed.setdefault(feed, []).extend(
-                    _text(eid) for eid, fields in page if _names_session(fields, session_id))
-                if len(page) < FEED_PAGE:
-                    break
-                page = r.xrange(feed, "(" + _text(page[-1][0]), "+", count=FEED_PAGE)
-        doomed = {feed: ids for feed, ids in doomed.items() if ids}
+                pipe.xrange(feed, "-", "+", count=page_size)
+            pages = dict(zip(feeds, pipe.execute()[len(gens):], strict=True))
         feed_deleted = 0
-        if doomed:
+        # One page per feed in hand at a time: its entries of the session are XDELed in
+        # the same round trip that reads the feed's next page (after the page's last id;
+        # deleting that id does not move the cursor), so memory stays one page per feed.
+        while pages:
+            calls: list[tuple[str, str]] = []
             with r.pipeline(transaction=False) as pipe:
-                for feed, ids in doomed.items():
-                    for i in range(0, len(ids), FEED_PAGE):
-                        pipe.xdel(feed, *ids[i:i + FEED_PAGE])
-                feed_deleted = sum(int(n) for n in pipe.execute())
+                for feed, page in pages.items():
+                    ids = [_text(eid) for eid, fields in page
+                           if _names_session(fields, session_id)]
+                    if ids:
+                        pipe.xdel(feed, *ids)
+                        calls.append(("xdel", feed))
+                    if len(page) >= page_size:
+                        pipe.xrange(feed, "(" + _text(page[-1][0]), "+", count=page_size)
+                        calls.append(("xrange", feed))
+                out = pipe.execute() if calls else []
+            pages = {}
+            for (call, feed), result in zip(calls, out, strict=True):
+                if call == "xdel":
+                    feed_deleted += int(result)
+                elif result:
+                    pages[feed] = result
         return int(deleted), feed_deleted
 
     # -- holds -----------------------------------------------------------------------------
