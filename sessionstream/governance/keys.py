@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -291,6 +292,8 @@ class KeyStore(ABC):
             OrderedDict()
         #: per tenant: (monotonic time of the last feed check, the feed position read)
         self._feed: dict[str, tuple[float, Any]] = {}
+        #: lookups come from several threads (replay reads keys ahead of its flush)
+        self._lock = threading.RLock()
         #: Bumped whenever a cached key may have become stale (a shred followed from
         #: the feed or done here, a reset feed, a rewrap): callers that keep keys
         #: beyond one lookup (the native fold, ADR 0011) drop them when it changes.
@@ -340,23 +343,24 @@ class KeyStore(ABC):
 
     # ContentKeys ----------------------------------------------------------
     def lookup(self, tenant: str, session_id: str, data_class: DataClass) -> KeyLookup:
-        now = self._monotonic()
-        self._follow_shreds(tenant, now)
-        ck = (tenant, session_id, data_class)
-        hit = self._cache.get(ck)
-        if hit is not None:
-            at, found = hit
-            age = now - at
-            if age < self._max_age and (found.state is not KeyState.MISSING
-                                        or age < self._ttl):
-                self._cache.move_to_end(ck)
-                return found
-        found = self._lookup(tenant, session_id, data_class)
-        self._cache[ck] = (now, found)
-        self._cache.move_to_end(ck)
-        while len(self._cache) > self._bound:
-            self._cache.popitem(last=False)
-        return found
+        with self._lock:
+            now = self._monotonic()
+            self._follow_shreds(tenant, now)
+            ck = (tenant, session_id, data_class)
+            hit = self._cache.get(ck)
+            if hit is not None:
+                at, found = hit
+                age = now - at
+                if age < self._max_age and (found.state is not KeyState.MISSING
+                                            or age < self._ttl):
+                    self._cache.move_to_end(ck)
+                    return found
+            found = self._lookup(tenant, session_id, data_class)
+            self._cache[ck] = (now, found)
+            self._cache.move_to_end(ck)
+            while len(self._cache) > self._bound:
+                self._cache.popitem(last=False)
+            return found
 
     def lookup_until(self, tenant: str, session_id: str,
                      data_class: DataClass) -> tuple[KeyLookup, float]:
@@ -364,11 +368,12 @@ class KeyStore(ABC):
         reused without asking again, as long as :meth:`cache_epoch` stays the same: an
         active or shredded key until its cache entry is ``max_age_s`` old; a missing one
         not after now (a writer may create it any time)."""
-        found = self.lookup(tenant, session_id, data_class)
-        at = self._cache[(tenant, session_id, data_class)][0]  # just used: the newest entry
-        if found.state is KeyState.MISSING:
-            return found, self._monotonic()
-        return found, at + self._max_age
+        with self._lock:
+            found = self.lookup(tenant, session_id, data_class)
+            at = self._cache[(tenant, session_id, data_class)][0]  # just used: the newest
+            if found.state is KeyState.MISSING:
+                return found, self._monotonic()
+            return found, at + self._max_age
 
     def cache_epoch(self, tenant: str) -> tuple[int, float]:
         """(epoch, now): the tenant's shred feed followed (at most once per
@@ -376,9 +381,10 @@ class KeyStore(ABC):
         answered before may be stale, and this store's monotonic time. A caller that
         keeps answers of :meth:`lookup_until` across calls drops them all when the
         epoch changed, and each one once ``now`` reaches its time."""
-        now = self._monotonic()
-        self._follow_shreds(tenant, now)
-        return self._epoch, now
+        with self._lock:
+            now = self._monotonic()
+            self._follow_shreds(tenant, now)
+            return self._epoch, now
 
     def _follow_shreds(self, tenant: str, now: float) -> None:
         """Drop the cached keys the tenant's shred feed names since the last check
@@ -469,7 +475,8 @@ class KeyStore(ABC):
             else:  # shredded before: tell the feed again (a shredder may have died
                 self._announce(tenant, session_id, cls)  # between destroy and feed)
             self._cache.pop((tenant, session_id, cls), None)
-        self._epoch += 1
+        with self._lock:
+            self._epoch += 1
         return done
 
     def shredded(self, tenant: str, session_id: str) -> list[Shredded]:
@@ -514,8 +521,9 @@ class KeyStore(ABC):
                                                      "nonce": _b64(nonce),
                                                      "wrapped": _b64(wrapped)})
             count += 1
-        self._cache.clear()
-        self._epoch += 1
+        with self._lock:
+            self._cache.clear()
+            self._epoch += 1
         return count
 
     # legal holds --------------------------------------------------------------
