@@ -109,9 +109,11 @@ class PythonAppend:
         """The writer's record limit (bytes): larger data is left to the writer's check."""
 
     #: ``stamp(session, type, data, surface_op, source_event_seqs, turn_id, step_id,
-    #: record) -> (event, clear record | None) | None``: the whole append of a draft
+    #: record, seal) -> (event, record | None) | None``: the whole append of a draft
     #: given by its parts (None: use the other path). The reference has none.
     stamp: Callable[..., tuple[Event, bytes | None] | None] | None = None
+    #: What ``stamp`` seals with (None: clear content).
+    seal_args: tuple[Any, ...] | None = None
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
         """The record of a stamped event: sealed as the cipher seals, encoded."""
@@ -134,6 +136,14 @@ class NativeAppend(PythonAppend):
         self._nonces = nonces
         self._seals = cipher is not None and cipher.enabled
         self._classes = {c.value: c for c in DataClass}
+        #: data class -> (key, good until on the store's clock, store generation).
+        self._keys: dict[str, tuple[bytes, float, int]] = {}
+        if self._seals:
+            assert cipher is not None
+            catalog = cipher.catalog
+            self.seal_args = (cipher.tenant, self._key,
+                              None if nonces is os.urandom else nonces,
+                              lambda etype: sealing_plan(catalog, etype))
         self.bind(1 << 62)
         # The extension's methods themselves: no Python frame per append in between.
         self.freeze = self._app.freeze  # type: ignore[method-assign]
@@ -152,10 +162,23 @@ class NativeAppend(PythonAppend):
         return self._app.delivery_log()
 
     def _key(self, data_class: str) -> bytes:
+        """The session's data key of a class: kept while the store would answer the
+        same (KeyStore.data_key_until), so a shred reaches the writer exactly when it
+        reaches the store, without a store lookup per event."""
         cipher = self._cipher
         assert cipher is not None
-        key: bytes = cipher.store.data_key(cipher.tenant, self._session_id,
-                                           self._classes[data_class])
+        store = cipher.store
+        hit = self._keys.get(data_class)
+        if hit is not None and hit[2] == store.generation and store.monotonic() < hit[1]:
+            return hit[0]
+        until = getattr(store, "data_key_until", None)
+        if until is None:  # a key store without the freshness answer: ask every time
+            key: bytes = store.data_key(cipher.tenant, self._session_id,
+                                        self._classes[data_class])
+            return key
+        generation = store.generation
+        key, good = until(cipher.tenant, self._session_id, self._classes[data_class])
+        self._keys[data_class] = (key, good, generation)
         return key
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
@@ -223,9 +246,9 @@ def append(path: PythonAppend, session: Session, draft: Draft) -> Event:
     ``stamp`` wrote is what ``path.record(event)`` returns next."""
     stamp = path.stamp
     if stamp is not None:
-        seals = isinstance(path, NativeAppend) and path._seals
         done = stamp(session, draft.type, draft.data, draft.surface_op,
-                     draft.source_event_seqs, draft.turn_id, draft.step_id, not seals)
+                     draft.source_event_seqs, draft.turn_id, draft.step_id, True,
+                     path.seal_args)
         if done is not None:
             event, value = done
             if value is not None and isinstance(path, NativeAppend):

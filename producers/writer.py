@@ -133,10 +133,10 @@ class SessionWriter:
         self._path = append_path(edges.cfg.append, edges.encode, edges.cfg.cipher,
                                  session.session_id)
         self._path.bind(self._limit)
-        #: The native append of a whole draft (None on the reference path) and whether
-        #: it writes the record too (clear content; sealing is the path's record()).
+        #: The native append of a whole draft, its record included (None on the
+        #: reference path), and what it seals with (None: clear content).
         self._stamp = self._path.stamp
-        self._stamp_records = cipher is None or not cipher.enabled
+        self._seal = self._path.seal_args
         self._sender = edges.sender
         if self._path.native:
             # Deliveries kept natively, taken in once per flush (producers.kafka.use_log).
@@ -419,12 +419,12 @@ class SessionWriter:
             # for the types it holds the rules of (else None, nothing changed).
             if type(type_or_draft) is str:
                 done = stamp(self.session, type_or_draft, {} if data is None else data,
-                             surface_op, source_event_seqs, turn_id, step_id,
-                             self._stamp_records)
+                             surface_op, source_event_seqs, turn_id, step_id, True,
+                             self._seal)
             elif isinstance(type_or_draft, Draft):
                 d = type_or_draft
                 done = stamp(self.session, d.type, d.data, d.surface_op,
-                             d.source_event_seqs, d.turn_id, d.step_id, self._stamp_records)
+                             d.source_event_seqs, d.turn_id, d.step_id, True, self._seal)
             else:
                 done = None
             if done is not None:

@@ -566,19 +566,23 @@ impl Appender {
 
     /// Session.append of one draft (given by its parts) for the types whose rules the
     /// extension holds (docs/adr/0016): checks, stamps and adds the event to `session`,
-    /// and returns (event, clear record), the record None when `record` is False. None:
+    /// and returns (event, record), the record None when `record` is False (or when
+    /// sealing is left to Python). `seal`: None (clear), or (tenant, key_for(class) ->
+    /// key, nonces(n) -> bytes or None for the extension's own random bytes,
+    /// plan_for(type) -> set_plan's arguments) to seal as ContentCipher does. None:
     /// declined before any change (and before the id source or clock was called): the
     /// caller takes the Python path, which raises what Python raises.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (session, etype, data, surface_op, source_event_seqs, turn_id,
-                        step_id, record))]
+                        step_id, record, seal=None))]
     fn append<'py>(&mut self, py: Python<'py>, session: &Bound<'py, PyAny>,
                    etype: &Bound<'py, PyAny>, data: &Bound<'py, PyAny>,
                    surface_op: &Bound<'py, PyAny>, source_event_seqs: &Bound<'py, PyAny>,
-                   turn_id: &Bound<'py, PyAny>, step_id: &Bound<'py, PyAny>, record: bool)
+                   turn_id: &Bound<'py, PyAny>, step_id: &Bound<'py, PyAny>, record: bool,
+                   seal: Option<&Bound<'py, PyAny>>)
         -> PyResult<Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>> {
         self.append_impl(py, session, etype, data, surface_op, source_event_seqs, turn_id,
-                         step_id, record)
+                         step_id, record, seal)
     }
 
     /// A fresh per-sender delivery log (see DeliveryLog): records whose value starts
@@ -643,20 +647,45 @@ impl Appender {
         let done = |r: R<Vec<u8>>| Ok(r.ok().map(|b| PyBytes::new(py, &b)));
         let Ok(etype) = event.getattr(pyo3::intern!(py, "type")).map_err(|_| Decline)
             .and_then(|t| text_of(&t)) else { return Ok(None) };
-        let Some(plan) = self.plans.get(&etype) else { return Ok(None) };
         let Ok(data) = event.getattr(pyo3::intern!(py, "data")) else { return Ok(None) };
-        if !self.is_mapping(&data) {
+        let ids = (|| -> R<(String, String, i64)> {
+            Ok((text_of(&event.getattr(pyo3::intern!(py, "session_id")).map_err(|_| Decline)?)?,
+                text_of(&event.getattr(pyo3::intern!(py, "event_id")).map_err(|_| Decline)?)?,
+                long_of(&event.getattr(pyo3::intern!(py, "seq")).map_err(|_| Decline)?)?))
+        })();
+        let Ok((session_id, event_id, seq)) = ids else { return Ok(None) };
+        match self.seal_parts(&etype, &data, tenant, &session_id, &event_id, seq, key_for,
+                              nonces)? {
+            None => Ok(None),
+            Some((None, _)) => done(self.envelope(event, text, &[])),
+            Some((Some(clear), sealed)) => done(self.envelope(event, &clear, &sealed)),
+        }
+    }
+}
+
+impl Appender {
+    /// ContentCipher.seal's split and encryption of a stamped event's frozen `data` by
+    /// its type's plan (registered with set_plan): Some((None, _)) when there is
+    /// nothing to seal, Some((clear text with placeholders, sealed parts)), or None:
+    /// not handled here. `key_for(class)`'s exceptions propagate.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn seal_parts<'py>(&mut self, etype: &str, data: &Bound<'py, PyAny>, tenant: &str,
+                       session_id: &str, event_id: &str, seq: i64,
+                       key_for: &Bound<'py, PyAny>, nonces: &[u8])
+        -> PyResult<Option<(Option<String>, Vec<SealedOut>)>> {
+        let Some(plan) = self.plans.get(etype) else { return Ok(None) };
+        if !self.is_mapping(data) {
             if data.downcast::<PyDict>().is_ok() {
                 return Ok(None);
             }
-            return done(self.envelope(event, text, &[]));
+            return Ok(Some((None, Vec::new())));
         }
         // (class, tokens, value, placeholder) in the order split() finds them.
         let mut found: Vec<(String, Vec<Tok>, Bound<'py, PyAny>, String)> = Vec::new();
         let mut prefix = Vec::new();
         for leaf in &plan.leaves {
             let mut hits = Vec::new();
-            if self.walk(&data, &leaf.parts, &mut prefix, &mut hits).is_err() {
+            if self.walk(data, &leaf.parts, &mut prefix, &mut hits).is_err() {
                 return Ok(None);
             }
             for (toks, v) in hits {
@@ -676,7 +705,7 @@ impl Appender {
             }
         }
         if found.is_empty() {
-            return done(self.envelope(event, text, &[]));
+            return Ok(Some((None, Vec::new())));
         }
         // The placeholders' tree; a path inside another sealed path: Python decides.
         let mut root = Node::default();
@@ -693,16 +722,10 @@ impl Appender {
             }
             node.placeholder = Some(ph.clone());
         }
-        let mut clear = String::with_capacity(text.len());
-        if self.write_clear(&data, &mut clear, Some(&root), 0).is_err() {
+        let mut clear = String::new();
+        if self.write_clear(data, &mut clear, Some(&root), 0).is_err() {
             return Ok(None);
         }
-        let session_id = match event.getattr(pyo3::intern!(py, "session_id")).map_err(|_| Decline)
-            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
-        let event_id = match event.getattr(pyo3::intern!(py, "event_id")).map_err(|_| Decline)
-            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
-        let seq = match event.getattr(pyo3::intern!(py, "seq")).map_err(|_| Decline)
-            .and_then(|s| long_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
         // A class outside CLASS_ORDER: Python decides.
         if found.iter().any(|f| !CLASS_ORDER.contains(&f.0.as_str())) {
             return Ok(None);
@@ -731,18 +754,19 @@ impl Appender {
             let key = key_for.call1((class,))?;
             let Ok(key) = key.downcast::<PyBytes>() else { return Ok(None) };
             let Ok(cipher) = self.cipher(key.as_bytes()) else { return Ok(None) };
-            let ad = crypto::associated_data(tenant, &session_id, seq, &event_id, &etype,
+            let ad = crypto::associated_data(tenant, session_id, seq, event_id, etype,
                                              class, &paths);
             let at = sealed.len() * crypto::NONCE_BYTES;
             let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
             let Ok(ciphertext) = cipher.encrypt(Nonce::from_slice(&nonce),
                                                 Payload { msg: plain.as_bytes(), aad: &ad })
             else { return Ok(None) };
-            sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.clone(),
-                                    origin: event_id.clone(), paths, nonce, ciphertext });
+            sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.to_owned(),
+                                    origin: event_id.to_owned(), paths, nonce, ciphertext });
         }
-        done(self.envelope(event, &clear, &sealed))
+        Ok(Some((Some(clear), sealed)))
     }
+
 }
 
 #[cfg(test)]

@@ -323,3 +323,34 @@ def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
     parent = [uuid4_ids() for _ in range(40)] + [Appender.uuid4() for _ in range(40)]
     assert len(child) == 80 and not set(child) & set(parent)
     assert len(set(parent)) == 80
+
+
+def test_native_sealing_keeps_the_key_only_while_the_store_would_and_sees_a_shred() -> None:
+    """The writer keeps a data key while its store would answer the same; a shred in
+    this process ends that at once: the next sealed append raises as Python's does."""
+    from sessionstream.core.errors import ContentKeyShredded
+    from sessionstream.core.sealed import DataClass
+
+    c = cipher()
+    sid = "shred-live"
+    session = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    path = native(c, sid)
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        na.append(path, session, d)
+    for text in ("one", "one more"):  # the first creates the key (a new generation)
+        ev = na.append(path, session, Draft("assistant/chunk", {"text": text}))
+        first = path.record(ev)
+        assert codec.decode(first).sealed  # sealed in the stamp call itself
+    assert "raw" in path._keys  # kept...
+    _key, until, generation = path._keys["raw"]
+    assert generation == c.store.generation and until > c.store.monotonic()
+    c.store.shred("default", sid, (DataClass.RAW,), principal="t", reason="test")
+    assert c.store.generation != generation  # ...until this process shreds it
+    with pytest.raises(ContentKeyShredded):
+        na.append(path, session, Draft("assistant/chunk", {"text": "two"}))
+    ref = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        ref.append(d)
+    ref.append(Draft("assistant/chunk", {"text": "one"}))
+    with pytest.raises(ContentKeyShredded):
+        c.seal_event(ref.append(Draft("assistant/chunk", {"text": "two"})))

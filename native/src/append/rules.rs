@@ -215,14 +215,14 @@ impl Appender {
         &mut self, py: Python<'py>, session: &Bound<'py, PyAny>, etype: &Bound<'py, PyAny>,
         data: &Bound<'py, PyAny>, surface_op: &Bound<'py, PyAny>,
         source_event_seqs: &Bound<'py, PyAny>, turn_id: &Bound<'py, PyAny>,
-        step_id: &Bound<'py, PyAny>, record: bool,
+        step_id: &Bound<'py, PyAny>, record: bool, seal: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>> {
         let Ok(etype_s) = exact_text(etype) else { return Ok(None) };
         if !self.rules(session, &etype_s)? {
             return Ok(None);
         }
         match self.stamp(py, session, etype, &etype_s, data, surface_op, source_event_seqs,
-                         turn_id, step_id, record) {
+                         turn_id, step_id, record, seal) {
             Ok(done) => Ok(Some(done)),
             Err(Stop::Decline) => Ok(None),
             Err(Stop::Raise(e)) => Err(e),
@@ -234,7 +234,7 @@ impl Appender {
         &mut self, py: Python<'py>, session: &Bound<'py, PyAny>, etype: &Bound<'py, PyAny>,
         etype_s: &str, data: &Bound<'py, PyAny>, surface_op: &Bound<'py, PyAny>,
         source_event_seqs: &Bound<'py, PyAny>, turn_id: &Bound<'py, PyAny>,
-        step_id: &Bound<'py, PyAny>, record: bool,
+        step_id: &Bound<'py, PyAny>, record: bool, seal: Option<&Bound<'py, PyAny>>,
     ) -> Result<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>), Stop> {
         let rules = self.rules.get(etype_s).and_then(|r| r.as_ref()).ok_or(Stop::Decline)?;
         let b = self.bound.as_ref().ok_or(Stop::Decline)?;
@@ -351,16 +351,50 @@ impl Appender {
         if !record {
             return Ok((event, None));
         }
-        // The clear record; a custom id source or clock of another type: Python encodes.
+        // The record; a custom id source or clock of another type: Python encodes.
         let (Ok(event_id), Ok(time)) = (exact_text(&event_id_obj), long_of(&time_obj)) else {
             return Ok((event, None));
         };
-        let env = Env { format_version: b.format_version, session_id: &session_id, seq: seq as i64,
+        let (format_version, ignorable) = (b.format_version, rules.ignorable);
+        let data = event.getattr(pyo3::intern!(py, "_data")).map_err(Stop::Raise)?;
+        let mut sealed = Vec::new();
+        let mut clear = None;
+        if let Some(seal) = seal {
+            // ContentCipher.seal_event, natively (the key from `key_for`, per class).
+            let t = seal.downcast::<PyTuple>().map_err(|e| Stop::Raise(e.into()))?;
+            let item = |i| t.get_item(i).map_err(Stop::Raise);
+            let tenant = exact_text(&item(0)?)?;
+            let (key_for, nonce_src, plan_for) = (item(1)?, item(2)?, item(3)?);
+            if !self.plans.contains_key(etype_s) {
+                let spec = plan_for.call1((etype,)).map_err(Stop::Raise)?;
+                let spec = spec.downcast::<PyTuple>().map_err(|e| Stop::Raise(e.into()))?;
+                let get = |i| spec.get_item(i).map_err(Stop::Raise);
+                let ex = |e: PyErr| Stop::Raise(e);
+                self.set_plan(etype_s.to_owned(), get(0)?.extract().map_err(ex)?,
+                              get(1)?.extract().map_err(ex)?, get(2)?.extract().map_err(ex)?,
+                              get(3)?.extract().map_err(ex)?);
+            }
+            let nonces: Vec<u8> = if nonce_src.is_none() {
+                random_bytes(3 * crate::crypto::NONCE_BYTES)
+            } else {
+                nonce_src.call1((3 * crate::crypto::NONCE_BYTES,)).and_then(|n| n.extract())
+                    .map_err(Stop::Raise)?
+            };
+            match self.seal_parts(etype_s, &data, &tenant, &session_id, &event_id, seq as i64,
+                                  &key_for, &nonces).map_err(Stop::Raise)? {
+                None => return Ok((event, None)), // Python seals it
+                Some((c, parts)) => {
+                    clear = c;
+                    sealed = parts;
+                }
+            }
+        }
+        let env = Env { format_version, session_id: &session_id, seq: seq as i64,
                         event_id: &event_id, time, etype: etype_s, op, seqs: &[],
-                        writer_id: &writer_id, epoch, ignorable: rules.ignorable,
+                        writer_id: &writer_id, epoch, ignorable,
                         turn_id: turn.as_deref(), step_id: step.as_deref(),
                         prev: Some(&prev) };
-        let bytes = self.write_envelope(&env, &text, &[]);
+        let bytes = self.write_envelope(&env, clear.as_deref().unwrap_or(&text), &sealed);
         Ok((event, Some(PyBytes::new(py, &bytes))))
     }
 }
@@ -397,7 +431,7 @@ fn new_event<'py>(py: Python<'py>, b: &Bound_, fields: &[(&str, Bound<'py, PyAny
     Ok(event)
 }
 
-/// Random bytes for event ids: 16 per id, drawn 4 KiB at a time (cleared in a forked
+/// Random bytes for event ids (16 per id) and nonces, drawn 4 KiB at a time (cleared in a forked
 /// child by `after_fork`, so a child never repeats its parent's ids).
 static RANDOM: Mutex<(Vec<u8>, usize)> = Mutex::new((Vec::new(), 0));
 
@@ -408,19 +442,22 @@ pub(super) fn after_fork() {
     }
 }
 
+/// `n` (<= 4096) bytes from the operating system's random source, through the buffer.
+pub(super) fn random_bytes(n: usize) -> Vec<u8> {
+    let mut r = RANDOM.lock().unwrap_or_else(|e| e.into_inner());
+    if r.1 + n > r.0.len() {
+        let mut fresh = vec![0u8; 4096.max(n)];
+        getrandom::getrandom(&mut fresh).expect("the operating system's random source");
+        *r = (fresh, 0);
+    }
+    let at = r.1;
+    r.1 = at + n;
+    r.0[at..at + n].to_vec()
+}
+
 pub(super) fn uuid4() -> String {
     let mut b = [0u8; 16];
-    {
-        let mut r = RANDOM.lock().unwrap_or_else(|e| e.into_inner());
-        if r.1 + 16 > r.0.len() {
-            let mut fresh = vec![0u8; 16 * 256];
-            getrandom::getrandom(&mut fresh).expect("the operating system's random source");
-            *r = (fresh, 0);
-        }
-        let at = r.1;
-        b.copy_from_slice(&r.0[at..at + 16]);
-        r.1 = at + 16;
-    }
+    b.copy_from_slice(&random_bytes(16));
     b[6] = (b[6] & 0x0F) | 0x40; // version 4
     b[8] = (b[8] & 0x3F) | 0x80; // RFC 4122 variant
     const HEX: &[u8; 16] = b"0123456789abcdef";
