@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -291,6 +292,8 @@ class KeyStore(ABC):
             OrderedDict()
         #: per tenant: (monotonic time of the last feed check, the feed position read)
         self._feed: dict[str, tuple[float, Any]] = {}
+        #: lookups come from several threads (replay reads keys ahead of its flush)
+        self._lock = threading.RLock()
         #: Bumped whenever this process drops cached lookups (a shred here, a new key, a
         #: rewrap): a caller holding a key from data_key_until() looks again then.
         self.generation = 0
@@ -339,23 +342,24 @@ class KeyStore(ABC):
 
     # ContentKeys ----------------------------------------------------------
     def lookup(self, tenant: str, session_id: str, data_class: DataClass) -> KeyLookup:
-        now = self._monotonic()
-        self._follow_shreds(tenant, now)
-        ck = (tenant, session_id, data_class)
-        hit = self._cache.get(ck)
-        if hit is not None:
-            at, found = hit
-            age = now - at
-            if age < self._max_age and (found.state is not KeyState.MISSING
-                                        or age < self._ttl):
-                self._cache.move_to_end(ck)
-                return found
-        found = self._lookup(tenant, session_id, data_class)
-        self._cache[ck] = (now, found)
-        self._cache.move_to_end(ck)
-        while len(self._cache) > self._bound:
-            self._cache.popitem(last=False)
-        return found
+        with self._lock:
+            now = self._monotonic()
+            self._follow_shreds(tenant, now)
+            ck = (tenant, session_id, data_class)
+            hit = self._cache.get(ck)
+            if hit is not None:
+                at, found = hit
+                age = now - at
+                if age < self._max_age and (found.state is not KeyState.MISSING
+                                            or age < self._ttl):
+                    self._cache.move_to_end(ck)
+                    return found
+            found = self._lookup(tenant, session_id, data_class)
+            self._cache[ck] = (now, found)
+            self._cache.move_to_end(ck)
+            while len(self._cache) > self._bound:
+                self._cache.popitem(last=False)
+            return found
 
     def data_key_until(self, tenant: str, session_id: str, data_class: DataClass
                        ) -> tuple[bytes, float]:
@@ -364,12 +368,13 @@ class KeyStore(ABC):
         :attr:`generation` changes: the tenant's next shred-feed check or the entry's
         re-read, whichever comes first (the writer keeps the key that long rather than
         asking per event; a shred reaches it as soon as it would reach this store)."""
-        key = self.data_key(tenant, session_id, data_class)
-        hit = self._cache.get((tenant, session_id, data_class))
-        seen = self._feed.get(tenant)
-        if hit is None or seen is None:
-            return key, float("-inf")
-        return key, min(hit[0] + self._max_age, seen[0] + self._ttl)
+        with self._lock:
+            key = self.data_key(tenant, session_id, data_class)
+            hit = self._cache.get((tenant, session_id, data_class))
+            seen = self._feed.get(tenant)
+            if hit is None or seen is None:
+                return key, float("-inf")
+            return key, min(hit[0] + self._max_age, seen[0] + self._ttl)
 
     def monotonic(self) -> float:
         """This store's monotonic clock (what :meth:`data_key_until` answers in)."""
