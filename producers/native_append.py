@@ -143,7 +143,7 @@ class NativeAppend(PythonAppend):
             catalog = cipher.catalog
             self.seal_args = (cipher.tenant, self._key,
                               None if nonces is os.urandom else nonces,
-                              lambda etype: sealing_plan(catalog, etype))
+                              lambda etype: sealing_plan(catalog, etype).native_args())
         self.bind(1 << 62)
         # The extension's methods themselves: no Python frame per append in between.
         self.freeze = self._app.freeze  # type: ignore[method-assign]
