@@ -67,7 +67,7 @@ from sessionstream.core.rows import (
 from sessionstream.core.settings import Env
 from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
-from streams.ports import SessionWrite
+from streams.ports import SessionWrite, WriteOutcome
 from streams.processor import BatchReport, Processor
 from streams.session_row import CachedSession, chunked_fields
 
@@ -350,10 +350,17 @@ class NativeFold:
     async def _process(self, records: Sequence[Record]) -> BatchReport:
         proc = self.proc
         report = BatchReport(records=len(records))
-        gen = await proc.current_generation()
-        if gen != self._gen:
-            self.forget()
-            self._gen = gen
+        # The generation is read once and then checked where the batch is written: in
+        # the one-call batch write (the script refuses a moved pointer and writes
+        # nothing), else by a read before the first write. Either check runs after the
+        # batch was consumed, as the read per batch did, so a replay that switched the
+        # pointer meanwhile reads these records in its catch-up (streams.replay).
+        gen = self._gen
+        if gen is None:
+            gen = await proc.current_generation()
+            if gen != self._gen:
+                self.forget()
+                self._gen = gen
         topic = records[0].topic
         await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
@@ -381,11 +388,24 @@ class NativeFold:
         live = self._python_units_or_hand_over(records, native, envelopes, handed)
         if proc.on_stage is not None:
             proc.on_stage("folded")
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        mine = [self._write(sid) for sid in live]
+        one_call = getattr(proc.sink, "write_batch", None)
+        batch = None
+        if (one_call is not None and not handed and not report.dead_letters
+                and not proc.dead_letters_pending and proc.pinned_generation is None):
+            batch = await one_call(gen, mine, proc.group, high_tp)
+            if batch is not None and batch.moved:
+                return await self._moved(records)
+        if batch is None and await self._generation_moved(gen):
+            return await self._moved(records)
         writes: list[SessionWrite] = []
         if handed:
             writes += await self._python_live(gen, records, handed, report)
-        mine = [self._write(sid) for sid in live]
-        outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
+        if batch is not None:
+            outcomes: Sequence[WriteOutcome] = batch.outcomes
+        else:
+            outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
         redo: list[tuple[str, list[int]]] = []
         for w, outcome in zip(mine, outcomes, strict=True):
             sid = w.session_id
@@ -408,18 +428,38 @@ class NativeFold:
                 continue
             report.conflicts += 1  # moved under us: Python refolds from the stored row
             redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))
+        redone: list[SessionWrite] = []
         if redo:
-            writes += await self._python_live(gen, records, redo, report)
+            redone = await self._python_live(gen, records, redo, report)
+            writes += redone
             for sid, _ in redo:  # native again from its next batch (reloaded)
                 self._python.discard(sid)
                 proc.drop(sid)
-        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
-        await proc.send_dead_letters(report, high_tp)
-        await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+        if batch is None:
+            await proc.send_dead_letters(report, high_tp)
+            await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+        elif not batch.progress_written:
+            # a conflict held the progress back: the redone sessions' index and feed
+            # entries and the progress now (the applied ones' went with the batch)
+            await proc.sink.write_tenant(gen, redone, proc.group, high_tp)
         if proc.on_stage is not None:
             proc.on_stage("written")
         proc.advance_progress(high_tp)
         return report
+
+    async def _generation_moved(self, gen: int) -> bool:
+        """Whether the tenant's generation pointer moved from ``gen`` (one read)."""
+        if self.proc.pinned_generation is not None:
+            return False
+        return await self.proc.current_generation() != gen
+
+    async def _moved(self, records: Sequence[Record]) -> BatchReport:
+        """The pointer moved to another generation (a replay switched it) before this
+        batch was written: nothing of it was written there; everything folded is
+        forgotten and the batch is folded again for the new generation."""
+        self._gen = None
+        self.forget()
+        return await self._process(records)
 
     async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
         """Start or load each session the folder met for the first time (one round trip)."""

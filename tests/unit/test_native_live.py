@@ -266,3 +266,43 @@ def test_the_fold_setting_selects_the_live_driver() -> None:
     assert live_driver(proc, "python") is proc
     assert isinstance(live_driver(proc, "native"), NativeFold)
     assert isinstance(live_driver(proc, "auto"), NativeFold)
+
+
+class _SwitchingSink(MemorySink):
+    """A sink whose generation pointer moves to 2 (a replay switched the readers) just
+    before the batch numbered ``at`` is written: after the native fold read and used
+    its cached generation."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.batches = at, 0
+
+    async def write_batch(self, gen: int, writes: Any, group: str, progress: Any) -> Any:
+        if self.batches == self.at:
+            self.gen = 2
+        self.batches += 1
+        return await super().write_batch(gen, writes, group, progress)
+
+
+async def _switching(driver: Any, sink: MemorySink, dlq: MemoryDeadLetters, at: int,
+                     before: bool) -> None:
+    for b, batch in enumerate(_batches(_fleet_records(), [37])):
+        if before and b == at:
+            sink.gen = 2
+        await driver.process(batch)
+
+
+def test_a_generation_switch_before_a_batch_is_written_moves_the_batch_to_it() -> None:
+    """The native fold reads the generation once and the one-call batch write checks
+    it: a pointer that moved after the fold (a replay's switch) writes nothing of the
+    batch in the old generation; it is folded again and written in the new one, as the
+    Python processor does when the switch came before its per-batch read."""
+    _PIPELINE.clear()
+    py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
+    asyncio.run(_switching(processor_for(py_sink, py_dlq), py_sink, py_dlq, 4, True))
+    na_sink, na_dlq = _SwitchingSink(4), MemoryDeadLetters()
+    asyncio.run(_switching(NativeFold(processor_for(na_sink, na_dlq)), na_sink, na_dlq, 4,
+                           False))
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na_sink.gen == 2 and {g for g, _ in na_sink.hashes} == {1, 2}
+    assert na_sink.batches > len(_batches(_fleet_records(), [37]))  # the batch written again
