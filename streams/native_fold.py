@@ -160,6 +160,9 @@ class NativeFold:
         # ones' heads and the items from the first chunk its batches changed.
         self._native_chunked = {u.key: u for u in reg.units
                                 if u.key in NATIVE_UNITS and u.collections}
+        self.folder.set_chunk_shapes({
+            key: [(c.name, c.kind, c.view_key, c.state_key) for c in u.collections]
+            for key, u in self._native_chunked.items()})
         self._py_base: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, dict[str, Stored]] = {}
         self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored]]] = {}
@@ -543,29 +546,25 @@ class NativeFold:
     def _write(self, sid: str) -> SessionWrite:
         first = sid not in self._written
         codec = self.proc.codec
+        deletes: list[str]
+        counts: dict[str, Stored]
         if codec.chunked:
-            got = self.folder.chunked_fields(sid, not first, codec.chunk)
+            # the native chunked units' chunk fields and manifests are built in the
+            # extension (native_chunks below is the same in Python)
+            got = self.folder.write_fields(sid, not first, codec.chunk,
+                                           {} if first else self._chunks.get(sid, {}))
             assert got is not None
-            fields, native_changed, parts = got
+            fields, native_changed, deletes, counts = got
         else:  # every unit whole, as before ADR 0013
             whole = self.folder.fields(sid, not first)
             assert whole is not None
-            (fields, native_changed), parts = whole, []
-        fields.pop(SessionRow.AS_OF_SEQ, None)
-        fields.pop(SessionRow.AS_OF_OFFSET, None)
+            fields, native_changed = whole
+            fields.pop(SessionRow.AS_OF_SEQ, None)
+            fields.pop(SessionRow.AS_OF_OFFSET, None)
+            deletes, counts = [], {}
         py_changed = self._py_changed.pop(sid, set())
         states = self._py_states.get(sid) or self._py_registry.init_states()
-        deletes: list[str] = []
         bases: dict[str, Any] = {}
-        counts: dict[str, Stored] = {}
-        by_unit: dict[str, list[tuple[str, int, int, list[str]]]] = {}
-        for key, name, n, start, items in parts:
-            by_unit.setdefault(key, []).append((name, n, start, items))
-        for key, unit_parts in by_unit.items():  # the extension's heads came in fields
-            counts[key] = native_chunks(
-                self._native_chunked[key], unit_parts,
-                None if first else self._chunks.get(sid, {}).get(key), fields, deletes,
-                codec.chunk)
         for unit in self._py_units:
             if first or unit.key in py_changed:
                 state_now = states[unit.key]
@@ -588,7 +587,7 @@ class NativeFold:
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
-            as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
+            as_of_seq=as_of_seq, fields=fields, changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
 

@@ -306,3 +306,42 @@ def test_a_generation_switch_before_a_batch_is_written_moves_the_batch_to_it() -
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert na_sink.gen == 2 and {g for g, _ in na_sink.hashes} == {1, 2}
     assert na_sink.batches > len(_batches(_fleet_records(), [37]))  # the batch written again
+
+
+def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> None:
+    """``Folder.write_fields`` (chunk fields, deletes and manifests built in Rust) gives
+    what ``chunked_fields`` + the Python ``native_chunks`` give, batch after batch, with
+    the chunks stored by the previous write carried over (small chunks: many cross)."""
+    from sessionstream.core.rows import SessionRow
+
+    _PIPELINE.clear()
+    a = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
+    b = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
+    chunk = 3
+    stored: dict[str, dict[str, Any]] = {}
+    compared = 0
+    for batch in _batches(_fleet_records(), [29]):
+        for f in (a, b):
+            f.folder.fold(batch, {}, set())
+        for sid in sorted({r.key.decode() for r in batch if r.key}):
+            first = sid not in stored
+            got = a.folder.chunked_fields(sid, not first, chunk)
+            if got is None:
+                continue
+            fields, changed, parts = got
+            fields.pop(SessionRow.AS_OF_SEQ)
+            fields.pop(SessionRow.AS_OF_OFFSET)
+            deletes: list[str] = []
+            counts = {}
+            by_unit: dict[str, list[Any]] = {}
+            for key, name, n, start, items in parts:
+                by_unit.setdefault(key, []).append((name, n, start, items))
+            for key, unit_parts in by_unit.items():
+                counts[key] = native_fold.native_chunks(
+                    a._native_chunked[key], unit_parts, stored.get(sid, {}).get(key),
+                    fields, deletes, chunk)
+            assert b.folder.write_fields(sid, not first, chunk, stored.get(sid, {})) == (
+                fields, changed, deletes, counts)
+            stored.setdefault(sid, {}).update(counts)
+            compared += len(counts)
+    assert compared > 20
