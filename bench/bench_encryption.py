@@ -165,6 +165,7 @@ def _delete_latency(tmp: Path) -> None:
 
     import redis
 
+    from producers.audit import WriterAuditLog
     from producers.topics import TopicSpec, admin_client, ensure_topics
     from producers.writer import SessionWriter, WriterConfig
     from sessionstream.core.settings import Settings
@@ -192,7 +193,8 @@ def _delete_latency(tmp: Path) -> None:
     w.close()
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
     t0 = time.perf_counter()
-    report = Governance(cfg, store, client).delete(w.session_id, reason="bench")
+    report = Governance(cfg, store, client, audit=WriterAuditLog(cfg)).delete(
+        w.session_id, reason="bench")
     seconds = time.perf_counter() - t0
     print(f"delete of a {report.audit_seq}-event session: {seconds * 1000:,.0f} ms "
           "(read-back, shred, purge, audit event, flush)")

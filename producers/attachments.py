@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from producers.errors import AttachmentError
-from sessionstream.core.settings import Env
+from sessionstream.core.attachments import check_digest, write_atomically
+from sessionstream.core.errors import AttachmentError
 
 DEFAULT_SPILL_THRESHOLD = 256 * 1024
 #: Characters of the content kept in the event as head and tail.
@@ -41,8 +40,7 @@ class LocalAttachmentStore:
         self.root = Path(root)
 
     def path(self, sha256: str) -> Path:
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise AttachmentError(f"{sha256!r} is not a sha256 hex digest")
+        check_digest(sha256)
         return self.root / sha256[:2] / sha256[2:4] / sha256
 
     def put(self, data: bytes) -> str:
@@ -64,27 +62,6 @@ class LocalAttachmentStore:
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).exists()
-
-
-def write_atomically(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` so readers see all of it or nothing."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise AttachmentError(
-            f"cannot write attachment {target.name} under the attachment directory: {exc}; "
-            f"check {Env.ATTACHMENT_DIR} exists and is writable"
-        ) from exc
 
 
 def content_bytes(content: Any) -> tuple[bytes, str, str]:

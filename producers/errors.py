@@ -30,8 +30,11 @@ librdkafka error code means for us::
         ├── SessionNotFound             open() of a session with no admitted events
         ├── SessionExists               create() of a session id that already has events
         ├── ReadBackError               a session's events could not be read back from Kafka
-        ├── WriterClosed                append/flush after close() (or after a fatal error)
-        └── AttachmentError             the attachment store could not write or read a blob
+        └── WriterClosed                append/flush after close() (or after a fatal error)
+
+:class:`~sessionstream.core.errors.AttachmentError` (an attachment store could not write
+or read a blob) is the core's, shared with the sealed store of ``sessionstream.governance``;
+it is re-exported here.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaError
 
+from sessionstream.core.errors import AttachmentError as AttachmentError  # re-exported
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Env
 
@@ -241,10 +245,6 @@ class WriterClosed(ProducerError):
         super().__init__(
             f"the writer of session {session_id!r} cannot be used: {why}; open() the session again"
         )
-
-
-class AttachmentError(ProducerError):
-    """The attachment store could not store or load a blob."""
 
 
 # --- librdkafka error codes -> our errors ---------------------------------------------------

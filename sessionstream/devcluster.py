@@ -47,6 +47,7 @@ from sessionstream.devstack import (
     require_java,
     require_redis,
 )
+from sessionstream.kafka_config import admin_config
 
 DEFAULT_KAFKA_PORTS = (29092, 29093, 29094)
 DEFAULT_CONTROLLER_PORTS = (29192, 29193, 29194)
@@ -436,8 +437,6 @@ class LocalCluster:
         """How many brokers every live node's metadata agrees on (0 when none answers)."""
         from confluent_kafka.admin import AdminClient
 
-        from producers.kafka_clients import admin_config
-
         seen: set[int] | None = None
         for node in self.kafka:
             if node.pid() is None:
@@ -477,8 +476,6 @@ class LocalCluster:
 
     def _admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
-
-        from producers.kafka_clients import admin_config
 
         return AdminClient(admin_config(self.cfg.bootstrap, {"log_level": 0}))
 

@@ -46,12 +46,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sessionstream.streams.worker")
 
+
+class _App(faust.App):
+    async def on_first_start(self) -> None:
+        # faust creates only the last level of its data directory.
+        self.conf.datadir.mkdir(parents=True, exist_ok=True)
+        await super().on_first_start()
+
+
 # This module is the faust worker process's composition root: faust loads it by name.
 cfg = WorkerConfig.from_settings(Settings.from_env())
-app = faust.App(
+app = _App(
     cfg.group,
     broker=f"kafka://{cfg.settings.kafka_bootstrap}",
     web_enabled=False,
+    # faust's default is `<app id>-data/` in the working directory (a checkout, a
+    # container's workdir): keep it with the process's state instead.
+    datadir=cfg.settings.faust_datadir / cfg.group,
     key_serializer="raw",
     value_serializer="raw",
     consumer_auto_offset_reset="earliest",

@@ -96,6 +96,7 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
                 worker: subprocess.Popen[bytes], log_path: Path) -> dict[str, Any] | None:
     """Delete one session (crypto-shred) and show its content gone, its audit trail kept."""
 
+    from producers.audit import WriterAuditLog
     from producers.writer import WriterConfig, read_log
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import key_store
@@ -111,7 +112,7 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
     client = redisconn.from_settings(settings, decode_responses=True)
     try:
         gov = Governance(cfg, key_store(settings, client), client,
-                         principal=settings.principal)
+                         audit=WriterAuditLog(cfg), principal=settings.principal)
         report = gov.delete(target, reason="demo: the user asked to be forgotten")
     finally:
         client.close()

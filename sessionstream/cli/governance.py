@@ -44,6 +44,7 @@ def _errors() -> Iterator[None]:
 
 
 def _governance() -> Any:
+    from producers.audit import WriterAuditLog
     from producers.writer import WriterConfig
     from sessionstream import redisconn
     from sessionstream.governance.service import Governance
@@ -55,7 +56,8 @@ def _governance() -> Any:
     # Deletion and holds open sessions as writers: the cipher is needed even for a tenant
     # that opted out of encryption (older sealed content), and it seals nothing new here.
     cfg = WriterConfig.from_settings(s, cipher=content_cipher(s, store))
-    return Governance(cfg, store, client, principal=s.principal, retention=s.retention)
+    return Governance(cfg, store, client, audit=WriterAuditLog(cfg), principal=s.principal,
+                      retention=s.retention)
 
 
 def _print(value: Any) -> None:

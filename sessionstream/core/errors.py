@@ -28,6 +28,7 @@ translate third-party errors at their boundary (``raise X(...) from exc``)::
     │   ├── UnknownRequiredEvent  unknown, non-ignorable event type on read
     │   └── SchemaUnavailable     the schema registry did not answer: temporary, retry
     ├── LogFileError              a JSONL line that cannot be imported (file:line)
+    ├── AttachmentError           an attachment store could not write or read a blob
     └── SealedContentError        sealed (encrypted) content that cannot be used
         ├── MovedCiphertext       authentication failed: tampered, moved or wrong key
         ├── ContentKeyShredded    sealing with a data key that was destroyed
@@ -236,6 +237,10 @@ class LogFileError(SessionStreamError):
         self.line = line
         self.reason = reason
         super().__init__(f"{file}:{line}: {reason}")
+
+
+class AttachmentError(SessionStreamError):
+    """An attachment store (plain or sealed) could not store or load a blob."""
 
 
 class SealedContentError(SessionStreamError):

@@ -69,6 +69,7 @@ class Env:
     ENGINE = "SESSIONSTREAM_ENGINE"
     LOGLEVEL = "SESSIONSTREAM_LOGLEVEL"
     TRACE_STAGES = "SESSIONSTREAM_TRACE_STAGES"
+    FAUST_DATADIR = "SESSIONSTREAM_FAUST_DATADIR"
     KAFKA_PORT = "SESSIONSTREAM_KAFKA_PORT"
     KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_KAFKA_CONTROLLER_PORT"
     REDIS_PORT = "SESSIONSTREAM_REDIS_PORT"
@@ -146,6 +147,9 @@ class Settings:
     engine: str = "faust"  # or "kafka" (docs/adr/0003-faust-limits.md)
     log_level: str = "info"
     trace_stages: Path | None = None  # append per-batch stage times here (streams.trace)
+    # The faust engine's data directory (faust's own default is `<app id>-data/` in the
+    # working directory); a worker uses `<faust_datadir>/<consumer group>`.
+    faust_datadir: Path = Path(".state/faust")
     # Access scopes (docs/operations.md, "Access scopes"): the Kafka principal of this
     # process. Empty username: the plaintext local default (no SASL).
     kafka_security_protocol: str = "PLAINTEXT"
@@ -361,6 +365,7 @@ class Settings:
             engine=env.get(Env.ENGINE) or "kafka",
             log_level=_log_level(env.get(Env.LOGLEVEL) or "info"),
             trace_stages=Path(env[Env.TRACE_STAGES]) if env.get(Env.TRACE_STAGES) else None,
+            faust_datadir=Path(env.get(Env.FAUST_DATADIR) or state_dir / "faust"),
             kafka_security_protocol=(env.get(Env.KAFKA_SECURITY_PROTOCOL) or (
                 "SASL_PLAINTEXT" if env.get(Env.KAFKA_SASL_USERNAME) else "PLAINTEXT")).upper(),
             kafka_sasl_mechanism=(env.get(Env.KAFKA_SASL_MECHANISM) or "SCRAM-SHA-512").upper(),

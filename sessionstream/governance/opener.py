@@ -19,7 +19,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sessionstream.core.errors import CorruptRecord, MovedCiphertext, SealedContentError
+from sessionstream.core.attachments import check_digest, write_atomically
+from sessionstream.core.errors import (
+    AttachmentError,
+    CorruptRecord,
+    MovedCiphertext,
+    SealedContentError,
+)
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import ContentUnavailable
 from sessionstream.core.privacy import DataClass, Unopened
@@ -127,15 +133,9 @@ class SealedAttachmentStore:
             session_id.encode()).hexdigest()
 
     def _path(self, sha256: str) -> Path:
-        from producers.errors import AttachmentError
-
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise AttachmentError(f"{sha256!r} is not a sha256 hex digest")
-        return self.dir / sha256
+        return self.dir / check_digest(sha256)
 
     def put(self, data: bytes) -> str:
-        from producers.attachments import write_atomically
-
         digest = hashlib.sha256(data).hexdigest()
         key = self.cipher.store.data_key(self.cipher.tenant, self.session_id, DataClass.RAW)
         assert self.cipher.aead is not None
@@ -145,8 +145,6 @@ class SealedAttachmentStore:
         return digest
 
     def get(self, sha256: str) -> bytes:
-        from producers.errors import AttachmentError
-
         found = self.cipher.store.lookup(self.cipher.tenant, self.session_id, DataClass.RAW)
         if found.key is None:
             raise AttachmentError(

@@ -12,7 +12,9 @@ Deleting a session (or some of its data classes) is **crypto-shredding** plus pu
    lease, and (for ``raw``) its attachments. Kept: each row's admission state and
    watermark, the fencing epoch, the writer's offset index, the key tombstones;
 4. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
-   the session's log; it is metadata, so it stays readable. The projection processor,
+   the session's log through the :class:`~sessionstream.governance.audit.AuditLog` port
+   (the composition root wires the writer-backed one); it is metadata, so it stays
+   readable. The projection processor,
    meeting it, refolds the session from the log — content as placeholders — the same
    row a replay builds.
 
@@ -32,8 +34,11 @@ from typing import Any
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
-from sessionstream.core.settings import Env
+from sessionstream.governance.audit import AuditLog, SessionUnknown
 from sessionstream.governance.keys import Hold, KeyStore
+
+__all__ = ["DeletionReport", "Governance", "RetentionItem", "RetentionReport",
+           "SessionUnknown", "parse_classes"]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +49,6 @@ EXTERNAL_EFFECTS_NOTE = (
     "deleting a session does not undo its side effects in other systems (tool calls that "
     "changed files, tickets, payments…); follow up on the operation ids listed"
 )
-
-
-class SessionUnknown(SessionStreamError):
-    """The session to delete is not known here (no log, no keys)."""
 
 
 @dataclass
@@ -105,56 +106,55 @@ def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
 class Governance:
     """Deletion, holds and retention for one tenant (the composition root builds it).
 
-    ``writer_cfg`` is the tenant's :class:`producers.writer.WriterConfig` (with its
-    cipher); ``redis`` a synchronous client of the projections' Redis.
+    ``cfg`` names the tenant: its ``tenant``, ``key_prefix``, ``cipher`` and
+    ``attachment_dir`` (the tenant's ``producers.writer.WriterConfig`` has them);
+    ``redis`` is a synchronous client of the projections' Redis; ``audit`` the session
+    log the audit events go to (``producers.audit.WriterAuditLog`` over the same config);
+    ``feed_page`` the entries per XRANGE when a deletion reads a tenant change feed.
     """
 
-    def __init__(self, writer_cfg: Any, store: KeyStore, redis: Any, *,
+    def __init__(self, cfg: Any, store: KeyStore, redis: Any, *, audit: AuditLog,
                  principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
-                 clock: Callable[[], int] | None = None) -> None:
-        self.cfg = writer_cfg
+                 clock: Callable[[], int] | None = None, feed_page: int = FEED_PAGE) -> None:
+        if feed_page < 1:
+            raise ValueError(f"feed_page={feed_page}: a page holds at least one entry")
+        self.feed_page = feed_page
+        self.cfg = cfg
         self.store = store
         self.redis = redis
+        self.audit = audit
         self.principal = principal
         self.retention = dict(retention)
-        self.tenant: str = writer_cfg.tenant
-        self.keys = KeySpace(self.tenant, writer_cfg.key_prefix)
+        self.tenant: str = cfg.tenant
+        self.keys = KeySpace(self.tenant, cfg.key_prefix)
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
 
     # -- deletion --------------------------------------------------------------------------
     def delete(self, session_id: str, classes: Sequence[DataClass] = ALL_CLASSES, *,
                reason: str = "", principal: str | None = None,
                scope: str = "delete") -> DeletionReport:
-        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs."""
-        from producers.errors import SessionNotFound
-        from producers.writer import SessionWriter
+        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs.
 
+        Raises :class:`LegalHold` under a hold, :class:`SessionUnknown` for a session
+        with no events.
+        """
         who = principal or self.principal
         hold = self.store.hold_on(self.tenant, session_id)
         if hold is not None:
             raise LegalHold(hold.scope, hold.reason)
-        try:
-            writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
-                                        writer_id=f"governance/{who}")
-        except SessionNotFound:
-            raise SessionUnknown(
-                f"session {session_id!r} has no events in {self.cfg.topic}: nothing to "
-                f"delete (check the id and {Env.TENANT})") from None
-        try:
+        # Taking the session fences its live writer before any key is destroyed.
+        with self.audit.session(session_id, principal=who) as session:
             operation_ids = sorted({
-                str(e.data["operation_id"]) for e in writer.session.events
+                str(e.data["operation_id"]) for e in session.events
                 if e.type == "tool/result" and e.data.get("operation_id")})
             done = self.store.shred(self.tenant, session_id, tuple(classes), principal=who,
                                     reason=reason or scope)
             # Purge first: the processor that folds the audit event then finds no
             # content to keep and refolds the session from the log (placeholders).
             redis_keys, feed = self.purge_redis(session_id)
-            audit = writer.append("session/shred", {
+            audit_seq = session.record("session/shred", {
                 "classes": [c.value for c in classes], "scope": scope, "principal": who,
                 "reason": reason, "shredded_at": self._clock()})
-            writer.flush(30)
-        finally:
-            writer.close()
         redis_keys += self.redis.delete(self.keys.lease(session_id))  # released just now
         blobs = 0
         if DataClass.RAW in classes and self.cfg.cipher is not None and \
@@ -164,10 +164,10 @@ class Governance:
             blobs = SealedAttachmentStore(self.cfg.attachment_dir, self.cfg.cipher,
                                           session_id).purge()
         log.info("deleted classes %s of a session (audit seq %d): %d Redis keys, %d feed "
-                 "entries, %d attachments purged", [c.value for c in classes], audit.seq,
+                 "entries, %d attachments purged", [c.value for c in classes], audit_seq,
                  redis_keys, feed, blobs)
         return DeletionReport(session_id, [c.value for c in classes],
-                              [s.data_class.value for s in done], audit.seq, redis_keys, feed,
+                              [s.data_class.value for s in done], audit_seq, redis_keys, feed,
                               blobs, operation_ids)
 
     def purge_redis(self, session_id: str) -> tuple[int, int]:
@@ -183,12 +183,13 @@ class Governance:
         the keyspace. Round trips: one for the generation counter and pointer, one for the
         session's keys (one slot: the rows' field names, the change streams and lease
         deleted), one to HDEL the rows' content fields (when there are any), one for the
-        index entries and the first page of each generation's tenant feed, one more per
-        further page, one XDEL. The tenant feed is the one whole read left: its entries'
-        ids are not recorded anywhere else (the session's own change stream gets other
-        ids and is capped far shorter), so each feed is read in pages of
-        :data:`FEED_PAGE` entries; it is capped (``feed_maxlen``), so that cost is bounded
-        by the feed's cap, not by the keyspace.
+        index entries and the first page of each generation's tenant feed, then one per
+        further page (it also XDELs the page before), one for the last XDEL. The tenant
+        feed is the one read of a whole structure left: its entries' ids are not recorded
+        anywhere else (the session's own change stream gets other ids and is capped far
+        shorter), so each feed is read in pages of ``feed_page`` entries (XRANGE with
+        COUNT) and never held whole; it is capped (``feed_maxlen``), so that cost is
+        bounded by the feed's cap, not by the keyspace.
         """
         r = self.redis
         ks = self.keys
@@ -213,29 +214,37 @@ class Governance:
                 for key, fields in content.items():
                     pipe.hdel(key, *fields)
                 deleted += sum(int(n) for n in pipe.execute())
+        page_size = self.feed_page
         feeds = [ks.tenant_changes(g) for g in gens]
         with r.pipeline(transaction=False) as pipe:  # the tenant's slot
             for g in gens:
                 pipe.zrem(ks.sessions_index(g), session_id)
             for feed in feeds:
-                pipe.xrange(feed, "-", "+", count=FEED_PAGE)
-            pages = pipe.execute()[len(gens):]
-        doomed: dict[str, list[str]] = {}
-        for feed, page in zip(feeds, pages, strict=True):
-            while page:
-                doomed.setdefault(feed, []).extend(
-                    _text(eid) for eid, fields in page if _names_session(fields, session_id))
-                if len(page) < FEED_PAGE:
-                    break
-                page = r.xrange(feed, "(" + _text(page[-1][0]), "+", count=FEED_PAGE)
-        doomed = {feed: ids for feed, ids in doomed.items() if ids}
+                pipe.xrange(feed, "-", "+", count=page_size)
+            pages = dict(zip(feeds, pipe.execute()[len(gens):], strict=True))
         feed_deleted = 0
-        if doomed:
+        # One page per feed in hand at a time: its entries of the session are XDELed in
+        # the same round trip that reads the feed's next page (after the page's last id;
+        # deleting that id does not move the cursor), so memory stays one page per feed.
+        while pages:
+            calls: list[tuple[str, str]] = []
             with r.pipeline(transaction=False) as pipe:
-                for feed, ids in doomed.items():
-                    for i in range(0, len(ids), FEED_PAGE):
-                        pipe.xdel(feed, *ids[i:i + FEED_PAGE])
-                feed_deleted = sum(int(n) for n in pipe.execute())
+                for feed, page in pages.items():
+                    ids = [_text(eid) for eid, fields in page
+                           if _names_session(fields, session_id)]
+                    if ids:
+                        pipe.xdel(feed, *ids)
+                        calls.append(("xdel", feed))
+                    if len(page) >= page_size:
+                        pipe.xrange(feed, "(" + _text(page[-1][0]), "+", count=page_size)
+                        calls.append(("xrange", feed))
+                out = pipe.execute() if calls else []
+            pages = {}
+            for (call, feed), result in zip(calls, out, strict=True):
+                if call == "xdel":
+                    feed_deleted += int(result)
+                elif result:
+                    pages[feed] = result
         return int(deleted), feed_deleted
 
     # -- holds -----------------------------------------------------------------------------
@@ -258,16 +267,9 @@ class Governance:
         return released
 
     def _audit_hold(self, session_id: str, action: str, who: str, reason: str) -> None:
-        from producers.writer import SessionWriter
-
-        writer = SessionWriter.open(self.cfg, session_id, steal=True, repair=False,
-                                    writer_id=f"governance/{who}")
-        try:
-            writer.append("session/hold", {"action": action, "principal": who,
-                                           "reason": reason})
-            writer.flush(30)
-        finally:
-            writer.close()
+        with self.audit.session(session_id, principal=who) as session:
+            session.record("session/hold", {"action": action, "principal": who,
+                                            "reason": reason})
 
     # -- retention -------------------------------------------------------------------------
     def run_retention(self, *, dry_run: bool = False) -> RetentionReport:

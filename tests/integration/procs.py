@@ -86,9 +86,16 @@ class ProcessGroup:
         self.started.append(proc)
         return proc
 
+    @property
+    def faust_datadir(self) -> Path:
+        """Where the faust workers of this group keep their data (the test's temp dir,
+        not the checkout faust would default to, nor the shared state dir)."""
+        return self.log_dir / "faust"
+
     def start_faust_worker(self, app: str, env: Mapping[str, str]) -> ManagedProcess:
         from streams.cli import faust_loop  # the loop `sessionstream worker` runs faust on
 
+        env = {"SESSIONSTREAM_FAUST_DATADIR": str(self.faust_datadir), **env}
         return self.start_module("faust", "--loop", faust_loop(), "-A", app, "worker",
                                  "--without-web", "-l", "info", env=env,
                                  name=f"faust-{app}")

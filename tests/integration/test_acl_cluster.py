@@ -130,7 +130,9 @@ def test_a_deletion_purges_every_generation_on_the_cluster_as_the_tenants_worker
                 worker.xadd(keys.session_changes(sid, g), {CHANGE_FIELD: "{}"})
                 worker.zadd(keys.sessions_index(g), {sid: 1})
                 worker.xadd(keys.tenant_changes(g), {CHANGE_FIELD: json.dumps({"session": sid})})
-        gov = Governance(SimpleNamespace(tenant=tenant, key_prefix="ss"), None, worker)  # type: ignore[arg-type]
+        # Only the purge runs here: no key store, no audit log.
+        gov = Governance(SimpleNamespace(tenant=tenant, key_prefix="ss"), None,  # type: ignore[arg-type]
+                         worker, audit=None)  # type: ignore[arg-type]
         for doomed in sids[:6]:
             assert gov.purge_redis(doomed) == (4, 2)  # 2 view fields + 2 change streams
         for g in (1, 2):

@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from producers.audit import WriterAuditLog
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
@@ -127,8 +128,9 @@ async def test_delete_mid_fleet_purges_content_keeps_metadata_and_replay_equals_
     done = await _fold(proc, settings, cfg.topic, total, done)
     kept_before = _dump(redis_client, keys, kept.session_id, 1, rows)
 
-    report = Governance(cfg, _store(root), redis_client, principal="dpo").delete(
-        doomed.session_id, reason="erasure request")
+    gov = Governance(cfg, _store(root), redis_client, audit=WriterAuditLog(cfg),
+                     principal="dpo")
+    report = gov.delete(doomed.session_id, reason="erasure request")
     assert report.attachments_deleted == 2
     # purged at once: no content of the session is left in Redis
     assert CANARY not in json.dumps(_dump(redis_client, keys, doomed.session_id, 1, rows))
@@ -176,7 +178,7 @@ def test_the_deleted_surface_is_a_valid_provider_request(writer_cfg: WriterConfi
     w = SessionWriter.create(cfg)
     _work(w, 1)
     w.close()
-    Governance(cfg, _store(root), redis_client).delete(w.session_id)
+    Governance(cfg, _store(root), redis_client, audit=WriterAuditLog(cfg)).delete(w.session_id)
     session = Session.from_events(read_log(cfg, w.session_id).admitted)
     request = request_of(session)
     for api in APIS:
@@ -205,7 +207,8 @@ async def test_the_dashboard_says_a_deleted_session_is_no_longer_fully_reconstru
     async with TestClient(TestServer(create_app(config), host="127.0.0.1")) as c:
         before = await (await c.get(f"/api/sessions/{w.session_id}")).json()
         assert before["reconstructability"] == {"fully_reconstructable": True, "shredded": []}
-        Governance(cfg, _store(root), redis_client, principal="dpo").delete(
+        Governance(cfg, _store(root), redis_client, audit=WriterAuditLog(cfg),
+                   principal="dpo").delete(
             w.session_id, [DataClass.SURFACE], reason="erasure")
         await _fold(proc, settings, cfg.topic, w.next_seq + 1, 0)
         after = await (await c.get(f"/api/sessions/{w.session_id}")).json()

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pytest
 import redis
 
+from producers.audit import WriterAuditLog
 from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.errors import LegalHold
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
@@ -37,7 +38,8 @@ def sealed_cfg(writer_cfg: WriterConfig, tmp_path: Path) -> WriterConfig:
 
 def _gov(cfg: WriterConfig, client: redis.Redis, **kw: object) -> Governance:
     assert cfg.cipher is not None
-    return Governance(cfg, cfg.cipher.store, client, principal="dpo", **kw)  # type: ignore[arg-type]
+    return Governance(cfg, cfg.cipher.store, client, audit=WriterAuditLog(cfg),  # type: ignore[arg-type]
+                      principal="dpo", **kw)
 
 
 def _session(cfg: WriterConfig, n: int = 1) -> SessionWriter:
@@ -192,6 +194,7 @@ class _Recording(redis.Connection):
     """A connection that records every command it sends and every round trip."""
 
     log: ClassVar[list[str]] = []
+    commands: ClassVar[list[tuple[str, ...]]] = []
     trips: ClassVar[list[int]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -201,6 +204,8 @@ class _Recording(redis.Connection):
         class Packer:
             def pack(self, *cmd: Any) -> Any:
                 _Recording.log.append(str(cmd[0]).upper())
+                _Recording.commands.append(tuple(
+                    c.decode() if isinstance(c, bytes) else str(c) for c in cmd))
                 return packer.pack(*cmd)
 
         self._command_packer = Packer()  # type: ignore[assignment]
@@ -285,6 +290,41 @@ def test_purge_sends_no_scan_and_its_round_trips_do_not_grow_with_the_keyspace(
     assert "SCAN" not in few[0] and "SCAN" not in many[0]
     assert "XRANGE" in few[0] and "HDEL" in few[0]  # the recorder does see the purge
     assert many[1] == few[1] == 5  # MGET, session keys, HDEL, index + feeds, XDEL
+
+
+def test_purge_pages_through_a_feed_longer_than_one_page_and_never_reads_it_whole(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis, redis_prefix: str,
+        settings: Settings) -> None:
+    """A page of 5 and a feed of 23: s1's entries on the first and last entry of pages,
+    on consecutive pages and as the feed's last entry are all deleted; every read is one
+    XRANGE ... COUNT 5 and every XDEL names at most one page of ids."""
+    ks = KeySpace("default", redis_prefix)
+    redis_client.set(ks.generation_counter(), 1)
+    ours = {0, 4, 5, 9, 10, 17, 22}
+    for i in range(23):
+        redis_client.xadd(ks.tenant_changes(1), {CHANGE_FIELD: json.dumps(
+            {"session": "s1" if i in ours else "s2", "i": i})})
+    redis_client.xadd(ks.tenant_changes(1), {"other": "no change field"})  # skipped, kept
+    client = _recording_client(settings.redis_url)
+    try:
+        _Recording.commands.clear()
+        keys, feed = _gov(sealed_cfg, client, feed_page=5).purge_redis("s1")
+    finally:
+        client.close()
+    assert (keys, feed) == (0, len(ours))
+    left = redis_client.xrange(ks.tenant_changes(1))
+    assert [json.loads(f[CHANGE_FIELD])["i"] for _, f in left if CHANGE_FIELD in f] == [
+        i for i in range(23) if i not in ours]
+    assert len(left) == 23 - len(ours) + 1
+    reads = [c for c in _Recording.commands
+             if c[0].upper() == "XRANGE" and c[1] == ks.tenant_changes(1)]
+    assert len(reads) == 5  # 24 entries: pages of 5, 5, 5, 5, 4
+    assert all(c[-2:] == ("COUNT", "5") for c in reads), reads
+    assert reads[0][2] == "-" and all(c[2].startswith("(") for c in reads[1:])
+    deletes = [c for c in _Recording.commands if c[0].upper() == "XDEL"]
+    assert deletes and all(len(c) - 2 <= 5 for c in deletes)
+    # deleted page by page while reading on, not collected over the whole feed first
+    assert _Recording.commands.index(deletes[0]) < _Recording.commands.index(reads[-1])
 
 
 def test_deleting_an_unknown_session_is_a_clear_error(

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from sessionstream.core.events import make_event
 from sessionstream.core.settings import Settings
 from streams import native_fold
-from tests.integration.procs import ProcessGroup
+from tests.integration.procs import ROOT, ProcessGroup
 from tests.integration.streams_helpers import (
     caught_up,
     expected_views,
@@ -101,6 +101,9 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     if engine != "faust":  # the fold path the worker ran
         want = "native" if engine == "kafka" and native_fold.available() else "python"
         assert f"fold: {want}" in worker.log_path.read_text(errors="replace")
+    else:  # faust kept its data dir where the settings said, not in the working directory
+        assert (procs.faust_datadir / consumer_group / "v1").is_dir()
+        assert not (ROOT / f"{consumer_group}-data").exists()
     out = procs.run_module("streams.cli_main", "replay", "--json", env=env_cli, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)

@@ -279,3 +279,20 @@ def test_the_faust_worker_runs_on_uvloop_when_it_is_installed() -> None:
     assert faust_loop() == expected
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert "\"uvloop>=" in pyproject  # a dependency off Windows: installed by the project
+
+
+def test_the_faust_app_keeps_its_data_dir_under_the_settings_not_the_working_directory(
+        tmp_path: Path) -> None:
+    """faust's own default is ``<app id>-data/`` in the working directory (a checkout)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(tmp_path / "state"),
+           "SESSIONSTREAM_STREAMS_GROUP": "g-datadir"}
+    env.pop("SESSIONSTREAM_FAUST_DATADIR", None)
+    out = subprocess.run(
+        [sys.executable, "-c", "import streams.app as a; print(a.app.conf.datadir)"],
+        cwd=root, env=env, capture_output=True, text=True, check=True, timeout=60)
+    assert Path(out.stdout.strip()) == tmp_path / "state" / "faust" / "g-datadir"

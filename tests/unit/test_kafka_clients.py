@@ -1,4 +1,4 @@
-"""One builder for every Kafka client config (producers.kafka_clients)."""
+"""One builder for every Kafka client config (on sessionstream.kafka_config)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sessionstream.core.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules allowed to spell the librdkafka key: the builder (the constant's home) and
 #: the local stack's readiness probe (server management, silenced on purpose, log_level 0).
-SPELLS_BOOTSTRAP = {"producers/kafka_clients.py", "sessionstream/devstack.py"}
+SPELLS_BOOTSTRAP = {"sessionstream/kafka_config.py", "sessionstream/devstack.py"}
 
 
 def test_every_config_names_the_brokers_and_routes_librdkafka_logs_to_python() -> None:

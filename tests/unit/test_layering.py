@@ -67,3 +67,36 @@ def test_edges_are_not_imported_by_the_package_root() -> None:
     """``import sessionstream`` stays as light as the core: it names no edge package."""
     root = _imports(PACKAGE / "__init__.py")
     assert not any(m.split(".")[0] in {"producers", "streams", "dashboard"} for m in root)
+
+
+#: The edge packages; the composition root (``sessionstream/cli``) alone may import them.
+EDGES = {"producers", "streams", "dashboard"}
+COMPOSITION_ROOT = PACKAGE / "cli"
+
+
+def _edge_imports(path: Path) -> list[str]:
+    """The edge modules ``path`` imports, also inside functions (a lazy import is one too)."""
+    return sorted(m for m in _imports(path) if m.split(".")[0] in EDGES)
+
+
+def test_the_package_outside_the_cli_imports_no_edge_package() -> None:
+    """Below the composition root the arrows point down: governance, the local stack and
+    cluster managers, the Redis/Kafka config builders never import producers, streams or
+    dashboard (governance gets what it needs from them through ports the CLI wires)."""
+    offenders = {
+        str(path.relative_to(PACKAGE)): _edge_imports(path)
+        for path in PACKAGE.rglob("*.py") if COMPOSITION_ROOT not in path.parents
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_edge_import_check_sees_lazy_imports(tmp_path: Path) -> None:
+    """A guard for the guard: an import inside a function counts, a name that merely
+    starts like an edge (``streamsx``) does not, and the tree checked is the real one."""
+    module = tmp_path / "m.py"
+    module.write_text("import streamsx\n\ndef f():\n    from producers.writer import W\n"
+                      "    import dashboard.app\n", encoding="utf-8")
+    assert _edge_imports(module) == ["dashboard.app", "producers.writer"]
+    checked = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if COMPOSITION_ROOT not in p.parents}
+    assert {"governance/service.py", "governance/opener.py", "devcluster.py"} <= checked

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from producers.attachments import LocalAttachmentStore, spill_tool_result
-from producers.errors import AttachmentError
 from producers.partition import murmur2, partition_for
+from sessionstream.core.errors import AttachmentError
 
 # From Kafka's UtilsTest.testMurmur2.
 JAVA_VECTORS = {

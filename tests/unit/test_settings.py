@@ -141,6 +141,13 @@ def test_encryption_is_on_by_default_and_a_tenant_opts_out_explicitly() -> None:
         Settings.from_env({"SESSIONSTREAM_ENCRYPTION": "maybe"})
 
 
+def test_the_faust_data_dir_is_under_the_state_dir_unless_set() -> None:
+    """Not faust's default (``<app id>-data/`` in the working directory, i.e. a checkout)."""
+    assert Settings.from_env({"SESSIONSTREAM_STATE_DIR": "/x"}).faust_datadir == Path("/x/faust")
+    assert Settings.from_env({"SESSIONSTREAM_STATE_DIR": "/x", "SESSIONSTREAM_FAUST_DATADIR":
+                              "/y/f"}).faust_datadir == Path("/y/f")
+
+
 def test_key_store_and_retention_are_validated() -> None:
     s = Settings.from_env({"SESSIONSTREAM_STATE_DIR": "/x", "SESSIONSTREAM_RETENTION":
                            "raw=30d, surface=12h"})
