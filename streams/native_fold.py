@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionstream.core import codec
@@ -67,7 +68,7 @@ from sessionstream.core.rows import (
 from sessionstream.core.settings import Env
 from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
-from streams.ports import SessionWrite, WriteOutcome
+from streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 from streams.processor import BatchReport, Processor
 from streams.session_row import CachedSession, chunked_fields
 
@@ -350,7 +351,41 @@ class NativeFold:
         async with self.proc.lock:
             return await self._process(records)
 
+    async def pipelined(self, records: Sequence[Record], previous: InFlight | None
+                        ) -> tuple[BatchReport | None, InFlight | BatchReport]:
+        """Fold ``records`` while ``previous``'s batch write is in flight (ADR 0014).
+
+        ``previous`` is finished here once this batch is folded and its session writes
+        are built, and before anything of this batch is written: its outcomes decide
+        (a session whose write was refused is dropped, and this batch's records of it
+        are folded again by the Python processor from the stored row); a moved
+        generation folds both batches again. Returns ``previous``'s report (None
+        without one) and this batch in flight (its one call sent), or its report when
+        it was written here (a batch with hand-overs or dead letters, a sink without
+        the one-call write). The caller commits ``previous`` after this returns, this
+        batch only after its :meth:`complete`."""
+        async with self.proc.lock:
+            flight = _Previous(previous)
+            current = await self._begin(records, flight) if records else BatchReport()
+            await flight.settle(self)  # (done already unless the batch ended early)
+            return flight.report, current
+
+    async def complete(self, flight: InFlight) -> BatchReport:
+        """Wait for ``flight``'s write and finish its batch (bookkeeping, refolds, the
+        progress): after this its offsets may be committed."""
+        async with self.proc.lock:
+            report, _ = await self._finish(flight)
+            return report
+
     async def _process(self, records: Sequence[Record]) -> BatchReport:
+        current = await self._begin(records, _Previous(None))
+        if isinstance(current, BatchReport):
+            return current
+        report, _ = await self._finish(current)
+        return report
+
+    async def _begin(self, records: Sequence[Record], previous: _Previous
+                     ) -> InFlight | BatchReport:
         proc = self.proc
         report = BatchReport(records=len(records))
         # The generation is read once and then checked where the batch is written: in
@@ -372,6 +407,10 @@ class NativeFold:
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
             items, progress, self._python, True)
         report.skipped += skipped
+        # with dead letters the Python reference may fold the whole batch from the
+        # stored rows: the previous batch is written first
+        if dead and await previous.settle(self) is True:
+            return await self._process(records)
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
                 # Python reads what the extension refused: the batch is Python's
@@ -392,36 +431,77 @@ class NativeFold:
         if proc.on_stage is not None:
             proc.on_stage("folded")
         high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        # Built now (overlapping the previous batch's write); what a write needs of the
+        # session's last one (its offset, chunks, Python bases) is taken as written:
+        # a write that is refused drops the session, and this one with it.
         mine = [self._write(sid) for sid in live]
-        one_call = getattr(proc.sink, "write_batch", None)
-        batch = None
-        if (one_call is not None and not handed and not report.dead_letters
-                and not proc.dead_letters_pending and proc.pinned_generation is None):
-            batch = await one_call(gen, mine, proc.group, high_tp)
-            if batch is not None and batch.moved:
-                return await self._moved(records)
-        if batch is None and await self._generation_moved(gen):
-            return await self._moved(records)
-        writes: list[SessionWrite] = []
-        if handed:
-            writes += await self._python_live(gen, records, handed, report)
-        if batch is not None:
-            outcomes: Sequence[WriteOutcome] = batch.outcomes
-        else:
-            outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
-        redo: list[tuple[str, list[int]]] = []
-        for w, outcome in zip(mine, outcomes, strict=True):
+        verdicts = {}
+        for w in mine:
             sid = w.session_id
             memo = self._memo.pop(sid)
+            self._written[sid] = w.last_offset
+            self._py_base.setdefault(sid, {}).update(memo[0])
+            self._chunks.setdefault(sid, {}).update(memo[1])
+            verdicts[sid] = self.folder.verdicts(sid)
+        refused = await previous.settle(self)
+        if refused is True:  # the generation moved: both batches were folded again
+            return await self._process(records)
+        back: list[str] = []
+        if refused:
+            # this batch folded them on a state whose write was refused: the Python
+            # processor folds their records here from the stored row, as a conflict
+            kept = [w for w in mine if w.session_id not in refused]
+            for w in mine:
+                if w.session_id in refused:
+                    back.append(w.session_id)
+                    handed.append((w.session_id, [i for i, r in enumerate(records)
+                                                  if _is_of(r, w.session_id, proc.pipeline)]))
+            mine = kept
+        flight = InFlight(records, report, gen, mine, verdicts, high_tp, back)
+        one_call = getattr(proc.sink, "write_batch", None)
+        if (one_call is not None and not handed and not report.dead_letters
+                and not proc.dead_letters_pending and proc.pinned_generation is None):
+            flight.task = asyncio.ensure_future(one_call(gen, mine, proc.group, high_tp))
+            return flight
+        # written here: the hand-overs first (the Python processor's own writes)
+        if await self._generation_moved(gen):
+            return await self._moved(records)
+        if handed:
+            flight.handed_writes = await self._python_live(gen, records, handed, report)
+        report_now, _ = await self._finish(flight)
+        return report_now
+
+    async def _finish(self, flight: InFlight) -> tuple[BatchReport, set[str] | bool]:
+        """Wait for the batch's write, then its bookkeeping: the sessions whose write did
+        not apply (returned; True: the generation moved and the batch was folded again)
+        are dropped or refolded by the Python processor, then the tenant writes and the
+        progress."""
+        proc = self.proc
+        flight.done = True
+        report, gen, mine, high_tp = flight.report, flight.gen, flight.mine, flight.high_tp
+        batch: BatchOutcome | None = None
+        if flight.task is not None:
+            task, flight.task = flight.task, None
+            batch = await task
+            if batch is not None and batch.moved:
+                return await self._moved(flight.records), True
+            if batch is None and await self._generation_moved(gen):
+                return await self._moved(flight.records), True
+        outcomes: Sequence[WriteOutcome] = (
+            batch.outcomes if batch is not None
+            else await proc.sink.write_sessions(gen, mine) if mine else [])
+        writes: list[SessionWrite] = list(flight.handed_writes)
+        redo: list[tuple[str, list[int]]] = []
+        refused: set[str] = set()
+        for w, outcome in zip(mine, outcomes, strict=True):
+            sid = w.session_id
             if outcome.status == "applied":
                 report.sessions_written += 1
-                self._written[sid] = w.last_offset
-                self._py_base.setdefault(sid, {}).update(memo[0])
-                self._chunks.setdefault(sid, {}).update(memo[1])
-                for verdict, n in self.folder.verdicts(sid).items():
+                for verdict, n in flight.verdicts.get(sid, {}).items():
                     report.verdicts[verdict] = report.verdicts.get(verdict, 0) + n
                 writes.append(w)
                 continue
+            refused.add(sid)
             report.sessions_noop += 1
             if outcome.status == "stale":
                 # at or past our last offset: another pass folded these records and
@@ -430,14 +510,15 @@ class NativeFold:
                 self._drop(sid)
                 continue
             report.conflicts += 1  # moved under us: Python refolds from the stored row
-            redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))
+            redo.append((sid, [i for i, r in enumerate(flight.records)
+                               if _is_of(r, sid, proc.pipeline)]))
         redone: list[SessionWrite] = []
         if redo:
-            redone = await self._python_live(gen, records, redo, report)
+            redone = await self._python_live(gen, flight.records, redo, report)
             writes += redone
-            for sid, _ in redo:  # native again from its next batch (reloaded)
-                self._python.discard(sid)
-                proc.drop(sid)
+        for sid in [*(s for s, _ in redo), *flight.back]:  # native again from its next batch
+            self._python.discard(sid)
+            proc.drop(sid)
         if batch is None:
             await proc.send_dead_letters(report, high_tp)
             await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
@@ -448,7 +529,7 @@ class NativeFold:
         if proc.on_stage is not None:
             proc.on_stage("written")
         proc.advance_progress(high_tp)
-        return report
+        return report, refused
 
     async def _generation_moved(self, gen: int) -> bool:
         """Whether the tenant's generation pointer moved from ``gen`` (one read)."""
@@ -609,6 +690,43 @@ class NativeFold:
             ukey = _unit_of(name)
             if ukey is not None:
                 fields[name] = rows.seal(sid, ukey, name, fields[name])
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A live batch folded, its session writes built and (``task``) its one call sent:
+    :meth:`NativeFold.complete` (or the next :meth:`NativeFold.pipelined`) finishes it."""
+
+    records: Sequence[Record]
+    report: BatchReport
+    gen: int
+    mine: list[SessionWrite]
+    verdicts: dict[str, dict[str, int]]
+    high_tp: dict[str, int]
+    #: sessions refolded by the Python processor because the previous batch's write
+    #: of them was refused: native again from their next batch
+    back: list[str]
+    task: asyncio.Future[BatchOutcome | None] | None = None
+    handed_writes: list[SessionWrite] = field(default_factory=list)
+    #: finished (its outcomes read): the caller may commit its offsets
+    done: bool = False
+
+
+class _Previous:
+    """The batch in flight while the next one is folded: finished once, at the first
+    :meth:`settle` (which returns the sessions whose write did not apply, or True when
+    the generation moved and it was folded again)."""
+
+    def __init__(self, flight: InFlight | None) -> None:
+        self.flight = flight
+        self.report: BatchReport | None = None
+        self.refused: set[str] | bool = set()
+
+    async def settle(self, fold: NativeFold) -> set[str] | bool:
+        if self.flight is not None:
+            flight, self.flight = self.flight, None
+            self.report, self.refused = await fold._finish(flight)
+        return self.refused
 
 
 def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
