@@ -128,6 +128,25 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))]
 
 
+def ack_timeline(sent: list[list]) -> str:  # type: ignore[type-arg]
+    """The window's produce->ack as a timeline: the max per second, and the slowest
+    100 ms slots by send time (a broker or start-up stall shows as a run of slots whose
+    max falls by 100 ms each: everything sent in it was acked at one instant)."""
+    if not sent:
+        return "produce->ack timeline: no events"
+    t0 = sent[0][2]
+    slots: dict[int, float] = {}
+    for row in sent:
+        slot = int((row[2] - t0) * 10)
+        slots[slot] = max(slots.get(slot, 0.0), (row[3] - row[2]) * 1000)
+    secs = [max(v for k, v in slots.items() if k // 10 == sec)
+            for sec in range(max(slots) // 10 + 1) if any(k // 10 == sec for k in slots)]
+    worst = sorted(slots.items(), key=lambda kv: -kv[1])[:3]
+    return ("produce->ack max per second (ms): " + " ".join(f"{v:.0f}" for v in secs)
+            + "; slowest 100 ms slots: "
+            + ", ".join(f"t={k / 10:.1f}s {v:.0f} ms" for k, v in sorted(worst)))
+
+
 def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, prefix: str,
             group: str, args: argparse.Namespace, *, seed: int, env: dict[str, str],
             procs: list[subprocess.Popen]) -> None:  # type: ignore[type-arg]
@@ -176,7 +195,8 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     w.terminate()
     w.wait(30)
     with open(sent_path, encoding="utf-8") as f:
-        sent = json.load(f)
+        produced = json.load(f)
+    sent = produced["rows"]
     batches: dict[int, list[tuple[int, int, dict]]] = {}  # type: ignore[type-arg]
     if os.path.exists(trace_path):
         with open(trace_path, encoding="utf-8") as f:
@@ -218,6 +238,9 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     for name, vals in stages.items():
         if vals and name != "append->visible":
             print(f"  {name:>20}: p50 {pct(vals, 0.5):7.1f} ms  p99 {pct(vals, 0.99):7.1f} ms")
+    print(f"  excluded: the producer's start-up (creation -> its warm-up event acked) "
+          f"{produced['warmup_ms']:.0f} ms (ADR 0018)")
+    print(f"  {ack_timeline(sent)}")
     nb = sum(len(v) for v in batches.values())
     if nb:
         print(f"  ({len({id(b) for v in batches.values() for _, _, b in v})} worker batches)")

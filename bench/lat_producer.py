@@ -4,8 +4,17 @@
 
 Produces ``RATE * SECONDS`` pre-encoded ``simulate_session`` events at a fixed rate
 (paced by sleeping, not spinning: it must not take a core from the worker) with the
-writers' producer config (``PRODUCER_DEFAULTS``), then writes to OUT one JSON list per
-event: ``[session_id, seq, t_sent, t_acked, partition, offset]`` (``time.time()``).
+writers' producer config (``PRODUCER_DEFAULTS``), then writes to OUT a JSON object:
+``warmup_ms`` and ``rows``, one list per event:
+``[session_id, seq, t_sent, t_acked, partition, offset]`` (``time.time()``).
+
+Before the measured window it produces one warm-up event (its own session) and waits
+for its ack: a new idempotent librdkafka producer sends nothing until it holds a
+producer id, and when its first try finds only the bootstrap connection up it retries
+on a fixed 500 ms timer (librdkafka's idempotence FSM). A session writer's producer is
+process-wide and long-lived, so that one-off start-up wait is printed as ``warmup_ms``
+(from the producer's creation to the warm-up's ack), not mixed into the steady state.
+See docs/adr/0018-latency-bench-producer-warm-up.md.
 """
 
 from __future__ import annotations
@@ -40,8 +49,14 @@ def main() -> None:
     events = make_events(rate * seconds, seed)
     encoded = [(ev.session_id.encode(), encode(ev)) for ev in events]
     rows: list[list[Any]] = [[ev.session_id, ev.seq, 0.0, 0.0, -1, -1] for ev in events]
+    created = time.time()
     p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap})
     p.list_topics(topic, timeout=10)
+    warm = simulate_session(random.Random(seed), f"bench-{seed}-warmup", turns=1)[0]
+    p.produce(topic, encode(warm), warm.session_id.encode())
+    if p.flush(30):
+        raise SystemExit("lat_producer: the warm-up event was not acknowledged within 30 s")
+    warmup_ms = (time.time() - created) * 1000
 
     def acked(i: int) -> Any:
         def cb(err: Any, msg: Any) -> None:
@@ -65,7 +80,7 @@ def main() -> None:
         time.sleep(0.0005)
     p.flush(30)
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump(rows, f)
+        json.dump({"warmup_ms": warmup_ms, "rows": rows}, f)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ class NativeAppend(PythonAppend):
             etype = event.type
             if not app.has_plan(etype):
                 assert self._cipher is not None
-                app.set_plan(etype, *sealing_plan(self._cipher.catalog, etype))
+                app.set_plan(etype, *sealing_plan(self._cipher.catalog, etype).native_args())
             value = app.seal(event, event.data_json(), self._cipher.tenant, self._key,  # type: ignore[union-attr]
                              self._nonces(_NONCES))
         else:

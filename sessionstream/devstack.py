@@ -46,6 +46,10 @@ from sessionstream.core.settings import (
 
 SERVICES = ("kafka", "redis")
 KAFKA_HEAP = "-Xmx512m"
+#: The broker's JVM pauses (GC and every other safepoint), one line each, in
+#: ``<state>/kafka/gc.log`` (3 files of 5 MiB): the first thing to read when the
+#: broker's produce -> ack latency stalls (ADR 0018).
+KAFKA_GC_LOG = "gc,safepoint:file={path}:time,uptime:filecount=3,filesize=5m"
 # Largest record batch the broker accepts. Events above the attachment threshold spill
 # to the attachment store, so 16 MiB is headroom for big batches, not for big events.
 MESSAGE_MAX_BYTES = 16 * 1024 * 1024
@@ -497,7 +501,8 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     echo(f"kafka: starting ({what}) on 127.0.0.1:{cfg.kafka_port} (log {log})")
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [java, KAFKA_HEAP, "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            [java, KAFKA_HEAP, f"-Xlog:{KAFKA_GC_LOG.format(path=home / 'gc.log')}",
+             "-Dorg.slf4j.simpleLogger.showDateTime=true",
              "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
              "-cp", classpath, "kafka.Kafka", str(props)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

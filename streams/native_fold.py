@@ -35,8 +35,9 @@ an error names the install command when it is missing) or ``python``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,9 @@ NATIVE_UNITS: dict[str, type] = {
 FOLDS = ("auto", "native", "python")
 #: Sessions per slice of a deferred flush (the sink's call size).
 FLUSH_SLICE = 256
+#: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
+#: past it the compare opens both rows of the others (ADR 0015).
+DIGEST_SESSIONS = 200_000
 INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
                 f"cargo), or set {Env.FOLD}=python")
 
@@ -167,10 +171,19 @@ class NativeFold:
         self._py_base: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, dict[str, Stored]] = {}
         self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored]]] = {}
+        #: With ``keep_digests`` (replay): per session, per sealed field written by this
+        #: fold, (:func:`sealed_ref` of the value stored, the digest of its clear text),
+        #: so replay's compare opens only the live row (ADR 0015).
+        self.keep_digests = False
+        #: Called with the sessions each ``fold`` folded natively (replay reads their
+        #: row keys ahead of the flush).
+        self.on_folded: Callable[[list[str]], None] | None = None
+        self.digests: dict[str, dict[str, tuple[str, bytes]]] = {}
+        self._sealing: dict[str, dict[str, tuple[str, bytes]]] = {}  # until applied
         #: everything kept per session beside the extension (forgotten with it)
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
-            self._chunks, self._memo)
+            self._chunks, self._memo, self.digests, self._sealing)
 
     @property
     def unflushed_sessions(self) -> int:
@@ -193,8 +206,11 @@ class NativeFold:
             item = proc.decode_item(records[i], report)
             if item is not None:  # Python reads what the extension refused: Python folds all
                 return await self._fold_in_python(records, native, report)
-        for sid in self._python_units_or_hand_over(records, native, envelopes, handed):
+        kept = self._python_units_or_hand_over(records, native, envelopes, handed)
+        for sid in kept:
             self._dirty[sid] = None
+        if self.on_folded is not None:
+            self.on_folded(kept)
         if handed:
             await self._hand_over(gen, records, handed, report)
         high_tp = {f"{topic}:{p}": off for p, off in high.items()}
@@ -255,6 +271,7 @@ class NativeFold:
         proc = self.proc
         got = self.folder.export(sid)
         self._dirty.pop(sid, None)
+        self.digests.pop(sid, None)  # the Python processor writes it from now on
         if got is None:
             return
         fields, native_changed = got
@@ -324,9 +341,12 @@ class NativeFold:
                         self._written[w.session_id] = w.last_offset
                         self._py_base.setdefault(w.session_id, {}).update(memo[0])
                         self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                        self._digested(w)
                         done.append(w)
                     else:
                         report.conflicts += 1
+                        self.digests.pop(w.session_id, None)
+                        self._sealing.pop(w.session_id, None)
                         self.folder.rewrite(w.session_id)  # its next write gives every item
                 writes = upcoming
             self._dirty.clear()
@@ -664,13 +684,36 @@ class NativeFold:
         self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
-        self._seal(sid, fields)
+        if self.keep_digests:
+            clear = dict(fields)
+            self._seal(sid, fields)
+            self._digest(sid, clear, fields)
+        else:
+            self._seal(sid, fields)
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=fields, changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
+
+    def _digest(self, sid: str, clear: Mapping[str, str], sealed: Mapping[str, str]) -> None:
+        """Note the digests of the fields the seal changed (replay's compare)."""
+        if sid not in self.digests and len(self.digests) >= DIGEST_SESSIONS:
+            return
+        self._sealing[sid] = {name: (sealed_ref(value), field_digest(clear[name]))
+                              for name, value in sealed.items() if value is not clear[name]
+                              and value.startswith(SEALED_PREFIX)}
+
+    def _digested(self, w: SessionWrite) -> None:
+        """``w`` applied: its sealed fields' digests are the row's now."""
+        sealing = self._sealing.pop(w.session_id, None)
+        if sealing is None:
+            return
+        kept = self.digests.setdefault(w.session_id, {})
+        for name in (*w.fields, *w.deletes):
+            kept.pop(name, None)
+        kept.update(sealing)
 
     def _seal(self, sid: str, fields: dict[str, str]) -> None:
         """Content-bearing fields are sealed in Redis, as the codec does: in the
@@ -727,6 +770,24 @@ class _Previous:
             flight, self.flight = self.flight, None
             self.report, self.refused = await fold._finish(flight)
         return self.refused
+
+
+#: How a sealed row field value starts (sessionstream.governance.rows.PREFIX).
+SEALED_PREFIX = "ss-aead1:"
+#: How :func:`sealed_ref` starts.
+SEALED_REF = SEALED_PREFIX + "sha1:"
+
+
+def field_digest(text: str) -> bytes:
+    """The digest a replay keeps of a field's clear text (BLAKE2b, 128 bits)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def sealed_ref(value: str) -> str:
+    """A sealed value as replay's compare script hands it back instead of the value:
+    the prefix, ``sha1:`` and the SHA-1 of the whole stored value (binds a kept digest
+    to exactly that value)."""
+    return SEALED_REF + hashlib.sha1(value.encode("utf-8")).hexdigest()
 
 
 def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],

@@ -209,23 +209,23 @@ struct OpenerConfig {
     cache: crypto::Cache,
 }
 
-/// The batch's keys: a cache over the Python key store's lookup.
-struct PyKeys<'a, 'py> {
-    py: Python<'py>,
+/// The batch's keys: a cache over the Python key store's lookup (the fold runs without
+/// the GIL: a miss takes it for the call).
+struct PyKeys<'a> {
     cfg: &'a mut OpenerConfig,
 }
 
-impl crypto::Keys for PyKeys<'_, '_> {
+impl crypto::Keys for PyKeys<'_> {
     fn lookup(&mut self, key_session: &str, data_class: &str)
               -> Result<crypto::KeyLookup, crypto::Refuse> {
         let ci = crypto::class_index(data_class);
         if let Some(Some(found)) = self.cfg.cache.keys.get(key_session).map(|s| &s[ci]) {
             return Ok(found.clone());
         }
-        let got: (String, Option<Vec<u8>>) = self.cfg.lookup
-            .call1(self.py, (key_session, data_class))
-            .and_then(|r| r.extract(self.py))
-            .map_err(|_| crypto::Refuse)?;
+        let lookup = &self.cfg.lookup;
+        let got: (String, Option<Vec<u8>>) = Python::with_gil(|py| {
+            lookup.call1(py, (key_session, data_class)).and_then(|r| r.extract(py))
+        }).map_err(|_| crypto::Refuse)?;
         let found = match (got.0.as_str(), got.1) {
             ("active", Some(key)) => crypto::KeyLookup::Active(
                 std::sync::Arc::new(crypto::cipher(&key).ok_or(crypto::Refuse)?)),
@@ -245,10 +245,10 @@ impl crypto::Keys for PyKeys<'_, '_> {
         if let Some(v) = self.cfg.cache.placeholders.get(&k) {
             return Ok(v.clone());
         }
-        let got: String = self.cfg.placeholder
-            .call1(self.py, (event_type, path, tag))
-            .and_then(|r| r.extract(self.py))
-            .map_err(|_| crypto::Refuse)?;
+        let placeholder = &self.cfg.placeholder;
+        let got: String = Python::with_gil(|py| {
+            placeholder.call1(py, (event_type, path, tag)).and_then(|r| r.extract(py))
+        }).map_err(|_| crypto::Refuse)?;
         let v = json::parse_checked(&got).ok_or(crypto::Refuse)?;
         self.cfg.cache.placeholders.insert(k, v.clone());
         Ok(v)
@@ -322,242 +322,39 @@ impl Folder {
     ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
                    HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
                    Vec<(String, i64, Vec<usize>)>)> {
-        self.settle();
-        if let Some(o) = self.opener.as_mut() {
-            o.cache = crypto::Cache::default(); // keys are asked again each batch
-        }
-        let mut opened_text: HashMap<usize, Py<PyTuple>> = HashMap::new();
-        let mut dead = Vec::new();
-        let mut high: HashMap<i64, i64> = HashMap::new();
-        let mut order: Vec<String> = Vec::new();
-        let mut groups: HashMap<String, (i64, Vec<Item>)> = HashMap::new();
-        let mut skipped = 0usize;
+        // Under the GIL: each record's partition, offset, key and value, copied out (owned
+        // bytes). The decode and the fold run without it (another thread, e.g. replay's
+        // consumer, runs meanwhile); the envelopes for the Python units are built after.
         let s_partition = pyo3::intern!(py, "partition");
         let s_offset = pyo3::intern!(py, "offset");
         let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
-        for (idx, rec) in records.iter().enumerate() {
+        let mut raw = Vec::with_capacity(records.len());
+        for rec in records.iter() {
             let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
             let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
-            let h = high.entry(partition).or_insert(-1);
-            if offset > *h {
-                *h = offset;
-            }
             if offset <= *progress.get(&partition).unwrap_or(&-1) {
-                skipped += 1;
-                continue;
+                raw.push(Raw { partition, offset, key: RawKey::Absent, value: None });
+                continue; // skipped: neither read nor copied
             }
             let value = field(&rec, s_value)?;
-            let Ok(value) = value.downcast::<PyBytes>() else {
-                dead.push(idx);
-                continue;
-            };
-            let bytes = value.as_bytes();
-            let Some(env) = self.schemas.decode(bytes) else {
-                dead.push(idx);
-                continue;
-            };
+            let value = value.downcast::<PyBytes>().ok().map(|v| v.as_bytes().to_vec());
             let key = field(&rec, s_key)?;
-            if !key.is_none() {
+            let key = if key.is_none() { RawKey::Absent } else {
                 match key.downcast::<PyBytes>() {
-                    Ok(k) if k.as_bytes() == env.session_id.as_bytes() => {}
-                    _ => {
-                        dead.push(idx);
-                        continue;
-                    }
-                }
-            }
-            if env.format_version < 1 {
-                dead.push(idx);
-                continue;
-            }
-            let data = if env.format_version > self.format_version {
-                serde_json::Value::Null // quarantined by the caller: data never read
-            } else {
-                match json::parse_checked(env.data) {
-                    Some(v) => v,
-                    None => {
-                        dead.push(idx);
-                        continue;
-                    }
+                    Ok(k) => RawKey::Bytes(k.as_bytes().to_vec()),
+                    Err(_) => RawKey::Other,
                 }
             };
-            let ev = Ev {
-                session_id: env.session_id.to_string(),
-                seq: env.seq,
-                event_id: env.event_id.to_string(),
-                time: env.time,
-                etype: env.etype.to_string(),
-                data,
-                writer_id: env.writer_id.to_string(),
-                writer_epoch: env.writer_epoch,
-                ignorable: env.ignorable,
-                turn_id: env.turn_id.map(str::to_string),
-                step_id: env.step_id.map(str::to_string),
-                format_version: env.format_version,
-                prev_event_id: env.prev_event_id.map(str::to_string),
-                sealed: env.sealed.iter().map(|p| crypto::Part {
-                    data_class: p.data_class.to_string(),
-                    key_session: p.key_session.to_string(),
-                    origin_event_id: p.origin_event_id.to_string(),
-                    paths: p.paths.iter().map(|x| x.to_string()).collect(),
-                    nonce: p.nonce.to_vec(),
-                    ciphertext: p.ciphertext.to_vec(),
-                }).collect(),
-                surface_op: env.surface_op,
-                py: if self.python_types.contains(env.etype) {
-                    Some(Box::new(units::PyParts {
-                        // sealed: the opened data's text replaces it (see below)
-                        text: if env.sealed.is_empty() { env.data.to_string() }
-                              else { String::new() },
-                    }))
-                } else {
-                    None
-                },
-                source_event_seqs: env.source_event_seqs,
-            };
-            let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
-                order.push(ev.session_id.clone());
-                (partition, Vec::new())
-            });
-            g.1.push(Item { idx, offset, ev });
+            raw.push(Raw { partition, offset, key, value });
         }
-        let mut native = Vec::new();
-        let mut handed = Vec::new();
-        let mut unknown = Vec::new();
-        for sid in order {
-            let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
-            if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
-                handed.push((sid, items.iter().map(|it| it.idx).collect()));
-                continue;
-            }
-            if known_only && !self.sessions.contains_key(&sid) {
-                unknown.push((sid, partition, items.iter().map(|it| it.idx).collect()));
-                continue;
-            }
-            let window = self.window;
-            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
-            let sess = self.sessions.entry(sid.clone())
-                .or_insert_with(|| Sess::new(&sid, partition, window));
-            let mut py_idx = Vec::new();
-            let mut touched = false;
-            let mut aborted = false;
-            let mut batch_opened: Vec<(usize, Py<PyTuple>)> = Vec::new();
-            sess.verdicts.clear();
-            for it in items.iter_mut() {
-                if it.offset <= sess.as_of_offset {
-                    skipped += 1;
-                    continue;
-                }
-                touched = true;
-                sess.as_of_offset = it.offset;
-                let ev = &it.ev;
-                match sess.adm.admit(&ev.event_id, ev.seq, &ev.writer_id, ev.writer_epoch,
-                                     ev.prev_event_id.as_deref()) {
-                    Verdict::Duplicate => {
-                        sess.count("duplicate");
-                        *sess.verdicts.entry("duplicate").or_insert(0) += 1;
-                        continue;
-                    }
-                    Verdict::Rejected(code, reason) => {
-                        sess.count(code);
-                        *sess.verdicts.entry(code).or_insert(0) += 1;
-                        sess.rejections.record(code, &reason, ev, &sess.adm, it.offset);
-                        sess.changed |= REJECTIONS;
-                        continue;
-                    }
-                    Verdict::Admitted => sess.count("admitted"),
-                }
-                if ev.seq == 0 && sess.first_offset.is_none() {
-                    sess.first_offset = Some(it.offset);
-                }
-                sess.last_time = Some(ev.time);
-                if !self.catalog.contains(&ev.etype) {
-                    sess.count("ignored"); // foldable() checked it is ignorable
-                    sess.as_of_seq = ev.seq;
-                    continue;
-                }
-                if ev.etype == "session/start" {
-                    sess.seed = Some(seed_length(&ev.data));
-                }
-                if !it.ev.sealed.is_empty() {
-                    // stage 4 (open), after admission and readability as in the pipeline
-                    let Some(cfg) = self.opener.as_mut() else {
-                        aborted = true;
-                        break;
-                    };
-                    let tenant = cfg.tenant.clone();
-                    let opener = crypto::Opener { tenant: &tenant, session_id: &sid,
-                                                  seed_length: sess.seed };
-                    let mut keys = PyKeys { py, cfg };
-                    let data = std::mem::take(&mut it.ev.data);
-                    match opener.open(&mut keys, it.ev.seq, &it.ev.event_id, &it.ev.etype,
-                                      data, &it.ev.sealed) {
-                        Ok(o) => {
-                            it.ev.data = o.data;
-                            it.ev.sealed.clear();
-                        }
-                        Err(_) => {
-                            aborted = true; // the Python opener gives the verdict
-                            break;
-                        }
-                    }
-                    if !prescan(&it.ev) {
-                        aborted = true;
-                        break;
-                    }
-                    if let Some(p) = it.ev.py.as_mut() {
-                        p.text = json::dumps(&it.ev.data); // the opened data, canonical
-                    }
-                }
-                let ev = &it.ev;
-                sess.index.apply(ev);
-                sess.changed |= INDEX;
-                let t = ev.etype.as_str();
-                let bit = match t {
-                    "turn/start" | "turn/end" | "step/start" | "step/end" => {
-                        if sess.turns.apply(ev) { TURNS } else { 0 }
-                    }
-                    "request/header" | "assistant/message" => {
-                        if sess.usage.apply(ev) { USAGE } else { 0 }
-                    }
-                    "plan/set" => {
-                        if sess.plan.apply(ev) { PLAN } else { 0 }
-                    }
-                    "goal/set" => {
-                        if sess.goal.apply(ev) { GOAL } else { 0 }
-                    }
-                    _ => 0,
-                };
-                sess.changed |= bit | sess.more.apply(ev);
-                match sess.surface.apply(ev) {
-                    Ok(true) => sess.changed |= SURFACE,
-                    Ok(false) => {}
-                    Err(surface::Refuse) => {
-                        aborted = true; // the Python unit raises (or folds otherwise)
-                        break;
-                    }
-                }
-                if self.python_types.contains(t) {
-                    py_idx.push(it.idx);
-                    batch_opened.push((it.idx, py_event(py, ev)?));
-                }
-                sess.as_of_seq = ev.seq;
-            }
-            if aborted {
-                self.undo(&sid, before);
-                handed.push((sid, items.iter().map(|it| it.idx).collect()));
-                continue;
-            }
-            opened_text.extend(batch_opened);
-            if touched {
-                self.snapshots.insert(sid.clone(), before);
-                native.push((sid, partition, py_idx));
-            } else if let Some(s) = self.sessions.get_mut(&sid) {
-                undo::Checkpoint::settle(s); // nothing folded: nothing to undo
-            }
+        let (dead, native, handed, high, skipped, envelopes, unknown) =
+            py.allow_threads(|| self.fold_owned(&raw, &progress, &python_owned, known_only));
+        let mut opened = HashMap::with_capacity(envelopes.len());
+        for (idx, env) in envelopes {
+            opened.insert(idx, env.to_py(py)?);
         }
-        Ok((dead, native, handed, high, skipped, opened_text, unknown))
+        Ok((dead, native, handed, high, skipped, opened, unknown))
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -740,6 +537,244 @@ type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
                        Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
 
 impl Folder {
+    /// `fold` over the records' owned bytes, without the GIL (the opener's key lookups
+    /// take it on a cache miss); the Python units' envelopes come back as `Envelope`s.
+    #[allow(clippy::type_complexity)]
+    fn fold_owned(&mut self, records: &[Raw], progress: &HashMap<i64, i64>,
+                  python_owned: &HashSet<String>, known_only: bool)
+                  -> (Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
+                      HashMap<i64, i64>, usize, Vec<(usize, Envelope)>,
+                      Vec<(String, i64, Vec<usize>)>) {
+        self.settle();
+        if let Some(o) = self.opener.as_mut() {
+            o.cache = crypto::Cache::default(); // keys are asked again each batch
+        }
+        let mut opened_text: Vec<(usize, Envelope)> = Vec::new();
+        let mut dead = Vec::new();
+        let mut high: HashMap<i64, i64> = HashMap::new();
+        let mut order: Vec<String> = Vec::new();
+        let mut groups: HashMap<String, (i64, Vec<Item>)> = HashMap::new();
+        let mut skipped = 0usize;
+        for (idx, rec) in records.iter().enumerate() {
+            let (partition, offset) = (rec.partition, rec.offset);
+            let h = high.entry(partition).or_insert(-1);
+            if offset > *h {
+                *h = offset;
+            }
+            if offset <= *progress.get(&partition).unwrap_or(&-1) {
+                skipped += 1;
+                continue;
+            }
+            let Some(bytes) = rec.value.as_deref() else {
+                dead.push(idx);
+                continue;
+            };
+            let Some(env) = self.schemas.decode(bytes) else {
+                dead.push(idx);
+                continue;
+            };
+            match &rec.key {
+                RawKey::Absent => {}
+                RawKey::Bytes(k) if k.as_slice() == env.session_id.as_bytes() => {}
+                _ => {
+                    dead.push(idx);
+                    continue;
+                }
+            }
+            if env.format_version < 1 {
+                dead.push(idx);
+                continue;
+            }
+            let data = if env.format_version > self.format_version {
+                serde_json::Value::Null // quarantined by the caller: data never read
+            } else {
+                match json::parse_checked(env.data) {
+                    Some(v) => v,
+                    None => {
+                        dead.push(idx);
+                        continue;
+                    }
+                }
+            };
+            let ev = Ev {
+                session_id: env.session_id.to_string(),
+                seq: env.seq,
+                event_id: env.event_id.to_string(),
+                time: env.time,
+                etype: env.etype.to_string(),
+                data,
+                writer_id: env.writer_id.to_string(),
+                writer_epoch: env.writer_epoch,
+                ignorable: env.ignorable,
+                turn_id: env.turn_id.map(str::to_string),
+                step_id: env.step_id.map(str::to_string),
+                format_version: env.format_version,
+                prev_event_id: env.prev_event_id.map(str::to_string),
+                sealed: env.sealed.iter().map(|p| crypto::Part {
+                    data_class: p.data_class.to_string(),
+                    key_session: p.key_session.to_string(),
+                    origin_event_id: p.origin_event_id.to_string(),
+                    paths: p.paths.iter().map(|x| x.to_string()).collect(),
+                    nonce: p.nonce.to_vec(),
+                    ciphertext: p.ciphertext.to_vec(),
+                }).collect(),
+                surface_op: env.surface_op,
+                py: if self.python_types.contains(env.etype) {
+                    Some(Box::new(units::PyParts {
+                        // sealed: the opened data's text replaces it (see below)
+                        text: if env.sealed.is_empty() { env.data.to_string() }
+                              else { String::new() },
+                    }))
+                } else {
+                    None
+                },
+                source_event_seqs: env.source_event_seqs,
+            };
+            let g = groups.entry(ev.session_id.clone()).or_insert_with(|| {
+                order.push(ev.session_id.clone());
+                (partition, Vec::new())
+            });
+            g.1.push(Item { idx, offset, ev });
+        }
+        let mut native = Vec::new();
+        let mut handed = Vec::new();
+        let mut unknown = Vec::new();
+        for sid in order {
+            let (partition, mut items) = groups.remove(&sid).unwrap_or((0, Vec::new()));
+            if python_owned.contains(&sid) || !items.iter().all(|it| self.foldable(&it.ev)) {
+                handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            if known_only && !self.sessions.contains_key(&sid) {
+                unknown.push((sid, partition, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            let window = self.window;
+            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
+            let sess = self.sessions.entry(sid.clone())
+                .or_insert_with(|| Sess::new(&sid, partition, window));
+            let mut py_idx = Vec::new();
+            let mut touched = false;
+            let mut aborted = false;
+            let mut batch_opened: Vec<(usize, Envelope)> = Vec::new();
+            sess.verdicts.clear();
+            for it in items.iter_mut() {
+                if it.offset <= sess.as_of_offset {
+                    skipped += 1;
+                    continue;
+                }
+                touched = true;
+                sess.as_of_offset = it.offset;
+                let ev = &it.ev;
+                match sess.adm.admit(&ev.event_id, ev.seq, &ev.writer_id, ev.writer_epoch,
+                                     ev.prev_event_id.as_deref()) {
+                    Verdict::Duplicate => {
+                        sess.count("duplicate");
+                        *sess.verdicts.entry("duplicate").or_insert(0) += 1;
+                        continue;
+                    }
+                    Verdict::Rejected(code, reason) => {
+                        sess.count(code);
+                        *sess.verdicts.entry(code).or_insert(0) += 1;
+                        sess.rejections.record(code, &reason, ev, &sess.adm, it.offset);
+                        sess.changed |= REJECTIONS;
+                        continue;
+                    }
+                    Verdict::Admitted => sess.count("admitted"),
+                }
+                if ev.seq == 0 && sess.first_offset.is_none() {
+                    sess.first_offset = Some(it.offset);
+                }
+                sess.last_time = Some(ev.time);
+                if !self.catalog.contains(&ev.etype) {
+                    sess.count("ignored"); // foldable() checked it is ignorable
+                    sess.as_of_seq = ev.seq;
+                    continue;
+                }
+                if ev.etype == "session/start" {
+                    sess.seed = Some(seed_length(&ev.data));
+                }
+                if !it.ev.sealed.is_empty() {
+                    // stage 4 (open), after admission and readability as in the pipeline
+                    let Some(cfg) = self.opener.as_mut() else {
+                        aborted = true;
+                        break;
+                    };
+                    let tenant = cfg.tenant.clone();
+                    let opener = crypto::Opener { tenant: &tenant, session_id: &sid,
+                                                  seed_length: sess.seed };
+                    let mut keys = PyKeys { cfg };
+                    let data = std::mem::take(&mut it.ev.data);
+                    match opener.open(&mut keys, it.ev.seq, &it.ev.event_id, &it.ev.etype,
+                                      data, &it.ev.sealed) {
+                        Ok(o) => {
+                            it.ev.data = o.data;
+                            it.ev.sealed.clear();
+                        }
+                        Err(_) => {
+                            aborted = true; // the Python opener gives the verdict
+                            break;
+                        }
+                    }
+                    if !prescan(&it.ev) {
+                        aborted = true;
+                        break;
+                    }
+                    if let Some(p) = it.ev.py.as_mut() {
+                        p.text = json::dumps(&it.ev.data); // the opened data, canonical
+                    }
+                }
+                let ev = &it.ev;
+                sess.index.apply(ev);
+                sess.changed |= INDEX;
+                let t = ev.etype.as_str();
+                let bit = match t {
+                    "turn/start" | "turn/end" | "step/start" | "step/end" => {
+                        if sess.turns.apply(ev) { TURNS } else { 0 }
+                    }
+                    "request/header" | "assistant/message" => {
+                        if sess.usage.apply(ev) { USAGE } else { 0 }
+                    }
+                    "plan/set" => {
+                        if sess.plan.apply(ev) { PLAN } else { 0 }
+                    }
+                    "goal/set" => {
+                        if sess.goal.apply(ev) { GOAL } else { 0 }
+                    }
+                    _ => 0,
+                };
+                sess.changed |= bit | sess.more.apply(ev);
+                match sess.surface.apply(ev) {
+                    Ok(true) => sess.changed |= SURFACE,
+                    Ok(false) => {}
+                    Err(surface::Refuse) => {
+                        aborted = true; // the Python unit raises (or folds otherwise)
+                        break;
+                    }
+                }
+                if self.python_types.contains(t) {
+                    py_idx.push(it.idx);
+                    batch_opened.push((it.idx, Envelope::of(ev)));
+                }
+                sess.as_of_seq = ev.seq;
+            }
+            if aborted {
+                self.undo(&sid, before);
+                handed.push((sid, items.iter().map(|it| it.idx).collect()));
+                continue;
+            }
+            opened_text.extend(batch_opened);
+            if touched {
+                self.snapshots.insert(sid.clone(), before);
+                native.push((sid, partition, py_idx));
+            } else if let Some(s) = self.sessions.get_mut(&sid) {
+                undo::Checkpoint::settle(s); // nothing folded: nothing to undo
+            }
+        }
+        (dead, native, handed, high, skipped, opened_text, unknown)
+    }
+
+
     /// Put a session back as it was before this batch's fold (`before` None: it was new).
     fn undo(&mut self, sid: &str, before: Option<undo::Checkpoint>) {
         match (before, self.sessions.get_mut(sid)) {
@@ -884,27 +919,84 @@ fn prescan(ev: &Ev) -> bool {
     units::prescan(ev) && units_more::prescan(ev) && surface::prescan(ev)
 }
 
-/// The envelope of an event a Python unit reads, as `Folder.fold` documents it.
-fn py_event(py: Python<'_>, ev: &Ev) -> PyResult<Py<PyTuple>> {
-    let p = ev.py.as_ref().expect("python_types events keep their PyParts");
-    let t = PyTuple::new(py, [
-        ev.session_id.as_str().into_pyobject(py)?.into_any(),
-        ev.seq.into_pyobject(py)?.into_any(),
-        ev.event_id.as_str().into_pyobject(py)?.into_any(),
-        ev.time.into_pyobject(py)?.into_any(),
-        ev.etype.as_str().into_pyobject(py)?.into_any(),
-        p.text.as_str().into_pyobject(py)?.into_any(),
-        ev.surface_op.into_pyobject(py)?.into_any(),
-        PyTuple::new(py, &ev.source_event_seqs)?.into_any(),
-        ev.writer_id.as_str().into_pyobject(py)?.into_any(),
-        ev.writer_epoch.into_pyobject(py)?.into_any(),
-        ev.format_version.into_pyobject(py)?.into_any(),
-        pyo3::types::PyBool::new(py, ev.ignorable).to_owned().into_any(),
-        ev.turn_id.as_deref().into_pyobject(py)?.into_any(),
-        ev.step_id.as_deref().into_pyobject(py)?.into_any(),
-        ev.prev_event_id.as_deref().into_pyobject(py)?.into_any(),
-    ])?;
-    Ok(t.unbind())
+/// One record as `Folder.fold` read it under the GIL: its bytes owned.
+struct Raw {
+    partition: i64,
+    offset: i64,
+    key: RawKey,
+    /// None: the value is not bytes (a dead letter).
+    value: Option<Vec<u8>>,
+}
+
+/// A record's key: none, its bytes, or something else (a dead letter).
+enum RawKey {
+    Absent,
+    Bytes(Vec<u8>),
+    Other,
+}
+
+/// The envelope of an event a Python unit reads, as `Folder.fold` documents it, taken
+/// out of the fold without the GIL (made a Python tuple after).
+struct Envelope {
+    session_id: String,
+    seq: i64,
+    event_id: String,
+    time: i64,
+    etype: String,
+    text: String,
+    surface_op: u8,
+    source_event_seqs: Vec<i64>,
+    writer_id: String,
+    writer_epoch: i64,
+    format_version: i64,
+    ignorable: bool,
+    turn_id: Option<String>,
+    step_id: Option<String>,
+    prev_event_id: Option<String>,
+}
+
+impl Envelope {
+    fn of(ev: &Ev) -> Envelope {
+        let p = ev.py.as_ref().expect("python_types events keep their PyParts");
+        Envelope {
+            session_id: ev.session_id.clone(),
+            seq: ev.seq,
+            event_id: ev.event_id.clone(),
+            time: ev.time,
+            etype: ev.etype.clone(),
+            text: p.text.clone(),
+            surface_op: ev.surface_op,
+            source_event_seqs: ev.source_event_seqs.clone(),
+            writer_id: ev.writer_id.clone(),
+            writer_epoch: ev.writer_epoch,
+            format_version: ev.format_version,
+            ignorable: ev.ignorable,
+            turn_id: ev.turn_id.clone(),
+            step_id: ev.step_id.clone(),
+            prev_event_id: ev.prev_event_id.clone(),
+        }
+    }
+
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        let t = PyTuple::new(py, [
+            self.session_id.as_str().into_pyobject(py)?.into_any(),
+            self.seq.into_pyobject(py)?.into_any(),
+            self.event_id.as_str().into_pyobject(py)?.into_any(),
+            self.time.into_pyobject(py)?.into_any(),
+            self.etype.as_str().into_pyobject(py)?.into_any(),
+            self.text.as_str().into_pyobject(py)?.into_any(),
+            self.surface_op.into_pyobject(py)?.into_any(),
+            PyTuple::new(py, &self.source_event_seqs)?.into_any(),
+            self.writer_id.as_str().into_pyobject(py)?.into_any(),
+            self.writer_epoch.into_pyobject(py)?.into_any(),
+            self.format_version.into_pyobject(py)?.into_any(),
+            pyo3::types::PyBool::new(py, self.ignorable).to_owned().into_any(),
+            self.turn_id.as_deref().into_pyobject(py)?.into_any(),
+            self.step_id.as_deref().into_pyobject(py)?.into_any(),
+            self.prev_event_id.as_deref().into_pyobject(py)?.into_any(),
+        ])?;
+        Ok(t.unbind())
+    }
 }
 
 /// The unit keys folded natively.

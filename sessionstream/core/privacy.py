@@ -165,7 +165,7 @@ def default_class(event_type: EventType | None, name: str = "") -> DataClass:
 
 
 @dataclass(frozen=True)
-class _Leaf:
+class PlanLeaf:
     """A content field of one type: where it is and how its placeholder looks."""
 
     parts: tuple[str, ...]  # e.g. ("tool_calls", "[]", "arguments")
@@ -174,10 +174,23 @@ class _Leaf:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    leaves: tuple[_Leaf, ...]
+class SealingPlan:
+    """Which fields of one event type are content, of which class: what :func:`split`
+    follows (and the native append path, through :meth:`native_args`)."""
+
+    leaves: tuple[PlanLeaf, ...]
     known_top: frozenset[str]  # top-level names the catalog declares
-    extra_class: DataClass
+    extra_class: DataClass  # the class of any field the catalog does not declare
+
+    def native_args(self) -> tuple[list[tuple[list[str], str, str]], list[str], str, str]:
+        """The plan as plain values for the native append path (which seals exactly as
+        :func:`split` + :func:`seal_parts` do): the content leaves (parts, class,
+        canonical text of the placeholder), the top-level names the catalog knows, and
+        the class and placeholder text of any other field."""
+        leaves = [(list(leaf.parts), leaf.data_class.value,
+                   canonical_dumps(placeholder(leaf.kinds))) for leaf in self.leaves]
+        return (leaves, sorted(self.known_top), self.extra_class.value,
+                canonical_dumps(placeholder(("any",))))
 
 
 def _spec_at(schema_fields: Mapping[str, F], parts: Sequence[str]) -> F | None:
@@ -207,10 +220,13 @@ def _split_name(name: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-_PLANS: dict[tuple[int, str], _Plan] = {}
+_PLANS: dict[tuple[int, str], SealingPlan] = {}
 
 
-def _plan(catalog: Catalog, type_name: str) -> _Plan:
+def sealing_plan(catalog: Catalog | None, type_name: str) -> SealingPlan:
+    """The sealing plan of ``type_name`` in ``catalog`` (None: the default catalog),
+    built once per catalog and type."""
+    catalog = catalog if catalog is not None else _default()
     key = (id(catalog), type_name)
     plan = _PLANS.get(key)
     if plan is not None:
@@ -224,26 +240,13 @@ def _plan(catalog: Catalog, type_name: str) -> _Plan:
             continue
         parts = _split_name(name)
         spec = _spec_at(schema, parts)
-        leaves.append(_Leaf(parts, cls, spec.kinds() if spec is not None else ("any",)))
+        leaves.append(PlanLeaf(parts, cls, spec.kinds() if spec is not None else ("any",)))
     known = frozenset(schema) | frozenset(n.split(".")[0].removesuffix("[]") for n in table)
-    plan = _Plan(tuple(leaves), known, default_class(etype))
+    plan = SealingPlan(tuple(leaves), known, default_class(etype))
     if len(_PLANS) > 1024:
         _PLANS.clear()
     _PLANS[key] = plan
     return plan
-
-
-def sealing_plan(catalog: Catalog | None, type_name: str
-                 ) -> tuple[list[tuple[list[str], str, str]], list[str], str, str]:
-    """The plan :func:`split` follows for ``type_name``, as plain values (for the native
-    append path, which seals exactly as :func:`split` + :func:`seal_parts` do): the
-    content leaves (parts, class, canonical text of the placeholder), the top-level
-    names the catalog knows, and the class and placeholder text of any other field."""
-    plan = _plan(catalog if catalog is not None else _default(), type_name)
-    leaves = [(list(leaf.parts), leaf.data_class.value,
-               canonical_dumps(placeholder(leaf.kinds))) for leaf in plan.leaves]
-    return (leaves, sorted(plan.known_top), plan.extra_class.value,
-            canonical_dumps(placeholder(("any",))))
 
 
 def placeholder(kinds: Sequence[str], text: str = SEALED_TEXT) -> JsonValue:
@@ -328,7 +331,7 @@ def split(
     by :func:`placeholder` of its declared kinds. Null content stays null (nothing to hide).
     """
     cat = catalog if catalog is not None else _default()
-    plan = _plan(cat, type_name)
+    plan = sealing_plan(cat, type_name)
     wanted = frozenset(classes)
     if not isinstance(data, Mapping):
         return Split(data, ())

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -291,6 +292,8 @@ class KeyStore(ABC):
             OrderedDict()
         #: per tenant: (monotonic time of the last feed check, the feed position read)
         self._feed: dict[str, tuple[float, Any]] = {}
+        #: lookups come from several threads (replay reads keys ahead of its flush)
+        self._lock = threading.RLock()
 
     # backend ------------------------------------------------------------
     @abstractmethod
@@ -336,23 +339,24 @@ class KeyStore(ABC):
 
     # ContentKeys ----------------------------------------------------------
     def lookup(self, tenant: str, session_id: str, data_class: DataClass) -> KeyLookup:
-        now = self._monotonic()
-        self._follow_shreds(tenant, now)
-        ck = (tenant, session_id, data_class)
-        hit = self._cache.get(ck)
-        if hit is not None:
-            at, found = hit
-            age = now - at
-            if age < self._max_age and (found.state is not KeyState.MISSING
-                                        or age < self._ttl):
-                self._cache.move_to_end(ck)
-                return found
-        found = self._lookup(tenant, session_id, data_class)
-        self._cache[ck] = (now, found)
-        self._cache.move_to_end(ck)
-        while len(self._cache) > self._bound:
-            self._cache.popitem(last=False)
-        return found
+        with self._lock:
+            now = self._monotonic()
+            self._follow_shreds(tenant, now)
+            ck = (tenant, session_id, data_class)
+            hit = self._cache.get(ck)
+            if hit is not None:
+                at, found = hit
+                age = now - at
+                if age < self._max_age and (found.state is not KeyState.MISSING
+                                            or age < self._ttl):
+                    self._cache.move_to_end(ck)
+                    return found
+            found = self._lookup(tenant, session_id, data_class)
+            self._cache[ck] = (now, found)
+            self._cache.move_to_end(ck)
+            while len(self._cache) > self._bound:
+                self._cache.popitem(last=False)
+            return found
 
     def _follow_shreds(self, tenant: str, now: float) -> None:
         """Drop the cached keys the tenant's shred feed names since the last check

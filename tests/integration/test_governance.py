@@ -327,6 +327,42 @@ def test_purge_pages_through_a_feed_longer_than_one_page_and_never_reads_it_whol
     assert _Recording.commands.index(deletes[0]) < _Recording.commands.index(reads[-1])
 
 
+async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
+        writer_cfg: WriterConfig, sealed_cfg: WriterConfig, redis_client: redis.Redis,
+        settings: Settings) -> None:
+    """A replay that stops before switching (``--no-switch``, or one that crashed) leaves
+    a generation past the readers' pointer; replay counts it in the generation counter
+    before writing it, so a deletion purges it too."""
+    from redis.asyncio import Redis
+
+    from streams.replay import replay
+
+    w = SessionWriter.create(writer_cfg)  # clear content: the replay folds it readable
+    w.append("user/message", {"content": f"{CANARY} to forget"})
+    w.flush(10)
+    w.close()
+    keys = writer_cfg.keys
+    aredis = Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        report = await replay(bootstrap=settings.kafka_bootstrap, redis=aredis, keys=keys,
+                              topic=writer_cfg.topic, switch=False)
+    finally:
+        await aredis.aclose()
+    gen = report.generation
+    assert not report.switched and gen > report.live_generation
+    assert redis_client.get(keys.generation()) is None  # readers stay on the first
+    row = keys.session_row(w.session_id, gen)
+    assert CANARY in json.dumps(redis_client.hgetall(row))
+    assert redis_client.zrange(keys.sessions_index(gen), 0, -1) == [w.session_id]
+    assert redis_client.xlen(keys.tenant_changes(gen)) >= 1
+
+    _gov(sealed_cfg, redis_client).purge_redis(w.session_id)
+    assert CANARY not in json.dumps(redis_client.hgetall(row))
+    assert not [f for f in redis_client.hkeys(row) if f.startswith(SessionRow.CONTENT_PREFIXES)]
+    assert redis_client.zrange(keys.sessions_index(gen), 0, -1) == []
+    assert redis_client.xlen(keys.tenant_changes(gen)) == 0
+
+
 def test_deleting_an_unknown_session_is_a_clear_error(
         sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
     with pytest.raises(SessionUnknown, match="nothing to delete"):

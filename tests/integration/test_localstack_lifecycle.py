@@ -48,6 +48,8 @@ def test_up_down_up_keeps_data_and_fresh_wipes_it(tmp_path: Path, procs: Process
         cli("up")
         assert running() == {"kafka": True, "redis": True}
         assert "already running" in cli("up")
+        # The broker logs its JVM pauses (ADR 0018); the JVM opens the file at start.
+        assert (tmp_path / "state" / "kafka" / "gc.log").is_file()
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)

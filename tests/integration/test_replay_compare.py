@@ -8,6 +8,7 @@ whose views differ is reported, and one at another ``as_of_seq`` is not comparab
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
-from streams.replay import ReplayReport, replay
+from streams.replay import ReplayReport, allocate_generation, replay
 from tests.integration.streams_helpers import fleet, interleave, produce
 from tests.integration.writers import tool_turn, writer_cfg
 
@@ -84,6 +85,30 @@ async def test_replay_reports_a_changed_view_and_a_moved_row_and_equal_rows_of_a
     assert third.equal == 10 and not third.switched
 
 
+async def test_concurrent_replays_get_distinct_generations_past_the_counter_and_pointer(
+    settings: Settings, redis_client: redis.Redis, redis_prefix: str,
+) -> None:
+    """Allocation is one atomic step: eight replays starting at once on a tenant whose
+    pointer is ahead of its counter (absent here: a tenant from before the counter, or a
+    restored pointer) get eight generations, none shared, and the counter ends at the
+    highest; it never moves back below a generation a replay writes (a deletion purges
+    every generation up to it)."""
+    keys = KeySpace(settings.tenant, redis_prefix)
+    redis_client.set(keys.generation(), 3)
+    clients = [Redis.from_url(settings.redis_url, decode_responses=True) for _ in range(8)]
+    try:
+        got = await asyncio.gather(*(allocate_generation(c, keys) for c in clients))
+        assert {live for live, _ in got} == {3}
+        assert sorted(new for _, new in got) == list(range(4, 12))
+        assert int(redis_client.get(keys.generation_counter())) == 11
+        # from a counter ahead of the pointer: the next one after the counter
+        redis_client.set(keys.generation_counter(), 20)
+        assert await allocate_generation(clients[0], keys) == (3, 21)
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
 def _store(root: Path) -> FileKeyStore:
     return FileKeyStore(root, cache_ttl_s=0)
 
@@ -107,8 +132,14 @@ async def test_sealed_rows_compare_by_their_opened_views(
                 "rows": RowCipher(ContentCipher(_store(root), "default"))}
 
     first = await _replay(settings, cfg.topic, keys, switch=True, **sealed())
-    second = await _replay(settings, cfg.topic, keys, switch=True, **sealed())
+    # flushed every 3 records: each row is written in several flushes, some fields
+    # rewritten, some kept from an earlier flush
+    second = await _replay(settings, cfg.topic, keys, switch=True, batch=3, flush_every=1,
+                           **sealed())
     assert second.equal == 3 and second.equals_live
+    # the native fold kept digests of what it sealed: only the live rows were opened
+    native = second.fold == "native"
+    assert second.by_digest == (3 if native else 0)
     sid = writers[0].session_id
     row = keys.session_row(sid, second.generation)
     stored = redis_client.hget(row, SessionRow.view("todo"))
@@ -120,4 +151,6 @@ async def test_sealed_rows_compare_by_their_opened_views(
 
     third = await _replay(settings, cfg.topic, keys, switch=False, **sealed())
     assert third.live_generation == second.generation != first.generation
+    # the tampered live row failed its digest check and was compared exactly
     assert third.different == [sid] and third.equal == 2
+    assert third.by_digest == (2 if native else 0)

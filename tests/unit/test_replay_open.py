@@ -77,3 +77,57 @@ def test_a_field_that_does_not_open_natively_is_left_to_the_python_opener(
     store.shred("t", "s", (DataClass.SURFACE,), principal="ops", reason="erasure")
     assert replay._open_natively(rows, "s", sealed) is None
     assert replay._opened(sealed, "s", rows) == _python(rows, "s", sealed)
+
+
+def _verdict(fresh: dict[str, str], old: dict[str, str]) -> list[list[str]]:
+    """A compare script's answer for one pair: the new row's sealed values as their
+    SHA-1 reference (as COMPARE_ROWS_LUA gives them), the live row whole."""
+    def flat(row: dict[str, str], hashed: bool) -> list[str]:
+        return [x for k, v in row.items()
+                for x in (k, native_fold.sealed_ref(v) if hashed and v.startswith(PREFIX)
+                          else v)]
+    return [flat(fresh, True), flat(old, False)]
+
+
+def _kept(clear: dict[str, str], sealed: dict[str, str]) -> dict[str, tuple[str, bytes]]:
+    return {k: (native_fold.sealed_ref(v), native_fold.field_digest(clear[k]))
+            for k, v in sealed.items() if v.startswith(PREFIX)}
+
+
+_ROW = {"as_of_seq": "7", "view:todo": '{"items":["secret"]}', "view:index": '{"n":1}',
+        "part:surface:items:0": '{"role":"user","text":"hi"}', "parts:surface": "{}"}
+
+
+def test_a_sealed_pair_is_equal_by_digest_with_only_the_live_row_opened(
+        rows: RowCipher) -> None:
+    fresh, old = _seal(rows, "s-1", _ROW), _seal(rows, "s-1", _ROW)
+    assert fresh["view:todo"] != old["view:todo"]  # random nonces
+    assert replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
+
+
+def test_a_corrupted_live_row_is_not_equal_by_digest(rows: RowCipher) -> None:
+    fresh = _seal(rows, "s-1", _ROW)
+    for name, text in [("view:todo", '{"items":["other"]}'),
+                       ("part:surface:items:0", '{"role":"user","text":"ho"}'),
+                       ("view:index", '{"n":2}')]:
+        old = _seal(rows, "s-1", {**_ROW, name: text})
+        assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows,
+                                           _kept(_ROW, fresh)), name
+    old = _seal(rows, "s-1", {**_ROW, "view:goal": "{}"})  # a field more
+    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
+
+
+def test_a_digest_not_of_the_stored_value_decides_nothing(rows: RowCipher) -> None:
+    fresh, old = _seal(rows, "s-1", _ROW), _seal(rows, "s-1", _ROW)
+    # no digest kept, or one of another value sealed in that field (rewritten since)
+    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, None)
+    other = _seal(rows, "s-1", _ROW)
+    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, other))
+    kept = _kept(_ROW, fresh)
+    kept["view:todo"] = (kept["view:todo"][0], native_fold.field_digest('{"items":[]}'))
+    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, kept)
+
+
+def test_the_fold_and_the_compare_know_the_sealed_prefix_of_the_row_cipher() -> None:
+    assert native_fold.SEALED_PREFIX == PREFIX
+    assert native_fold.sealed_ref(PREFIX + "abc").startswith(native_fold.SEALED_REF)
