@@ -119,7 +119,7 @@ async def test_sealed_rows_compare_by_their_opened_views(
 ) -> None:
     root = tmp_path / "keys"
     cfg = dataclasses.replace(writer_cfg, cipher=ContentCipher(_store(root), "default"))
-    writers = [SessionWriter.create(cfg) for _ in range(3)]
+    writers = [SessionWriter.create(cfg) for _ in range(4)]
     for n, w in enumerate(writers):
         tool_turn(w, n)
         w.append("todo/add", {"id": f"t{n}", "text": f"secret todo {n}"})
@@ -136,10 +136,10 @@ async def test_sealed_rows_compare_by_their_opened_views(
     # rewritten, some kept from an earlier flush
     second = await _replay(settings, cfg.topic, keys, switch=True, batch=3, flush_every=1,
                            **sealed())
-    assert second.equal == 3 and second.equals_live
+    assert second.equal == 4 and second.equals_live
     # the native fold kept digests of what it sealed: only the live rows were opened
     native = second.fold == "native"
-    assert second.by_digest == (3 if native else 0)
+    assert second.by_digest == (4 if native else 0)
     sid = writers[0].session_id
     row = keys.session_row(sid, second.generation)
     stored = redis_client.hget(row, SessionRow.view("todo"))
@@ -149,8 +149,14 @@ async def test_sealed_rows_compare_by_their_opened_views(
     redis_client.hset(row, SessionRow.view("todo"), rows.seal(
         sid, "todo", SessionRow.view("todo"), json.dumps({**head, "extra": 1})))
 
+    # and a clear field of a sealed row (the script hands back only the fields that differ)
+    clear = writers[1].session_id
+    row = keys.session_row(clear, second.generation)
+    index = json.loads(redis_client.hget(row, SessionRow.view("index")))
+    redis_client.hset(row, SessionRow.view("index"), json.dumps({**index, "status": "x"}))
+
     third = await _replay(settings, cfg.topic, keys, switch=False, **sealed())
     assert third.live_generation == second.generation != first.generation
-    # the tampered live row failed its digest check and was compared exactly
-    assert third.different == [sid] and third.equal == 2
+    # the tampered live rows failed the digest check and were compared exactly
+    assert sorted(third.different) == sorted([sid, clear]) and third.equal == 2
     assert third.by_digest == (2 if native else 0)
