@@ -32,6 +32,7 @@ mod undo;
 mod messages;
 mod resp;
 mod rowseal;
+mod rowwrite;
 mod surface;
 mod units;
 mod units_more;
@@ -196,6 +197,8 @@ pub struct Folder {
     /// How to undo the last fold of each session it folded (None: it was new).
     snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
+    /// The native chunked units' collections (`set_chunk_shapes`), by unit key.
+    shapes: HashMap<String, Vec<rowwrite::Shape>>,
     /// The last batch's record bytes (reused: its capacity stays).
     arena: Vec<u8>,
 }
@@ -272,6 +275,7 @@ impl Folder {
             sessions: HashMap::new(),
             snapshots: HashMap::new(),
             opener: None,
+            shapes: HashMap::new(),
             arena: Vec::new(),
         }
     }
@@ -396,6 +400,58 @@ impl Folder {
     fn chunked_fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
                            chunk: usize) -> PyResult<Option<FieldsOut<'py>>> {
         self.fields_of(py, session_id, changed_only, chunk.max(1))
+    }
+
+    /// The native chunked units' collections, per unit key: (name, kind, view key,
+    /// state key), as the Python units declare them (for `write_fields`).
+    #[allow(clippy::type_complexity)]
+    fn set_chunk_shapes(&mut self,
+                        shapes: HashMap<String, Vec<(String, String, Option<String>,
+                                                     Option<String>)>>) {
+        self.shapes = shapes.into_iter().map(|(k, v)| (k, v.into_iter()
+            .map(|(name, kind, view_key, state_key)| rowwrite::Shape {
+                name, kind, view_key, state_key }).collect())).collect();
+    }
+
+    /// `chunked_fields` with each chunked unit's chunk fields and manifest built here
+    /// (streams.native_fold.native_chunks in Python): (fields, native units changed,
+    /// chunk fields to delete, per chunked unit written (chunk, chunks per collection)).
+    /// `stored`: per unit what the row holds (empty: a first write).
+    #[allow(clippy::type_complexity)]
+    fn write_fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
+                         chunk: usize, stored: HashMap<String, rowwrite::Stored>)
+                         -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>,
+                                             Vec<String>,
+                                             HashMap<&'static str, (usize, HashMap<String, usize>)>)>> {
+        let chunk = chunk.max(1);
+        let Some((d, changed, parts)) = self.fields_of(py, session_id, changed_only, chunk)?
+            else { return Ok(None) };
+        let mut by_unit: Vec<(&'static str, Vec<(&str, usize, usize, &[String])>)> = Vec::new();
+        for (key, c, n, at, texts) in &parts {
+            match by_unit.iter_mut().find(|(k, _)| k == key) {
+                Some((_, v)) => v.push((c, *n, *at, texts.as_slice())),
+                None => by_unit.push((key, vec![(c, *n, *at, texts.as_slice())])),
+            }
+        }
+        let mut fields = Vec::new();
+        let mut deletes = Vec::new();
+        let mut counts = HashMap::new();
+        for (key, unit_parts) in &by_unit {
+            let shapes = self.shapes.get(*key).ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err(format!(
+                    "native fold: no chunk shapes for {key} (set_chunk_shapes)"))
+            })?;
+            let got = rowwrite::unit_chunks(key, shapes, unit_parts, stored.get(*key), chunk,
+                                            &mut fields, &mut deletes)
+                .map_err(pyo3::exceptions::PyAssertionError::new_err)?;
+            counts.insert(*key, (chunk, got));
+        }
+        for (k, v) in fields {
+            d.set_item(k, v)?;
+        }
+        d.del_item("as_of_seq")?;
+        d.del_item("as_of_offset")?;
+        Ok(Some((d, changed, deletes, counts)))
     }
 
     /// The next chunked_fields of the session gives every item (its last write did not
