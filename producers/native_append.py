@@ -152,8 +152,8 @@ class NativeAppend(PythonAppend):
         self._last: tuple[Event, bytes] | None = None
 
     def bind(self, limit: int) -> None:
-        self._app.bind(Event, _events._Filling, [SurfaceOp.NONE, SurfaceOp.APPEND,
-                                                 SurfaceOp.REPLACE],
+        self._app.bind(_events.decoded_event, [SurfaceOp.NONE, SurfaceOp.APPEND,
+                                               SurfaceOp.REPLACE],
                        _events.uuid4_ids, _events.system_clock, rules_for, FORMAT_VERSION,
                        limit - ENVELOPE_OVERHEAD)
 

@@ -185,6 +185,12 @@ class NativeFold:
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
             self._chunks, self._memo, self.digests, self._sealing)
 
+    def settled_sessions(self) -> list[str]:
+        """The sessions an earlier flush wrote that nothing folded since (replay: once
+        the log's end is read, their rows in the new generation are final)."""
+        return [sid for sid in self._written if sid not in self._dirty
+                and sid not in self._python]
+
     @property
     def unflushed_sessions(self) -> int:
         return len(self._dirty) + self.proc.unflushed_sessions

@@ -542,25 +542,21 @@ impl Appender {
                    ciphers: HashMap::new(), rules: HashMap::new(), bound: None }
     }
 
-    /// Hand in what `append` builds events with: the Event class and its filling twin,
-    /// the SurfaceOp members (none, append, replace), the default id source and clock
+    /// Hand in what `append` builds events with: `events.decoded_event`, the SurfaceOp
+    /// members (none, append, replace), the default id source and clock
     /// (`uuid4_ids`, `system_clock`: done natively when a session uses them), the
     /// function giving a type's rules (`rules_for(session, type)`, see
     /// producers/native_append.py), the format version, and the largest data text the
     /// writer accepts (bytes; larger: declined, the writer raises MessageTooLarge).
     #[allow(clippy::too_many_arguments)]
-    fn bind(&mut self, event_cls: Py<PyAny>, filling_cls: Py<PyAny>, ops: Vec<Py<PyAny>>,
+    fn bind(&mut self, make_event: Py<PyAny>, ops: Vec<Py<PyAny>>,
             uuid4_ids: Py<PyAny>, system_clock: Py<PyAny>, rules_for: Py<PyAny>,
             format_version: i64, data_limit: i64) -> PyResult<()> {
         if ops.len() != 3 {
             return Err(pyo3::exceptions::PyValueError::new_err("three SurfaceOp members"));
         }
-        let object_new = Python::with_gil(|py| -> PyResult<Py<PyAny>> {
-            Ok(PyModule::import(py, "builtins")?.getattr("object")?.getattr("__new__")?.unbind())
-        })?;
-        self.bound = Some(rules::Bound_ { event_cls, filling_cls, ops, uuid4_ids,
-                                          system_clock, rules_for, format_version,
-                                          data_limit, object_new });
+        self.bound = Some(rules::Bound_ { make_event, ops, uuid4_ids, system_clock,
+                                          rules_for, format_version, data_limit });
         Ok(())
     }
 

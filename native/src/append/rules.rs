@@ -48,15 +48,13 @@ pub(super) struct Rules {
 
 /// What `Appender.bind` hands in.
 pub(super) struct Bound_ {
-    pub(super) event_cls: Py<PyAny>,
-    pub(super) filling_cls: Py<PyAny>,
+    pub(super) make_event: Py<PyAny>,
     pub(super) ops: Vec<Py<PyAny>>,
     pub(super) uuid4_ids: Py<PyAny>,
     pub(super) system_clock: Py<PyAny>,
     pub(super) rules_for: Py<PyAny>,
     pub(super) format_version: i64,
     pub(super) data_limit: i64,
-    pub(super) object_new: Py<PyAny>,
 }
 
 fn kinds_of(names: &Bound<'_, PyAny>) -> PyResult<u16> {
@@ -326,27 +324,22 @@ impl Appender {
             clock.call0().map_err(Stop::Raise)?
         };
         let op_obj = b.ops[op as usize].bind(py);
-        let event = new_event(py, b, &[
-            ("session_id", session_id_obj.clone()),
-            ("seq", seq.into_pyobject(py).map_err(|e| Stop::Raise(e.into()))?.into_any()),
-            ("event_id", event_id_obj.clone()),
-            ("time", time_obj.clone()),
-            ("type", etype.clone()),
-            ("surface_op", op_obj.clone()),
-            ("source_event_seqs", PyTuple::empty(py).into_any()),
-            ("writer", writer.clone()),
-            ("format_version", b.format_version.into_pyobject(py)
-                .map_err(|e| Stop::Raise(e.into()))?.into_any()),
-            ("ignorable", PyBool::new(py, rules.ignorable).to_owned().into_any()),
-            ("turn_id", open_turn.clone()),
-            ("step_id", open_step.clone()),
-            ("prev_event_id", prev_obj.clone()),
-            ("sealed", PyTuple::empty(py).into_any()),
-            ("lossless_checked", PyBool::new(py, true).to_owned().into_any()),
-            ("_data", frozen),
-            ("_raw", py.None().into_bound(py)),
-            ("_text", PyString::new(py, &text).into_any()),
-        ]).map_err(Stop::Raise)?;
+        // events.decoded_event: the core's positional constructor of an event whose data
+        // is checked and frozen, with its text (plain slot stores in Python, far cheaper
+        // than attribute calls from here).
+        let raise = |e: PyErr| Stop::Raise(e);
+        let args = PyTuple::new(py, [
+            session_id_obj.clone(),
+            seq.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any(),
+            event_id_obj.clone(), time_obj.clone(), etype.clone(),
+            PyString::new(py, &text).into_any(), frozen.clone(),
+            PyBool::new(py, true).to_owned().into_any(), op_obj.clone(),
+            PyTuple::empty(py).into_any(), writer.clone(),
+            b.format_version.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any(),
+            PyBool::new(py, rules.ignorable).to_owned().into_any(), open_turn.clone(),
+            open_step.clone(), prev_obj.clone(),
+        ]).map_err(raise)?;
+        let event = b.make_event.bind(py).call1(args).map_err(raise)?;
         events.append(&event).map_err(Stop::Raise)?;
         if !record {
             return Ok((event, None));
@@ -356,7 +349,7 @@ impl Appender {
             return Ok((event, None));
         };
         let (format_version, ignorable) = (b.format_version, rules.ignorable);
-        let data = event.getattr(pyo3::intern!(py, "_data")).map_err(Stop::Raise)?;
+        let data = frozen;
         let mut sealed = Vec::new();
         let mut clear = None;
         if let Some(seal) = seal {
@@ -417,18 +410,6 @@ fn exact_text(obj: &Bound<'_, PyAny>) -> R<String> {
     }
     obj.downcast::<PyString>().map_err(|_| Decline)?.to_str().map(str::to_owned)
         .map_err(|_| Decline)
-}
-
-/// An Event filled as the core's constructors fill one: as its `_Filling` twin (plain
-/// slot stores), then given its class back.
-fn new_event<'py>(py: Python<'py>, b: &Bound_, fields: &[(&str, Bound<'py, PyAny>)])
-    -> PyResult<Bound<'py, PyAny>> {
-    let event = b.object_new.bind(py).call1((b.filling_cls.bind(py),))?;
-    for (name, value) in fields {
-        event.setattr(PyString::intern(py, name), value)?;
-    }
-    event.setattr(pyo3::intern!(py, "__class__"), b.event_cls.bind(py))?;
-    Ok(event)
 }
 
 /// Random bytes for event ids (16 per id) and nonces, drawn 4 KiB at a time (cleared in a forked
