@@ -290,6 +290,39 @@ class KafkaSender:
         self.on_error: DeliveryListener | None = None
         #: Delivery reports may take the inline path (see Delivery.__call__).
         self._plain = False
+        #: A native delivery log (use_log): the callback of every record, in place of a
+        #: Delivery per record; then _sent holds the event ids produced and not
+        #: forgotten (in produce order, a resent one twice) and _produced counts records.
+        self._log: Any = None
+        self._sent: list[str] = []
+        self._produced = 0
+
+    def use_log(self, log: Any) -> bool:
+        """Track deliveries with a native log (``Appender.delivery_log()``: it reads the
+        event id from each record's value) rather than a Delivery per record. Only on a
+        sender with no delivery listener that produced nothing yet; returns whether it
+        took it. Outcomes are the same: acknowledged (partition, offset), failed or
+        possibly persisted per event id, a failure mapped and listened to at once."""
+        if self._log is not None or self._on_delivery is not None or self._deliveries:
+            return False
+        log.set_on_error(self._log_error)
+        self._log = log
+        return True
+
+    def _log_error(self, event_id: str, err: KafkaError) -> Delivery:
+        """A failed report from the native log: the Delivery it keeps for the event."""
+        d = Delivery(event_id)
+        d.error = map_kafka_error(err, what=f"delivering event {event_id}")
+        d.state = (DeliveryState.POSSIBLY_PERSISTED if isinstance(d.error, PossiblyPersisted)
+                   else DeliveryState.FAILED)
+        if self.on_error is not None:
+            self.on_error(d)
+        return d
+
+    def _outstanding(self) -> int:
+        """Our records produced and not yet reported."""
+        log = self._log
+        return self._inflight if log is None else self._produced - log.reported
 
     @property
     def on_delivery(self) -> DeliveryListener | None:
@@ -298,6 +331,9 @@ class KafkaSender:
 
     @on_delivery.setter
     def on_delivery(self, listener: DeliveryListener | None) -> None:
+        if listener is not None and self._log is not None:
+            raise ValueError("a sender tracking deliveries in a native log has no "
+                             "per-record listener")
         self._on_delivery = listener
         self._replan()
 
@@ -322,6 +358,8 @@ class KafkaSender:
             entry = self._entry = self._pool.acquire(self._config)
             self._producer = entry.producer
             self._inflight = 0
+            if self._log is not None:
+                self._produced = self._log.reported
             self._replan()
         return entry.producer
 
@@ -413,8 +451,9 @@ class KafkaSender:
         value: bytes,
         event_id: str,
         headers: Iterable[tuple[str, bytes]] | None = None,
-    ) -> Delivery:
-        """Queue one record (tracked by ``event_id``); raises QueueFull or a mapped error."""
+    ) -> Delivery | None:
+        """Queue one record (tracked by ``event_id``); raises QueueFull or a mapped error.
+        Returns the record's Delivery (None with a native log: see delivery())."""
         entry = self._entry
         p = self._producer
         if entry is None or p is None or entry.pid != _PID[0]:
@@ -422,6 +461,25 @@ class KafkaSender:
             entry = self._entry
         if entry is not None and entry.fatal is not None:
             raise entry.fatal
+        log = self._log
+        if log is not None:
+            # One native callback for every record (see use_log): no object per record.
+            try:
+                if headers is None:
+                    p.produce(self.topic, value, key, on_delivery=log)
+                else:
+                    p.produce(self.topic, value, key, on_delivery=log, headers=list(headers))
+            except BufferError:
+                self._produce_when_room(p, key, value, log, headers)
+            except KafkaException as exc:
+                raise map_kafka_error(exc.args[0], what="produce") from exc
+            self._produced += 1
+            self._sent.append(event_id)
+            self._since_poll += 1
+            if self._since_poll >= POLL_EVERY:
+                self._since_poll = 0
+                p.poll(0)
+            return None
         d = Delivery(event_id, self)
         try:
             if headers is None:
@@ -445,7 +503,8 @@ class KafkaSender:
             p.poll(0)
         return d
 
-    def _produce_when_room(self, p: Producer, key: bytes, value: bytes, d: Delivery,
+    def _produce_when_room(self, p: Producer, key: bytes, value: bytes,
+                           d: Callable[[KafkaError | None, Message], None],
                            headers: Iterable[tuple[str, bytes]] | None) -> None:
         hdrs: list[Any] | None = list(headers) if headers is not None else None
         for _ in range(QUEUE_FULL_RETRIES):
@@ -478,26 +537,77 @@ class KafkaSender:
         """
         entry = self._entry
         if entry is None or entry.pid != os.getpid():
-            return self._inflight
+            return self._outstanding()
         p = entry.producer
         deadline = time.monotonic() + timeout
-        while self._inflight > 0:
+        while self._outstanding() > 0:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             p.flush(min(left, FLUSH_SLICE_S))
+        log = self._log
+        if (log is not None and log.take_ok_seen()
+                and (entry.down_since is not None or not entry.verified)):
+            entry.up()  # what _settle does on a success
+            self._replan()
         if entry.fatal is not None:
             raise entry.fatal
-        return self._inflight
+        return self._outstanding()
 
     def delivery(self, event_id: str) -> Delivery | None:
-        return self._deliveries.get(event_id)
+        log = self._log
+        if log is None:
+            return self._deliveries.get(event_id)
+        got = log.get(event_id)
+        if isinstance(got, Delivery):
+            return got
+        if got is None:
+            if event_id not in self._sent:
+                return None
+            return Delivery(event_id)  # pending
+        d = Delivery(event_id)
+        d.state, (d.partition, d.offset) = DeliveryState.OK, got
+        return d
+
+    def harvest(self, event_ids: list[str], offsets: dict[str, int],
+                records: dict[str, bytes]
+                ) -> tuple[list[str], list[str], int | None, int | None, int | None]:
+        """Take in the acknowledgements of ``event_ids``: each acknowledged one gets its
+        offset in ``offsets`` and leaves ``records``. Returns (taken, waiting: neither
+        acknowledged nor in ``offsets``, partition, lowest and highest offset taken)."""
+        log = self._log
+        if log is not None:
+            result: tuple[list[str], list[str], int | None, int | None, int | None] = (
+                log.harvest(event_ids, offsets, records))
+            return result
+        taken: list[str] = []
+        waiting: list[str] = []
+        partition = lo = hi = None
+        for eid in event_ids:
+            d = self._deliveries.get(eid)
+            if d is None or d.state is not DeliveryState.OK or d.offset is None:
+                if eid not in offsets:
+                    waiting.append(eid)
+                continue
+            off = d.offset
+            offsets[eid] = off
+            records.pop(eid, None)
+            partition = d.partition
+            lo = off if lo is None or off < lo else lo
+            hi = off if hi is None or off > hi else hi
+            taken.append(eid)
+        return taken, waiting, partition, lo, hi
 
     def pending(self) -> list[str]:
+        if self._log is not None:
+            return [e for e, s in self.unconfirmed().items() if s == DeliveryState.PENDING]
         return [e for e, d in self._deliveries.items() if d.state is DeliveryState.PENDING]
 
     def unconfirmed(self) -> dict[str, str]:
         """event_id -> state of every record that is not (yet) acknowledged."""
+        if self._log is not None:
+            states: dict[str, str] = self._log.unconfirmed(self._sent)
+            return states
         return {
             e: d.state.value for e, d in self._deliveries.items()
             if d.state is not DeliveryState.OK
@@ -505,6 +615,9 @@ class KafkaSender:
 
     def forget(self, event_ids: Iterable[str]) -> None:
         """Stop tracking records (after their outcome was handled)."""
+        if self._log is not None:
+            self._sent = self._log.forget(self._sent, list(event_ids))
+            return
         for e in event_ids:
             self._deliveries.pop(e, None)
         if self._resent and not self._deliveries:
@@ -512,6 +625,9 @@ class KafkaSender:
             self._replan()
 
     def deliveries(self) -> list[Delivery]:
+        if self._log is not None:
+            return [d for e in dict.fromkeys(self._sent)
+                    if (d := self.delivery(e)) is not None]
         return list(self._deliveries.values())
 
     @property
@@ -532,9 +648,9 @@ class KafkaSender:
         if entry is None:
             return 0
         try:
-            remaining = self.flush(timeout) if timeout > 0 else self._inflight
+            remaining = self.flush(timeout) if timeout > 0 else self._outstanding()
         except KafkaProducerError:
-            remaining = self._inflight
+            remaining = self._outstanding()
         finally:
             self._entry = None
             self._producer = None

@@ -4,12 +4,16 @@ Per append the writer checks and freezes ``data``, renders its canonical JSON, r
 session rules, seals the content (when the tenant encrypts) and writes the Avro
 envelope. :class:`PythonAppend` is the reference: ``Session.append``,
 ``ContentCipher.seal_event`` and the codec. :class:`NativeAppend` does the same with
-the extension (``sessionstream_native.Appender``, native/src/append.rs): one walk of
-``data`` that checks, freezes and renders it, then one call that seals and writes the
-record; the session rules stay in the core (``Session.append_checked``). Whatever the
-extension declines (data that is not lossless JSON, an unusual field, a fork's
-inherited seed) takes the reference path, so a rejection reads exactly as before:
-tests/unit/test_native_append.py holds both to the same bytes and the same errors.
+the extension (``sessionstream_native.Appender``, native/src/append.rs). For the types
+whose admission changes no session state but the log (``assistant/chunk``, audit and
+plugin types: :func:`rules_for`) one call (``stamp``) runs the session rules, builds
+the event and its id and writes the clear record (native/src/append/rules.rs); for the
+others one walk of ``data`` checks, freezes and renders it and the core runs the rules
+(``Session.append_checked``); sealing is one more call. Whatever the extension
+declines (a rule that would fail, data that is not lossless JSON, an unusual field, a
+fork's inherited seed) takes the reference path before anything changed, so a
+rejection reads exactly as before: tests/unit/test_native_append.py holds both to the
+same events, bytes and errors.
 
 Selected by ``WriterConfig.append`` (``Settings.append``, from the environment):
 ``auto`` (native when the extension is installed and the writer uses the default
@@ -21,9 +25,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from producers.errors import ProducerError
-from sessionstream.core.events import Draft, Event
+from producers.limits import ENVELOPE_OVERHEAD
+from sessionstream.core import events as _events
+from sessionstream.core.catalog import F, Obj, Scope
+from sessionstream.core.events import FORMAT_VERSION, Draft, Event, SurfaceOp
 from sessionstream.core.jsonvalue import FrozenList, FrozenMap, JsonValue
 from sessionstream.core.privacy import sealing_plan
 from sessionstream.core.sealed import DataClass
@@ -35,10 +43,49 @@ try:
     import sessionstream_native as _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None
+if _native is not None and hasattr(getattr(_native, "Appender", None), "after_fork"):
+    # The extension draws event ids from a buffer of random bytes: a forked child must
+    # not reuse its parent's (as events.uuid4_ids drops its pieces).
+    os.register_at_fork(after_in_child=_native.Appender.after_fork)
 
 APPEND_PATHS = ("auto", "native", "python")
 #: Nonce bytes handed to one native seal: 12 per data class.
 _NONCES = 12 * 3
+
+
+#: Types whose admission changes session state beyond the log (the turn/step/tool and
+#: compaction machine, the surface: Session._check's effects, surface.message_for):
+#: their rules stay in the core. Every other catalog type's rules are the generic ones
+#: the extension holds (schema, surface op, scope, turn/step ids, epoch).
+STATEFUL_TYPES = frozenset({
+    "session/start", "turn/start", "turn/end", "step/start", "step/end",
+    "request/header", "assistant/message", "tool/call", "tool/result", "user/message",
+    "context/snapshot",
+})
+_SCOPES = {Scope.ANYWHERE: 0, Scope.TURN: 1, Scope.STEP: 2}
+_OPS = {SurfaceOp.NONE: 0, SurfaceOp.APPEND: 1, SurfaceOp.REPLACE: 2}
+
+
+def _field_spec(f: F) -> tuple[Any, ...]:
+    return (f.kinds(), f.required, tuple(f.enum) if f.enum is not None else None,
+            _obj_spec(f.obj) if f.obj is not None else None,
+            _field_spec(f.items) if f.items is not None else None)
+
+
+def _obj_spec(o: Obj) -> list[tuple[str, tuple[Any, ...]]]:
+    return [(name, _field_spec(f)) for name, f in o.fields.items()]
+
+
+def rules_for(session: Session, etype: str) -> tuple[Any, ...] | None:
+    """The rules of ``etype`` in ``session``'s catalog as the extension holds them
+    (scope, allowed surface ops, ignorable, schema), or None: the core applies them (a
+    type with state effects, an unknown type, a Session subclass)."""
+    t = session.catalog.get(etype)
+    if (t is None or type(session) is not Session or etype in STATEFUL_TYPES
+            or etype.startswith("compaction/")):
+        return None
+    return (_SCOPES[t.scope], [_OPS[op] for op in t.surface_ops], t.ignorable,
+            _obj_spec(t.schema))
 
 
 class NativeAppendUnavailable(ProducerError):
@@ -57,6 +104,16 @@ class PythonAppend:
     def freeze(self, data: JsonValue) -> tuple[JsonValue, str, int] | None:
         """(frozen data, canonical text, its UTF-8 size), or None: use Session.append."""
         return None
+
+    def bind(self, limit: int) -> None:
+        """The writer's record limit (bytes): larger data is left to the writer's check."""
+
+    #: ``stamp(session, type, data, surface_op, source_event_seqs, turn_id, step_id,
+    #: record, seal) -> (event, record | None) | None``: the whole append of a draft
+    #: given by its parts (None: use the other path). The reference has none.
+    stamp: Callable[..., tuple[Event, bytes | None] | None] | None = None
+    #: What ``stamp`` seals with (None: clear content).
+    seal_args: tuple[Any, ...] | None = None
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
         """The record of a stamped event: sealed as the cipher seals, encoded."""
@@ -79,17 +136,56 @@ class NativeAppend(PythonAppend):
         self._nonces = nonces
         self._seals = cipher is not None and cipher.enabled
         self._classes = {c.value: c for c in DataClass}
-        # The extension's method itself: no Python frame per append in between.
+        #: data class -> (key, good until on the store's clock, store generation).
+        self._keys: dict[str, tuple[bytes, float, int]] = {}
+        if self._seals:
+            assert cipher is not None
+            catalog = cipher.catalog
+            self.seal_args = (cipher.tenant, self._key,
+                              None if nonces is os.urandom else nonces,
+                              lambda etype: sealing_plan(catalog, etype).native_args())
+        self.bind(1 << 62)
+        # The extension's methods themselves: no Python frame per append in between.
         self.freeze = self._app.freeze  # type: ignore[method-assign]
+        self.stamp = self._app.append
+        #: The last (event, record) stamp wrote (record() hands it out once).
+        self._last: tuple[Event, bytes] | None = None
+
+    def bind(self, limit: int) -> None:
+        self._app.bind(_events.decoded_event, [SurfaceOp.NONE, SurfaceOp.APPEND,
+                                               SurfaceOp.REPLACE],
+                       _events.uuid4_ids, _events.system_clock, rules_for, FORMAT_VERSION,
+                       limit - ENVELOPE_OVERHEAD)
+
+    def delivery_log(self) -> Any:
+        """A native delivery log for this writer's records (producers.kafka)."""
+        return self._app.delivery_log()
 
     def _key(self, data_class: str) -> bytes:
+        """The session's data key of a class: kept while the store would answer the
+        same (KeyStore.data_key_until), so a shred reaches the writer exactly when it
+        reaches the store, without a store lookup per event."""
         cipher = self._cipher
         assert cipher is not None
-        key: bytes = cipher.store.data_key(cipher.tenant, self._session_id,
-                                           self._classes[data_class])
+        store = cipher.store
+        hit = self._keys.get(data_class)
+        if hit is not None and hit[2] == store.generation and store.monotonic() < hit[1]:
+            return hit[0]
+        until = getattr(store, "data_key_until", None)
+        if until is None:  # a key store without the freshness answer: ask every time
+            key: bytes = store.data_key(cipher.tenant, self._session_id,
+                                        self._classes[data_class])
+            return key
+        generation = store.generation
+        key, good = until(cipher.tenant, self._session_id, self._classes[data_class])
+        self._keys[data_class] = (key, good, generation)
         return key
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
+        last = self._last
+        if last is not None and last[0] is event:
+            self._last = None
+            return last[1]
         app = self._app
         value: bytes | None
         if not self._seals or event.sealed:
@@ -110,7 +206,7 @@ def why_not(encode: Callable[[Event], bytes]) -> str | None:
     """Why the native append path cannot serve a writer encoding with ``encode``."""
     from sessionstream.core import codec
 
-    if _native is None or not hasattr(_native, "Appender"):
+    if _native is None or not hasattr(getattr(_native, "Appender", None), "append"):
         return "the sessionstream_native extension (with its Appender) is not installed"
     if encode is not codec.encode:
         return "the writer uses another codec (e.g. the confluent wire)"
@@ -146,12 +242,23 @@ def append_path(setting: str, encode: Callable[[Event], bytes], cipher: ContentC
 
 def append(path: PythonAppend, session: Session, draft: Draft) -> Event:
     """Check, stamp and add ``draft`` to ``session`` through ``path`` (no size check:
-    the writer checks the size in between, see SessionWriter.append)."""
+    the writer checks the size in between, see SessionWriter.append); the clear record
+    ``stamp`` wrote is what ``path.record(event)`` returns next."""
+    stamp = path.stamp
+    if stamp is not None:
+        done = stamp(session, draft.type, draft.data, draft.surface_op,
+                     draft.source_event_seqs, draft.turn_id, draft.step_id, True,
+                     path.seal_args)
+        if done is not None:
+            event, value = done
+            if value is not None and isinstance(path, NativeAppend):
+                path._last = (event, value)
+            return event
     prepared = path.freeze(draft.data)
     if prepared is None:
         return session.append(draft)
     return session.append_checked(draft, prepared[0], prepared[1])
 
 
-__all__ = ["APPEND_PATHS", "NativeAppend", "NativeAppendUnavailable", "PythonAppend",
-           "append", "append_path", "why_not"]
+__all__ = ["APPEND_PATHS", "STATEFUL_TYPES", "NativeAppend", "NativeAppendUnavailable",
+           "PythonAppend", "append", "append_path", "rules_for", "why_not"]

@@ -44,7 +44,6 @@ from producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
-from producers.kafka import DeliveryState
 from producers.lease import Lease
 from producers.limits import ENVELOPE_OVERHEAD, size_bound
 from producers.native_append import append_path
@@ -133,7 +132,15 @@ class SessionWriter:
         #: The append path (native or the Python reference; producers.native_append).
         self._path = append_path(edges.cfg.append, edges.encode, edges.cfg.cipher,
                                  session.session_id)
+        self._path.bind(self._limit)
+        #: The native append of a whole draft, its record included (None on the
+        #: reference path), and what it seals with (None: clear content).
+        self._stamp = self._path.stamp
+        self._seal = self._path.seal_args
         self._sender = edges.sender
+        if self._path.native:
+            # Deliveries kept natively, taken in once per flush (producers.kafka.use_log).
+            self._sender.use_log(self._path.delivery_log())  # type: ignore[attr-defined]
         stats = edges.cfg.stats
         if stats is not None:
             self._sender.on_error = lambda d: stats.delivery_error(d.state.value)
@@ -406,6 +413,23 @@ class SessionWriter:
         """
         self._check_usable()
         self._maybe_renew()
+        stamp = self._stamp
+        if stamp is not None:
+            # The native path: the session rules, the event and its record in one call,
+            # for the types it holds the rules of (else None, nothing changed).
+            if type(type_or_draft) is str:
+                done = stamp(self.session, type_or_draft, {} if data is None else data,
+                             surface_op, source_event_seqs, turn_id, step_id, True,
+                             self._seal)
+            elif isinstance(type_or_draft, Draft):
+                d = type_or_draft
+                done = stamp(self.session, d.type, d.data, d.surface_op,
+                             d.source_event_seqs, d.turn_id, d.step_id, True, self._seal)
+            else:
+                done = None
+            if done is not None:
+                self._produce(done[0], done[1])
+                return done[0]
         if isinstance(type_or_draft, Draft):
             draft = type_or_draft
         else:
@@ -461,9 +485,10 @@ class SessionWriter:
                 f"topic accepts at most {self._limit} per record",
             )
 
-    def _produce(self, event: Event) -> None:
-        value = self._path.record(event, self._origins.get(event.seq) if self._origins
-                                  else None)
+    def _produce(self, event: Event, value: bytes | None = None) -> None:
+        if value is None:
+            value = self._path.record(event, self._origins.get(event.seq) if self._origins
+                                      else None)
         if len(value) + len(self._key) > self._limit:
             # The session already holds the event: this writer cannot continue safely.
             self._closed = f"event seq {event.seq} encoded to {len(value)} bytes (over the limit)"
@@ -485,25 +510,14 @@ class SessionWriter:
         """Take in the acknowledgements reported since the last call: offsets, partition,
         the index range; returns the event ids taken in (done here, once per flush, rather
         than in a callback per record)."""
-        sender = self._sender
-        offsets, records = self._offsets, self._bytes
-        lo, hi = self._idx_lo, self._idx_hi
-        taken: list[str] = []
-        waiting: list[str] = []
-        for eid in self._unharvested:
-            d = sender.delivery(eid)
-            if d is None or d.state is not DeliveryState.OK or d.offset is None:
-                if eid not in offsets:
-                    waiting.append(eid)
-                continue
-            off = d.offset
-            offsets[eid] = off
-            records.pop(eid, None)
-            self._partition = d.partition
-            lo = off if lo is None or off < lo else lo
-            hi = off if hi is None or off > hi else hi
-            taken.append(eid)
-        self._idx_lo, self._idx_hi = lo, hi
+        taken, waiting, partition, lo, hi = self._sender.harvest(
+            self._unharvested, self._offsets, self._bytes)
+        if partition is not None:
+            self._partition = partition
+        if lo is not None and (self._idx_lo is None or lo < self._idx_lo):
+            self._idx_lo = lo
+        if hi is not None and (self._idx_hi is None or hi > self._idx_hi):
+            self._idx_hi = hi
         self._unharvested = waiting
         return taken
 

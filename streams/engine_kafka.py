@@ -38,8 +38,8 @@ from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from streams.batch import MessageBatch
 from streams.errors import TopicMissing
-from streams.native_fold import NativeFold, NativeUnavailable, live_driver
-from streams.processor import Processor
+from streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
+from streams.processor import BatchReport, Processor
 from streams.trace import StageTrace
 
 if TYPE_CHECKING:
@@ -81,6 +81,9 @@ class KafkaEngine:
         self.lag_probe: LagProbe | None = None  # with metrics: the as_of_seq lag
         self._probing: asyncio.Task[None] | None = None
         self._positioned: set[int] = set()  # partitions whose offsets lag the consumer knows
+        #: partitions assigned or revoked by the last consume's callbacks (see below)
+        self._rebalanced: list[tuple[str, int]] = []
+        self._began: dict[InFlight, float] = {}  # batches in flight: when they began
         self.assigned: set[int] = set()
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
@@ -162,12 +165,16 @@ class KafkaEngine:
         self._stop.set()
 
     # -- rebalance callbacks: run on the consume() thread while the loop awaits it ----
+    # A batch's write may be in flight meanwhile (the native fold's overlap): the
+    # callbacks only queue the partitions; the loop drops their cached sessions once
+    # that batch is finished, and the consumed batch's records of partitions no longer
+    # assigned (the new owner reads them from the progress in Redis).
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         assert self._loop is not None
         nums = [tp.partition for tp in parts]
         self.assigned |= set(nums)
         self._count_partitions()
-        self.driver.forget([(self.cfg.topic, p) for p in nums])
+        self._rebalanced += [(self.cfg.topic, p) for p in nums]
         keys = [f"{tp.topic}:{tp.partition}" for tp in parts]
         fut = asyncio.run_coroutine_threadsafe(
             self.processor.sink.load_progress(self.cfg.group, keys), self._loop)
@@ -183,7 +190,7 @@ class KafkaEngine:
     def _on_revoke(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         self.assigned -= {tp.partition for tp in parts}
         self._count_partitions()
-        self.driver.forget([(tp.topic, tp.partition) for tp in parts])
+        self._rebalanced += [(tp.topic, tp.partition) for tp in parts]
         consumer.unassign()
 
     # -- the loop ----------------------------------------------------------------------
@@ -192,25 +199,39 @@ class KafkaEngine:
         cfg = self.cfg
         self.consumer.subscribe([cfg.topic], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        flight: InFlight | None = None  # a batch whose write is in flight (overlap)
         try:
             while not self._stop.is_set():
                 msgs = await asyncio.to_thread(self.consumer.consume, cfg.batch_max,
                                                cfg.batch_within)
                 records = self._records(msgs)
+                if self._rebalanced:
+                    await self._drain(flight)
+                    flight = None
+                    parts, self._rebalanced = self._rebalanced, []
+                    self.driver.forget(parts)
+                    records = self._assigned_only(records)
                 if records:
                     if self.trace is not None:
                         self.trace.consumed(records)
-                    await self._process(records)
+                    flight = await self._process(records, flight)
                     if self.trace is not None:
                         self.trace.done()
+                elif flight is not None:  # nothing new: finish the one in flight
+                    await self._drain(flight)
+                    flight = None
                 if self.metrics is not None:
                     self._observe_lag()
                     self._maybe_probe()
                 if self.processor.converging:
+                    await self._drain(flight)
+                    flight = None
                     try:
                         await self.processor.converge_step(cfg.converge_sessions)
                     except SchemaUnavailable as exc:  # those sessions refold on their next event
                         log.warning("state_version convergence step postponed: %s", exc)
+            await self._drain(flight)
+            flight = None
         finally:
             if self._probing is not None:
                 self._probing.cancel()
@@ -246,10 +267,49 @@ class KafkaEngine:
             raise KafkaException(err)
         log.warning("consumer error: %s", err)
 
-    async def _process(self, records: Sequence[Record]) -> None:
+    def _assigned_only(self, records: Sequence[Record]) -> Sequence[Record]:
+        """The records of partitions still assigned (after a rebalance in the consume)."""
+        if isinstance(records, MessageBatch):
+            if all(p in self.assigned for p in records.high):
+                return records
+            kept = [m for m in records.messages if m.partition() in self.assigned]
+            assert _scan is not None
+            _, _, high, first = _scan(kept)
+            return MessageBatch(kept, high, first)
+        return [r for r in records if r.partition in self.assigned]
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether a batch is folded while the previous one's write is in flight (the
+        native fold; not while stage times are traced, which follow one batch)."""
+        return isinstance(self.driver, NativeFold) and self.trace is None
+
+    async def _process(self, records: Sequence[Record], flight: InFlight | None
+                       ) -> InFlight | None:
+        """Fold and write ``records`` (with the overlap: fold them, finish ``flight``,
+        send their write and return them in flight); commit what is finished."""
         began = time.monotonic()
         retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
+            if self.overlaps:
+                assert isinstance(self.driver, NativeFold)
+                try:
+                    previous, current = await self.driver.pipelined(records, flight)
+                except SchemaUnavailable:
+                    # the registry is down: finish the one in flight, then retry this
+                    # batch on its own as the sequential path does
+                    if flight is not None:
+                        await self._drain(flight)
+                    report = await process_retrying(self.driver, records, on_retry=retried)
+                    self._done(records, report, began)
+                    return None
+                if flight is not None and previous is not None:
+                    self._done(flight.records, previous, self._began.pop(flight, began))
+                if isinstance(current, BatchReport):
+                    self._done(records, current, began)
+                    return None
+                self._began[current] = began
+                return current
             report = await process_retrying(self.driver, records, on_retry=retried)
         except SchemaUnavailable as exc:
             log.critical("the schema registry stayed unavailable (%s); exiting before the "
@@ -259,6 +319,24 @@ class KafkaEngine:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())
             os._exit(EXIT_BUG)
+        self._done(records, report, began)
+        return None
+
+    async def _drain(self, flight: InFlight | None) -> None:
+        """Finish the batch in flight (if any) and commit it."""
+        if flight is None:
+            return
+        assert isinstance(self.driver, NativeFold)
+        try:
+            report = await self.driver.complete(flight)
+        except Exception:
+            log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
+                         traceback.format_exc())
+            os._exit(EXIT_BUG)
+        self._done(flight.records, report, self._began.pop(flight, time.monotonic()))
+
+    def _done(self, records: Sequence[Record], report: BatchReport, began: float) -> None:
+        """A batch is written: commit its offsets, observe it."""
         high: dict[tuple[str, int], int] = {}
         if isinstance(records, MessageBatch):
             high = {(self.cfg.topic, p): o for p, o in records.high.items()}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from sessionstream.core.pipeline import Record
 from sessionstream.core.rows import FIRST_GENERATION, SessionRow, change_entry
-from streams.ports import DeadLetter, SessionWrite, WriteOutcome
+from streams.ports import BatchOutcome, DeadLetter, SessionWrite, WriteOutcome
 
 
 class MemorySink:
@@ -73,6 +73,17 @@ class MemorySink:
         for tp, off in progress.items():
             k = (group, tp)
             self.progress[k] = max(self.progress.get(k, -1), off)
+
+    async def write_batch(self, gen: int, writes: Sequence[SessionWrite], group: str,
+                          progress: Mapping[str, int]) -> BatchOutcome | None:
+        """As the Redis sink's one-call batch (``WRITE_BATCH_LUA``)."""
+        if gen != self.gen:
+            return BatchOutcome(moved=True)
+        outcomes = tuple(self._write(gen, w) for w in writes)
+        applied = [w for w, o in zip(writes, outcomes, strict=True) if o.status == "applied"]
+        clean = all(o.status != "conflict" for o in outcomes)
+        await self.write_tenant(gen, applied, group, progress if clean else {})
+        return BatchOutcome(moved=False, outcomes=outcomes, progress_written=clean)
 
     async def load_progress(self, group: str, keys: Sequence[str]) -> dict[str, int]:
         return {k: self.progress[(group, k)] for k in keys if (group, k) in self.progress}

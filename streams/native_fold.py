@@ -38,6 +38,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionstream.core import codec
@@ -68,7 +69,7 @@ from sessionstream.core.rows import (
 from sessionstream.core.settings import Env
 from streams.batch import native_items, partition_heads
 from streams.errors import StreamsError
-from streams.ports import SessionWrite
+from streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 from streams.processor import BatchReport, Processor
 from streams.session_row import CachedSession, chunked_fields
 
@@ -164,6 +165,9 @@ class NativeFold:
         # ones' heads and the items from the first chunk its batches changed.
         self._native_chunked = {u.key: u for u in reg.units
                                 if u.key in NATIVE_UNITS and u.collections}
+        self.folder.set_chunk_shapes({
+            key: [(c.name, c.kind, c.view_key, c.state_key) for c in u.collections]
+            for key, u in self._native_chunked.items()})
         self._py_base: dict[str, dict[str, Any]] = {}
         self._chunks: dict[str, dict[str, Stored]] = {}
         self._memo: dict[str, tuple[dict[str, Any], dict[str, Stored]]] = {}
@@ -180,6 +184,12 @@ class NativeFold:
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
             self._chunks, self._memo, self.digests, self._sealing)
+
+    def settled_sessions(self) -> list[str]:
+        """The sessions an earlier flush wrote that nothing folded since (replay: once
+        the log's end is read, their rows in the new generation are final)."""
+        return [sid for sid in self._written if sid not in self._dirty
+                and sid not in self._python]
 
     @property
     def unflushed_sessions(self) -> int:
@@ -367,25 +377,75 @@ class NativeFold:
         async with self.proc.lock:
             return await self._process(records)
 
+    async def pipelined(self, records: Sequence[Record], previous: InFlight | None
+                        ) -> tuple[BatchReport | None, InFlight | BatchReport]:
+        """Fold ``records`` while ``previous``'s batch write is in flight (ADR 0014).
+
+        ``previous`` is finished here once this batch is folded and its session writes
+        are built, and before anything of this batch is written: its outcomes decide
+        (a session whose write was refused is dropped, and this batch's records of it
+        are folded again by the Python processor from the stored row); a moved
+        generation folds both batches again. Returns ``previous``'s report (None
+        without one) and this batch in flight (its one call sent), or its report when
+        it was written here (a batch with hand-overs or dead letters, a sink without
+        the one-call write). The caller commits ``previous`` after this returns, this
+        batch only after its :meth:`complete`."""
+        async with self.proc.lock:
+            flight = _Previous(previous)
+            current = await self._begin(records, flight) if records else BatchReport()
+            await flight.settle(self)  # (done already unless the batch ended early)
+            return flight.report, current
+
+    async def complete(self, flight: InFlight) -> BatchReport:
+        """Wait for ``flight``'s write and finish its batch (bookkeeping, refolds, the
+        progress): after this its offsets may be committed."""
+        async with self.proc.lock:
+            report, _ = await self._finish(flight)
+            return report
+
     async def _process(self, records: Sequence[Record]) -> BatchReport:
+        current = await self._begin(records, _Previous(None))
+        if isinstance(current, BatchReport):
+            return current
+        report, _ = await self._finish(current)
+        return report
+
+    async def _begin(self, records: Sequence[Record], previous: _Previous
+                     ) -> InFlight | BatchReport:
         proc = self.proc
         report = BatchReport(records=len(records))
-        gen = await proc.current_generation()
-        if gen != self._gen:
-            self.forget()
-            self._gen = gen
+        # The generation is read once and then checked where the batch is written: in
+        # the one-call batch write (the script refuses a moved pointer and writes
+        # nothing), else by a read before the first write. Either check runs after the
+        # batch was consumed, as the read per batch did, so a replay that switched the
+        # pointer meanwhile reads these records in its catch-up (streams.replay).
+        gen = self._gen
+        if gen is None:
+            gen = await proc.current_generation()
+            if gen != self._gen:
+                self.forget()
+                self._gen = gen
         topic = records[0].topic
         await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
         items = native_items(records)  # a consumed batch's messages: no Record each
+        # sessions met for the first time, by the records' keys, are loaded first: one
+        # fold decodes each record once (a second fold below is for what keys miss)
+        ahead = self.folder.unknown_sessions(items, self._python)
+        if ahead:
+            await self._resume(gen, [(sid, p, []) for sid, p in ahead])
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
             items, progress, self._python, True)
         report.skipped += skipped
+        # with dead letters the Python reference may fold the whole batch from the
+        # stored rows: the previous batch is written first
+        if dead and await previous.settle(self) is True:
+            return await self._process(records)
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
                 # Python reads what the extension refused: the batch is Python's
-                for sid, _, _ in [*native, *unknown]:
+                for sid, _, _ in [*native, *unknown, *((a, p, ()) for a, p in ahead)]:
                     self._to_python(sid)
                 return await proc.process_locked(records)
         if unknown:
@@ -401,24 +461,81 @@ class NativeFold:
         live = self._python_units_or_hand_over(records, native, envelopes, handed)
         if proc.on_stage is not None:
             proc.on_stage("folded")
-        writes: list[SessionWrite] = []
-        if handed:
-            writes += await self._python_live(gen, records, handed, report)
-        mine = [self._write(sid) for sid in live]
-        outcomes = await proc.sink.write_sessions(gen, mine) if mine else []
-        redo: list[tuple[str, list[int]]] = []
-        for w, outcome in zip(mine, outcomes, strict=True):
+        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
+        # Built now (overlapping the previous batch's write); what a write needs of the
+        # session's last one (its offset, chunks, Python bases) is taken as written:
+        # a write that is refused drops the session, and this one with it.
+        # (sessions the previous batch's write refused, when it was finished above, are
+        # no longer held: they are refolded below)
+        early = previous.refused if previous.flight is None else set()
+        assert isinstance(early, set)  # a moved generation returned above
+        mine = [self._write(sid) for sid in live if sid not in early]
+        verdicts = {}
+        for w in mine:
             sid = w.session_id
             memo = self._memo.pop(sid)
+            self._written[sid] = w.last_offset
+            self._py_base.setdefault(sid, {}).update(memo[0])
+            self._chunks.setdefault(sid, {}).update(memo[1])
+            verdicts[sid] = self.folder.verdicts(sid)
+        refused = await previous.settle(self)
+        if refused is True:  # the generation moved: both batches were folded again
+            return await self._process(records)
+        back: list[str] = []
+        if refused:
+            # this batch folded them on a state whose write was refused: the Python
+            # processor folds their records here from the stored row, as a conflict
+            mine = [w for w in mine if w.session_id not in refused]
+            for sid in live:
+                if sid in refused:
+                    back.append(sid)
+                    handed.append((sid, [i for i, r in enumerate(records)
+                                         if _is_of(r, sid, proc.pipeline)]))
+        flight = InFlight(records, report, gen, mine, verdicts, high_tp, back)
+        one_call = getattr(proc.sink, "write_batch", None)
+        if (one_call is not None and not handed and not report.dead_letters
+                and not proc.dead_letters_pending and proc.pinned_generation is None):
+            flight.task = asyncio.ensure_future(one_call(gen, mine, proc.group, high_tp))
+            return flight
+        # written here: the hand-overs first (the Python processor's own writes)
+        if await self._generation_moved(gen):
+            return await self._moved(records)
+        if handed:
+            flight.handed_writes = await self._python_live(gen, records, handed, report)
+        report_now, _ = await self._finish(flight)
+        return report_now
+
+    async def _finish(self, flight: InFlight) -> tuple[BatchReport, set[str] | bool]:
+        """Wait for the batch's write, then its bookkeeping: the sessions whose write did
+        not apply (returned; True: the generation moved and the batch was folded again)
+        are dropped or refolded by the Python processor, then the tenant writes and the
+        progress."""
+        proc = self.proc
+        flight.done = True
+        report, gen, mine, high_tp = flight.report, flight.gen, flight.mine, flight.high_tp
+        batch: BatchOutcome | None = None
+        if flight.task is not None:
+            task, flight.task = flight.task, None
+            batch = await task
+            if batch is not None and batch.moved:
+                return await self._moved(flight.records), True
+            if batch is None and await self._generation_moved(gen):
+                return await self._moved(flight.records), True
+        outcomes: Sequence[WriteOutcome] = (
+            batch.outcomes if batch is not None
+            else await proc.sink.write_sessions(gen, mine) if mine else [])
+        writes: list[SessionWrite] = list(flight.handed_writes)
+        redo: list[tuple[str, list[int]]] = []
+        refused: set[str] = set()
+        for w, outcome in zip(mine, outcomes, strict=True):
+            sid = w.session_id
             if outcome.status == "applied":
                 report.sessions_written += 1
-                self._written[sid] = w.last_offset
-                self._py_base.setdefault(sid, {}).update(memo[0])
-                self._chunks.setdefault(sid, {}).update(memo[1])
-                for verdict, n in self.folder.verdicts(sid).items():
+                for verdict, n in flight.verdicts.get(sid, {}).items():
                     report.verdicts[verdict] = report.verdicts.get(verdict, 0) + n
                 writes.append(w)
                 continue
+            refused.add(sid)
             report.sessions_noop += 1
             if outcome.status == "stale":
                 # at or past our last offset: another pass folded these records and
@@ -427,19 +544,40 @@ class NativeFold:
                 self._drop(sid)
                 continue
             report.conflicts += 1  # moved under us: Python refolds from the stored row
-            redo.append((sid, [i for i, r in enumerate(records) if _is_of(r, sid, proc.pipeline)]))
+            redo.append((sid, [i for i, r in enumerate(flight.records)
+                               if _is_of(r, sid, proc.pipeline)]))
+        redone: list[SessionWrite] = []
         if redo:
-            writes += await self._python_live(gen, records, redo, report)
-            for sid, _ in redo:  # native again from its next batch (reloaded)
-                self._python.discard(sid)
-                proc.drop(sid)
-        high_tp = {f"{topic}:{p}": off for p, off in high.items()}
-        await proc.send_dead_letters(report, high_tp)
-        await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+            redone = await self._python_live(gen, flight.records, redo, report)
+            writes += redone
+        for sid in [*(s for s, _ in redo), *flight.back]:  # native again from its next batch
+            self._python.discard(sid)
+            proc.drop(sid)
+        if batch is None:
+            await proc.send_dead_letters(report, high_tp)
+            await proc.sink.write_tenant(gen, writes, proc.group, high_tp)
+        elif not batch.progress_written:
+            # a conflict held the progress back: the redone sessions' index and feed
+            # entries and the progress now (the applied ones' went with the batch)
+            await proc.sink.write_tenant(gen, redone, proc.group, high_tp)
         if proc.on_stage is not None:
             proc.on_stage("written")
         proc.advance_progress(high_tp)
-        return report
+        return report, refused
+
+    async def _generation_moved(self, gen: int) -> bool:
+        """Whether the tenant's generation pointer moved from ``gen`` (one read)."""
+        if self.proc.pinned_generation is not None:
+            return False
+        return await self.proc.current_generation() != gen
+
+    async def _moved(self, records: Sequence[Record]) -> BatchReport:
+        """The pointer moved to another generation (a replay switched it) before this
+        batch was written: nothing of it was written there; everything folded is
+        forgotten and the batch is folded again for the new generation."""
+        self._gen = None
+        self.forget()
+        return await self._process(records)
 
     async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
         """Start or load each session the folder met for the first time (one round trip)."""
@@ -523,29 +661,25 @@ class NativeFold:
     def _write(self, sid: str) -> SessionWrite:
         first = sid not in self._written
         codec = self.proc.codec
+        deletes: list[str]
+        counts: dict[str, Stored]
         if codec.chunked:
-            got = self.folder.chunked_fields(sid, not first, codec.chunk)
+            # the native chunked units' chunk fields and manifests are built in the
+            # extension (native_chunks below is the same in Python)
+            got = self.folder.write_fields(sid, not first, codec.chunk,
+                                           {} if first else self._chunks.get(sid, {}))
             assert got is not None
-            fields, native_changed, parts = got
+            fields, native_changed, deletes, counts = got
         else:  # every unit whole, as before ADR 0013
             whole = self.folder.fields(sid, not first)
             assert whole is not None
-            (fields, native_changed), parts = whole, []
-        fields.pop(SessionRow.AS_OF_SEQ, None)
-        fields.pop(SessionRow.AS_OF_OFFSET, None)
+            fields, native_changed = whole
+            fields.pop(SessionRow.AS_OF_SEQ, None)
+            fields.pop(SessionRow.AS_OF_OFFSET, None)
+            deletes, counts = [], {}
         py_changed = self._py_changed.pop(sid, set())
         states = self._py_states.get(sid) or self._py_registry.init_states()
-        deletes: list[str] = []
         bases: dict[str, Any] = {}
-        counts: dict[str, Stored] = {}
-        by_unit: dict[str, list[tuple[str, int, int, list[str]]]] = {}
-        for key, name, n, start, items in parts:
-            by_unit.setdefault(key, []).append((name, n, start, items))
-        for key, unit_parts in by_unit.items():  # the extension's heads came in fields
-            counts[key] = native_chunks(
-                self._native_chunked[key], unit_parts,
-                None if first else self._chunks.get(sid, {}).get(key), fields, deletes,
-                codec.chunk)
         for unit in self._py_units:
             if first or unit.key in py_changed:
                 state_now = states[unit.key]
@@ -573,7 +707,7 @@ class NativeFold:
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
-            as_of_seq=as_of_seq, fields=dict(fields), changed=tuple(sorted(changed)),
+            as_of_seq=as_of_seq, fields=fields, changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
 
@@ -613,6 +747,43 @@ class NativeFold:
             ukey = _unit_of(name)
             if ukey is not None:
                 fields[name] = rows.seal(sid, ukey, name, fields[name])
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A live batch folded, its session writes built and (``task``) its one call sent:
+    :meth:`NativeFold.complete` (or the next :meth:`NativeFold.pipelined`) finishes it."""
+
+    records: Sequence[Record]
+    report: BatchReport
+    gen: int
+    mine: list[SessionWrite]
+    verdicts: dict[str, dict[str, int]]
+    high_tp: dict[str, int]
+    #: sessions refolded by the Python processor because the previous batch's write
+    #: of them was refused: native again from their next batch
+    back: list[str]
+    task: asyncio.Future[BatchOutcome | None] | None = None
+    handed_writes: list[SessionWrite] = field(default_factory=list)
+    #: finished (its outcomes read): the caller may commit its offsets
+    done: bool = False
+
+
+class _Previous:
+    """The batch in flight while the next one is folded: finished once, at the first
+    :meth:`settle` (which returns the sessions whose write did not apply, or True when
+    the generation moved and it was folded again)."""
+
+    def __init__(self, flight: InFlight | None) -> None:
+        self.flight = flight
+        self.report: BatchReport | None = None
+        self.refused: set[str] | bool = set()
+
+    async def settle(self, fold: NativeFold) -> set[str] | bool:
+        if self.flight is not None:
+            flight, self.flight = self.flight, None
+            self.report, self.refused = await fold._finish(flight)
+        return self.refused
 
 
 #: How a sealed row field value starts (sessionstream.governance.rows.PREFIX).

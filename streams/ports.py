@@ -52,6 +52,31 @@ class WriteOutcome:
     stored_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What :meth:`BatchSink.write_batch` did with a live batch in one call."""
+
+    #: the generation pointer names another generation: nothing was written
+    moved: bool
+    #: per write, as :meth:`Sink.write_sessions` returns them (empty when moved)
+    outcomes: tuple[WriteOutcome, ...] = ()
+    #: the progress was written (no session conflicted)
+    progress_written: bool = False
+
+
+class BatchSink(Protocol):
+    """A sink that writes a live batch in one atomic call (``streams.sink.RedisSink`` on
+    a single Redis, ``streams.memory.MemorySink``): the generation check, every session's
+    compare-and-set write, the index and feed of the applied ones, and the progress when
+    none conflicted."""
+
+    async def write_batch(self, gen: int, writes: Sequence[SessionWrite], group: str,
+                          progress: Mapping[str, int]) -> BatchOutcome | None:
+        """None: not in one call here (a Redis Cluster, a batch past one call's bounds);
+        the caller checks the generation and writes with write_sessions/write_tenant."""
+        ...
+
+
 class Sink(Protocol):
     """Where projections live (Redis in production, a dict in unit tests)."""
 

@@ -270,6 +270,17 @@ class Processor:
     def progress(self) -> Mapping[str, int]:
         return self._progress
 
+    @property
+    def pinned_generation(self) -> int | None:
+        """The generation this processor writes whatever the pointer says (replay), or
+        None: it follows the tenant's generation pointer."""
+        return self._pinned_gen
+
+    @property
+    def dead_letters_pending(self) -> bool:
+        """Dead letters of earlier batches the topic has not taken yet."""
+        return bool(self._dlq_backlog)
+
     async def send_dead_letters(self, report: BatchReport, high: dict[str, int]) -> None:
         await self._send_dead_letters(report, high)
 

@@ -23,11 +23,12 @@ Replay only folds projections: it never executes a tool or any other side effect
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -66,6 +67,10 @@ except ImportError:  # pragma: no cover - depends on the install (or an older bu
 COMPARE_CHUNK = 200
 #: Consumed batches the reader thread may hold ahead of the fold (bounds memory).
 READ_AHEAD = 8
+#: The cyclic collector's first threshold while a replay runs (Python's default: 700):
+#: its per-session bookkeeping lives to the end, and the passes over it were ~7% of the
+#: process's CPU (perf, 200k events).
+GC_THRESHOLD = 20_000
 
 # A new generation, allocated atomically: KEYS the tenant's generation counter and
 # pointer (one hash tag), ARGV[1] the first generation. Returns {live, new}: new is past
@@ -93,8 +98,9 @@ _ALLOCATE = Script(ALLOCATE_GENERATION_LUA)
 # both rows' compared fields and as_of_seq (field/value lists) for the caller's exact
 # compare of the views, the new row's sealed values as the marker and their SHA-1 when
 # ARGV[1] is not '' (the caller holds the digests of their clear texts,
-# streams.native_fold.sealed_ref). Sealed fields use random nonces: such rows always
-# come back.
+# streams.native_fold.sealed_ref); then, when both rows hold the same field names, only
+# the fields whose stored values differ come back. Sealed fields use random nonces: such
+# rows always come back.
 COMPARE_ROWS_LUA = lua("""
 local sealed, marker = ARGV[1], ARGV[2]
 local function pick(row)
@@ -136,17 +142,30 @@ for s = 1, #KEYS, 2 do
   else
     local ta, na = pick(redis.call('HGETALL', KEYS[s]))
     local tb, nb = pick(redis.call('HGETALL', KEYS[s + 1]))
-    local same = na == nb
-    if same then
+    local names = na == nb
+    local same = names
+    if names then
       for k, v in pairs(ta) do
-        if tb[k] ~= v then
-          same = false
+        local w = tb[k]
+        if w == nil then
+          names, same = false, false
           break
+        elseif w ~= v then
+          same = false
         end
       end
     end
     if same then
       out[#out + 1] = 1
+    elseif names and sealed ~= '' then
+      -- the same field names: only the fields whose stored values differ
+      local da, db = {}, {}
+      for k, v in pairs(ta) do
+        if tb[k] ~= v then
+          da[k], db[k] = v, tb[k]
+        end
+      end
+      out[#out + 1] = {flat(da, sa, true), flat(db, sb, false)}
     else
       out[#out + 1] = {flat(ta, sa, sealed ~= ''), flat(tb, sb, false)}
     end
@@ -242,17 +261,25 @@ async def replay(
                                     security=security))
     views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     started = time.monotonic()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
     try:
         parts = _partitions(meta, topic)
         starts = _start_offsets(meta, topic, parts, from_time_ms)
         consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
         position = {p: o - 1 for p, o in starts.items()}
+        compared: set[str] = set()
+
+        async def compare_settled(sids: list[str]) -> None:
+            await _compare(redis, keys, live, new, report, views, rows, digests, only=sids)
+            compared.update(sids)
+
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions), folder=driver,
-                           keys_ahead=keys_ahead)
+                           keys_ahead=keys_ahead, compare_settled=compare_settled)
         t0 = time.monotonic()
-        await _compare(redis, keys, live, new, report, views, rows, digests)
+        await _compare(redis, keys, live, new, report, views, rows, digests, skip=compared)
         _took(report, "compare", t0)
         if switch and from_time_ms is None:
             await redis.set(keys.generation(), new)
@@ -267,6 +294,7 @@ async def replay(
         raise GenerationError(f"replay of {topic} failed reading Kafka: {exc}; the readers "
                               f"stay on generation {live}") from exc
     finally:
+        gc.set_threshold(*thresholds)
         keys_ahead.close()
         consumer.close()
         meta.close()
@@ -312,9 +340,14 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                        progress: Progress | None, every: float, started: float,
                        deferred: tuple[int, int] | None = None,
                        folder: Processor | NativeFold | None = None,
-                       phases: bool = True, keys_ahead: _KeysAhead | None = None) -> None:
+                       phases: bool = True, keys_ahead: _KeysAhead | None = None,
+                       compare_settled: Callable[[list[str]], Awaitable[None]] | None = None,
+                       ) -> None:
     """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
-    and flush after that many records or folded sessions, and at the end."""
+    and flush after that many records or folded sessions, and at the end.
+    ``compare_settled``: given the sessions an earlier flush wrote and nothing folded
+    since (final once the end is read), it compares them while the last flush writes
+    the others (Redis compares while this process builds rows)."""
     fold = folder or proc
     took = _took if phases else (lambda report, phase, t0: None)
     ends = {p: meta.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
@@ -357,8 +390,22 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         t0 = time.monotonic()
         if keys_ahead is not None:
             await keys_ahead.drain()
-        await fold.flush()
+        early = None
+        if compare_settled is not None and isinstance(fold, NativeFold):
+            settled = fold.settled_sessions()
+            if settled:
+                early = asyncio.ensure_future(compare_settled(settled))
+        try:
+            await fold.flush()
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         took(report, "flush", t0)
+        if early is not None:
+            t0 = time.monotonic()
+            await early
+            took(report, "compare", t0)
 
 
 class _KeysAhead:
@@ -504,22 +551,30 @@ def _took(report: ReplayReport, phase: str, t0: float) -> None:
 
 async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                    report: ReplayReport, views: list[str], sealed: Any = None,
-                   digests: Mapping[str, Mapping[str, tuple[str, bytes]]] | None = None
-                   ) -> None:
+                   digests: Mapping[str, Mapping[str, tuple[str, bytes]]] | None = None,
+                   only: list[str] | None = None, skip: Collection[str] = ()) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
     Redis compares the two rows' stored view fields (chunked views, ADR 0013, span
     several fields) and answers equal / not comparable without sending them; a pair
     whose stored texts differ (always so when sealed: random nonces) comes back and its
     ``views`` are opened, assembled and compared here (ADR 0015). With ``digests`` (the
-    native fold's, of the new rows' sealed fields as it wrote them), the new row's sealed
-    values come back as their SHA-1 and only the live row is opened: equal when every
-    clear text matches, a sealed one by the digest kept for that very stored value; any
-    other pair is read again whole and compared exactly."""
+    native fold's, of the new rows' sealed fields as it wrote them), only the fields
+    whose stored values differ come back (when both rows hold the same names), the new
+    row's sealed values as their SHA-1, and only the live row's are opened: equal when
+    every such text matches, a sealed one by the digest kept for that very stored value;
+    any other pair is read again whole and compared exactly.
+
+    ``only``: these sessions (of the index) and no others; else every session of the
+    new generation's index but ``skip`` (compared already)."""
     wanted = {SessionRow.AS_OF_SEQ, *views}
-    ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
-                      for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
-    report.sessions = len(ids)
+    if only is not None:
+        ids = only
+    else:
+        every = [s.decode() if isinstance(s, bytes) else str(s)
+                 for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
+        report.sessions = len(every)
+        ids = [sid for sid in every if sid not in skip]
     script = Script(COMPARE_ROWS_LUA)
     prefixes = [SessionRow.VIEW, SessionRow.PARTS, SessionRow.PART]
     cluster = isinstance(redis, RedisCluster)
@@ -592,8 +647,9 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
 def _equal_by_digest(verdict: list[Any], sid: str, sealed: Any,
                      kept: Mapping[str, tuple[str, bytes]] | None) -> bool:
     """Whether the new row (sealed values as :func:`sealed_ref` gives them) and the live
-    row hold the same texts in every compared field: a clear field byte for byte, a
-    sealed one by the digest the fold kept of what it sealed in that very value.
+    row hold the same texts in every field the script handed back (the rest are
+    byte-identical): a clear field byte for byte, a sealed one by the digest the fold
+    kept of what it sealed in that very value.
     False: not shown equal this way (the caller compares them exactly)."""
     fresh = _text(_pairs(verdict[0]))
     old = _text(_pairs(verdict[1]))

@@ -26,6 +26,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from sessionstream.core.rows import (
     CHANGE_FIELD,
+    FIRST_GENERATION,
     KeySpace,
     LogIndexFields,
     change_entry,
@@ -34,7 +35,7 @@ from sessionstream.core.rows import (
 )
 from sessionstream.core.settings import Env
 from streams.errors import SinkError
-from streams.ports import SessionWrite, WriteOutcome
+from streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 
 try:  # the compiled extension packs the batch's script call (absent: redis-py packs it)
     from sessionstream_native import pack_session_writes as _native_pack
@@ -52,10 +53,14 @@ T = TypeVar("T")
 # field/value pairs, m, m fields to delete. Returns status, stored offset per session.
 # Each session is compare-and-set on its own; the call is atomic, so a reader's HGETALL
 # sees every field of a session at one as_of_seq.
-WRITE_SESSION_LUA = lua("""
-local out = {}
-local a = 2
-for s = 1, #KEYS, 2 do
+def _session_loop(first_key: int, maxlen: str, on_write: str = "") -> str:
+    """Lua: the compare-and-set write of each session, its (row, change stream) key pairs
+    from ``KEYS[first_key]``, its arguments from ``ARGV[a]`` (``a`` set before); appends
+    status and stored offset per session to ``out``; ``on_write`` runs after each
+    session is decided (``status``: 1 applied, 0 stale, -1 conflict; ``entry``: the
+    index of its change entry in ARGV)."""
+    return f"""
+for s = {first_key}, #KEYS, 2 do
   local row = KEYS[s]
   local base = tonumber(ARGV[a])
   local last = tonumber(ARGV[a + 1])
@@ -63,11 +68,13 @@ for s = 1, #KEYS, 2 do
   local p = a + 6
   local m = tonumber(ARGV[p + 2 * n])
   local d = p + 2 * n + 1
+  local entry = a + 4
+  local status = 1
   local stored = tonumber(redis.call('HGET', row, $AS_OF_OFFSET) or '-1')
   if stored > last or (stored == last and ARGV[a + 3] ~= '1') then
-    out[#out + 1] = 0
+    status = 0
   elseif stored ~= base then
-    out[#out + 1] = -1
+    status = -1
   else
     for i = p, p + 2 * n - 1, 1000 do
       redis.call('HSET', row, unpack(ARGV, i, math.min(i + 999, p + 2 * n - 1)))
@@ -76,14 +83,17 @@ for s = 1, #KEYS, 2 do
       redis.call('HDEL', row, unpack(ARGV, i, math.min(i + 999, d + m - 1)))
     end
     redis.call('HSET', row, $AS_OF_OFFSET, ARGV[a + 1], $AS_OF_SEQ, ARGV[a + 2])
-    redis.call('XADD', KEYS[s + 1], 'MAXLEN', '~', ARGV[1], '*', $CHANGE, ARGV[a + 4])
-    out[#out + 1] = 1
+    redis.call('XADD', KEYS[s + 1], 'MAXLEN', '~', {maxlen}, '*', $CHANGE, ARGV[entry])
   end
+  out[#out + 1] = status
   out[#out + 1] = stored
-  a = d + m
+{on_write}  a = d + m
 end
-return out
-""")
+"""
+
+
+WRITE_SESSION_LUA = lua("local out = {}\nlocal a = 2\n" + _session_loop(1, "ARGV[1]")
+                        + "return out\n")
 
 def _progress_max(key: str, first: str) -> str:
     """Lua: HSET each (field, offset) pair of ARGV from index ``first`` on in the hash
@@ -110,6 +120,54 @@ end
 
 # KEYS[1] progress hash; ARGV: field, offset, field, offset, ... (only ever moves forward)
 PROGRESS_MAX_LUA = "\n" + _progress_max("KEYS[1]", "1") + "return 1\n"
+
+# A live batch in one call (single Redis only: it names session and tenant keys; ADR
+# 0014). KEYS: 1 the generation pointer, 2 the session index, 3 the change feed, 4 the
+# progress hash, then per session its row and change stream. ARGV: 1 the generation the
+# batch was folded for, 2 "1" when an absent pointer names it (the first generation),
+# 3 the feed maxlen, 4 the change maxlen, then per session the arguments of
+# WRITE_SESSION_LUA, then per session its id and activity ms, then progress
+# field/offset pairs. When the pointer names another generation nothing is written and
+# the reply is {-2}. Otherwise: status and stored offset per session (as
+# WRITE_SESSION_LUA), an applied session's index score and feed entry (as
+# WRITE_TENANT_LUA), and the progress only when no session conflicted (a conflict is
+# refolded by the caller, which writes the progress after it); the last element is 1
+# when the progress was written.
+WRITE_BATCH_LUA = lua("""
+local ptr = redis.call('GET', KEYS[1])
+local moved
+if ptr == false or ptr == '' then
+  moved = ARGV[2] ~= '1'
+else
+  moved = tonumber(ptr) ~= tonumber(ARGV[1])
+end
+if moved then
+  return {-2}
+end
+local out = {}
+local entries = {}
+local conflict = false
+local a = 5
+""" + _session_loop(5, "ARGV[4]", """  entries[#entries + 1] = status == 1 and entry or 0
+  if status == -1 then
+    conflict = true
+  end
+""") + """
+local t = a
+for i = 1, #entries do
+  if entries[i] > 0 then
+    redis.call('ZADD', KEYS[2], 'GT', ARGV[t + 1], ARGV[t])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', $CHANGE, ARGV[entries[i]])
+  end
+  t = t + 2
+end
+if conflict then
+  out[#out + 1] = 0
+  return out
+end
+""" + _progress_max("KEYS[4]", "t") + """out[#out + 1] = 1
+return out
+""")
 
 #: One script call writes at most this many sessions and about this many bytes of
 #: fields: a replay's flush of every session in one call took seconds on the server
@@ -209,6 +267,7 @@ class RedisSink:
         self.one_call = one_call
         self._progress = Script(PROGRESS_MAX_LUA)
         self._tenant = Script(WRITE_TENANT_LUA)
+        self._batch = Script(WRITE_BATCH_LUA)
 
     async def generation(self) -> int:
         raw = await self.retry.run(
@@ -260,18 +319,79 @@ class RedisSink:
                 out.append(WriteOutcome(status, stored))
         return out
 
-    async def _packed_call(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+    async def write_batch(self, gen: int, writes: Sequence[SessionWrite], group: str,
+                          progress: Mapping[str, int]) -> BatchOutcome | None:
+        """A live batch in one call (``WRITE_BATCH_LUA``): the generation check, the
+        session writes, the applied ones' index and feed entries, and the progress when
+        no session conflicted. None on a Redis Cluster (session and tenant keys live in
+        different slots) and for a batch past one call's bounds (CALL_SESSIONS,
+        CALL_BYTES): the caller takes the write_sessions/write_tenant path."""
+        if self._cluster or not self.one_call or len(_slices(writes)) > 1:
+            return None
+        if self._batch.sha is None:
+            self._batch.sha = await self.retry.run(
+                "script load", lambda: self.redis.script_load(self._batch.source))
+        native = _native_pack is not None and self.redis.connection is None
+        before_keys = [self.keys.generation(), self.keys.sessions_index(gen),
+                       self.keys.tenant_changes(gen), self.keys.progress(group)]
+        before_args = [str(gen), "1" if gen == FIRST_GENERATION else "0",
+                       str(self.feed_maxlen)]
+        tail: list[str] = []
+        for w in writes:
+            tail += [w.session_id, str(w.activity_ms)]
+        for tp, off in progress.items():
+            tail += [tp, str(off)]
+        packed = [(self.keys.session_row(w.session_id, gen),
+                   self.keys.session_changes(w.session_id, gen), w.base_offset,
+                   w.last_offset, w.as_of_seq, w.force, _change_entry(w),
+                   w.fields if type(w.fields) is dict else dict(w.fields), w.deletes)
+                  for w in writes] if native else []
+        tries = 0
+
+        async def op() -> list[Any]:
+            nonlocal tries
+            tries += 1
+            if native:
+                return await self._packed_call(packed, self._batch,
+                                               (before_keys, before_args, tail))
+            keys = list(before_keys)
+            args: list[Any] = [*before_args, self.change_maxlen]
+            for k, a in self._write_calls(gen, writes):
+                keys += k
+                args += a
+            return list(await self._batch(self.redis, keys, [*args, *tail]))
+
+        flat = await self.retry.run("batch write", op)
+        if len(flat) == 1 and int(flat[0]) == -2:
+            return BatchOutcome(moved=True)
+        names = {1: "applied", 0: "stale", -1: "conflict"}
+        out: list[WriteOutcome] = []
+        for j in range(0, len(flat) - 1, 2):
+            status, stored = names[int(flat[j])], int(flat[j + 1])
+            if status == "stale" and tries > 1 and stored == writes[j // 2].last_offset:
+                status = "applied"  # by the attempt whose reply was lost
+            out.append(WriteOutcome(status, stored))
+        return BatchOutcome(moved=False, outcomes=tuple(out),
+                            progress_written=int(flat[-1]) == 1)
+
+    async def _packed_call(self, calls: list[tuple[Any, ...]], script: Script | None = None,
+                           extra: tuple[list[str], list[str], list[str]] | None = None
+                           ) -> list[Any]:
         """The one script call of a batch, packed by the extension (the same bytes
         redis-py would send, without its per-argument encoding) and sent on a pooled
-        connection; NOSCRIPT sends the source with EVAL, as :class:`Script` does."""
+        connection; NOSCRIPT sends the source with EVAL, as :class:`Script` does.
+        ``script``: the session-write script unless given; ``extra``: keys and
+        arguments before the sessions', arguments after them (WRITE_BATCH_LUA)."""
         assert _native_pack is not None
+        script = script or self._write
+        keys, args, tail = extra or ([], [], [])
         try:
             return await self._send_packed(_native_pack(
-                "EVALSHA", str(self._write.sha), self.change_maxlen, calls))
+                "EVALSHA", str(script.sha), self.change_maxlen, calls, keys, args, tail))
         except rexc.NoScriptError:
-            self._write.sha = await self.redis.script_load(self._write.source)
+            script.sha = await self.redis.script_load(script.source)
             return await self._send_packed(_native_pack(
-                "EVAL", self._write.source, self.change_maxlen, calls))
+                "EVAL", script.source, self.change_maxlen, calls, keys, args, tail))
 
     async def _send_packed(self, packed: bytes) -> Any:
         pool = self.redis.connection_pool

@@ -28,6 +28,11 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 use crate::crypto;
 use crate::json;
 
+mod delivery;
+mod rules;
+
+pub use delivery::DeliveryLog;
+
 const MAX_DEPTH: usize = 64;
 const CIPHER_CACHE: usize = 4096;
 
@@ -70,6 +75,11 @@ pub struct Appender {
     frozen_list: Py<PyAny>,
     plans: HashMap<String, Plan>,
     ciphers: HashMap<Vec<u8>, Aes256Gcm>,
+    /// The session rules of each type seen (None: a type the extension leaves to
+    /// Python: unknown, or one whose rules change the session's state).
+    rules: HashMap<String, Option<rules::Rules>>,
+    /// What `append` needs from Python, handed in once by `bind`.
+    bound: Option<rules::Bound_>,
 }
 
 fn put_long(out: &mut Vec<u8>, v: i64) {
@@ -131,7 +141,7 @@ fn opt_text(obj: &Bound<'_, PyAny>) -> R<Option<String>> {
     }
 }
 
-fn put_opt(out: &mut Vec<u8>, s: &Option<String>) {
+fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         None => out.push(0),
         Some(s) => {
@@ -139,6 +149,24 @@ fn put_opt(out: &mut Vec<u8>, s: &Option<String>) {
             put_bytes(out, s.as_bytes());
         }
     }
+}
+
+/// The envelope's fields (schema v2), borrowed.
+struct Env<'a> {
+    format_version: i64,
+    session_id: &'a str,
+    seq: i64,
+    event_id: &'a str,
+    time: i64,
+    etype: &'a str,
+    op: i64,
+    seqs: &'a [i64],
+    writer_id: &'a str,
+    epoch: i64,
+    ignorable: bool,
+    turn_id: Option<&'a str>,
+    step_id: Option<&'a str>,
+    prev: Option<&'a str>,
 }
 
 /// One sealed part of the envelope, ready to write.
@@ -383,7 +411,7 @@ impl Appender {
             _ => return Err(Decline),
         };
         let seqs_obj = get(pyo3::intern!(py, "source_event_seqs"))?;
-        let mut seqs = Vec::new();
+        let mut seqs: Vec<i64> = Vec::new();
         for x in seqs_obj.try_iter().map_err(|_| Decline)? {
             seqs.push(long_of(&x.map_err(|_| Decline)?)?);
         }
@@ -399,6 +427,19 @@ impl Appender {
         let step_id = opt_text(&get(pyo3::intern!(py, "step_id"))?)?;
         let prev = opt_text(&get(pyo3::intern!(py, "prev_event_id"))?)?;
 
+        let env = Env { format_version, session_id: &session_id, seq, event_id: &event_id,
+                        time, etype: &etype, op, seqs: &seqs, writer_id: &writer_id, epoch,
+                        ignorable, turn_id: turn_id.as_deref(), step_id: step_id.as_deref(),
+                        prev: prev.as_deref() };
+        Ok(self.write_envelope(&env, text, sealed))
+    }
+
+    /// The Avro body of schema v2 after the header, from its parts.
+    fn write_envelope(&self, e: &Env<'_>, text: &str, sealed: &[SealedOut]) -> Vec<u8> {
+        let (format_version, session_id, seq, event_id, time, etype, op, seqs, writer_id,
+             epoch, ignorable, turn_id, step_id, prev) =
+            (e.format_version, e.session_id, e.seq, e.event_id, e.time, e.etype, e.op, e.seqs,
+             e.writer_id, e.epoch, e.ignorable, e.turn_id, e.step_id, e.prev);
         let mut out = Vec::with_capacity(self.header.len() + text.len() + 160);
         out.extend_from_slice(&self.header);
         put_long(&mut out, format_version);
@@ -411,7 +452,7 @@ impl Appender {
         put_long(&mut out, op);
         if !seqs.is_empty() {
             put_long(&mut out, seqs.len() as i64);
-            for s in &seqs {
+            for s in seqs {
                 put_long(&mut out, *s);
             }
         }
@@ -419,9 +460,9 @@ impl Appender {
         put_bytes(&mut out, writer_id.as_bytes());
         put_long(&mut out, epoch);
         out.push(ignorable as u8);
-        put_opt(&mut out, &turn_id);
-        put_opt(&mut out, &step_id);
-        put_opt(&mut out, &prev);
+        put_opt(&mut out, turn_id);
+        put_opt(&mut out, step_id);
+        put_opt(&mut out, prev);
         if !sealed.is_empty() {
             put_long(&mut out, sealed.len() as i64);
             for p in sealed {
@@ -440,7 +481,7 @@ impl Appender {
             }
         }
         out.push(0);
-        Ok(out)
+        out
     }
 }
 
@@ -498,7 +539,64 @@ impl Appender {
     #[new]
     fn new(header: Vec<u8>, frozen_map: Py<PyAny>, frozen_list: Py<PyAny>) -> Self {
         Appender { header, frozen_map, frozen_list, plans: HashMap::new(),
-                   ciphers: HashMap::new() }
+                   ciphers: HashMap::new(), rules: HashMap::new(), bound: None }
+    }
+
+    /// Hand in what `append` builds events with: `events.decoded_event`, the SurfaceOp
+    /// members (none, append, replace), the default id source and clock
+    /// (`uuid4_ids`, `system_clock`: done natively when a session uses them), the
+    /// function giving a type's rules (`rules_for(session, type)`, see
+    /// producers/native_append.py), the format version, and the largest data text the
+    /// writer accepts (bytes; larger: declined, the writer raises MessageTooLarge).
+    #[allow(clippy::too_many_arguments)]
+    fn bind(&mut self, make_event: Py<PyAny>, ops: Vec<Py<PyAny>>,
+            uuid4_ids: Py<PyAny>, system_clock: Py<PyAny>, rules_for: Py<PyAny>,
+            format_version: i64, data_limit: i64) -> PyResult<()> {
+        if ops.len() != 3 {
+            return Err(pyo3::exceptions::PyValueError::new_err("three SurfaceOp members"));
+        }
+        self.bound = Some(rules::Bound_ { make_event, ops, uuid4_ids, system_clock,
+                                          rules_for, format_version, data_limit });
+        Ok(())
+    }
+
+    /// Session.append of one draft (given by its parts) for the types whose rules the
+    /// extension holds (docs/adr/0016): checks, stamps and adds the event to `session`,
+    /// and returns (event, record), the record None when `record` is False (or when
+    /// sealing is left to Python). `seal`: None (clear), or (tenant, key_for(class) ->
+    /// key, nonces(n) -> bytes or None for the extension's own random bytes,
+    /// plan_for(type) -> set_plan's arguments) to seal as ContentCipher does. None:
+    /// declined before any change (and before the id source or clock was called): the
+    /// caller takes the Python path, which raises what Python raises.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (session, etype, data, surface_op, source_event_seqs, turn_id,
+                        step_id, record, seal=None))]
+    fn append<'py>(&mut self, py: Python<'py>, session: &Bound<'py, PyAny>,
+                   etype: &Bound<'py, PyAny>, data: &Bound<'py, PyAny>,
+                   surface_op: &Bound<'py, PyAny>, source_event_seqs: &Bound<'py, PyAny>,
+                   turn_id: &Bound<'py, PyAny>, step_id: &Bound<'py, PyAny>, record: bool,
+                   seal: Option<&Bound<'py, PyAny>>)
+        -> PyResult<Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>> {
+        self.append_impl(py, session, etype, data, surface_op, source_event_seqs, turn_id,
+                         step_id, record, seal)
+    }
+
+    /// A fresh per-sender delivery log (see DeliveryLog): records whose value starts
+    /// with this appender's header are identified by the seq and event id they carry.
+    fn delivery_log(&self) -> DeliveryLog {
+        DeliveryLog::new(self.header.clone())
+    }
+
+    /// In a forked child: drop the random bytes the parent drew for event ids.
+    #[staticmethod]
+    fn after_fork() {
+        rules::after_fork();
+    }
+
+    /// One random (version 4) UUID in canonical text, as `events.uuid4_ids` makes.
+    #[staticmethod]
+    fn uuid4() -> String {
+        rules::uuid4()
     }
 
     /// (frozen value, canonical text, its UTF-8 length), or None: not plain lossless JSON.
@@ -545,20 +643,45 @@ impl Appender {
         let done = |r: R<Vec<u8>>| Ok(r.ok().map(|b| PyBytes::new(py, &b)));
         let Ok(etype) = event.getattr(pyo3::intern!(py, "type")).map_err(|_| Decline)
             .and_then(|t| text_of(&t)) else { return Ok(None) };
-        let Some(plan) = self.plans.get(&etype) else { return Ok(None) };
         let Ok(data) = event.getattr(pyo3::intern!(py, "data")) else { return Ok(None) };
-        if !self.is_mapping(&data) {
+        let ids = (|| -> R<(String, String, i64)> {
+            Ok((text_of(&event.getattr(pyo3::intern!(py, "session_id")).map_err(|_| Decline)?)?,
+                text_of(&event.getattr(pyo3::intern!(py, "event_id")).map_err(|_| Decline)?)?,
+                long_of(&event.getattr(pyo3::intern!(py, "seq")).map_err(|_| Decline)?)?))
+        })();
+        let Ok((session_id, event_id, seq)) = ids else { return Ok(None) };
+        match self.seal_parts(&etype, &data, tenant, &session_id, &event_id, seq, key_for,
+                              nonces)? {
+            None => Ok(None),
+            Some((None, _)) => done(self.envelope(event, text, &[])),
+            Some((Some(clear), sealed)) => done(self.envelope(event, &clear, &sealed)),
+        }
+    }
+}
+
+impl Appender {
+    /// ContentCipher.seal's split and encryption of a stamped event's frozen `data` by
+    /// its type's plan (registered with set_plan): Some((None, _)) when there is
+    /// nothing to seal, Some((clear text with placeholders, sealed parts)), or None:
+    /// not handled here. `key_for(class)`'s exceptions propagate.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn seal_parts<'py>(&mut self, etype: &str, data: &Bound<'py, PyAny>, tenant: &str,
+                       session_id: &str, event_id: &str, seq: i64,
+                       key_for: &Bound<'py, PyAny>, nonces: &[u8])
+        -> PyResult<Option<(Option<String>, Vec<SealedOut>)>> {
+        let Some(plan) = self.plans.get(etype) else { return Ok(None) };
+        if !self.is_mapping(data) {
             if data.downcast::<PyDict>().is_ok() {
                 return Ok(None);
             }
-            return done(self.envelope(event, text, &[]));
+            return Ok(Some((None, Vec::new())));
         }
         // (class, tokens, value, placeholder) in the order split() finds them.
         let mut found: Vec<(String, Vec<Tok>, Bound<'py, PyAny>, String)> = Vec::new();
         let mut prefix = Vec::new();
         for leaf in &plan.leaves {
             let mut hits = Vec::new();
-            if self.walk(&data, &leaf.parts, &mut prefix, &mut hits).is_err() {
+            if self.walk(data, &leaf.parts, &mut prefix, &mut hits).is_err() {
                 return Ok(None);
             }
             for (toks, v) in hits {
@@ -578,7 +701,7 @@ impl Appender {
             }
         }
         if found.is_empty() {
-            return done(self.envelope(event, text, &[]));
+            return Ok(Some((None, Vec::new())));
         }
         // The placeholders' tree; a path inside another sealed path: Python decides.
         let mut root = Node::default();
@@ -595,16 +718,10 @@ impl Appender {
             }
             node.placeholder = Some(ph.clone());
         }
-        let mut clear = String::with_capacity(text.len());
-        if self.write_clear(&data, &mut clear, Some(&root), 0).is_err() {
+        let mut clear = String::new();
+        if self.write_clear(data, &mut clear, Some(&root), 0).is_err() {
             return Ok(None);
         }
-        let session_id = match event.getattr(pyo3::intern!(py, "session_id")).map_err(|_| Decline)
-            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
-        let event_id = match event.getattr(pyo3::intern!(py, "event_id")).map_err(|_| Decline)
-            .and_then(|s| text_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
-        let seq = match event.getattr(pyo3::intern!(py, "seq")).map_err(|_| Decline)
-            .and_then(|s| long_of(&s)) { Ok(s) => s, Err(_) => return Ok(None) };
         // A class outside CLASS_ORDER: Python decides.
         if found.iter().any(|f| !CLASS_ORDER.contains(&f.0.as_str())) {
             return Ok(None);
@@ -633,18 +750,19 @@ impl Appender {
             let key = key_for.call1((class,))?;
             let Ok(key) = key.downcast::<PyBytes>() else { return Ok(None) };
             let Ok(cipher) = self.cipher(key.as_bytes()) else { return Ok(None) };
-            let ad = crypto::associated_data(tenant, &session_id, seq, &event_id, &etype,
+            let ad = crypto::associated_data(tenant, session_id, seq, event_id, etype,
                                              class, &paths);
             let at = sealed.len() * crypto::NONCE_BYTES;
             let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
             let Ok(ciphertext) = cipher.encrypt(Nonce::from_slice(&nonce),
                                                 Payload { msg: plain.as_bytes(), aad: &ad })
             else { return Ok(None) };
-            sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.clone(),
-                                    origin: event_id.clone(), paths, nonce, ciphertext });
+            sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.to_owned(),
+                                    origin: event_id.to_owned(), paths, nonce, ciphertext });
         }
-        done(self.envelope(event, &clear, &sealed))
+        Ok(Some((Some(clear), sealed)))
     }
+
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod undo;
 mod messages;
 mod resp;
 mod rowseal;
+mod rowwrite;
 mod surface;
 mod units;
 mod units_more;
@@ -196,6 +197,10 @@ pub struct Folder {
     /// How to undo the last fold of each session it folded (None: it was new).
     snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
+    /// The native chunked units' collections (`set_chunk_shapes`), by unit key.
+    shapes: HashMap<String, Vec<rowwrite::Shape>>,
+    /// The last batch's record bytes (reused: its capacity stays).
+    arena: Vec<u8>,
 }
 
 /// The tenant and the Python callables the opener asks (see `set_opener`).
@@ -270,6 +275,8 @@ impl Folder {
             sessions: HashMap::new(),
             snapshots: HashMap::new(),
             opener: None,
+            shapes: HashMap::new(),
+            arena: Vec::new(),
         }
     }
 
@@ -325,6 +332,13 @@ impl Folder {
         let s_offset = pyo3::intern!(py, "offset");
         let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
+        // one buffer for the batch's bytes, kept between batches: no allocation per record
+        let mut arena = std::mem::take(&mut self.arena);
+        arena.clear();
+        let mut copy = |b: &[u8]| {
+            arena.extend_from_slice(b);
+            (arena.len() - b.len(), arena.len())
+        };
         let mut raw = Vec::with_capacity(records.len());
         for rec in records.iter() {
             let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
@@ -334,18 +348,22 @@ impl Folder {
                 continue; // skipped: neither read nor copied
             }
             let value = field(&rec, s_value)?;
-            let value = value.downcast::<PyBytes>().ok().map(|v| v.as_bytes().to_vec());
+            let value = value.downcast::<PyBytes>().ok().map(|v| copy(v.as_bytes()));
             let key = field(&rec, s_key)?;
             let key = if key.is_none() { RawKey::Absent } else {
                 match key.downcast::<PyBytes>() {
-                    Ok(k) => RawKey::Bytes(k.as_bytes().to_vec()),
+                    Ok(k) => {
+                        let (a, b) = copy(k.as_bytes());
+                        RawKey::Bytes(a, b)
+                    }
                     Err(_) => RawKey::Other,
                 }
             };
             raw.push(Raw { partition, offset, key, value });
         }
-        let (dead, native, handed, high, skipped, envelopes, unknown) =
-            py.allow_threads(|| self.fold_owned(&raw, &progress, &python_owned, known_only));
+        let (dead, native, handed, high, skipped, envelopes, unknown) = py.allow_threads(
+            || self.fold_owned(&raw, &arena, &progress, &python_owned, known_only));
+        self.arena = arena;
         let mut opened = HashMap::with_capacity(envelopes.len());
         for (idx, env) in envelopes {
             opened.insert(idx, env.to_py(py)?);
@@ -382,6 +400,58 @@ impl Folder {
     fn chunked_fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
                            chunk: usize) -> PyResult<Option<FieldsOut<'py>>> {
         self.fields_of(py, session_id, changed_only, chunk.max(1))
+    }
+
+    /// The native chunked units' collections, per unit key: (name, kind, view key,
+    /// state key), as the Python units declare them (for `write_fields`).
+    #[allow(clippy::type_complexity)]
+    fn set_chunk_shapes(&mut self,
+                        shapes: HashMap<String, Vec<(String, String, Option<String>,
+                                                     Option<String>)>>) {
+        self.shapes = shapes.into_iter().map(|(k, v)| (k, v.into_iter()
+            .map(|(name, kind, view_key, state_key)| rowwrite::Shape {
+                name, kind, view_key, state_key }).collect())).collect();
+    }
+
+    /// `chunked_fields` with each chunked unit's chunk fields and manifest built here
+    /// (streams.native_fold.native_chunks in Python): (fields, native units changed,
+    /// chunk fields to delete, per chunked unit written (chunk, chunks per collection)).
+    /// `stored`: per unit what the row holds (empty: a first write).
+    #[allow(clippy::type_complexity)]
+    fn write_fields<'py>(&mut self, py: Python<'py>, session_id: &str, changed_only: bool,
+                         chunk: usize, stored: HashMap<String, rowwrite::Stored>)
+                         -> PyResult<Option<(Bound<'py, PyDict>, Vec<&'static str>,
+                                             Vec<String>,
+                                             HashMap<&'static str, (usize, HashMap<String, usize>)>)>> {
+        let chunk = chunk.max(1);
+        let Some((d, changed, parts)) = self.fields_of(py, session_id, changed_only, chunk)?
+            else { return Ok(None) };
+        let mut by_unit: Vec<(&'static str, Vec<(&str, usize, usize, &[String])>)> = Vec::new();
+        for (key, c, n, at, texts) in &parts {
+            match by_unit.iter_mut().find(|(k, _)| k == key) {
+                Some((_, v)) => v.push((c, *n, *at, texts.as_slice())),
+                None => by_unit.push((key, vec![(c, *n, *at, texts.as_slice())])),
+            }
+        }
+        let mut fields = Vec::new();
+        let mut deletes = Vec::new();
+        let mut counts = HashMap::new();
+        for (key, unit_parts) in &by_unit {
+            let shapes = self.shapes.get(*key).ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err(format!(
+                    "native fold: no chunk shapes for {key} (set_chunk_shapes)"))
+            })?;
+            let got = rowwrite::unit_chunks(key, shapes, unit_parts, stored.get(*key), chunk,
+                                            &mut fields, &mut deletes)
+                .map_err(pyo3::exceptions::PyAssertionError::new_err)?;
+            counts.insert(*key, (chunk, got));
+        }
+        for (k, v) in fields {
+            d.set_item(k, v)?;
+        }
+        d.del_item("as_of_seq")?;
+        d.del_item("as_of_offset")?;
+        Ok(Some((d, changed, deletes, counts)))
     }
 
     /// The next chunked_fields of the session gives every item (its last write did not
@@ -470,6 +540,36 @@ impl Folder {
         }
     }
 
+    /// The sessions the records' keys name that this folder does not hold and the
+    /// caller does not fold itself (`python_owned`), with the partition of the first
+    /// record of each, in order: the live worker loads them before `fold` (one
+    /// decode per record instead of a second fold of a new session's records). Only
+    /// the keys are read; a record without a key, or whose key is not UTF-8, is left
+    /// to `fold`.
+    fn unknown_sessions(&self, py: Python<'_>, records: &Bound<'_, PyList>,
+                        python_owned: HashSet<String>) -> PyResult<Vec<(String, i64)>> {
+        let s_partition = pyo3::intern!(py, "partition");
+        let s_key = pyo3::intern!(py, "key");
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut out = Vec::new();
+        for rec in records.iter() {
+            let key = field(&rec, s_key)?;
+            let Ok(key) = key.downcast::<PyBytes>() else { continue };
+            let raw = key.as_bytes();
+            if seen.contains(raw) {
+                continue;
+            }
+            seen.insert(raw.to_vec());
+            let Ok(sid) = std::str::from_utf8(raw) else { continue };
+            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
+                continue;
+            }
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            out.push((sid.to_string(), partition));
+        }
+        Ok(out)
+    }
+
     #[getter]
     fn sessions(&self) -> usize {
         self.sessions.len()
@@ -484,7 +584,7 @@ impl Folder {
     /// `fold` over the records' owned bytes, without the GIL (the opener's key lookups
     /// take it on a cache miss); the Python units' envelopes come back as `Envelope`s.
     #[allow(clippy::type_complexity)]
-    fn fold_owned(&mut self, records: &[Raw], progress: &HashMap<i64, i64>,
+    fn fold_owned(&mut self, records: &[Raw], arena: &[u8], progress: &HashMap<i64, i64>,
                   python_owned: &HashSet<String>, known_only: bool)
                   -> (Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
                       HashMap<i64, i64>, usize, Vec<(usize, Envelope)>,
@@ -509,7 +609,7 @@ impl Folder {
                 skipped += 1;
                 continue;
             }
-            let Some(bytes) = rec.value.as_deref() else {
+            let Some(bytes) = rec.value.map(|(a, b)| &arena[a..b]) else {
                 dead.push(idx);
                 continue;
             };
@@ -519,7 +619,7 @@ impl Folder {
             };
             match &rec.key {
                 RawKey::Absent => {}
-                RawKey::Bytes(k) if k.as_slice() == env.session_id.as_bytes() => {}
+                RawKey::Bytes(a, b) if &arena[*a..*b] == env.session_id.as_bytes() => {}
                 _ => {
                     dead.push(idx);
                     continue;
@@ -863,19 +963,20 @@ fn prescan(ev: &Ev) -> bool {
     units::prescan(ev) && units_more::prescan(ev) && surface::prescan(ev)
 }
 
-/// One record as `Folder.fold` read it under the GIL: its bytes owned.
+/// One record as `Folder.fold` read it under the GIL: its bytes copied into the batch's
+/// buffer (`Folder.arena`), as (start, end).
 struct Raw {
     partition: i64,
     offset: i64,
     key: RawKey,
     /// None: the value is not bytes (a dead letter).
-    value: Option<Vec<u8>>,
+    value: Option<(usize, usize)>,
 }
 
-/// A record's key: none, its bytes, or something else (a dead letter).
+/// A record's key: none, its bytes in the buffer, or something else (a dead letter).
 enum RawKey {
     Absent,
-    Bytes(Vec<u8>),
+    Bytes(usize, usize),
     Other,
 }
 

@@ -38,12 +38,25 @@ impl Resp {
 /// `command script numkeys keys… change_maxlen args…` for `calls`, each
 /// `(row_key, changes_key, base_offset, last_offset, as_of_seq, force, change_entry,
 /// fields (dict str -> str), deletes (sequence of str))`, in the script's layout.
+/// `keys_before` go before the sessions' keys, `args_before` before `change_maxlen`,
+/// `tail` after the sessions' arguments (the one-call batch script, streams.sink).
 #[pyfunction]
+#[pyo3(signature = (command, script, change_maxlen, calls, keys_before = Vec::new(),
+                    args_before = Vec::new(), tail = Vec::new()))]
+#[allow(clippy::too_many_arguments)]
 pub fn pack_session_writes<'py>(py: Python<'py>, command: &str, script: &str,
-                                change_maxlen: i64, calls: &Bound<'py, PyList>)
+                                change_maxlen: i64, calls: &Bound<'py, PyList>,
+                                keys_before: Vec<String>, args_before: Vec<String>,
+                                tail: Vec<String>)
                                 -> PyResult<Bound<'py, PyBytes>> {
     let mut keys = Resp { body: Vec::with_capacity(calls.len() * 96), args: 0 };
     let mut args = Resp { body: Vec::with_capacity(calls.len() * 1024), args: 0 };
+    for k in &keys_before {
+        keys.arg(k.as_bytes());
+    }
+    for a in &args_before {
+        args.arg(a.as_bytes());
+    }
     args.int(change_maxlen);
     for call in calls.iter() {
         let t = call.downcast::<PyTuple>()?;
@@ -69,6 +82,9 @@ pub fn pack_session_writes<'py>(py: Python<'py>, command: &str, script: &str,
         for d in deletes.try_iter()? {
             args.text(&d?, "a field to delete")?;
         }
+    }
+    for a in &tail {
+        args.arg(a.as_bytes());
     }
     let mut head = Resp { body: Vec::with_capacity(64), args: 0 };
     head.arg(command.as_bytes());

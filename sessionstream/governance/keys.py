@@ -294,6 +294,9 @@ class KeyStore(ABC):
         self._feed: dict[str, tuple[float, Any]] = {}
         #: lookups come from several threads (replay reads keys ahead of its flush)
         self._lock = threading.RLock()
+        #: Bumped whenever this process drops cached lookups (a shred here, a new key, a
+        #: rewrap): a caller holding a key from data_key_until() looks again then.
+        self.generation = 0
 
     # backend ------------------------------------------------------------
     @abstractmethod
@@ -358,6 +361,25 @@ class KeyStore(ABC):
                 self._cache.popitem(last=False)
             return found
 
+    def data_key_until(self, tenant: str, session_id: str, data_class: DataClass
+                       ) -> tuple[bytes, float]:
+        """:meth:`data_key`, and the time (this store's monotonic clock, see
+        :meth:`monotonic`) before which the same call answers the same unless
+        :attr:`generation` changes: the tenant's next shred-feed check or the entry's
+        re-read, whichever comes first (the writer keeps the key that long rather than
+        asking per event; a shred reaches it as soon as it would reach this store)."""
+        with self._lock:
+            key = self.data_key(tenant, session_id, data_class)
+            hit = self._cache.get((tenant, session_id, data_class))
+            seen = self._feed.get(tenant)
+            if hit is None or seen is None:
+                return key, float("-inf")
+            return key, min(hit[0] + self._max_age, seen[0] + self._ttl)
+
+    def monotonic(self) -> float:
+        """This store's monotonic clock (what :meth:`data_key_until` answers in)."""
+        return self._monotonic()
+
     def _follow_shreds(self, tenant: str, now: float) -> None:
         """Drop the cached keys the tenant's shred feed names since the last check
         (at most one check per ``cache_ttl_s``)."""
@@ -370,9 +392,12 @@ class KeyStore(ABC):
             return
         position, shredded = self._shreds_since(tenant, seen[1])
         if position is None:  # the feed was reset: nothing cached of the tenant is trusted
+            self.generation += 1
             for ck in [k for k in self._cache if k[0] == tenant]:
                 del self._cache[ck]
             position, _ = self._shreds_since(tenant, None)
+        if shredded:
+            self.generation += 1
         for session_id, cls in shredded:
             for c in DataClass:
                 if c.value == cls:
@@ -416,6 +441,7 @@ class KeyStore(ABC):
         record = {"kek": ring.current, "nonce": _b64(nonce), "wrapped": _b64(wrapped),
                   "created": self._clock()}
         self._put_if_absent(tenant, session_id, data_class, record)
+        self.generation += 1
         self._cache.pop((tenant, session_id, data_class), None)
         found = self.lookup(tenant, session_id, data_class)  # the winner of a race
         if found.key is None:
@@ -444,6 +470,7 @@ class KeyStore(ABC):
                 done.append(Shredded(tenant, session_id, cls, at, principal, reason))
             else:  # shredded before: tell the feed again (a shredder may have died
                 self._announce(tenant, session_id, cls)  # between destroy and feed)
+            self.generation += 1
             self._cache.pop((tenant, session_id, cls), None)
         return done
 
@@ -489,6 +516,7 @@ class KeyStore(ABC):
                                                      "nonce": _b64(nonce),
                                                      "wrapped": _b64(wrapped)})
             count += 1
+        self.generation += 1
         self._cache.clear()
         return count
 

@@ -190,3 +190,47 @@ class SinkContract:
         assert await harness.sink.load_progress("g", ["t:0", "t:1", "t:2"]) == {
             "t:0": 10, "t:1": 6}
         assert await harness.sink.load_progress("other", ["t:0"]) == {"t:0": 1}
+
+    # -- a live batch in one call (ports.BatchSink) ----------------------------------------
+    async def test_a_batch_in_one_call_writes_sessions_index_feed_and_progress(
+            self, harness: SinkHarness) -> None:
+        sink: Any = harness.sink
+        await sink.write_sessions(1, [write("b", last=5)])
+        out = await sink.write_batch(1, [write("a", last=3, seq=1, activity=300),
+                                         write("b", base=-1, last=5, activity=100)],
+                                     "g", {"t:0": 7})
+        assert not out.moved and out.progress_written
+        assert [(o.status, o.stored_offset) for o in out.outcomes] == [
+            ("applied", -1), ("stale", 5)]
+        assert (await sink.load(1, ["a"]))["a"]["as_of_offset"] == "3"
+        # the stale session gets no index score and no feed entry
+        assert await sink.session_ids(1, 0, 10) == ["a"]
+        assert [c["session"] for c in await harness.feed(1)] == ["a"]
+        assert await sink.load_progress("g", ["t:0"]) == {"t:0": 7}
+
+    async def test_a_conflict_in_a_batch_holds_the_progress_back(
+            self, harness: SinkHarness) -> None:
+        """The caller refolds the conflicted session and writes the progress after it:
+        a crash in between must re-read the batch, not skip it."""
+        sink: Any = harness.sink
+        await sink.write_sessions(1, [write("b", last=5)])
+        await sink.write_tenant(1, [], "g", {"t:0": 2})
+        out = await sink.write_batch(1, [write("a", last=6), write("b", base=3, last=6)],
+                                     "g", {"t:0": 6})
+        assert not out.moved and not out.progress_written
+        assert [o.status for o in out.outcomes] == ["applied", "conflict"]
+        assert [c["session"] for c in await harness.feed(1)] == ["a"]
+        assert await sink.load_progress("g", ["t:0"]) == {"t:0": 2}
+
+    async def test_a_batch_for_a_generation_the_pointer_left_writes_nothing(
+            self, harness: SinkHarness) -> None:
+        sink: Any = harness.sink
+        await harness.set_generation(2)
+        out = await sink.write_batch(1, [write("a", last=3)], "g", {"t:0": 3})
+        assert out.moved and out.outcomes == ()
+        assert await sink.load(1, ["a"]) == {"a": {}}
+        assert await harness.feed(1) == []
+        assert await sink.load_progress("g", ["t:0"]) == {}
+        out = await sink.write_batch(2, [write("a", last=3)], "g", {"t:0": 3})
+        assert not out.moved and out.progress_written
+        assert (await sink.load(2, ["a"]))["a"]["as_of_offset"] == "3"

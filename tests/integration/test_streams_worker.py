@@ -213,3 +213,75 @@ def test_a_missing_dead_letter_topic_fails_at_start_with_a_clear_message(
     assert not worker.running(), "the worker kept running without its dead-letter topic"
     assert worker.proc.returncode == 78
     assert "sessionstream topics ensure" in worker.log_tail()
+
+
+@pytest.mark.skipif(not native_fold.available(), reason="the overlap is the native fold's")
+async def test_a_rebalance_while_a_batch_write_is_in_flight_loses_and_repeats_nothing(
+    settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
+    redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,
+) -> None:
+    """The kafka engine folds batch N+1 while N's write is in flight (ADR 0014). Here a
+    second worker joins while a write of this (in-process) worker is held in flight:
+    the revoke only queues the partitions, the write finishes before their sessions are
+    dropped, and the batch consumed with the revoke loses its records of the moved
+    partitions (the new owner reads them from the progress). Every view equals the
+    offline fold and no event is applied twice."""
+    import asyncio
+    import os
+
+    from streams.engine_kafka import KafkaEngine
+    from streams.worker import WorkerConfig, build_processor
+
+    topic = unique_topic(4)
+    logs = fleet(40, seed=13, turns=3)
+    produce(settings.kafka_bootstrap, topic, interleave(logs))
+    env = worker_env(settings, topic, unique_topic(1), consumer_group, redis_prefix,
+                     SESSIONSTREAM_BATCH_MAX="50")
+    cfg = WorkerConfig.from_settings(Settings.from_env({**os.environ, **env}))
+    engine = KafkaEngine(cfg, build_processor(cfg))
+    assert engine.overlaps
+    loop = asyncio.get_running_loop()
+    revoked, seen = asyncio.Event(), asyncio.Event()
+    on_revoke = engine._on_revoke
+
+    def revoking(consumer: Any, parts: Any) -> None:
+        loop.call_soon_threadsafe(revoked.set)
+        on_revoke(consumer, parts)
+    engine._on_revoke = revoking  # type: ignore[method-assign]
+    sink: Any = engine.processor.sink
+    write_batch = sink.write_batch
+
+    async def held(*args: Any) -> Any:
+        # each write waits in flight (up to 1 s) until a revoke came while it waited
+        if not seen.is_set():
+            try:
+                await asyncio.wait_for(revoked.wait(), 1.0)
+                seen.set()
+            except TimeoutError:
+                pass
+        return await write_batch(*args)
+    sink.write_batch = held
+    run = asyncio.create_task(engine.run())
+    try:
+        deadline = time.monotonic() + 60
+        while not engine.ready():
+            assert time.monotonic() < deadline and not run.done(), "never assigned"
+            await asyncio.sleep(0.05)
+        other = start_worker(procs, "kafka", env)  # joins the group: rebalance
+        while not seen.is_set():
+            assert time.monotonic() < deadline and not run.done(), \
+                "no revoke came while a write was in flight"
+            _alive(other)
+            await asyncio.sleep(0.05)
+        done = caught_up(redis_client, redis_prefix, settings.tenant, logs)
+        while not await asyncio.to_thread(done):
+            assert time.monotonic() < deadline + 60 and not run.done(), "not caught up"
+            _alive(other)
+            await asyncio.sleep(0.2)
+    finally:
+        engine.stop()
+        await asyncio.wait_for(run, 30)
+    for sid, evs in logs.items():
+        _, views, meta = stored_views(redis_client, redis_prefix, settings.tenant, sid)
+        assert views == expected_views(evs), sid
+        assert meta["counts"] == {"admitted": len(evs)}, "an event was applied twice"

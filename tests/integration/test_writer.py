@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from producers import native_append as na
 from producers.errors import Fenced, MessageTooLarge, UnconfirmedEvents
 from producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.core import codec
 from sessionstream.core.admission import Verdict
 from sessionstream.core.errors import InvalidData, InvariantViolation, SchemaViolation
 from tests.integration.writers import tool_turn, writer_cfg
@@ -239,6 +242,44 @@ def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConf
     rb = read_log(writer_cfg, w.session_id)
     assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
     assert rb.rejections and {r.verdict for r in rb.rejections} == {Verdict.DUPLICATE}
+
+
+@pytest.mark.parametrize("append", ["native", "python"])
+def test_timed_out_records_are_unconfirmed_exactly_and_resent_on_either_append_path(
+        writer_cfg: WriterConfig, append: str) -> None:
+    """The writer's own delivery tracking (a native log per sender on the native path,
+    a Delivery per record on the Python one): the events whose records timed out are
+    the ones reported, the acknowledged ones are not, and a resend makes them durable."""
+    if append == "native" and na.why_not(codec.encode) is not None:
+        pytest.skip("the native extension is not built")
+    from producers.kafka import KafkaSender
+
+    cfg = dataclasses.replace(writer_cfg, append=append)
+    w = SessionWriter.create(cfg)
+    assert w._path.native == (append == "native")
+    assert (w._sender._log is not None) == (append == "native")
+    w.append("turn/start", {})
+    w.append("step/start", {})
+    w.append("assistant/chunk", {"text": "durable"})
+    w.flush(10)
+    healthy = w._sender
+    dead = KafkaSender("127.0.0.1:9", cfg.topic,
+                       config={"message.timeout.ms": 300, "linger.ms": 1})
+    if append == "native":
+        assert dead.use_log(w._path.delivery_log())  # type: ignore[attr-defined]
+    w._sender = dead
+    lost = [w.append("assistant/chunk", {"text": f"lost {i}"}) for i in range(3)]
+    with pytest.raises(UnconfirmedEvents) as err:
+        w.flush(5)
+    assert list(err.value.event_ids) == [e.event_id for e in lost]
+    assert set(err.value.states.values()) == {"possibly-persisted"}
+    w._sender = healthy
+    assert w.resend_unconfirmed() == [e.event_id for e in lost]
+    w.flush(10)
+    assert w.unconfirmed() == {}
+    w.close()
+    rb = read_log(cfg, w.session_id)
+    assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
 
 
 def test_fork_creates_child_with_lineage(writer_cfg: WriterConfig) -> None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from producers import native_append as na
 from sessionstream.core import codec
-from sessionstream.core.events import CountingClock, Draft, Event, SequentialIds
+from sessionstream.core.events import CountingClock, Draft, Event, SequentialIds, SurfaceOp
 from sessionstream.core.jsonvalue import (
     FrozenList,
     FrozenMap,
@@ -149,6 +149,19 @@ def bad_drafts(draft: Draft) -> st.SearchStrategy[Draft]:
         st.just(Draft(draft.type, {**data, "extra_field": {"x": [1, None, "y"]}},
                       draft.surface_op, draft.source_event_seqs, draft.turn_id,
                       draft.step_id)),
+        # The rules the extension holds for stateless types: each one broken.
+        st.sampled_from(list(SurfaceOp)).map(
+            lambda op: Draft(draft.type, data, op, (), draft.turn_id, draft.step_id)),
+        st.just(Draft(draft.type, data, draft.surface_op, (0,), draft.turn_id,
+                      draft.step_id)),
+        st.just(Draft(draft.type, data, draft.surface_op, (), draft.turn_id,
+                      "no-such-step")),
+        st.just(Draft(draft.type, data, "sideways", (), draft.turn_id, draft.step_id)),
+        st.sampled_from([True, 7, 1.5, "s", None, [1], {"a": 1}, "bogus", "done"]).map(
+            lambda v: Draft(draft.type, {k: v for k in data}, draft.surface_op,
+                            draft.source_event_seqs, draft.turn_id, draft.step_id)),
+        st.just(Draft(draft.type, [data], draft.surface_op, draft.source_event_seqs,
+                      draft.turn_id, draft.step_id)),
     )
 
 
@@ -194,11 +207,64 @@ def run_both(seed: int, mix: Any, encrypted: bool) -> int:
     return checked
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), st.booleans(), st.data())
 def test_native_appends_match_python_bytes_and_errors(seed: int, encrypted: bool,
                                                       data: st.DataObject) -> None:
     assert run_both(seed, data.draw, encrypted) > 0
+
+
+def test_native_rules_cover_the_stateless_types_and_stamp_them_whole() -> None:
+    """The chunk (and plugin types) take the one-call path: the session's log grows,
+    the event is the reference's, the record is the codec's; stateful types do not."""
+    sid = "whole"
+    ref = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    nat = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    path = native(None, sid)
+    assert path.stamp is not None
+    assert path.stamp(nat, "turn/start", {}, None, (), None, None, True) is None
+    assert len(nat.events) == 1  # declined: nothing changed
+    for d in (Draft("turn/start", {}), Draft("step/start", {}),
+              Draft("request/header", {"provider": "p", "model": "m"})):
+        ref.append(d)
+        na.append(path, nat, d)
+    for i, d in enumerate([Draft("assistant/chunk", {"text": "héllo", "index": 3}),
+                           Draft("todo/add", {"id": "t1", "text": "x"}),
+                           Draft("todo/update", {"id": "t1", "status": "done"})]):
+        want = ref.append(d)
+        done = path.stamp(nat, d.type, d.data, None, [], None, None, True)
+        assert done is not None, d
+        got, record = done
+        assert got == want and got.lossless_checked and got.data_json() == want.data_json()
+        assert record == codec.encode(want)
+        assert nat.events[-1] is got and len(nat.events) == len(ref.events)
+        assert got.prev_event_id == ref.events[-2].event_id, i
+    assert path.stamp(nat, "todo/update", {"id": "t1", "status": "nope"}, None, (), None,
+                      None, True) is None  # the enum: left to the core, which names it
+    assert ref.events == nat.events
+    assert na.rules_for(nat, "assistant/chunk") is not None
+    assert all(na.rules_for(nat, t) is None for t in na.STATEFUL_TYPES)
+
+
+def test_native_stamp_uses_its_own_ids_and_clock_for_the_defaults() -> None:
+    import re
+    import time
+
+    session = Session.create("ids")
+    path = native(None, "ids")
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        na.append(path, session, d)
+    before = time.time_ns() // 1_000_000
+    done = path.stamp(session, "assistant/chunk", {"text": "x"}, None, (), None, None, True)
+    assert done is not None
+    ev, record = done
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+                        ev.event_id)
+    assert before <= ev.time <= time.time_ns() // 1_000_000
+    assert codec.decode(record) == ev
+    ids = {path.stamp(session, "assistant/chunk", {"text": "x"}, None, (), None, None,
+                      False)[0].event_id for _ in range(600)}  # type: ignore[index]
+    assert len(ids) == 600
 
 
 def test_native_sealed_record_opens_with_the_python_opener() -> None:
@@ -241,15 +307,50 @@ def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
     from sessionstream.core.events import uuid4_ids
 
     uuid4_ids()  # the parent now holds unused random pieces
+    from sessionstream_native import Appender  # and so does the extension's id buffer
+
+    Appender.uuid4()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        os.write(w, ",".join(uuid4_ids() for _ in range(40)).encode())
+        os.write(w, ",".join([uuid4_ids() for _ in range(40)]
+                             + [Appender.uuid4() for _ in range(40)]).encode())
         os._exit(0)
     os.close(w)
     child = os.read(r, 1 << 16).decode().split(",")
     os.close(r)
     os.waitpid(pid, 0)
-    parent = [uuid4_ids() for _ in range(40)]
-    assert len(child) == 40 and not set(child) & set(parent)
-    assert len(set(parent)) == 40
+    parent = [uuid4_ids() for _ in range(40)] + [Appender.uuid4() for _ in range(40)]
+    assert len(child) == 80 and not set(child) & set(parent)
+    assert len(set(parent)) == 80
+
+
+def test_native_sealing_keeps_the_key_only_while_the_store_would_and_sees_a_shred() -> None:
+    """The writer keeps a data key while its store would answer the same; a shred in
+    this process ends that at once: the next sealed append raises as Python's does."""
+    from sessionstream.core.errors import ContentKeyShredded
+    from sessionstream.core.sealed import DataClass
+
+    c = cipher()
+    sid = "shred-live"
+    session = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    path = native(c, sid)
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        na.append(path, session, d)
+    for text in ("one", "one more"):  # the first creates the key (a new generation)
+        ev = na.append(path, session, Draft("assistant/chunk", {"text": text}))
+        first = path.record(ev)
+        assert codec.decode(first).sealed  # sealed in the stamp call itself
+    assert "raw" in path._keys  # kept...
+    _key, until, generation = path._keys["raw"]
+    assert generation == c.store.generation and until > c.store.monotonic()
+    c.store.shred("default", sid, (DataClass.RAW,), principal="t", reason="test")
+    assert c.store.generation != generation  # ...until this process shreds it
+    with pytest.raises(ContentKeyShredded):
+        na.append(path, session, Draft("assistant/chunk", {"text": "two"}))
+    ref = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        ref.append(d)
+    ref.append(Draft("assistant/chunk", {"text": "one"}))
+    with pytest.raises(ContentKeyShredded):
+        c.seal_event(ref.append(Draft("assistant/chunk", {"text": "two"})))

@@ -13,6 +13,7 @@ equal. With encryption, the sealed rows must open to the same texts.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 from pathlib import Path
@@ -32,7 +33,7 @@ from streams import native_fold
 from streams.batch import MessageBatch
 from streams.memory import MemoryDeadLetters, MemorySink
 from streams.native_fold import NativeFold, _unit_of, live_driver
-from streams.processor import Processor
+from streams.processor import BatchReport, Processor
 from tests.unit.test_native_fold import _assert_same, _records, fleets
 from tests.unit.test_native_sealed import _sealed
 from tests.unit.test_streams_processor import processor
@@ -96,20 +97,38 @@ def message_batch(batch: list[Record], errors: int = 0) -> MessageBatch:
 async def _live(records: list[Record], sizes: list[int], restarts: set[int],
                 others: set[int], forgets: set[int], make: Any, sink: MemorySink,
                 dlq: MemoryDeadLetters, missed: frozenset[int] = frozenset(),
-                messages: bool = False) -> Any:
+                messages: bool = False, pipelined: bool = False) -> Any:
+    """With ``pipelined`` (the kafka engine's overlap, ADR 0014) each batch is folded
+    while the previous one's write is in flight: the in-memory sink applies that write
+    only when the next batch awaits it, after its fold, so another worker's pass in
+    between makes the in-flight write stale or a conflict. A restart or a rebalance
+    (forget) first finishes the batch in flight, as the engine does."""
     driver = make(processor_for(sink, dlq))
+    flight = None
     for b, raw in enumerate(_batches(records, sizes)):
         batch: Any = message_batch(raw, b % 2) if messages else raw
+        if flight is not None and (b in restarts or b in forgets):
+            await driver.complete(flight)
+            flight = None
         if b in restarts:
             driver = make(processor_for(sink, dlq))  # a restarted worker: empty caches
         if b in others or b in missed:
-            # another worker (after a rebalance this one missed) folds the batch first
-            await processor_for(sink, dlq).process(batch)
+            # another worker (after a rebalance this one missed) folds the batch first;
+            # while this one's write is in flight it starts from the progress in the
+            # sink, so it folds that batch's records too
+            again = list(flight.records) if flight is not None else []
+            await processor_for(sink, dlq).process([*again, *batch])
         if b in missed:
             continue  # and this one never sees it: its next write is based on an old row
         if b in forgets:
             driver.forget([(batch[0].topic, batch[0].partition)])
-        await driver.process(batch)
+        if pipelined:
+            _, current = await driver.pipelined(batch, flight)
+            flight = None if isinstance(current, BatchReport) else current
+        else:
+            await driver.process(batch)
+    if flight is not None:
+        await driver.complete(flight)
     return driver
 
 
@@ -129,14 +148,14 @@ def processor_for(sink: MemorySink, dlq: MemoryDeadLetters) -> Processor:
 
 
 def _run(records: list[Record], sizes: list[int], restarts: set[int], others: set[int],
-         forgets: set[int], missed: frozenset[int] = frozenset(), messages: bool = False
-         ) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
+         forgets: set[int], missed: frozenset[int] = frozenset(), messages: bool = False,
+         pipelined: bool = False) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
     asyncio.run(_live(records, sizes, restarts, others, forgets, lambda p: p, py_sink, py_dlq,
                       missed))
     na = asyncio.run(_live(records, sizes, restarts, others, forgets, NativeFold, na_sink,
-                           na_dlq, missed, messages))
+                           na_dlq, missed, messages, pipelined))
     return (py_sink, na_sink, py_dlq, na_dlq), na
 
 
@@ -161,6 +180,69 @@ def test_the_live_native_batch_equals_the_python_batch_with_restarts_and_rebalan
         assert set(py_sink.feed[gen]) == set(na_sink.feed.get(gen, []))
     py_sink.feed = na_sink.feed = {}
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.sets(st.integers(1, 10), max_size=2), st.sets(st.integers(1, 10), max_size=2),
+       st.sets(st.integers(1, 10), max_size=2), st.frozensets(st.integers(1, 10), max_size=2))
+def test_folding_a_batch_while_the_previous_write_is_in_flight_equals_the_python_batch(
+        case: tuple[list[Record], list[int], set[int], int], restarts: set[int],
+        others: set[int], forgets: set[int], missed: frozenset[int]) -> None:
+    """The overlap (ADR 0014): batch N+1 is folded and its writes built before N's
+    write is applied; another worker's pass in between refuses N's write (stale or a
+    conflict), so N+1's fold of those sessions is dropped and the Python processor
+    folds them from the stored row. Rows, index, changes, progress, dead letters: as
+    the Python batch one at a time (the feed as readers de-duplicate it)."""
+    records, sizes, _, chunk = case
+    _PIPELINE.clear()
+    _PIPELINE["chunk"] = chunk
+    _assert_same_pipelined(*_run(records, sizes, restarts, others, forgets, missed,
+                                 messages=True, pipelined=True)[0])
+
+
+def _assert_same_pipelined(py_sink: MemorySink, na_sink: MemorySink, py_dlq: Any,
+                           na_dlq: Any) -> None:
+    """Rows, index and progress exact; each session's last feed entry the same; dead
+    letters the same set. Another worker that took over while a write was in flight
+    re-reads that batch (the progress did not include it): it may write it together
+    with its own records in one call (one feed and change entry where the reference
+    has two) and send its dead letters again (at least once)."""
+    assert na_sink.hashes == py_sink.hashes
+    assert na_sink.index == py_sink.index
+    assert na_sink.progress == py_sink.progress
+
+    def last(sink: MemorySink) -> dict[tuple[int, str], tuple[int, int]]:
+        out: dict[tuple[int, str], tuple[int, int]] = {}
+        for gen, entries in sink.feed.items():
+            for e in entries:
+                ch = json.loads(e)
+                key = (gen, ch["session"])
+                out[key] = max(out.get(key, (-2, -2)), (ch["offset"], ch["as_of_seq"]))
+        return out
+    assert last(na_sink) == last(py_sink)
+    assert {(d.reason, d.detail) for d in na_dlq.letters} == \
+        {(d.reason, d.detail) for d in py_dlq.letters}
+
+
+def test_a_write_refused_while_the_next_batch_was_folded_is_refolded_in_both(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-flight case the differential test must meet: another worker's pass lands
+    between N's fold and its write, so N's write is refused after N+1 folded the same
+    sessions on top of it; N+1's records of them are refolded from the stored row."""
+    refolded: list[str] = []
+    finish = NativeFold._finish
+
+    async def counting(self: NativeFold, flight: Any) -> Any:
+        refolded.extend(flight.back)
+        return await finish(self, flight)
+    monkeypatch.setattr(NativeFold, "_finish", counting)
+    _PIPELINE.clear()
+    records = _fleet_records()
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(records, [37], set(), {3, 6}, set(),
+                                                  pipelined=True)
+    _assert_same_pipelined(py_sink, na_sink, py_dlq, na_dlq)
+    assert refolded  # the case was met
+    assert na._python == set()  # native again after the refolds
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -266,3 +348,82 @@ def test_the_fold_setting_selects_the_live_driver() -> None:
     assert live_driver(proc, "python") is proc
     assert isinstance(live_driver(proc, "native"), NativeFold)
     assert isinstance(live_driver(proc, "auto"), NativeFold)
+
+
+class _SwitchingSink(MemorySink):
+    """A sink whose generation pointer moves to 2 (a replay switched the readers) just
+    before the batch numbered ``at`` is written: after the native fold read and used
+    its cached generation."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.batches = at, 0
+
+    async def write_batch(self, gen: int, writes: Any, group: str, progress: Any) -> Any:
+        if self.batches == self.at:
+            self.gen = 2
+        self.batches += 1
+        return await super().write_batch(gen, writes, group, progress)
+
+
+async def _switching(driver: Any, sink: MemorySink, dlq: MemoryDeadLetters, at: int,
+                     before: bool) -> None:
+    for b, batch in enumerate(_batches(_fleet_records(), [37])):
+        if before and b == at:
+            sink.gen = 2
+        await driver.process(batch)
+
+
+def test_a_generation_switch_before_a_batch_is_written_moves_the_batch_to_it() -> None:
+    """The native fold reads the generation once and the one-call batch write checks
+    it: a pointer that moved after the fold (a replay's switch) writes nothing of the
+    batch in the old generation; it is folded again and written in the new one, as the
+    Python processor does when the switch came before its per-batch read."""
+    _PIPELINE.clear()
+    py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
+    asyncio.run(_switching(processor_for(py_sink, py_dlq), py_sink, py_dlq, 4, True))
+    na_sink, na_dlq = _SwitchingSink(4), MemoryDeadLetters()
+    asyncio.run(_switching(NativeFold(processor_for(na_sink, na_dlq)), na_sink, na_dlq, 4,
+                           False))
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na_sink.gen == 2 and {g for g, _ in na_sink.hashes} == {1, 2}
+    assert na_sink.batches > len(_batches(_fleet_records(), [37]))  # the batch written again
+
+
+def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> None:
+    """``Folder.write_fields`` (chunk fields, deletes and manifests built in Rust) gives
+    what ``chunked_fields`` + the Python ``native_chunks`` give, batch after batch, with
+    the chunks stored by the previous write carried over (small chunks: many cross)."""
+    from sessionstream.core.rows import SessionRow
+
+    _PIPELINE.clear()
+    a = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
+    b = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
+    chunk = 3
+    stored: dict[str, dict[str, Any]] = {}
+    compared = 0
+    for batch in _batches(_fleet_records(), [29]):
+        for f in (a, b):
+            f.folder.fold(batch, {}, set())
+        for sid in sorted({r.key.decode() for r in batch if r.key}):
+            first = sid not in stored
+            got = a.folder.chunked_fields(sid, not first, chunk)
+            if got is None:
+                continue
+            fields, changed, parts = got
+            fields.pop(SessionRow.AS_OF_SEQ)
+            fields.pop(SessionRow.AS_OF_OFFSET)
+            deletes: list[str] = []
+            counts = {}
+            by_unit: dict[str, list[Any]] = {}
+            for key, name, n, start, items in parts:
+                by_unit.setdefault(key, []).append((name, n, start, items))
+            for key, unit_parts in by_unit.items():
+                counts[key] = native_fold.native_chunks(
+                    a._native_chunked[key], unit_parts, stored.get(sid, {}).get(key),
+                    fields, deletes, chunk)
+            assert b.folder.write_fields(sid, not first, chunk, stored.get(sid, {})) == (
+                fields, changed, deletes, counts)
+            stored.setdefault(sid, {}).update(counts)
+            compared += len(counts)
+    assert compared > 20

@@ -20,10 +20,12 @@ if not native_fold.available():
 from sessionstream_native import pack_session_writes
 
 
-def _redis_py(command: str, script: str, maxlen: int, calls: list[tuple]) -> bytes:  # type: ignore[type-arg]
+def _redis_py(command: str, script: str, maxlen: int, calls: list[tuple],  # type: ignore[type-arg]
+              keys_before: tuple[str, ...] = (), args_before: tuple[str, ...] = (),
+              tail: tuple[str, ...] = ()) -> bytes:
     """The same call as streams.sink's fallback builds it."""
-    keys: list[str] = []
-    args: list[object] = [maxlen]
+    keys: list[str] = list(keys_before)
+    args: list[object] = [*args_before, maxlen]
     for row, changes, base, last, seq, force, entry, fields, deletes in calls:
         keys += [row, changes]
         args += [base, last, seq, "1" if force else "0", entry, len(fields)]
@@ -31,6 +33,7 @@ def _redis_py(command: str, script: str, maxlen: int, calls: list[tuple]) -> byt
             args += [k, v]
         args.append(len(deletes))
         args += deletes
+    args += tail
     return b"".join(Connection().pack_command(command, script, len(keys), *keys, *args))
 
 
@@ -53,3 +56,15 @@ def test_the_packed_script_call_is_the_bytes_redis_py_sends(
 def test_a_field_that_is_not_text_is_refused_with_its_role() -> None:
     with pytest.raises(TypeError, match="a field value must be a str"):
         pack_session_writes("EVALSHA", "x", 1, [("r", "c", 0, 1, 1, False, "{}", {"a": 1}, ())])
+
+
+@settings(max_examples=100, deadline=None)
+@given(calls=st.lists(_call, max_size=4), keys_before=st.lists(_text, max_size=4),
+       args_before=st.lists(_text, max_size=4), tail=st.lists(_text, max_size=6))
+def test_the_one_call_batch_packs_its_tenant_keys_and_arguments_as_redis_py(
+        calls: list[tuple], keys_before: list[str], args_before: list[str],  # type: ignore[type-arg]
+        tail: list[str]) -> None:
+    assert pack_session_writes("EVALSHA", "s", 100, calls, keys_before, args_before,
+                               tail) == _redis_py("EVALSHA", "s", 100, calls,
+                                                  tuple(keys_before), tuple(args_before),
+                                                  tuple(tail))
