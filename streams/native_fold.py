@@ -185,6 +185,12 @@ class NativeFold:
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
             self._chunks, self._memo, self.digests, self._sealing)
 
+    def settled_sessions(self) -> list[str]:
+        """The sessions an earlier flush wrote that nothing folded since (replay: once
+        the log's end is read, their rows in the new generation are final)."""
+        return [sid for sid in self._written if sid not in self._dirty
+                and sid not in self._python]
+
     @property
     def unflushed_sessions(self) -> int:
         return len(self._dirty) + self.proc.unflushed_sessions
@@ -424,6 +430,11 @@ class NativeFold:
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
         items = native_items(records)  # a consumed batch's messages: no Record each
+        # sessions met for the first time, by the records' keys, are loaded first: one
+        # fold decodes each record once (a second fold below is for what keys miss)
+        ahead = self.folder.unknown_sessions(items, self._python)
+        if ahead:
+            await self._resume(gen, [(sid, p, []) for sid, p in ahead])
         dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
             items, progress, self._python, True)
         report.skipped += skipped
@@ -434,7 +445,7 @@ class NativeFold:
         for i in dead:
             if proc.decode_item(records[i], report) is not None:
                 # Python reads what the extension refused: the batch is Python's
-                for sid, _, _ in [*native, *unknown]:
+                for sid, _, _ in [*native, *unknown, *((a, p, ()) for a, p in ahead)]:
                     self._to_python(sid)
                 return await proc.process_locked(records)
         if unknown:
@@ -454,7 +465,11 @@ class NativeFold:
         # Built now (overlapping the previous batch's write); what a write needs of the
         # session's last one (its offset, chunks, Python bases) is taken as written:
         # a write that is refused drops the session, and this one with it.
-        mine = [self._write(sid) for sid in live]
+        # (sessions the previous batch's write refused, when it was finished above, are
+        # no longer held: they are refolded below)
+        early = previous.refused if previous.flight is None else set()
+        assert isinstance(early, set)  # a moved generation returned above
+        mine = [self._write(sid) for sid in live if sid not in early]
         verdicts = {}
         for w in mine:
             sid = w.session_id
@@ -470,13 +485,12 @@ class NativeFold:
         if refused:
             # this batch folded them on a state whose write was refused: the Python
             # processor folds their records here from the stored row, as a conflict
-            kept = [w for w in mine if w.session_id not in refused]
-            for w in mine:
-                if w.session_id in refused:
-                    back.append(w.session_id)
-                    handed.append((w.session_id, [i for i, r in enumerate(records)
-                                                  if _is_of(r, w.session_id, proc.pipeline)]))
-            mine = kept
+            mine = [w for w in mine if w.session_id not in refused]
+            for sid in live:
+                if sid in refused:
+                    back.append(sid)
+                    handed.append((sid, [i for i, r in enumerate(records)
+                                         if _is_of(r, sid, proc.pipeline)]))
         flight = InFlight(records, report, gen, mine, verdicts, high_tp, back)
         one_call = getattr(proc.sink, "write_batch", None)
         if (one_call is not None and not handed and not report.dead_letters

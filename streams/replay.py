@@ -28,7 +28,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -268,12 +268,18 @@ async def replay(
         starts = _start_offsets(meta, topic, parts, from_time_ms)
         consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
         position = {p: o - 1 for p, o in starts.items()}
+        compared: set[str] = set()
+
+        async def compare_settled(sids: list[str]) -> None:
+            await _compare(redis, keys, live, new, report, views, rows, digests, only=sids)
+            compared.update(sids)
+
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions), folder=driver,
-                           keys_ahead=keys_ahead)
+                           keys_ahead=keys_ahead, compare_settled=compare_settled)
         t0 = time.monotonic()
-        await _compare(redis, keys, live, new, report, views, rows, digests)
+        await _compare(redis, keys, live, new, report, views, rows, digests, skip=compared)
         _took(report, "compare", t0)
         if switch and from_time_ms is None:
             await redis.set(keys.generation(), new)
@@ -334,9 +340,14 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                        progress: Progress | None, every: float, started: float,
                        deferred: tuple[int, int] | None = None,
                        folder: Processor | NativeFold | None = None,
-                       phases: bool = True, keys_ahead: _KeysAhead | None = None) -> None:
+                       phases: bool = True, keys_ahead: _KeysAhead | None = None,
+                       compare_settled: Callable[[list[str]], Awaitable[None]] | None = None,
+                       ) -> None:
     """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
-    and flush after that many records or folded sessions, and at the end."""
+    and flush after that many records or folded sessions, and at the end.
+    ``compare_settled``: given the sessions an earlier flush wrote and nothing folded
+    since (final once the end is read), it compares them while the last flush writes
+    the others (Redis compares while this process builds rows)."""
     fold = folder or proc
     took = _took if phases else (lambda report, phase, t0: None)
     ends = {p: meta.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] - 1
@@ -379,8 +390,22 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         t0 = time.monotonic()
         if keys_ahead is not None:
             await keys_ahead.drain()
-        await fold.flush()
+        early = None
+        if compare_settled is not None and isinstance(fold, NativeFold):
+            settled = fold.settled_sessions()
+            if settled:
+                early = asyncio.ensure_future(compare_settled(settled))
+        try:
+            await fold.flush()
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         took(report, "flush", t0)
+        if early is not None:
+            t0 = time.monotonic()
+            await early
+            took(report, "compare", t0)
 
 
 class _KeysAhead:
@@ -526,8 +551,8 @@ def _took(report: ReplayReport, phase: str, t0: float) -> None:
 
 async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
                    report: ReplayReport, views: list[str], sealed: Any = None,
-                   digests: Mapping[str, Mapping[str, tuple[str, bytes]]] | None = None
-                   ) -> None:
+                   digests: Mapping[str, Mapping[str, tuple[str, bytes]]] | None = None,
+                   only: list[str] | None = None, skip: Collection[str] = ()) -> None:
     """Each session of the new generation against the live one at the same as_of_seq.
 
     Redis compares the two rows' stored view fields (chunked views, ADR 0013, span
@@ -538,11 +563,18 @@ async def _compare(redis: Redis, keys: KeySpace, live: int, new: int,
     whose stored values differ come back (when both rows hold the same names), the new
     row's sealed values as their SHA-1, and only the live row's are opened: equal when
     every such text matches, a sealed one by the digest kept for that very stored value;
-    any other pair is read again whole and compared exactly."""
+    any other pair is read again whole and compared exactly.
+
+    ``only``: these sessions (of the index) and no others; else every session of the
+    new generation's index but ``skip`` (compared already)."""
     wanted = {SessionRow.AS_OF_SEQ, *views}
-    ids: list[str] = [s.decode() if isinstance(s, bytes) else str(s)
-                      for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
-    report.sessions = len(ids)
+    if only is not None:
+        ids = only
+    else:
+        every = [s.decode() if isinstance(s, bytes) else str(s)
+                 for s in await redis.zrange(keys.sessions_index(new), 0, -1)]
+        report.sessions = len(every)
+        ids = [sid for sid in every if sid not in skip]
     script = Script(COMPARE_ROWS_LUA)
     prefixes = [SessionRow.VIEW, SessionRow.PARTS, SessionRow.PART]
     cluster = isinstance(redis, RedisCluster)

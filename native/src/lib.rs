@@ -540,6 +540,36 @@ impl Folder {
         }
     }
 
+    /// The sessions the records' keys name that this folder does not hold and the
+    /// caller does not fold itself (`python_owned`), with the partition of the first
+    /// record of each, in order: the live worker loads them before `fold` (one
+    /// decode per record instead of a second fold of a new session's records). Only
+    /// the keys are read; a record without a key, or whose key is not UTF-8, is left
+    /// to `fold`.
+    fn unknown_sessions(&self, py: Python<'_>, records: &Bound<'_, PyList>,
+                        python_owned: HashSet<String>) -> PyResult<Vec<(String, i64)>> {
+        let s_partition = pyo3::intern!(py, "partition");
+        let s_key = pyo3::intern!(py, "key");
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut out = Vec::new();
+        for rec in records.iter() {
+            let key = field(&rec, s_key)?;
+            let Ok(key) = key.downcast::<PyBytes>() else { continue };
+            let raw = key.as_bytes();
+            if seen.contains(raw) {
+                continue;
+            }
+            seen.insert(raw.to_vec());
+            let Ok(sid) = std::str::from_utf8(raw) else { continue };
+            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
+                continue;
+            }
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            out.push((sid.to_string(), partition));
+        }
+        Ok(out)
+    }
+
     #[getter]
     fn sessions(&self) -> usize {
         self.sessions.len()
