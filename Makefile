@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-$(NATIVE_STAMP): $(STAMP) native/Cargo.toml native/pyproject.toml $(wildcard native/src/*.rs)
+$(NATIVE_STAMP): $(STAMP) native/Cargo.toml native/pyproject.toml $(wildcard native/src/*.rs native/src/*/*.rs)
 	@$(NATIVE_ENV) command -v cargo >/dev/null || { echo "the native fold needs Rust's \
 	cargo (rustup.rs, or Debian's cargo); SESSIONSTREAM_FOLD=python runs without it" >&2; exit 1; }
 	$(NATIVE_ENV) $(PY) -m pip install -q --no-build-isolation ./native

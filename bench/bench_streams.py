@@ -142,7 +142,9 @@ def ack_timeline(sent: list[list]) -> str:  # type: ignore[type-arg]
     secs = [max(v for k, v in slots.items() if k // 10 == sec)
             for sec in range(max(slots) // 10 + 1) if any(k // 10 == sec for k in slots)]
     worst = sorted(slots.items(), key=lambda kv: -kv[1])[:3]
-    return ("produce->ack max per second (ms): " + " ".join(f"{v:.0f}" for v in secs)
+    start = time.strftime("%H:%M:%S", time.gmtime(t0)) + f".{int(t0 % 1 * 1000):03d}"
+    return (f"produce->ack from {start} UTC (t=0; the broker's pauses are in its gc.log), "
+            "max per second (ms): " + " ".join(f"{v:.0f}" for v in secs)
             + "; slowest 100 ms slots: "
             + ", ".join(f"t={k / 10:.1f}s {v:.0f} ms" for k, v in sorted(worst)))
 

@@ -155,7 +155,7 @@ class NativeAppend(PythonAppend):
         self._app.bind(_events.decoded_event, [SurfaceOp.NONE, SurfaceOp.APPEND,
                                                SurfaceOp.REPLACE],
                        _events.uuid4_ids, _events.system_clock, rules_for, FORMAT_VERSION,
-                       limit - ENVELOPE_OVERHEAD)
+                       limit - ENVELOPE_OVERHEAD, Event)
 
     def delivery_log(self) -> Any:
         """A native delivery log for this writer's records (producers.kafka)."""

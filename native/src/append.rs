@@ -547,15 +547,24 @@ impl Appender {
     /// (`uuid4_ids`, `system_clock`: done natively when a session uses them), the
     /// function giving a type's rules (`rules_for(session, type)`, see
     /// producers/native_append.py), the format version, and the largest data text the
-    /// writer accepts (bytes; larger: declined, the writer raises MessageTooLarge).
+    /// writer accepts (bytes; larger: declined, the writer raises MessageTooLarge), and
+    /// the Event class (optional): when its slot layout checks out (rules::
+    /// verified_layout) events are filled in place rather than through `make_event`.
     #[allow(clippy::too_many_arguments)]
-    fn bind(&mut self, make_event: Py<PyAny>, ops: Vec<Py<PyAny>>,
+    #[pyo3(signature = (make_event, ops, uuid4_ids, system_clock, rules_for, format_version,
+                        data_limit, event_cls=None))]
+    fn bind(&mut self, py: Python<'_>, make_event: Py<PyAny>, ops: Vec<Py<PyAny>>,
             uuid4_ids: Py<PyAny>, system_clock: Py<PyAny>, rules_for: Py<PyAny>,
-            format_version: i64, data_limit: i64) -> PyResult<()> {
+            format_version: i64, data_limit: i64, event_cls: Option<Py<PyAny>>)
+        -> PyResult<()> {
         if ops.len() != 3 {
             return Err(pyo3::exceptions::PyValueError::new_err("three SurfaceOp members"));
         }
-        self.bound = Some(rules::Bound_ { make_event, ops, uuid4_ids, system_clock,
+        let layout = match event_cls {
+            Some(cls) => rules::verified_layout(py, cls.bind(py))?.map(|o| (cls, o)),
+            None => None,
+        };
+        self.bound = Some(rules::Bound_ { make_event, layout, ops, uuid4_ids, system_clock,
                                           rules_for, format_version, data_limit });
         Ok(())
     }
@@ -579,6 +588,12 @@ impl Appender {
         -> PyResult<Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>> {
         self.append_impl(py, session, etype, data, surface_op, source_event_seqs, turn_id,
                          step_id, record, seal)
+    }
+
+    /// Whether `append` fills events in place (the Event layout checked out at bind).
+    #[getter]
+    fn fills_in_place(&self) -> bool {
+        self.bound.as_ref().is_some_and(|b| b.layout.is_some())
     }
 
     /// A fresh per-sender delivery log (see DeliveryLog): records whose value starts

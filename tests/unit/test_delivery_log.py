@@ -109,3 +109,21 @@ def test_a_report_whose_value_names_no_event_leaves_it_pending() -> None:
     log(None, Msg(recs[2][1][:12], offset=2))  # cut inside the envelope
     assert log.reported == 2 and log.unidentified == 2
     assert log.unconfirmed([recs[2][0]]) == {recs[2][0]: "pending"}
+
+
+def test_a_sender_and_its_log_are_collected_together() -> None:
+    """The log holds the sender's failure listener and the sender holds the log: the
+    cycle must not keep a closed writer's sender alive."""
+    import gc
+    import weakref
+
+    from producers.kafka import KafkaSender
+
+    sender = KafkaSender("127.0.0.1:9", "t")  # no network until first use
+    log, _ = new_log()
+    assert sender.use_log(log)
+    assert not sender.use_log(new_log()[0])  # one log per sender
+    gone = weakref.ref(sender)
+    del sender, log
+    gc.collect()
+    assert gone() is None

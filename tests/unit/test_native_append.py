@@ -222,6 +222,7 @@ def test_native_rules_cover_the_stateless_types_and_stamp_them_whole() -> None:
     nat = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
     path = native(None, sid)
     assert path.stamp is not None
+    assert path._app.fills_in_place  # Event's slot layout checked out
     assert path.stamp(nat, "turn/start", {}, None, (), None, None, True) is None
     assert len(nat.events) == 1  # declined: nothing changed
     for d in (Draft("turn/start", {}), Draft("step/start", {}),

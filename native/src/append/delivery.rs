@@ -120,6 +120,25 @@ fn report(slf: &Bound<'_, DeliveryLog>, err: &Bound<'_, PyAny>, msg: &Bound<'_, 
 
 #[pymethods]
 impl DeliveryLog {
+    // The failure listener is the sender's bound method and the sender holds this log:
+    // a cycle the garbage collector must see through.
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        if let Some(f) = &self.on_error {
+            visit.call(f)?;
+        }
+        for r in self.reports.values() {
+            if let Report::Failed { delivery, .. } = r {
+                visit.call(delivery)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.on_error = None;
+        self.reports.clear();
+    }
+
     /// The delivery callback (librdkafka's report of one record). Never raises: what
     /// it cannot read leaves the event pending.
     fn __call__(slf: &Bound<'_, Self>, err: &Bound<'_, PyAny>, msg: &Bound<'_, PyAny>) {

@@ -49,6 +49,9 @@ pub(super) struct Rules {
 /// What `Appender.bind` hands in.
 pub(super) struct Bound_ {
     pub(super) make_event: Py<PyAny>,
+    /// The Event class and the byte offset of each of its slots (`SLOT_ORDER`), when
+    /// `bind` verified its layout: the event is then filled in place.
+    pub(super) layout: Option<(Py<PyAny>, Vec<usize>)>,
     pub(super) ops: Vec<Py<PyAny>>,
     pub(super) uuid4_ids: Py<PyAny>,
     pub(super) system_clock: Py<PyAny>,
@@ -328,18 +331,45 @@ impl Appender {
         // is checked and frozen, with its text (plain slot stores in Python, far cheaper
         // than attribute calls from here).
         let raise = |e: PyErr| Stop::Raise(e);
+        let text_obj = PyString::new(py, &text).into_any();
+        let seq_obj = seq.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
+        let fv_obj = b.format_version.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
+        let ign_obj = PyBool::new(py, rules.ignorable).to_owned().into_any();
+        let event = if let Some((cls, offsets)) = &b.layout {
+            // In place, as decoded_event fills one (SLOT_ORDER).
+            let values = [
+                frozen.clone(), py.None().into_bound(py), text_obj, event_id_obj.clone(),
+                fv_obj, ign_obj, PyBool::new(py, true).to_owned().into_any(),
+                prev_obj.clone(), PyTuple::empty(py).into_any(), seq_obj,
+                session_id_obj.clone(), PyTuple::empty(py).into_any(), open_step.clone(),
+                op_obj.clone(), time_obj.clone(), open_turn.clone(), etype.clone(),
+                writer.clone(),
+            ];
+            let event = b.object_new(py, cls).map_err(raise)?;
+            // SAFETY: `bind` checked that the Event layout is object's header followed
+            // by exactly these slots at these offsets (and read sentinels back through
+            // the slots' descriptors); a new object's slots are NULL, and each store
+            // hands over one owned reference, as the slot descriptor's setter does.
+            unsafe {
+                let base = event.as_ptr() as *mut u8;
+                for (v, off) in values.into_iter().zip(offsets.iter()) {
+                    *(base.add(*off) as *mut *mut pyo3::ffi::PyObject) = v.into_ptr();
+                }
+            }
+            event
+        } else {
         let args = PyTuple::new(py, [
             session_id_obj.clone(),
-            seq.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any(),
+            seq_obj,
             event_id_obj.clone(), time_obj.clone(), etype.clone(),
-            PyString::new(py, &text).into_any(), frozen.clone(),
+            text_obj, frozen.clone(),
             PyBool::new(py, true).to_owned().into_any(), op_obj.clone(),
             PyTuple::empty(py).into_any(), writer.clone(),
-            b.format_version.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any(),
-            PyBool::new(py, rules.ignorable).to_owned().into_any(), open_turn.clone(),
+            fv_obj, ign_obj, open_turn.clone(),
             open_step.clone(), prev_obj.clone(),
         ]).map_err(raise)?;
-        let event = b.make_event.bind(py).call1(args).map_err(raise)?;
+            b.make_event.bind(py).call1(args).map_err(raise)?
+        };
         events.append(&event).map_err(Stop::Raise)?;
         if !record {
             return Ok((event, None));
@@ -390,6 +420,66 @@ impl Appender {
         let bytes = self.write_envelope(&env, clear.as_deref().unwrap_or(&text), &sealed);
         Ok((event, Some(PyBytes::new(py, &bytes))))
     }
+}
+
+/// Event's slots in the order CPython lays them out (sorted names: events.Event).
+pub(super) const SLOT_ORDER: [&str; 18] = [
+    "_data", "_raw", "_text", "event_id", "format_version", "ignorable", "lossless_checked",
+    "prev_event_id", "sealed", "seq", "session_id", "source_event_seqs", "step_id",
+    "surface_op", "time", "turn_id", "type", "writer",
+];
+
+impl Bound_ {
+    fn object_new<'py>(&self, py: Python<'py>, cls: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let cls = cls.bind(py).downcast::<pyo3::types::PyType>()?.clone();
+        // object.__new__(Event): tp_alloc'd, every slot NULL, __init__ not run.
+        // SAFETY: PyType_GenericAlloc on a live heap type; NULL is checked.
+        unsafe {
+            let obj = pyo3::ffi::PyType_GenericAlloc(cls.as_ptr().cast(), 0);
+            Bound::from_owned_ptr_or_err(py, obj)
+        }
+    }
+}
+
+/// The slot offsets of `cls` if its layout is object's header followed by exactly
+/// SLOT_ORDER's slots, 8 bytes each (checked by writing a sentinel through each
+/// offset of a probe and reading it back through the slot's descriptor), else None.
+pub(super) fn verified_layout(py: Python<'_>, cls: &Bound<'_, PyAny>) -> PyResult<Option<Vec<usize>>> {
+    let word = std::mem::size_of::<*mut pyo3::ffi::PyObject>();
+    let object = PyModule::import(py, "builtins")?.getattr("object")?;
+    let head: usize = object.getattr("__basicsize__")?.extract()?;
+    let size: usize = cls.getattr("__basicsize__")?.extract()?;
+    let mut names: Vec<String> = cls.getattr("__slots__")?.extract()?;
+    names.sort();
+    if size != head + word * SLOT_ORDER.len() || names != SLOT_ORDER
+        || !cls.getattr("__dictoffset__")?.extract::<isize>().map(|d| d == 0)?
+        || !cls.getattr("__weakrefoffset__")?.extract::<isize>().map(|d| d == 0)? {
+        return Ok(None);
+    }
+    let offsets: Vec<usize> = (0..SLOT_ORDER.len()).map(|i| head + word * i).collect();
+    let probe = {
+        let cls_t = cls.downcast::<pyo3::types::PyType>()?;
+        // SAFETY: as in object_new.
+        unsafe {
+            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyType_GenericAlloc(cls_t.as_ptr().cast(), 0))?
+        }
+    };
+    let sentinels: Vec<Bound<'_, PyAny>> = (0..SLOT_ORDER.len())
+        .map(|i| PyString::new(py, &format!("sentinel-{i}")).into_any()).collect();
+    // SAFETY: the probe is a fresh instance of cls, basicsize covers every offset.
+    unsafe {
+        let base = probe.as_ptr() as *mut u8;
+        for (v, off) in sentinels.iter().zip(offsets.iter()) {
+            *(base.add(*off) as *mut *mut pyo3::ffi::PyObject) = v.clone().into_ptr();
+        }
+    }
+    let getter = object.getattr("__getattribute__")?;
+    for (name, v) in SLOT_ORDER.iter().zip(sentinels.iter()) {
+        if !getter.call1((&probe, *name))?.is(v) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(offsets))
 }
 
 /// Why `stamp` stopped: declined (no change made), or a Python error to raise.
