@@ -197,6 +197,13 @@ def _instructions(path: str, n: int, live: int) -> int | None:
     res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
     if os.path.exists(out):
         os.unlink(out)
+    if res.returncode != 0:
+        # callgrind prints its total even when the program under it failed: a crashed
+        # run must not be reported as an instruction count.
+        lines = [line for line in res.stderr.splitlines() if not line.startswith("==")]
+        tail = "\n".join(lines[-5:])
+        raise SystemExit(f"instruction count: the run of {path} over {n} records failed "
+                         f"(exit {res.returncode}):\n{tail}")
     m = re.search(r"Collected : (\d+)", res.stderr)
     return int(m.group(1)) if m else None
 
