@@ -464,15 +464,7 @@ class KafkaSender:
         log = self._log
         if log is not None:
             # One native callback for every record (see use_log): no object per record.
-            try:
-                if headers is None:
-                    p.produce(self.topic, value, key, on_delivery=log)
-                else:
-                    p.produce(self.topic, value, key, on_delivery=log, headers=list(headers))
-            except BufferError:
-                self._produce_when_room(p, key, value, log, headers)
-            except KafkaException as exc:
-                raise map_kafka_error(exc.args[0], what="produce") from exc
+            self._send(p, key, value, log, headers)
             self._produced += 1
             self._sent.append(event_id)
             self._since_poll += 1
@@ -481,15 +473,7 @@ class KafkaSender:
                 p.poll(0)
             return None
         d = Delivery(event_id, self)
-        try:
-            if headers is None:
-                p.produce(self.topic, value, key, on_delivery=d)
-            else:
-                p.produce(self.topic, value, key, on_delivery=d, headers=list(headers))
-        except BufferError:
-            self._produce_when_room(p, key, value, d, headers)
-        except KafkaException as exc:
-            raise map_kafka_error(exc.args[0], what="produce") from exc
+        self._send(p, key, value, d, headers)
         self._inflight += 1
         if event_id in self._deliveries:
             self._resent, self._plain = True, False  # _settle reconciles the copies
@@ -502,6 +486,20 @@ class KafkaSender:
             self._since_poll = 0
             p.poll(0)
         return d
+
+    def _send(self, p: Producer, key: bytes, value: bytes,
+              d: Callable[[KafkaError | None, Message], None],
+              headers: Iterable[tuple[str, bytes]] | None) -> None:
+        """Hand one record to the producer, waiting for room when its queue is full."""
+        try:
+            if headers is None:
+                p.produce(self.topic, value, key, on_delivery=d)
+            else:
+                p.produce(self.topic, value, key, on_delivery=d, headers=list(headers))
+        except BufferError:
+            self._produce_when_room(p, key, value, d, headers)
+        except KafkaException as exc:
+            raise map_kafka_error(exc.args[0], what="produce") from exc
 
     def _produce_when_room(self, p: Producer, key: bytes, value: bytes,
                            d: Callable[[KafkaError | None, Message], None],
