@@ -298,6 +298,20 @@ class KeyStore(ABC):
         #: rewrap): a caller holding a key from data_key_until() looks again then.
         self.generation = 0
 
+    # another process -----------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What a spawned process gets (the fleet's writers take the cipher along): the
+        configuration, not this process's lock, cached keys or feed positions."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_cache"] = OrderedDict()
+        state["_feed"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # backend ------------------------------------------------------------
     @abstractmethod
     def _get(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None: ...
