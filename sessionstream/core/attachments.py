@@ -8,10 +8,9 @@ library only (files, no network).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from sessionstream.core import files
 from sessionstream.core.errors import AttachmentError
 from sessionstream.core.settings import Env
 
@@ -28,17 +27,7 @@ def check_digest(sha256: str) -> str:
 def write_atomically(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` so readers see all of it or nothing."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        files.write_atomically(target, data)
     except OSError as exc:
         raise AttachmentError(
             f"cannot write attachment {target.name} under the attachment directory: {exc}; "

@@ -31,7 +31,6 @@ import binascii
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
+from sessionstream.core.files import create_if_absent, write_atomically
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
 from sessionstream.core.rows import KeySpace
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
@@ -124,37 +124,12 @@ class TenantKeyRing:
 
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically, readable by the owner only (0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, text.encode("utf-8"), private=True)
 
 
 def _create_private(path: Path, text: str) -> bool:
     """Create ``path`` (0600) with ``text`` unless it exists; True if this call created it."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)  # atomic create-if-absent: the loser reads the winner's
-            return True
-        except FileExistsError:
-            return False
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    return create_if_absent(path, text.encode("utf-8"), private=True)
 
 
 class TenantKeys:
