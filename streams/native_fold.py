@@ -38,9 +38,11 @@ an error names the install command when it is missing) or ``python``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +51,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
-from sessionstream.core.privacy import DataClass, unit_class
+from sessionstream.core.privacy import DataClass, KeyState, unit_class
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
@@ -90,6 +92,9 @@ NATIVE_UNITS: dict[str, type] = {
     "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
+#: Threads that create new sessions' row keys ahead of the seal (each key: a file
+#: written and fsynced; concurrent ones share journal commits).
+KEY_THREADS = 8
 #: Sessions per slice of a deferred flush (the sink's call size).
 FLUSH_SLICE = 256
 #: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
@@ -166,6 +171,12 @@ class NativeFold:
         self._row_cipher = _row_cipher_of(processor.codec.rows)
         self._unit_classes = {u.key: None if (c := unit_class(u.key)) is None else c.value
                               for u in reg.units}
+        #: the classes a row's sealed fields need keys of (asked ahead for new sessions)
+        self._row_classes = sorted({c for u in reg.units if (c := unit_class(u.key))
+                                    is not None}, key=lambda c: c.value)
+        #: sessions started without a row load (their first event was in the batch)
+        self.fresh_starts = 0
+        self._key_pool: ThreadPoolExecutor | None = None  # creates new sessions' row keys
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -490,11 +501,23 @@ class NativeFold:
         items = native_items(records)  # a consumed batch's messages: no Record each
         # sessions met for the first time, by the records' keys, are loaded first: one
         # fold decodes each record once (a second fold below is for what keys miss)
-        ahead = self.folder.unknown_sessions(items, self._python)
+        # A session whose first record here is its first event (seq 0, past the
+        # progress) is started without a row load: no row can hold it yet, and if one
+        # does after all (another group, a lost progress) the write's compare-and-set
+        # (base offset -1) refuses it and the session is folded from the stored row.
+        ahead = self.folder.new_sessions(items, self._python, progress)
+        # their rows' data keys are looked up (or created: file reads, an fsync) on a
+        # thread meanwhile, so the seal below finds them in the key store's cache
+        keys = (asyncio.ensure_future(asyncio.to_thread(
+            self._prefetch_keys, [sid for sid, _, _ in ahead]))
+            if ahead and self._row_cipher is not None else None)
         if ahead:
-            await self._resume(gen, [(sid, p, []) for sid, p in ahead])
-        dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
-            items, progress, self._python, True)
+            await self._resume(gen, [(sid, p, []) for sid, p, fresh in ahead if not fresh],
+                               [(sid, p) for sid, p, fresh in ahead if fresh])
+        # the fold releases the GIL: on a thread, the event loop reads the previous
+        # batch's reply meanwhile (nothing else touches the folder: proc.lock is held)
+        dead, native, handed, high, skipped, envelopes, unknown = await asyncio.to_thread(
+            self.folder.fold, items, progress, set(self._python), True)
         report.skipped += skipped
         # with dead letters the Python reference may fold the whole batch from the
         # stored rows: the previous batch is written first
@@ -509,8 +532,8 @@ class NativeFold:
         if unknown:
             await self._resume(gen, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
-            _, n2, h2, _, s2, e2, u2 = self.folder.fold(
-                [items[i] for i in sub], progress, self._python, True)
+            _, n2, h2, _, s2, e2, u2 = await asyncio.to_thread(
+                self.folder.fold, [items[i] for i in sub], progress, set(self._python), True)
             assert not u2, "every session was started or loaded"
             report.skipped += s2
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
@@ -527,6 +550,8 @@ class NativeFold:
         # no longer held: they are refolded below)
         early = previous.refused if previous.flight is None else set()
         assert isinstance(early, set)  # a moved generation returned above
+        if keys is not None:
+            await keys
         mine = [self._write(sid) for sid in live if sid not in early]
         verdicts = {}
         for w in mine:
@@ -562,6 +587,28 @@ class NativeFold:
             flight.handed_writes = await self._python_live(gen, records, handed, report)
         report_now, _ = await self._finish(flight)
         return report_now
+
+    def _prefetch_keys(self, sids: list[str]) -> None:
+        """Look up (or create) the row keys of ``sids`` into the key store's cache (the
+        same ``row_key`` the seal calls, only earlier; a shred reaches that cache as it
+        reaches any). An error is left to the seal, which asks again and raises it."""
+        rows = self._row_cipher
+        if not rows.cipher.enabled:
+            return
+        store, tenant = rows.cipher.store, rows.tenant
+        missing = [(sid, cls) for sid in sids for cls in self._row_classes
+                   if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
+        if not missing:
+            return
+
+        def create(pair: tuple[str, DataClass]) -> None:
+            with contextlib.suppress(Exception):  # the seal asks again and raises it
+                rows.row_key(*pair)
+        # each new key is a file written and fsynced (~4.5 ms here): several at once
+        # share the file system's journal commits
+        if self._key_pool is None:
+            self._key_pool = ThreadPoolExecutor(KEY_THREADS, thread_name_prefix="row-keys")
+        list(self._key_pool.map(create, missing))
 
     async def _finish(self, flight: InFlight) -> tuple[BatchReport, set[str] | bool]:
         """Wait for the batch's write, then its bookkeeping: the sessions whose write did
@@ -637,9 +684,17 @@ class NativeFold:
         self.forget()
         return await self._process(records)
 
-    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
-        """Start or load each session the folder met for the first time (one round trip)."""
+    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]],
+                      fresh: Sequence[tuple[str, int]] = ()) -> None:
+        """Start or load each session the folder met for the first time (one round trip);
+        ``fresh`` ones (their first event is in this batch) are started unread."""
         proc = self.proc
+        for sid, partition in fresh:
+            self._forget_py(sid)
+            self.folder.start(sid, partition)
+        self.fresh_starts += len(fresh)
+        if not unknown:
+            return
         loaded = await proc.sink.load(gen, [sid for sid, _, _ in unknown])
         for sid, partition, _ in unknown:
             stored = loaded.get(sid)
