@@ -233,7 +233,8 @@ class NativeFold:
         if self._flushing is None:
             got = self.folder.fold(items, progress, self._python)
         else:  # off the event loop, so a background flush's writes go on meanwhile
-            got = await asyncio.to_thread(self.folder.fold, items, progress, self._python)
+            got = await asyncio.to_thread(self.folder.fold, items, progress,
+                                          set(self._python))
         dead, native, handed, high, skipped, envelopes, _ = got
         report.skipped += skipped
         for i in dead:
