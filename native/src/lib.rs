@@ -1201,6 +1201,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row_digested, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::open_row, m)?)?;
     m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
     m.add_function(wrap_pyfunction!(messages::scan_messages, m)?)?;
