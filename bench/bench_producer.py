@@ -1,7 +1,7 @@
 """Append-path benchmark: the session writer against a fair raw produce of the same run.
 
     PYTHONPATH=. python bench/bench_producer.py [--events 20000] [--sessions 200]
-        [--rounds 2] [--append auto|native|python|both] [--icount N]
+        [--rounds 2] [--append auto|native|python|both] [--batch 50] [--icount N]
 
 For one session and for ``--sessions`` sessions appending round-robin in one process (a
 fleet agent: every writer shares the process's one librdkafka producer), with content
@@ -20,7 +20,10 @@ on a loaded machine where wall-clock rates swing 3x.
 
 ``--append`` picks the writer's append path (producers/native_append.py); ``both`` runs
 the native path and the Python reference in each round, so their figures are of the same
-run.
+run. ``--batch B`` adds the batch append (``SessionWriter.append_many``, native path):
+the same chunks in calls of B drafts each (one session's B consecutive chunks per call,
+sessions round-robin per call), against the raw produce of its own records in its own
+produce order; ``--batch 0`` leaves it out.
 
 ``--icount N`` adds instruction counts per append, stable on a noisy machine: the bench
 runs itself under ``valgrind --tool=callgrind --separate-threads=yes`` appending 0 and N
@@ -123,27 +126,39 @@ class Run:
         return self.raw_cpu / self.writer_cpu
 
 
-def bench_throughput(cfg: WriterConfig, n: int, sessions: int) -> Run:
+def bench_throughput(cfg: WriterConfig, n: int, sessions: int, batch: int = 0) -> Run:
     """The writer and the fair raw produce for ``n`` chunks appended round-robin over
-    ``sessions`` writers of one process."""
+    ``sessions`` writers of one process (``batch``: in ``append_many`` calls of that
+    many chunks, one session per call)."""
     writers = [SessionWriter.create(cfg) for _ in range(sessions)]
     for w in writers:
         open_step(w)
         w.flush(30)
     marks = [len(w.session.events) for w in writers]
     data = [chunk(i) for i in range(n)]
+    # Which session appends which chunk, in append order.
+    if batch:
+        order = [(b % sessions, i) for b in range(-(-n // batch))
+                 for i in range(b * batch, min(n, (b + 1) * batch))]
+    else:
+        order = [(i % sessions, i) for i in range(n)]
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    for i in range(n):
-        writers[i % sessions].append("assistant/chunk", data[i])
+    if batch:
+        for b in range(0, n, batch):
+            writers[(b // batch) % sessions].append_many(
+                [("assistant/chunk", d) for d in data[b:b + batch]])
+    else:
+        for i in range(n):
+            writers[i % sessions].append("assistant/chunk", data[i])
     for w in writers:
         w.flush(60)
     writer_rate = n / (time.perf_counter() - t0)
     writer_cpu = (time.thread_time() - c0) / n
     # The writer's records, in the order it produced them.
-    per = [[(w.session_id.encode(), v) for v in wire_bytes(w, w.session.events[m:])]
+    per = [iter([(w.session_id.encode(), v) for v in wire_bytes(w, w.session.events[m:])])
            for w, m in zip(writers, marks, strict=True)]
-    records = [per[i % sessions][i // sessions] for i in range(n)]
+    records = [next(per[s]) for s, _ in order]
     size = sum(len(v) for _, v in records) // n
     for w in writers:
         w.close()
@@ -243,6 +258,10 @@ def icount_child(args: argparse.Namespace) -> None:
             if i % 1000 == 0:
                 poll(0)
         p.flush(30)
+    elif mode == "batch":
+        b = args.icount_batch
+        for i in range(10, 10 + n, b):
+            w.append_many([("assistant/chunk", d) for d in data[i:min(i + b, 10 + n)]])
     else:
         for d in data[10:10 + n]:
             w.append("assistant/chunk", d)
@@ -256,7 +275,8 @@ def instructions(args: argparse.Namespace, topic: str, mode: str, encrypted: boo
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
            f"--callgrind-out-file={out / 'cg'}", sys.executable, __file__,
            "--icount-run", mode, "--icount-topic", topic, "--icount-n", str(n),
-           "--icount-max", str(args.icount)] + (["--icount-enc"] if encrypted else [])
+           "--icount-max", str(args.icount), "--icount-batch", str(args.batch or 50)
+           ] + (["--icount-enc"] if encrypted else [])
     subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
     main_thread = out / "cg-01"
     text = main_thread.read_text() if main_thread.exists() else ""
@@ -269,7 +289,7 @@ def icount(args: argparse.Namespace, topic: str) -> None:
     if shutil.which("valgrind") is None:
         print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
         return
-    modes = ("native", "python", "raw")
+    modes = ("native", "batch", "python", "raw")
     specs = [(mode, enc, n) for enc in (False, True) for mode in modes for n in (0, args.icount)]
     with ThreadPoolExecutor(max_workers=6) as pool:  # the runs are independent
         counts = dict(zip(specs, pool.map(lambda sp: instructions(args, topic, *sp), specs),
@@ -280,14 +300,16 @@ def icount(args: argparse.Namespace, topic: str) -> None:
             base, full = counts[(mode, encrypted, 0)], counts[(mode, encrypted, args.icount)]
             if base is not None and full is not None:
                 per[mode] = (full - base) / args.icount
-        if len(per) < 3:
+        if len(per) < len(modes):
             print("instruction count: skipped (callgrind printed no total)")
             return
         print(f"instructions per append of the producing thread, encryption "
               f"{'on' if encrypted else 'off'} (callgrind, {args.icount} chunks, one "
-              f"session): native path {per['native']:,.0f}, python path "
+              f"session): native path {per['native']:,.0f}, native batch append_many "
+              f"({args.batch or 50} per call) {per['batch']:,.0f}, python path "
               f"{per['python']:,.0f}, fair raw produce {per['raw']:,.0f}; ratio raw / "
-              f"writer: native {per['raw'] / per['native']:.3f}x, python "
+              f"writer: native {per['raw'] / per['native']:.3f}x, native batch "
+              f"{per['raw'] / per['batch']:.3f}x, python "
               f"{per['raw'] / per['python']:.3f}x (target >= 0.7x)", flush=True)
 
 
@@ -300,10 +322,13 @@ def main() -> None:
     ap.add_argument("--no-flush", action="store_true", help="skip the flush latency")
     ap.add_argument("--append", choices=("auto", "native", "python", "both"), default="both",
                     help="the writer's append path (both: native and python, same run)")
+    ap.add_argument("--batch", type=int, default=50, metavar="B",
+                    help="also bench append_many in calls of B chunks (native; 0: skip)")
     ap.add_argument("--no-throughput", action="store_true", help="skip the throughput")
     ap.add_argument("--icount", type=int, default=0, metavar="N",
                     help="also count instructions per append over N chunks (callgrind)")
-    ap.add_argument("--icount-run", choices=("native", "python", "raw"),
+    ap.add_argument("--icount-batch", type=int, default=50, help=argparse.SUPPRESS)
+    ap.add_argument("--icount-run", choices=("native", "batch", "python", "raw"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--icount-topic", help=argparse.SUPPRESS)
     ap.add_argument("--icount-n", type=int, default=0, help=argparse.SUPPRESS)
@@ -319,17 +344,22 @@ def main() -> None:
     topic = make_topic(admin, 12)
     keys = Path(tempfile.mkdtemp(prefix="ssbench-keys-"))
     try:
-        paths = ("native", "python") if args.append == "both" else (args.append,)
+        appends = ("native", "python") if args.append == "both" else (args.append,)
+        # (label, append setting, batch size)
+        paths = [(a, a, 0) for a in appends]
+        if args.batch and args.append in ("both", "native", "auto"):
+            paths.insert(1, (f"{appends[0]} batch of {args.batch}", appends[0], args.batch))
         for encrypted in (False, True) if not args.no_throughput else ():
             for sessions in (1, args.sessions):
-                by_path: dict[str, list[Run]] = {p: [] for p in paths}
+                by_path: dict[str, list[Run]] = {p[0]: [] for p in paths}
                 for _ in range(args.rounds):
-                    for path in paths:
+                    for label, path, batch in paths:
                         cfg = WriterConfig(bootstrap=s.kafka_bootstrap, topic=topic,
                                            redis_url=s.redis_url, key_prefix=prefix,
                                            cipher=cipher_in(keys) if encrypted else None,
                                            append=path)
-                        by_path[path].append(bench_throughput(cfg, args.events, sessions))
+                        by_path[label].append(bench_throughput(cfg, args.events, sessions,
+                                                               batch))
                 for path, runs in by_path.items():
                     report(path, sessions, encrypted, args.events, runs)
         if args.icount:

@@ -487,6 +487,36 @@ class KafkaSender:
             p.poll(0)
         return d
 
+    def produce_native(self, run: Callable[..., tuple[Any, int]]) -> tuple[bool, Any]:
+        """Let ``run`` hand records straight to the producer, as ``produce`` would with
+        a native log (the writer's batch append: ``Appender.append_many``).
+
+        ``run(produce, poll, topic, log, sent, since_poll)`` produces each record with
+        ``produce(topic, value, key, -1, log)``, appends its event id to ``sent`` and
+        polls once per POLL_EVERY records; it returns (result, since_poll). Returns
+        (True, result), or (False, None) without calling it when this sender keeps no
+        native log (then the caller produces one record at a time). The records
+        counted as produced are those ``run`` put on ``sent``, even when it raises.
+        """
+        log = self._log
+        if log is None:
+            return False, None
+        entry = self._entry
+        p = self._producer
+        if entry is None or p is None or entry.pid != _PID[0]:
+            p = self._handle()
+            entry = self._entry
+        if entry is not None and entry.fatal is not None:
+            raise entry.fatal
+        sent = self._sent
+        before = len(sent)
+        try:
+            result, self._since_poll = run(p.produce, p.poll, self.topic, log, sent,
+                                           self._since_poll)
+        finally:
+            self._produced += len(sent) - before
+        return True, result
+
     def _send(self, p: Producer, key: bytes, value: bytes,
               d: Callable[[KafkaError | None, Message], None],
               headers: Iterable[tuple[str, bytes]] | None) -> None:

@@ -114,6 +114,10 @@ class PythonAppend:
     stamp: Callable[..., tuple[Event, bytes | None] | None] | None = None
     #: What ``stamp`` seals with (None: clear content).
     seal_args: tuple[Any, ...] | None = None
+    #: ``Appender.append_many`` (native/src/append.rs): ``stamp`` of a list of drafts
+    #: with each record handed straight to the producer (SessionWriter.append_many).
+    #: The reference has none: its batch is a loop of single appends.
+    append_many: Callable[..., tuple[int, tuple[Event, bytes | None] | None, int]] | None = None
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
         """The record of a stamped event: sealed as the cipher seals, encoded."""
@@ -148,6 +152,7 @@ class NativeAppend(PythonAppend):
         # The extension's methods themselves: no Python frame per append in between.
         self.freeze = self._app.freeze  # type: ignore[method-assign]
         self.stamp = self._app.append
+        self.append_many = self._app.append_many
         #: The last (event, record) stamp wrote (record() hands it out once).
         self._last: tuple[Event, bytes] | None = None
 

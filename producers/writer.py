@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
+from producers.kafka import POLL_EVERY
 from producers.lease import Lease
 from producers.limits import ENVELOPE_OVERHEAD, size_bound
 from producers.native_append import append_path
@@ -456,6 +457,61 @@ class SessionWriter:
             event = self.session.append_checked(draft, frozen, text)
         self._produce(event)
         return event
+
+    def append_many(self, items: Sequence[Draft | tuple[str, JsonValue]]) -> list[Event]:
+        """Append ``items`` in order, each a :class:`Draft` or a ``(type, data)`` pair;
+        returns the stamped events. The same as ``append`` of each item in turn (the same
+        rules, events, records and errors; ``flush()`` is still the barrier), with the
+        lease checked once for the batch rather than per item.
+
+        On the native path one call of the extension validates, stamps, encodes (seals)
+        and produces every item whose type's rules it holds (docs/adr/0016); an item it
+        declines (a type with state effects, data it does not take, a rule that would
+        fail) is appended by ``append`` and the batch goes on natively after it. An item
+        refused raises as ``append`` does: the items before it are appended (and
+        produced), it and those after it are not.
+        """
+        self._check_usable()
+        self._maybe_renew()
+        many = self._path.append_many
+        produce_native = getattr(self._sender, "produce_native", None)
+        mark = len(self._mine)
+        i, n = 0, len(items)
+        while i < n:
+            if many is not None and produce_native is not None:
+                run = self._batch_run(many, items, i)
+                ran, result = produce_native(run)
+                if ran:
+                    i, left = result
+                    if left is not None:  # stamped, not produced: the one-append way
+                        self._produce(left[0], left[1])
+                        i += 1
+                    if i >= n:
+                        break
+            item = items[i]
+            if isinstance(item, Draft):
+                self.append(item)
+            else:
+                etype, data = item
+                self.append(etype, data)
+            i += 1
+        return self._mine[mark:]
+
+    def _batch_run(self, many: Any, items: Sequence[Any], start: int
+                   ) -> Callable[..., tuple[Any, int]]:
+        """The native batch from ``items[start]`` on, as KafkaSender.produce_native runs
+        it: the writer's record limit and bookkeeping handed to the extension."""
+        session, seal, key, limit = self.session, self._seal, self._key, self._limit
+        records, mine, waiting = self._bytes, self._mine, self._unharvested
+
+        def run(produce: Any, poll: Any, topic: str, log: Any, sent: list[str],
+                since: int) -> tuple[Any, int]:
+            j, left, since = many(session, items, start, Draft, seal, produce, poll, topic,
+                                  log, sent, since, POLL_EVERY, key, limit, records, mine,
+                                  waiting)
+            return (j, left), since
+
+        return run
 
     def _spill(self, draft: Draft) -> Draft:
         store = self._store

@@ -38,9 +38,11 @@ an error names the install command when it is missing) or ``python``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +51,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
-from sessionstream.core.privacy import DataClass, unit_class
+from sessionstream.core.privacy import DataClass, KeyState, unit_class
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
@@ -80,6 +82,8 @@ try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None
+#: Sealing with the digests replay keeps (an older build: hashed in Python instead).
+_digested_seal = getattr(_native, "seal_row_digested", None)
 
 #: The built-in unit classes the extension folds, by key.
 NATIVE_UNITS: dict[str, type] = {
@@ -88,6 +92,9 @@ NATIVE_UNITS: dict[str, type] = {
     "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
 FOLDS = ("auto", "native", "python")
+#: Threads that create new sessions' row keys ahead of the seal (each key: a file
+#: written and fsynced; concurrent ones share journal commits).
+KEY_THREADS = 8
 #: Sessions per slice of a deferred flush (the sink's call size).
 FLUSH_SLICE = 256
 #: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
@@ -164,6 +171,12 @@ class NativeFold:
         self._row_cipher = _row_cipher_of(processor.codec.rows)
         self._unit_classes = {u.key: None if (c := unit_class(u.key)) is None else c.value
                               for u in reg.units}
+        #: the classes a row's sealed fields need keys of (asked ahead for new sessions)
+        self._row_classes = sorted({c for u in reg.units if (c := unit_class(u.key))
+                                    is not None}, key=lambda c: c.value)
+        #: sessions started without a row load (their first event was in the batch)
+        self.fresh_starts = 0
+        self._key_pool: ThreadPoolExecutor | None = None  # creates new sessions' row keys
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -184,6 +197,10 @@ class NativeFold:
         self.on_folded: Callable[[list[str]], None] | None = None
         self.digests: dict[str, dict[str, tuple[str, bytes]]] = {}
         self._sealing: dict[str, dict[str, tuple[str, bytes]]] = {}  # until applied
+        #: a background flush (``flush(background=True)``) and the sessions whose write
+        #: in it did not apply (rewritten whole by their next write)
+        self._flushing: asyncio.Future[BatchReport] | None = None
+        self._rewrites: list[str] = []
         #: everything kept per session beside the extension (forgotten with it)
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
@@ -191,7 +208,10 @@ class NativeFold:
 
     def settled_sessions(self) -> list[str]:
         """The sessions an earlier flush wrote that nothing folded since (replay: once
-        the log's end is read, their rows in the new generation are final)."""
+        the log's end is read, their rows in the new generation are final). After
+        :meth:`settle_flush`: a background flush's sessions are not written yet."""
+        if self._flushing is not None:
+            raise RuntimeError("settled_sessions during a background flush: settle it first")
         return [sid for sid in self._written if sid not in self._dirty
                 and sid not in self._python]
 
@@ -209,8 +229,13 @@ class NativeFold:
         await proc.load_progress_of(partition_heads(records))
         progress = {p: off for tp, off in proc.progress.items()
                     if (p := _partition_of(tp, topic)) is not None}
-        dead, native, handed, high, skipped, envelopes, _ = self.folder.fold(
-            native_items(records), progress, self._python)
+        items = native_items(records)
+        if self._flushing is None:
+            got = self.folder.fold(items, progress, self._python)
+        else:  # off the event loop, so a background flush's writes go on meanwhile
+            got = await asyncio.to_thread(self.folder.fold, items, progress,
+                                          set(self._python))
+        dead, native, handed, high, skipped, envelopes, _ = got
         report.skipped += skipped
         for i in dead:
             item = proc.decode_item(records[i], report)
@@ -264,6 +289,7 @@ class NativeFold:
     async def _fold_in_python(self, records: Sequence[Record],
                               native: list[tuple[str, int, list[int]]],
                               report: BatchReport) -> BatchReport:
+        await self._settle_into(report)  # the sessions move with their rows as written
         for sid, _, _ in native:
             self.folder.restore(sid)
         sids: dict[str, None] = {}
@@ -309,6 +335,7 @@ class NativeFold:
     async def _hand_over(self, gen: int, records: Sequence[Record],
                          handed: list[tuple[str, list[int]]], report: BatchReport) -> None:
         proc = self.proc
+        await self._settle_into(report)  # the sessions move with their rows as written
         by_session: dict[str, list[Any]] = {}
         for sid, idxs in handed:
             if sid not in self._python:
@@ -322,48 +349,87 @@ class NativeFold:
             by_session[sid] = items
         await proc.fold_sessions(gen, by_session, report)
 
-    async def flush(self) -> BatchReport:
+    async def flush(self, background: bool = False) -> BatchReport:
+        """Write every session folded since the last flush (replay's deferred fold).
+
+        ``background``: the rows are taken out of the extension now (the folder is not
+        touched again by this flush), and sealing, digests and the Redis writes go on
+        while the caller folds the next batches (ADR 0015); :meth:`settle_flush` waits
+        for them, and the next flush (or a hand-over to the Python processor) does
+        first. The returned report then counts only the Python processor's sessions."""
         proc = self.proc
-        report = BatchReport()
+        report = await self.settle_flush()
         if self._dirty:
             gen = await proc.current_generation()
-            sids = list(self._dirty)
-            done: list[SessionWrite] = []
-
-            def build(part: list[str]) -> list[SessionWrite]:
-                return [self._write(sid) for sid in part]
-
-            # Redis applies one slice while a thread encodes and seals the next (replay's
-            # flush of every session: the two overlap on two cores).
-            writes = build(sids[:FLUSH_SLICE])
-            for i in range(0, len(sids), FLUSH_SLICE):
-                sending = asyncio.ensure_future(proc.sink.write_sessions(gen, writes))
-                nxt = sids[i + FLUSH_SLICE:i + 2 * FLUSH_SLICE]
-                try:
-                    upcoming = await asyncio.to_thread(build, nxt) if nxt else []
-                except BaseException:
-                    sending.cancel()
-                    raise
-                for w, outcome in zip(writes, await sending, strict=True):
-                    memo = self._memo.pop(w.session_id)
-                    if outcome.status == "applied":
-                        report.sessions_written += 1
-                        self._written[w.session_id] = w.last_offset
-                        self._py_base.setdefault(w.session_id, {}).update(memo[0])
-                        self._chunks.setdefault(w.session_id, {}).update(memo[1])
-                        self._digested(w)
-                        done.append(w)
-                    else:
-                        report.conflicts += 1
-                        self.digests.pop(w.session_id, None)
-                        self._sealing.pop(w.session_id, None)
-                        self.folder.rewrite(w.session_id)  # its next write gives every item
-                writes = upcoming
+            unsealed = [self._unsealed(sid) for sid in self._dirty]
             self._dirty.clear()
-            await proc.sink.write_tenant(gen, done, proc.group, {})
+            self._flushing = asyncio.ensure_future(self._send(gen, unsealed))
+            if not background:
+                now = await self.settle_flush()
+                report.sessions_written += now.sessions_written
+                report.conflicts += now.conflicts
         py = await proc.flush()
         report.sessions_written += py.sessions_written
         report.conflicts += py.conflicts
+        return report
+
+    async def settle_flush(self) -> BatchReport:
+        """Wait for a background flush (none: an empty report); its report."""
+        task, self._flushing = self._flushing, None
+        report = BatchReport() if task is None else await task
+        rewrites, self._rewrites = self._rewrites, []
+        for sid in rewrites:  # its next write gives every item (this one did not apply)
+            self.folder.rewrite(sid)
+        return report
+
+    async def _settle_into(self, report: BatchReport) -> None:
+        if self._flushing is not None:
+            done = await self.settle_flush()
+            report.sessions_written += done.sessions_written
+            report.conflicts += done.conflicts
+
+    def abandon_flush(self) -> None:
+        """Cancel a background flush (the caller failed and stops)."""
+        task, self._flushing = self._flushing, None
+        if task is not None:
+            task.cancel()
+
+    async def _send(self, gen: int, unsealed: list[SessionWrite]) -> BatchReport:
+        """Seal (and digest) ``unsealed`` and write them, slice by slice: Redis applies
+        one slice while a thread seals the next. Touches no folder state: a write that
+        did not apply is noted for :meth:`settle_flush` to rewrite."""
+        proc = self.proc
+        report = BatchReport()
+        done: list[SessionWrite] = []
+
+        def build(part: list[SessionWrite]) -> list[SessionWrite]:
+            return [self._sealed(w) for w in part]
+
+        writes = await asyncio.to_thread(build, unsealed[:FLUSH_SLICE])
+        for i in range(0, len(unsealed), FLUSH_SLICE):
+            sending = asyncio.ensure_future(proc.sink.write_sessions(gen, writes))
+            nxt = unsealed[i + FLUSH_SLICE:i + 2 * FLUSH_SLICE]
+            try:
+                upcoming = await asyncio.to_thread(build, nxt) if nxt else []
+            except BaseException:
+                sending.cancel()
+                raise
+            for w, outcome in zip(writes, await sending, strict=True):
+                memo = self._memo.pop(w.session_id)
+                if outcome.status == "applied":
+                    report.sessions_written += 1
+                    self._written[w.session_id] = w.last_offset
+                    self._py_base.setdefault(w.session_id, {}).update(memo[0])
+                    self._chunks.setdefault(w.session_id, {}).update(memo[1])
+                    self._digested(w)
+                    done.append(w)
+                else:
+                    report.conflicts += 1
+                    self.digests.pop(w.session_id, None)
+                    self._sealing.pop(w.session_id, None)
+                    self._rewrites.append(w.session_id)
+            writes = upcoming
+        await proc.sink.write_tenant(gen, done, proc.group, {})
         return report
 
     # -- the live worker: one batch folded and written before its offsets are committed --
@@ -436,11 +502,23 @@ class NativeFold:
         items = native_items(records)  # a consumed batch's messages: no Record each
         # sessions met for the first time, by the records' keys, are loaded first: one
         # fold decodes each record once (a second fold below is for what keys miss)
-        ahead = self.folder.unknown_sessions(items, self._python)
+        # A session whose first record here is its first event (seq 0, past the
+        # progress) is started without a row load: no row can hold it yet, and if one
+        # does after all (another group, a lost progress) the write's compare-and-set
+        # (base offset -1) refuses it and the session is folded from the stored row.
+        ahead = self.folder.new_sessions(items, self._python, progress)
+        # their rows' data keys are looked up (or created: file reads, an fsync) on a
+        # thread meanwhile, so the seal below finds them in the key store's cache
+        keys = (asyncio.ensure_future(asyncio.to_thread(
+            self._prefetch_keys, [sid for sid, _, _ in ahead]))
+            if ahead and self._row_cipher is not None else None)
         if ahead:
-            await self._resume(gen, [(sid, p, []) for sid, p in ahead])
-        dead, native, handed, high, skipped, envelopes, unknown = self.folder.fold(
-            items, progress, self._python, True)
+            await self._resume(gen, [(sid, p, []) for sid, p, fresh in ahead if not fresh],
+                               [(sid, p) for sid, p, fresh in ahead if fresh])
+        # the fold releases the GIL: on a thread, the event loop reads the previous
+        # batch's reply meanwhile (nothing else touches the folder: proc.lock is held)
+        dead, native, handed, high, skipped, envelopes, unknown = await asyncio.to_thread(
+            self.folder.fold, items, progress, set(self._python), True)
         report.skipped += skipped
         # with dead letters the Python reference may fold the whole batch from the
         # stored rows: the previous batch is written first
@@ -455,8 +533,8 @@ class NativeFold:
         if unknown:
             await self._resume(gen, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
-            _, n2, h2, _, s2, e2, u2 = self.folder.fold(
-                [items[i] for i in sub], progress, self._python, True)
+            _, n2, h2, _, s2, e2, u2 = await asyncio.to_thread(
+                self.folder.fold, [items[i] for i in sub], progress, set(self._python), True)
             assert not u2, "every session was started or loaded"
             report.skipped += s2
             native += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in n2]
@@ -473,6 +551,8 @@ class NativeFold:
         # no longer held: they are refolded below)
         early = previous.refused if previous.flight is None else set()
         assert isinstance(early, set)  # a moved generation returned above
+        if keys is not None:
+            await keys
         mine = [self._write(sid) for sid in live if sid not in early]
         verdicts = {}
         for w in mine:
@@ -508,6 +588,28 @@ class NativeFold:
             flight.handed_writes = await self._python_live(gen, records, handed, report)
         report_now, _ = await self._finish(flight)
         return report_now
+
+    def _prefetch_keys(self, sids: list[str]) -> None:
+        """Look up (or create) the row keys of ``sids`` into the key store's cache (the
+        same ``row_key`` the seal calls, only earlier; a shred reaches that cache as it
+        reaches any). An error is left to the seal, which asks again and raises it."""
+        rows = self._row_cipher
+        if not rows.cipher.enabled:
+            return
+        store, tenant = rows.cipher.store, rows.tenant
+        missing = [(sid, cls) for sid in sids for cls in self._row_classes
+                   if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
+        if not missing:
+            return
+
+        def create(pair: tuple[str, DataClass]) -> None:
+            with contextlib.suppress(Exception):  # the seal asks again and raises it
+                rows.row_key(*pair)
+        # each new key is a file written and fsynced (~4.5 ms here): several at once
+        # share the file system's journal commits
+        if self._key_pool is None:
+            self._key_pool = ThreadPoolExecutor(KEY_THREADS, thread_name_prefix="row-keys")
+        list(self._key_pool.map(create, missing))
 
     async def _finish(self, flight: InFlight) -> tuple[BatchReport, set[str] | bool]:
         """Wait for the batch's write, then its bookkeeping: the sessions whose write did
@@ -583,9 +685,17 @@ class NativeFold:
         self.forget()
         return await self._process(records)
 
-    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]]) -> None:
-        """Start or load each session the folder met for the first time (one round trip)."""
+    async def _resume(self, gen: int, unknown: list[tuple[str, int, list[int]]],
+                      fresh: Sequence[tuple[str, int]] = ()) -> None:
+        """Start or load each session the folder met for the first time (one round trip);
+        ``fresh`` ones (their first event is in this batch) are started unread."""
         proc = self.proc
+        for sid, partition in fresh:
+            self._forget_py(sid)
+            self.folder.start(sid, partition)
+        self.fresh_starts += len(fresh)
+        if not unknown:
+            return
         loaded = await proc.sink.load(gen, [sid for sid, _, _ in unknown])
         for sid, partition, _ in unknown:
             stored = loaded.get(sid)
@@ -663,6 +773,11 @@ class NativeFold:
             self._forget_py(sid)
 
     def _write(self, sid: str) -> SessionWrite:
+        return self._sealed(self._unsealed(sid))
+
+    def _unsealed(self, sid: str) -> SessionWrite:
+        """The session's write with its fields in the clear: everything the folder and
+        the Python units' states give (:meth:`_sealed` seals them; it touches neither)."""
         first = sid not in self._written
         codec = self.proc.codec
         deletes: list[str]
@@ -702,18 +817,31 @@ class NativeFold:
         self._memo[sid] = (bases, counts)
         as_of_seq, as_of_offset, last_time, partition = self.folder.position(sid)
         changed = self._all_keys if first else frozenset(native_changed) | py_changed
-        if self.keep_digests:
-            clear = dict(fields)
-            self._seal(sid, fields)
-            self._digest(sid, clear, fields)
-        else:
-            self._seal(sid, fields)
         return SessionWrite(
             session_id=sid, partition=partition,
             base_offset=self._written.get(sid, -1), last_offset=as_of_offset,
             as_of_seq=as_of_seq, fields=fields, changed=tuple(sorted(changed)),
             activity_ms=last_time or 0, force=False, deletes=tuple(deletes),
         )
+
+    def _sealed(self, w: SessionWrite) -> SessionWrite:
+        """``w`` with its content-bearing fields sealed in place (and, with
+        ``keep_digests``, their digests noted until the write applies)."""
+        fields = w.fields
+        assert isinstance(fields, dict)
+        if self.keep_digests and self._row_cipher is not None and _digested_seal is not None:
+            # sealed and hashed in the extension, without the GIL (ADR 0015)
+            got = self._seal_native(w.session_id, fields, _digested_seal)
+            if w.session_id in self.digests or len(self.digests) < DIGEST_SESSIONS:
+                self._sealing[w.session_id] = {name: (SEALED_REF + sha, digest)
+                                               for name, sha, digest in got}
+        elif self.keep_digests:
+            clear = dict(fields)
+            self._seal(w.session_id, fields)
+            self._digest(w.session_id, clear, fields)
+        else:
+            self._seal(w.session_id, fields)
+        return w
 
     def _digest(self, sid: str, clear: Mapping[str, str], sealed: Mapping[str, str]) -> None:
         """Note the digests of the fields the seal changed (replay's compare)."""
@@ -733,6 +861,15 @@ class NativeFold:
             kept.pop(name, None)
         kept.update(sealing)
 
+    def _seal_native(self, sid: str, fields: dict[str, str], seal: Any) -> Any:
+        """``fields`` sealed in place by the extension with the governance row cipher
+        (``seal``: ``seal_row`` or ``seal_row_digested``); what ``seal`` returns."""
+        row_key, classes = self._row_cipher.row_key, _CLASSES
+
+        def key_of(cls: str) -> bytes | None:
+            return row_key(sid, classes[cls])
+        return seal(self._row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+
     def _seal(self, sid: str, fields: dict[str, str]) -> None:
         """Content-bearing fields are sealed in Redis, as the codec does: in the
         extension with the governance row cipher (byte-compatible, the Python codec
@@ -741,11 +878,7 @@ class NativeFold:
         if rows is None:
             return
         if self._row_cipher is not None:
-            row_key, classes = self._row_cipher.row_key, _CLASSES
-
-            def key_of(cls: str) -> bytes | None:
-                return row_key(sid, classes[cls])
-            _native.seal_row(self._row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+            self._seal_native(sid, fields, _native.seal_row)
             return
         for name in list(fields):
             ukey = _unit_of(name)

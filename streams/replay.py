@@ -223,7 +223,7 @@ async def replay(
     progress: Progress | None = None, progress_every: float = 1.0,
     pipeline: ReaderPipeline | None = None,
     rows: Any = None,
-    flush_every: int = 500_000, flush_sessions: int = 50_000, fold: str = "auto",
+    flush_every: int = 100_000, flush_sessions: int = 50_000, fold: str = "auto",
     security: Mapping[str, str] | None = None,
 ) -> ReplayReport:
     """Rebuild into a new generation; switch to it when it is a full rebuild and ``switch``.
@@ -377,19 +377,30 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                     t0 = time.monotonic()
                     if keys_ahead is not None:
                         await keys_ahead.drain()
-                    await fold.flush()
+                    if isinstance(fold, NativeFold):
+                        # the rows leave the extension now; sealed and written while
+                        # the next batches fold (the next flush waits for it first)
+                        await fold.flush(background=True)
+                    else:
+                        await fold.flush()
                     took(report, "flush", t0)
                     since_flush = 0
             if progress and time.monotonic() - last_report >= every:
                 report.seconds = time.monotonic() - started
                 progress(report)
                 last_report = time.monotonic()
+    except BaseException:
+        if isinstance(fold, NativeFold):
+            fold.abandon_flush()
+        raise
     finally:
         reader.close()
     if deferred is not None:
         t0 = time.monotonic()
         if keys_ahead is not None:
             await keys_ahead.drain()
+        if isinstance(fold, NativeFold):
+            await fold.settle_flush()  # an earlier flush's rows are final once written
         early = None
         if compare_settled is not None and isinstance(fold, NativeFold):
             settled = fold.settled_sessions()

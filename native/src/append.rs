@@ -484,9 +484,43 @@ impl Appender {
     }
 }
 
-/// Whether a byte of `bytes` is a control character, `"` or `\\` (eight at a time:
-/// the has-less-than / has-zero-byte bit tricks, exact as an "any").
+/// Whether a byte of `bytes` is a control character, `"` or `\\`: sixteen bytes per
+/// step with SSE2 (every x86-64 has it), then `needs_escape_words` for the tail.
+#[cfg(target_arch = "x86_64")]
 fn needs_escape(bytes: &[u8]) -> bool {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, __m128i,
+    };
+    let mut at = 0;
+    // SAFETY: SSE2 is part of x86-64; every load reads 16 bytes inside `bytes`.
+    unsafe {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let control = _mm_set1_epi8(0x1F);
+        while at + 16 <= bytes.len() {
+            let x = _mm_loadu_si128(bytes.as_ptr().add(at) as *const __m128i);
+            // x <= 0x1F (unsigned) exactly when min(x, 0x1F) == x.
+            let low = _mm_cmpeq_epi8(_mm_min_epu8(x, control), x);
+            let hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote),
+                                                _mm_cmpeq_epi8(x, backslash)), low);
+            if _mm_movemask_epi8(hit) != 0 {
+                return true;
+            }
+            at += 16;
+        }
+    }
+    needs_escape_words(&bytes[at..])
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn needs_escape(bytes: &[u8]) -> bool {
+    needs_escape_words(bytes)
+}
+
+/// `needs_escape` eight bytes at a time (the has-less-than / has-zero-byte bit
+/// tricks, exact as an "any").
+fn needs_escape_words(bytes: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut chunks = bytes.chunks_exact(8);
@@ -587,6 +621,88 @@ impl Appender {
         -> PyResult<Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>> {
         self.append_impl(py, session, etype, data, surface_op, source_event_seqs, turn_id,
                          step_id, record, seal)
+    }
+
+    /// The writer's batch append (SessionWriter.append_many): `append` of each of
+    /// `items[start..]` (a `draft` (the Draft class), or a `(type, data)` pair), each record handed
+    /// straight to the producer (`produce(topic, value, key, -1, log)`, the native
+    /// delivery log as its callback), with the writer's bookkeeping done here:
+    /// `records[event_id] = value`, the event onto `mine`, its id onto
+    /// `unharvested` and `sent`, and `poll(0)` once per `poll_every` records
+    /// (`since_poll` carries the count across calls). Stops at the first item it
+    /// does not finish; returns (index of that item, leftover, since_poll):
+    /// leftover is None when the item was not started (declined before any change,
+    /// or not a Draft/pair: the caller appends it on the ordinary path, which
+    /// raises what it raises), or (event, record) stamped into the session but not
+    /// produced (over `limit` with the key, or the producer refused it: the caller's
+    /// `_produce` raises or retries as it does for one append). An error of a call
+    /// it makes (the id source, the clock, a key lookup) propagates.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (session, items, start, draft, seal, produce, poll, topic, log, sent,
+                        since_poll, poll_every, key, limit, records, mine, unharvested))]
+    fn append_many<'py>(&mut self, py: Python<'py>, session: &Bound<'py, PyAny>,
+                        items: &Bound<'py, PyAny>, start: usize, draft: &Bound<'py, PyAny>,
+                        seal: Option<&Bound<'py, PyAny>>, produce: &Bound<'py, PyAny>,
+                        poll: &Bound<'py, PyAny>, topic: &Bound<'py, PyAny>,
+                        log: &Bound<'py, PyAny>, sent: &Bound<'py, PyList>,
+                        mut since_poll: usize, poll_every: usize, key: &Bound<'py, PyBytes>,
+                        limit: usize, records: &Bound<'py, PyDict>, mine: &Bound<'py, PyList>,
+                        unharvested: &Bound<'py, PyList>)
+        -> PyResult<(usize, Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>, usize)> {
+        let seq = items.downcast::<pyo3::types::PySequence>()?;
+        let n = seq.len()?;
+        let none = py.None().into_bound(py);
+        let empty = PyTuple::empty(py).into_any();
+        let key_len = key.as_bytes().len();
+        let minus_one = (-1i64).into_pyobject(py)?.into_any();
+        let mut i = start;
+        while i < n {
+            let item = seq.get_item(i)?;
+            let done = if let Ok(t) = item.downcast_exact::<PyTuple>() {
+                if t.len() != 2 {
+                    break;
+                }
+                let data = t.get_item(1)?;
+                let data = if data.is_none() { PyDict::new(py).into_any() } else { data };
+                self.append_impl(py, session, &t.get_item(0)?, &data, &none, &empty, &none,
+                                 &none, true, seal)?
+            } else if item.get_type().is(draft) {
+                let g = |name: &Bound<'py, PyString>| item.getattr(name);
+                self.append_impl(py, session, &g(pyo3::intern!(py, "type"))?,
+                                 &g(pyo3::intern!(py, "data"))?,
+                                 &g(pyo3::intern!(py, "surface_op"))?,
+                                 &g(pyo3::intern!(py, "source_event_seqs"))?,
+                                 &g(pyo3::intern!(py, "turn_id"))?,
+                                 &g(pyo3::intern!(py, "step_id"))?, true, seal)?
+            } else {
+                None
+            };
+            let Some((event, value)) = done else { break };
+            let Some(value) = value else {
+                // Stamped, its record left to Python (sealing it needs the reference).
+                return Ok((i, Some((event, None)), since_poll));
+            };
+            if value.as_bytes().len() + key_len > limit {
+                return Ok((i, Some((event, Some(value))), since_poll));
+            }
+            if produce.call1((topic, &value, key, &minus_one, log)).is_err() {
+                // BufferError (queue full) or a KafkaException: the caller's _produce
+                // waits for room or maps the error, as for one append.
+                return Ok((i, Some((event, Some(value))), since_poll));
+            }
+            let eid = event.getattr(pyo3::intern!(py, "event_id"))?;
+            records.set_item(&eid, &value)?;
+            mine.append(&event)?;
+            unharvested.append(&eid)?;
+            sent.append(&eid)?;
+            since_poll += 1;
+            if since_poll >= poll_every {
+                since_poll = 0;
+                poll.call1((0,))?;
+            }
+            i += 1;
+        }
+        Ok((i, None, since_poll))
     }
 
     /// Whether `append` fills events in place (the Event layout checked out at bind).
@@ -784,7 +900,7 @@ mod tests {
 
     #[test]
     fn needs_escape_finds_every_escaped_byte_at_every_offset() {
-        for len in 0..24 {
+        for len in 0..40 {
             let clean: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
             assert!(!needs_escape(&clean));
             let high = "é😀".repeat(len);
@@ -798,6 +914,12 @@ mod tests {
                 let mut v = clean.clone();
                 v[at] = 0x20;
                 assert!(!needs_escape(&v));
+                for byte in 0..=255u8 {
+                    v[at] = byte;
+                    let want = byte < 0x20 || byte == b'"' || byte == b'\\';
+                    assert_eq!(needs_escape(&v), want, "{len} {at} {byte}");
+                    assert_eq!(needs_escape_words(&v), want, "{len} {at} {byte}");
+                }
             }
         }
     }

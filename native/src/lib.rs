@@ -653,6 +653,49 @@ impl Folder {
         Ok(out)
     }
 
+    /// `unknown_sessions`, each with whether its row cannot hold anything yet as far as
+    /// this batch shows: the session's first record here (its lowest offset: a session
+    /// lives in one partition) is past `progress` and decodes as the session's first
+    /// event (seq 0, the key's session). The live worker starts those without loading
+    /// their row; the sink's compare-and-set (base offset -1) still refuses the write
+    /// if a row exists after all, and the session is then folded from the stored row.
+    fn new_sessions(&self, py: Python<'_>, records: &Bound<'_, PyList>,
+                    python_owned: HashSet<String>, progress: HashMap<i64, i64>)
+                    -> PyResult<Vec<(String, i64, bool)>> {
+        let s_partition = pyo3::intern!(py, "partition");
+        let s_offset = pyo3::intern!(py, "offset");
+        let s_key = pyo3::intern!(py, "key");
+        let s_value = pyo3::intern!(py, "value");
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut out = Vec::new();
+        for rec in records.iter() {
+            let key = field(&rec, s_key)?;
+            let Ok(key) = key.downcast::<PyBytes>() else { continue };
+            let raw = key.as_bytes();
+            if seen.contains(raw) {
+                continue;
+            }
+            seen.insert(raw.to_vec());
+            let Ok(sid) = std::str::from_utf8(raw) else { continue };
+            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
+                continue;
+            }
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
+            let mut fresh = false;
+            if offset > *progress.get(&partition).unwrap_or(&-1) {
+                let value = field(&rec, s_value)?;
+                if let Ok(v) = value.downcast::<PyBytes>() {
+                    if let Some(env) = self.schemas.decode(v.as_bytes()) {
+                        fresh = env.seq == 0 && env.session_id == sid;
+                    }
+                }
+            }
+            out.push((sid.to_string(), partition, fresh));
+        }
+        Ok(out)
+    }
+
     #[getter]
     fn sessions(&self) -> usize {
         self.sessions.len()
@@ -1150,6 +1193,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
+    m.add_function(wrap_pyfunction!(rowseal::seal_row_digested, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::open_row, m)?)?;
     m.add_function(wrap_pyfunction!(resp::pack_session_writes, m)?)?;
     m.add_function(wrap_pyfunction!(messages::scan_messages, m)?)?;

@@ -80,6 +80,31 @@ pub fn unit_of(field: &str) -> Option<&str> {
 pub fn seal_row(py: Python<'_>, tenant: &str, session_id: &str, fields: &Bound<'_, PyDict>,
                 classes: HashMap<String, Option<String>>, key_of: &Bound<'_, PyAny>)
                 -> PyResult<usize> {
+    Ok(seal_fields(py, tenant, session_id, fields, &classes, key_of, false)?.len())
+}
+
+/// `seal_row`, and per field sealed (its name, the SHA-1 of the value now stored as
+/// lowercase hex, the BLAKE2b-128 digest of its clear text): what replay keeps to
+/// compare the row without opening it (`streams.native_fold.sealed_ref` and
+/// `field_digest` give the same; ADR 0015). Hashed with the sealing, without the GIL.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn seal_row_digested<'py>(py: Python<'py>, tenant: &str, session_id: &str,
+                              fields: &Bound<'py, PyDict>,
+                              classes: HashMap<String, Option<String>>,
+                              key_of: &Bound<'py, PyAny>)
+                              -> PyResult<Vec<(String, String, Bound<'py, PyBytes>)>> {
+    let sealed = seal_fields(py, tenant, session_id, fields, &classes, key_of, true)?;
+    Ok(sealed.into_iter().map(|(name, (sha, clear))| (name, sha, PyBytes::new(py, &clear)))
+        .collect())
+}
+
+type Digested = (String, [u8; 16]);
+
+#[allow(clippy::type_complexity)]
+fn seal_fields(py: Python<'_>, tenant: &str, session_id: &str, fields: &Bound<'_, PyDict>,
+               classes: &HashMap<String, Option<String>>, key_of: &Bound<'_, PyAny>,
+               digests: bool) -> PyResult<Vec<(String, Digested)>> {
     let mut todo: Vec<(String, String, usize)> = Vec::new();  // (name, text, key slot)
     let mut slots: HashMap<String, usize> = HashMap::new();
     let mut ciphers: Vec<Option<Aes256Gcm>> = Vec::new();
@@ -112,23 +137,52 @@ pub fn seal_row(py: Python<'_>, tenant: &str, session_id: &str, fields: &Bound<'
         }
     }
     if todo.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let mut nonces = vec![0u8; NONCE_BYTES * todo.len()];
     getrandom::getrandom(&mut nonces)
         .map_err(|e| PyRuntimeError::new_err(format!("no random nonce: {e}")))?;
-    let sealed: Vec<(String, String)> = py.allow_threads(|| {
+    let sealed: Vec<(String, String, Digested)> = py.allow_threads(|| {
         todo.iter().enumerate().map(|(i, (name, text, slot))| {
             let c = ciphers[*slot].as_ref().expect("a key");
             let nonce = &nonces[i * NONCE_BYTES..(i + 1) * NONCE_BYTES];
-            (name.clone(), seal_text(c, nonce, tenant, session_id, name, text)
-                .expect("AES-GCM seals any length a row holds"))
+            let value = seal_text(c, nonce, tenant, session_id, name, text)
+                .expect("AES-GCM seals any length a row holds");
+            let digest = if digests {
+                (sha1_hex(value.as_bytes()), blake2b_128(text.as_bytes()))
+            } else {
+                (String::new(), [0u8; 16])
+            };
+            (name.clone(), value, digest)
         }).collect()
     });
-    for (name, value) in &sealed {
-        fields.set_item(name, value)?;
+    let mut out = Vec::with_capacity(sealed.len());
+    for (name, value, digest) in sealed {
+        fields.set_item(&name, value)?;
+        out.push((name, digest));
     }
-    Ok(sealed.len())
+    Ok(out)
+}
+
+/// The SHA-1 of `raw`, lowercase hex (Redis's `redis.sha1hex`, Python's hexdigest).
+pub fn sha1_hex(raw: &[u8]) -> String {
+    use sha1::{Digest, Sha1};
+    let sum = Sha1::digest(raw);
+    let mut out = String::with_capacity(40);
+    for b in sum {
+        out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    out
+}
+
+/// BLAKE2b with a 16-byte digest, unkeyed (Python's `hashlib.blake2b(digest_size=16)`).
+pub fn blake2b_128(raw: &[u8]) -> [u8; 16] {
+    use blake2::digest::consts::U16;
+    use blake2::{Blake2b, Digest};
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&Blake2b::<U16>::digest(raw));
+    out
 }
 
 /// Standard base64 with padding, strictly (the alphabet, whole quads); None otherwise.

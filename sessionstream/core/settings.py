@@ -144,7 +144,7 @@ class Settings:
     batch_max: int = 500  # records per batch
     batch_within_ms: int = 10  # how long a batch waits to fill
     converge_sessions: int = 64  # sessions checked per step after a state_version bump
-    engine: str = "faust"  # or "kafka" (docs/adr/0003-faust-limits.md)
+    engine: str = "kafka"  # or "faust" (docs/adr/0003-faust-limits.md)
     log_level: str = "info"
     trace_stages: Path | None = None  # append per-batch stage times here (streams.trace)
     # The faust engine's data directory (faust's own default is `<app id>-data/` in the

@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -149,3 +150,34 @@ def test_the_lookup_cache_is_bounded(make_cached: Callable[..., KeyStore]) -> No
     for sid in ("s1", "s2", "s3"):
         b.data_key("t1", sid, DataClass.RAW)
     assert len(b._cache) == 2 and ("t1", "s1", DataClass.RAW) not in b._cache
+
+
+def test_a_key_created_without_a_read_back_is_the_stored_one_and_shreds(
+        make_store: Factory) -> None:
+    a = make_store()
+    key = a.data_key("t1", "new", DataClass.SURFACE)  # created here: no read-back
+    b = make_store()  # another node unwraps what was stored
+    assert b.lookup("t1", "new", DataClass.SURFACE).key == key
+    a.shred("t1", "new", (DataClass.SURFACE,), principal="ops", reason="erasure")
+    for store in (a, b, make_store()):
+        assert store.lookup("t1", "new", DataClass.SURFACE).state is KeyState.SHREDDED
+        with pytest.raises(ContentKeyShredded):
+            store.data_key("t1", "new", DataClass.SURFACE)
+
+
+def test_a_shred_racing_a_key_creation_wins(make_store: Factory) -> None:
+    # The shredder ran after the creator's tombstone check and before its key was in
+    # place: it found no key and left its tombstone. The creator must not use its key.
+    store = make_store()
+    shredder = make_store()
+    put = store._put_if_absent
+
+    def racing(tenant: str, session_id: str, cls: DataClass, record: dict[str, Any]
+               ) -> dict[str, Any]:
+        shredder.shred(tenant, session_id, (cls,), principal="ops", reason="race")
+        return put(tenant, session_id, cls, record)
+
+    store._put_if_absent = racing  # type: ignore[method-assign]
+    with pytest.raises(ContentKeyShredded):
+        store.data_key("t1", "racy", DataClass.RAW)
+    assert make_store().lookup("t1", "racy", DataClass.RAW).state is KeyState.SHREDDED

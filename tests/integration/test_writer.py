@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -294,3 +295,75 @@ def test_fork_creates_child_with_lineage(writer_cfg: WriterConfig) -> None:
     rb = read_log(writer_cfg, child.session_id)
     assert rb.admitted[0].data["lineage"]["seed_length"] == 10
     assert [e.type for e in rb.admitted][-2:] == ["session/end-seed", "user/message"]
+
+
+@pytest.mark.parametrize("append", ["native", "python"])
+def test_append_many_writes_what_single_appends_write_and_stops_at_a_refused_item(
+        writer_cfg: WriterConfig, append: str) -> None:
+    """A batch (stateless chunks between stateful types, Drafts and pairs) is one
+    session's log in order, flushed and admitted; an item refused raises the core's
+    error with the items before it appended and durable and none after it."""
+    if append == "native" and na.why_not(codec.encode) is not None:
+        pytest.skip("the native extension is not built")
+    from sessionstream.core.events import Draft
+
+    cfg = dataclasses.replace(writer_cfg, append=append)
+    w = SessionWriter.create(cfg)
+    assert (w._path.append_many is not None) == (append == "native")
+    items: list[Any] = [("turn/start", {}), Draft("step/start", {}),
+                        ("request/header", {"provider": "p", "model": "m"})]
+    items += [("assistant/chunk", {"text": f"t{i}", "index": i}) for i in range(40)]
+    items += [Draft("assistant/chunk", {"text": "d"}), ("step/end", {})]
+    events = w.append_many(items)
+    assert [e.seq for e in events] == list(range(1, 46))
+    assert events == list(w.session.events[1:])
+    before = w.next_seq
+    with pytest.raises(InvariantViolation):
+        w.append_many([("assistant/chunk", {"text": "ok 1"}),
+                       ("assistant/chunk", {"text": "ok 2"}),
+                       ("assistant/chunk", {"text": "outside a step"}),  # step ended
+                       ("turn/end", {"reason": "completed"})])
+    assert w.next_seq == before  # the first chunk is already outside the step
+    w.append("step/start", {})
+    with pytest.raises(SchemaViolation):
+        w.append_many([("assistant/chunk", {"text": "ok 1"}),
+                       ("assistant/chunk", {"text": "ok 2"}),
+                       ("assistant/chunk", {"text": 42}),
+                       ("assistant/chunk", {"text": "never"})])
+    assert [e.data["text"] for e in w.session.events[-2:]] == ["ok 1", "ok 2"]
+    w.flush(10)
+    w.close()
+    rb = read_log(cfg, w.session_id)
+    assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
+    assert rb.rejections == [] and len(rb.admitted) == before + 3
+    assert raw_count(cfg) == before + 3
+
+
+def test_append_many_records_that_time_out_are_unconfirmed_exactly_and_resent(
+        writer_cfg: WriterConfig) -> None:
+    """The batch's records go to the sender's native log like single appends: those
+    that time out are the ones a flush reports, and a resend makes them durable."""
+    if na.why_not(codec.encode) is not None:
+        pytest.skip("the native extension is not built")
+    from producers.kafka import KafkaSender
+
+    w = SessionWriter.create(dataclasses.replace(writer_cfg, append="native"))
+    w.append_many([("turn/start", {}), ("step/start", {}),
+                   ("assistant/chunk", {"text": "durable"})])
+    w.flush(10)
+    healthy = w._sender
+    dead = KafkaSender("127.0.0.1:9", writer_cfg.topic,
+                       config={"message.timeout.ms": 300, "linger.ms": 1})
+    assert dead.use_log(w._path.delivery_log())  # type: ignore[attr-defined]
+    w._sender = dead
+    lost = w.append_many([("assistant/chunk", {"text": f"lost {i}"}) for i in range(20)])
+    assert dead._produced == 20  # produced by the batch itself, counted by the sender
+    with pytest.raises(UnconfirmedEvents) as err:
+        w.flush(5)
+    assert list(err.value.event_ids) == [e.event_id for e in lost]
+    w._sender = healthy
+    assert w.resend_unconfirmed() == [e.event_id for e in lost]
+    w.flush(10)
+    w.close()
+    rb = read_log(writer_cfg, w.session_id)
+    assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]

@@ -427,3 +427,113 @@ def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> N
             stored.setdefault(sid, {}).update(counts)
             compared += len(counts)
     assert compared > 20
+
+
+class _CountingSink(MemorySink):
+    """The in-memory sink, noting the sessions each row load asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[str] = []
+
+    async def load(self, gen: int, session_ids: Any) -> dict[str, dict[str, str]]:
+        self.loaded += list(session_ids)
+        return await super().load(gen, session_ids)
+
+
+def test_a_session_whose_first_event_is_in_the_batch_is_started_without_a_row_load() -> None:
+    _PIPELINE.clear()
+    records = _fleet_records()
+    sink, dlq = _CountingSink(), MemoryDeadLetters()
+    py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
+
+    async def go() -> NativeFold:
+        na = NativeFold(processor_for(sink, dlq))
+        py = processor_for(py_sink, py_dlq)
+        for batch in _batches(records, [40]):
+            await na.process(batch)
+            await py.process(batch)
+        return na
+
+    na = asyncio.run(go())
+    _assert_same(py_sink, sink, py_dlq, dlq)
+    assert na.fresh_starts == 6  # every session's seq 0 was in a batch: none was loaded
+    assert sink.loaded == []
+
+
+def test_a_skipped_row_load_never_overwrites_an_existing_row() -> None:
+    # Another consumer group folds the same topic into the same rows first (its progress
+    # is its own): this worker meets every session at seq 0, past its progress, and
+    # starts them unread; the compare-and-set refuses each first write (the row exists)
+    # and the rows stay as the first group wrote them, as with the Python processor.
+    _PIPELINE.clear()
+    records = _fleet_records()
+    sink, dlq = _CountingSink(), MemoryDeadLetters()
+    py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
+
+    async def go() -> NativeFold:
+        for s, d in ((sink, dlq), (py_sink, py_dlq)):
+            first = processor_for(s, d)
+            for batch in _batches(records, [40]):
+                await first.process(batch)
+        rows_before = {k: dict(v) for k, v in sink.hashes.items()}
+        second = processor_for(sink, dlq)
+        second.group = "other"
+        py_second = processor_for(py_sink, py_dlq)
+        py_second.group = "other"
+        na = NativeFold(second)
+        for batch in _batches(records, [40]):
+            report = await na.process(batch)
+            assert report.sessions_written == 0  # every write refused: the rows exist
+            await py_second.process(batch)
+        assert sink.hashes == rows_before
+        return na
+
+    na = asyncio.run(go())
+    assert na.fresh_starts >= 6
+    _assert_same(py_sink, sink, py_dlq, dlq)
+
+
+def test_new_sessions_row_keys_are_created_off_the_hot_path_and_still_shred(
+        tmp_path: Path) -> None:
+    import threading
+
+    from sessionstream.core.privacy import DataClass, KeyState
+
+    store = FileKeyStore(tmp_path / "keys")
+    created_on: list[str] = []
+    put = store._put_if_absent
+
+    def noting(*args: Any) -> Any:
+        created_on.append(threading.current_thread().name)
+        return put(*args)
+
+    store._put_if_absent = noting  # type: ignore[method-assign]
+    rows = RowCipher(ContentCipher(store, "default"))
+    records = _fleet_records()  # clear events: every row key is created by the worker
+    sink, py_sink = MemorySink(), MemorySink()
+
+    async def go() -> None:
+        na = NativeFold(Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g",
+                                  rows=rows))
+        py = Processor(pipeline=ReaderPipeline.default(), sink=py_sink, group="g", rows=rows)
+        for batch in _batches(records, [40]):
+            await na.process(batch)
+        for batch in _batches(records, [40]):
+            await py.process(batch)
+
+    asyncio.run(go())
+    # surface, raw and business keys of the 6 sessions, all made by the key threads
+    assert len(created_on) == 18
+    assert all(name.startswith("row-keys") for name in created_on)
+
+    def opened(s: MemorySink) -> dict[Any, dict[str, str | None]]:
+        return {k: {f: rows.open(k[1], _unit_of(f), f, v) if _unit_of(f) else v
+                    for f, v in h.items()} for k, h in s.hashes.items()}
+    assert opened(sink) == opened(py_sink)
+    row = sink.hashes[(1, "w1")]
+    assert is_sealed(row["view:surface"])
+    store.shred("default", "w1", (DataClass.SURFACE,), principal="ops", reason="erasure")
+    assert FileKeyStore(tmp_path / "keys").lookup(
+        "default", "w1", DataClass.SURFACE).state is KeyState.SHREDDED
+    assert rows.open("w1", "surface", "view:surface", row["view:surface"]) is None

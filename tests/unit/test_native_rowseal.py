@@ -99,3 +99,25 @@ def test_each_seal_draws_a_fresh_nonce(rows: RowCipher) -> None:
     b = _native_seal(rows, "s", {"view:surface": "x", "state:surface": "x"})
     nonces = {base64.b64decode(v[len(PREFIX):])[:NONCE_BYTES] for v in [*a.values(), *b.values()]}
     assert len(nonces) == 4
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sid=st.text(min_size=1, max_size=12),
+       fields=st.dictionaries(_field, st.text(max_size=3000), max_size=12))
+def test_the_digested_seal_seals_as_seal_row_and_digests_as_replay_does(
+        rows: RowCipher, sid: str, fields: dict[str, str]) -> None:
+    # replay keeps, per sealed field, the SHA-1 of the value stored and the BLAKE2b of
+    # its clear text (ADR 0015); the extension computes them while it seals
+    out = dict(fields)
+    got = native.seal_row_digested(rows.tenant, sid, out, CLASSES,
+                                   lambda cls: rows.row_key(sid, DataClass(cls)))
+    plain = _native_seal(rows, sid, fields)
+    assert out.keys() == fields.keys()
+    assert {n for n, v in out.items() if is_sealed(v)} == \
+        {n for n, v in plain.items() if is_sealed(v)} == {n for n, _, _ in got}
+    for name, sha, digest in got:
+        unit = native_fold._unit_of(name)
+        assert unit is not None and rows.open(sid, unit, name, out[name]) == fields[name]
+        assert native_fold.SEALED_REF + sha == native_fold.sealed_ref(out[name])
+        assert digest == native_fold.field_digest(fields[name])

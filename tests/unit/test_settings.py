@@ -173,3 +173,11 @@ def test_a_redis_url_listing_several_nodes_needs_the_cluster_setting() -> None:
     assert "SESSIONSTREAM_REDIS_CLUSTER=true" in str(exc.value)
     s = Settings.from_env({"SESSIONSTREAM_REDIS_URL": url, "SESSIONSTREAM_REDIS_CLUSTER": "1"})
     assert s.redis_cluster and s.redis_url == url
+
+
+def test_settings_built_in_code_and_from_the_environment_default_alike() -> None:
+    # A harness that builds Settings(...) in code gets the engine, fold and append path
+    # that an empty environment gives, not an older default.
+    code, env = Settings(), Settings.from_env({})
+    assert (code.engine, code.fold, code.append) == (env.engine, env.fold, env.append)
+    assert code.engine == "kafka"

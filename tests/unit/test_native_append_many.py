@@ -1,0 +1,209 @@
+"""The extension's batch append (``Appender.append_many``, SessionWriter.append_many)
+against the reference: one ``Session.append`` per item.
+
+The producer here is a recording stand-in for confluent-kafka's ``Producer.produce``
+and ``poll`` (the batch calls them positionally); the writer over the real broker is
+tests/integration/test_writer.py. Every batch is driven the way the writer drives it:
+where the extension stops without a leftover, the item goes through the one-append
+route (``native_append.append``) and the batch goes on after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from producers import native_append as na
+from sessionstream.core import codec
+from sessionstream.core.events import CountingClock, Draft, SequentialIds
+from sessionstream.core.jsonvalue import thaw
+from sessionstream.core.session import Session
+from tests.unit.strategies import random_log
+from tests.unit.test_native_append import (
+    FixedNonceAesGcm,
+    bad_drafts,
+    cipher,
+    native,
+    outcome,
+)
+
+
+class Producer:
+    """Records what the batch hands to ``produce`` and how often it polls."""
+
+    def __init__(self, refuse_after: int | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.polls = 0
+        self.refuse_after = refuse_after
+
+    def produce(self, *args: Any) -> None:
+        if self.refuse_after is not None and len(self.calls) >= self.refuse_after:
+            raise BufferError("Local: Queue full")
+        self.calls.append(args)
+
+    def poll(self, timeout: float) -> int:
+        assert timeout == 0
+        self.polls += 1
+        return 0
+
+
+class Writer:
+    """The writer's bookkeeping the batch fills (SessionWriter._bytes, _mine, ...)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, bytes] = {}
+        self.mine: list[Any] = []
+        self.waiting: list[str] = []
+        self.sent: list[str] = []
+        self.since = 0
+
+
+def batch(path: na.NativeAppend, session: Session, items: list[Any], p: Producer,
+          w: Writer, *, limit: int = 1 << 30, poll_every: int = 16, log: Any = "log",
+          start: int = 0) -> tuple[int, Any]:
+    assert path.append_many is not None
+    j, left, w.since = path.append_many(session, items, start, Draft, path.seal_args,
+                                        p.produce, p.poll, "topic", log, w.sent, w.since,
+                                        poll_every, b"key", limit, w.records, w.mine,
+                                        w.waiting)
+    return j, left
+
+
+def item_of(draft: Draft, as_pair: bool) -> Any:
+    plain = (draft.surface_op is None and not draft.source_event_seqs
+             and draft.turn_id is None and draft.step_id is None)
+    return (draft.type, draft.data) if as_pair and plain else draft
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.booleans(), st.data())
+def test_batch_append_matches_one_python_append_per_item(seed: int, encrypted: bool,
+                                                        data: st.DataObject) -> None:
+    """Same outcome per item (event or error class and message), same events, and the
+    records produced are the reference's bytes, in order, each with its bookkeeping."""
+    log = random_log(seed, steps=50)
+    sid = log[0].session_id
+
+    def fresh() -> Session:
+        return Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+
+    ref, nat = fresh(), fresh()
+    ref_path = na.PythonAppend(codec.encode,
+                               cipher(FixedNonceAesGcm()) if encrypted else None)
+    path = native(cipher() if encrypted else None, sid)
+    items: list[Any] = []
+    for e in log[1:]:
+        if e.ignorable:
+            continue
+        good = Draft(e.type, thaw(e.data), e.surface_op, e.source_event_seqs, e.turn_id,
+                     e.step_id)
+        if data.draw(st.booleans()):
+            items.append(data.draw(bad_drafts(good)))
+        items.append(item_of(good, data.draw(st.booleans())))
+    want = []
+    for it in items:
+        d = it if isinstance(it, Draft) else Draft(it[0], it[1])
+        want.append(outcome(lambda d=d: ref.append(d)))
+    p, w = Producer(), Writer()
+    got: list[tuple[str, Any]] = []
+    batched: list[Any] = []  # the events the batch itself produced
+    i = 0
+    while i < len(items):
+        before = len(w.mine)
+        i, left = batch(path, nat, items, p, w, start=i)
+        assert left is None  # no limit, a producer with room: nothing left over
+        batched.extend(w.mine[before:])
+        got.extend(("ok", e) for e in w.mine[before:])
+        if i < len(items):  # declined: the one-append route, as the writer does
+            it = items[i]
+            d = it if isinstance(it, Draft) else Draft(it[0], it[1])
+            r = outcome(lambda d=d: na.append(path, nat, d))
+            if r[0] == "ok":
+                p.calls.append(("topic", path.record(r[1]), b"key", -1, "log"))
+            got.append(r)
+            i += 1
+    assert [g[0] for g in got] == [x[0] for x in want]
+    for g, x in zip(got, want, strict=True):
+        assert g[1] == x[1]  # the same event, or the same error class and message
+    assert nat.events == ref.events
+    ok = [x[1] for x in want if x[0] == "ok"]
+    assert [c[1] for c in p.calls] == [ref_path.record(e) for e in ok]
+    assert all(c[0] == "topic" and c[2:] == (b"key", -1, "log") for c in p.calls)
+    assert w.mine == batched
+    assert w.sent == w.waiting == [e.event_id for e in batched]
+    assert list(w.records) == w.sent
+    assert p.polls == len(batched) // 16 and w.since == len(batched) % 16
+
+
+def opened(sid: str) -> tuple[Session, na.NativeAppend]:
+    s = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+    for d in (Draft("turn/start", {}), Draft("step/start", {}),
+              Draft("request/header", {"provider": "p", "model": "m"})):
+        s.append(d)
+    return s, native(None, sid)
+
+
+def chunks(n: int, size: int = 10) -> list[tuple[str, dict[str, Any]]]:
+    return [("assistant/chunk", {"text": "x" * size, "index": i}) for i in range(n)]
+
+
+def test_batch_stops_at_a_stateful_type_and_a_foreign_item_with_nothing_changed() -> None:
+    s, path = opened("stops")
+    p, w = Producer(), Writer()
+    items: list[Any] = [*chunks(3), ("step/end", {}), *chunks(2), ["not", "a draft"]]
+    j, left = batch(path, s, items, p, w)
+    assert (j, left) == (3, None) and len(s.events) == 4 + 3  # step/end not started
+    assert s.append(Draft("step/end", {})).type == "step/end"
+    assert s.append(Draft("step/start", {})).type == "step/start"
+    j, left = batch(path, s, items, p, w, start=4)
+    assert (j, left) == (6, None) and len(p.calls) == 5 == len(w.mine)
+
+
+def test_batch_hands_back_a_record_over_the_limit_stamped_but_not_produced() -> None:
+    s, path = opened("limit")
+    p, w = Producer(), Writer()
+    items = [*chunks(2), ("assistant/chunk", {"text": "y" * 600, "index": 9}), *chunks(1)]
+    small = max(len(c) for c in (codec.encode(s.events[-1]),)) + 200
+    j, left = batch(path, s, items, p, w, limit=small)
+    assert j == 2 and left is not None
+    event, value = left
+    assert s.events[-1] is event and event.data["index"] == 9  # in the session, as append
+    assert value == codec.encode(event) and len(value) + 3 > small
+    assert len(p.calls) == 2 and event.event_id not in w.records and w.mine[-1] is not event
+
+
+def test_batch_hands_back_the_record_a_full_queue_refused_and_polls_on_schedule() -> None:
+    s, path = opened("full")
+    p, w = Producer(refuse_after=5), Writer()
+    j, left = batch(path, s, chunks(8), p, w, poll_every=2)
+    assert j == 5 and left is not None and left[0] is s.events[-1]
+    assert left[1] == codec.encode(left[0])
+    assert len(w.mine) == len(w.sent) == len(w.records) == 5  # the refused one: not kept
+    assert p.polls == 2 and w.since == 1
+
+
+def test_batch_propagates_an_error_of_the_id_source_after_what_it_produced() -> None:
+    sid = "ids"
+    seq = SequentialIds(sid)
+    calls = [0]
+    budget = [1 << 30]
+
+    def ids() -> str:
+        calls[0] += 1
+        if calls[0] > budget[0]:
+            raise RuntimeError("id source down")
+        return seq()
+
+    s = Session.create(sid, clock=CountingClock(), ids=ids)
+    for d in (Draft("turn/start", {}), Draft("step/start", {}),
+              Draft("request/header", {"provider": "p", "model": "m"})):
+        s.append(d)
+    budget[0] = calls[0] + 2  # two more ids, then the source fails
+    path = native(None, sid)
+    p, w = Producer(), Writer()
+    with pytest.raises(RuntimeError, match="id source down"):
+        batch(path, s, chunks(5), p, w)
+    assert len(p.calls) == len(w.sent) == 2 and len(s.events) == 6
