@@ -251,7 +251,7 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     if cpu0 is not None and cpu1 is not None:
         print(f"  worker CPU over the window (+2 s): {cpu1 - cpu0:.2f} s = "
               f"{(cpu1 - cpu0) / len(sent) * 1e6:.0f} us/event (what a shorter batch wait "
-              "costs: SESSIONSTREAM_BATCH_WITHIN_MS)")
+              f"costs: {Env.BATCH_WITHIN_MS})")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
