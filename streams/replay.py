@@ -194,8 +194,10 @@ class ReplayReport:
     #: of ``equal``: sealed pairs shown equal by the digests of the new rows' sealed
     #: fields (only the live row opened, ADR 0015)
     by_digest: int = 0
-    #: wall seconds per phase: read (consume), fold, flush, compare, catch_up (after
-    #: the switch, all of its phases)
+    #: wall seconds per phase: read (consume), fold, flush (the fold stopped to take
+    #: rows out, and the last flush), flush_wait (the fold waiting for a background
+    #: flush to be written, ADR 0015), compare, catch_up (after the switch, all of its
+    #: phases)
     phases: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -277,7 +279,8 @@ async def replay(
         await _read_to_end(consumer, meta, proc, topic, parts, position, report, batch,
                            progress, progress_every, started,
                            deferred=(flush_every, flush_sessions), folder=driver,
-                           keys_ahead=keys_ahead, compare_settled=compare_settled)
+                           keys_ahead=keys_ahead, compare_settled=compare_settled,
+                           freeze=True)
         t0 = time.monotonic()
         await _compare(redis, keys, live, new, report, views, rows, digests, skip=compared)
         _took(report, "compare", t0)
@@ -295,6 +298,7 @@ async def replay(
                               f"stay on generation {live}") from exc
     finally:
         gc.set_threshold(*thresholds)
+        gc.unfreeze()
         keys_ahead.close()
         consumer.close()
         meta.close()
@@ -342,7 +346,7 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                        folder: Processor | NativeFold | None = None,
                        phases: bool = True, keys_ahead: _KeysAhead | None = None,
                        compare_settled: Callable[[list[str]], Awaitable[None]] | None = None,
-                       ) -> None:
+                       freeze: bool = False) -> None:
     """Read to the current end offsets; ``deferred=(records, sessions)``: fold in memory
     and flush after that many records or folded sessions, and at the end.
     ``compare_settled``: given the sessions an earlier flush wrote and nothing folded
@@ -375,14 +379,25 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
                 since_flush += len(records)
                 if since_flush >= deferred[0] or fold.unflushed_sessions >= deferred[1]:
                     t0 = time.monotonic()
-                    if keys_ahead is not None:
-                        await keys_ahead.drain()
                     if isinstance(fold, NativeFold):
                         # the rows leave the extension now; sealed and written while
-                        # the next batches fold (the next flush waits for it first)
+                        # the next batches fold (the next flush waits for it first);
+                        # the keys read ahead are not waited for: that seal runs on a
+                        # thread too
+                        if keys_ahead is not None:
+                            keys_ahead.rewind()
+                        await fold.settle_flush()
+                        took(report, "flush_wait", t0)
+                        t0 = time.monotonic()
                         await fold.flush(background=True)
                     else:
+                        if keys_ahead is not None:
+                            await keys_ahead.drain()
                         await fold.flush()
+                    if freeze:
+                        # what survived so far (the fold's per-session bookkeeping) is
+                        # not scanned by the collector again (replay() unfreezes)
+                        gc.freeze()
                     took(report, "flush", t0)
                     since_flush = 0
             if progress and time.monotonic() - last_report >= every:
@@ -400,7 +415,10 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         if keys_ahead is not None:
             await keys_ahead.drain()
         if isinstance(fold, NativeFold):
+            t1 = time.monotonic()
             await fold.settle_flush()  # an earlier flush's rows are final once written
+            took(report, "flush_wait", t1)
+            t0 = time.monotonic()
         early = None
         if compare_settled is not None and isinstance(fold, NativeFold):
             settled = fold.settled_sessions()
@@ -457,6 +475,12 @@ class _KeysAhead:
                     self._row_key(sid, cls)
                 except Exception:  # the flush asks again and reports it
                     return
+
+    def rewind(self) -> None:
+        """Ask again for the sessions folded from now on (their keys stay warm in the
+        store's cache for the next flush), without waiting for the reads asked so far."""
+        self._seen.clear()
+        self._pending = [f for f in self._pending if not f.done()]
 
     async def drain(self) -> None:
         """Wait for the keys asked so far (the flush then seals from the cache)."""

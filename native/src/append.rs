@@ -79,6 +79,11 @@ pub struct Appender {
     rules: HashMap<String, Option<rules::Rules>>,
     /// What `append` needs from Python, handed in once by `bind`.
     bound: Option<rules::Bound_>,
+    /// FrozenMap's construction is dict's own (no `__new__`/`__init__` in its class
+    /// body): `new_frozen_map` may call dict's tp_new directly.
+    frozen_map_plain: bool,
+    /// The canonical text buffer `append` renders into, kept between calls.
+    text: String,
 }
 
 fn put_long(out: &mut Vec<u8>, v: i64) {
@@ -99,13 +104,27 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 /// scalars and other frozen containers, all made by this walk, and is read-only, so it
 /// can never be part of a reference cycle (a writer keeps every event it wrote; without
 /// this, each collection of the oldest generation walks all their data again).
-fn untrack(obj: &Bound<'_, PyAny>) {
+pub(crate) fn untrack(obj: &Bound<'_, PyAny>) {
     // SAFETY: obj is a live GC-tracked container (a dict or tuple subclass instance).
     unsafe {
         if pyo3::ffi::PyObject_GC_IsTracked(obj.as_ptr()) != 0 {
             pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast());
         }
     }
+}
+
+/// Whether `cls` is a direct subclass of dict whose class body defines neither
+/// `__new__` nor `__init__` (so `cls()` is dict's tp_new and a no-op dict init).
+fn plain_dict_subclass(cls: &Bound<'_, PyAny>) -> bool {
+    let py = cls.py();
+    let Ok(t) = cls.downcast::<pyo3::types::PyType>() else { return false };
+    let dict_type = py.get_type::<PyDict>();
+    let bases_ok = t.getattr("__bases__").ok()
+        .and_then(|b| b.downcast_into::<PyTuple>().ok())
+        .is_some_and(|b| b.len() == 1 && b.get_item(0).is_ok_and(|x| x.is(&dict_type)));
+    let own = t.getattr("__dict__").ok();
+    let defines = |name: &str| own.as_ref().is_none_or(|d| d.contains(name).unwrap_or(true));
+    bases_ok && !defines("__new__") && !defines("__init__")
 }
 
 fn is_type(obj: &Bound<'_, PyAny>, t: &Py<PyAny>) -> bool {
@@ -179,6 +198,28 @@ struct SealedOut {
 }
 
 impl Appender {
+    /// An empty FrozenMap, by its type's own `tp_new` (dict's: FrozenMap has no
+    /// `__new__` or `__init__` of its own, which `new` checked), without the call
+    /// protocol and dict's `__init__` argument parsing of `FrozenMap()`.
+    fn new_frozen_map<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let cls = self.frozen_map.bind(py);
+        if !self.frozen_map_plain {
+            return cls.call0();
+        }
+        // SAFETY: frozen_map is a live heap type (a Python class); Py_tp_new of it is
+        // dict's tp_new (checked in `new`), called as type_call calls it.
+        unsafe {
+            let tp = cls.as_ptr() as *mut pyo3::ffi::PyTypeObject;
+            let slot = pyo3::ffi::PyType_GetSlot(tp, pyo3::ffi::Py_tp_new);
+            if slot.is_null() {
+                return cls.call0();
+            }
+            let new: pyo3::ffi::newfunc = std::mem::transmute(slot);
+            let args = PyTuple::empty(py);
+            Bound::from_owned_ptr_or_err(py, new(tp, args.as_ptr(), std::ptr::null_mut()))
+        }
+    }
+
     /// check_and_freeze + canonical text of one value (see the module doc).
     fn freeze_into<'py>(&self, v: &Bound<'py, PyAny>, out: &mut String, depth: usize)
         -> R<Bound<'py, PyAny>> {
@@ -239,7 +280,7 @@ impl Appender {
             out.push('}');
             // An empty FrozenMap filled through the C API (PyDict_SetItem does not go
             // through the read-only Python-level __setitem__): no second copy.
-            let copy = self.frozen_map.bind(py).call0().map_err(|_| Decline)?;
+            let copy = self.new_frozen_map(py).map_err(|_| Decline)?;
             let dict = copy.downcast::<PyDict>().map_err(|_| Decline)?;
             for (i, (k, _)) in items.iter().enumerate() {
                 dict.set_item(k, frozen[i].take().unwrap()).map_err(|_| Decline)?;
@@ -570,9 +611,12 @@ impl Appender {
     /// `header`: the writer schema's single-object header (magic + fingerprint; the
     /// caller checks the schema is v2); the FrozenMap and FrozenList types.
     #[new]
-    fn new(header: Vec<u8>, frozen_map: Py<PyAny>, frozen_list: Py<PyAny>) -> Self {
+    fn new(py: Python<'_>, header: Vec<u8>, frozen_map: Py<PyAny>, frozen_list: Py<PyAny>)
+        -> Self {
+        let plain = plain_dict_subclass(frozen_map.bind(py));
         Appender { header, frozen_map, frozen_list, plans: HashMap::new(),
-                   ciphers: HashMap::new(), rules: HashMap::new(), bound: None }
+                   ciphers: HashMap::new(), rules: HashMap::new(), bound: None,
+                   frozen_map_plain: plain, text: String::new() }
     }
 
     /// Hand in what `append` builds events with: `events.decoded_event`, the SurfaceOp

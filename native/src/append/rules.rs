@@ -240,7 +240,10 @@ impl Appender {
         let rules = self.rules.get(etype_s).and_then(|r| r.as_ref()).ok_or(Stop::Decline)?;
         let b = self.bound.as_ref().ok_or(Stop::Decline)?;
         // The data: lossless JSON, frozen, rendered; within the writer's limit.
-        let mut text = String::with_capacity(256);
+        // Rendered into the buffer kept between calls (no regrowth per event); put
+        // back below, or dropped on a decline (the next call starts a new one).
+        let mut text = std::mem::take(&mut self.text);
+        text.clear();
         let frozen = self.freeze_into(data, &mut text, 0)?;
         if text.len() as i64 > b.data_limit {
             return Err(Stop::Decline);
@@ -370,8 +373,13 @@ impl Appender {
         ]).map_err(raise)?;
             b.make_event.bind(py).call1(args).map_err(raise)?
         };
+        // An event refers to nothing that refers back to it (its data containers are
+        // untracked already): the collector need not traverse it, as a tuple of
+        // atoms is untracked.
+        crate::append::untrack(&event);
         events.append(&event).map_err(Stop::Raise)?;
         if !record {
+            self.text = text;
             return Ok((event, None));
         }
         // The record; a custom id source or clock of another type: Python encodes.
@@ -418,6 +426,8 @@ impl Appender {
                         turn_id: turn.as_deref(), step_id: step.as_deref(),
                         prev: Some(&prev) };
         let bytes = self.write_envelope(&env, clear.as_deref().unwrap_or(&text), &sealed);
+        drop(env);
+        self.text = text;
         Ok((event, Some(PyBytes::new(py, &bytes))))
     }
 }
