@@ -940,7 +940,7 @@ impl Appender {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_escape;
+    use super::{needs_escape, needs_escape_words};
 
     #[test]
     fn needs_escape_finds_every_escaped_byte_at_every_offset() {
