@@ -506,7 +506,11 @@ class NativeFold:
         # progress) is started without a row load: no row can hold it yet, and if one
         # does after all (another group, a lost progress) the write's compare-and-set
         # (base offset -1) refuses it and the session is folded from the stored row.
-        ahead = self.folder.new_sessions(items, self._python, progress)
+        if hasattr(self.folder, "new_sessions"):
+            ahead = self.folder.new_sessions(items, self._python, progress)
+        else:  # an extension built before new_sessions: every new session is loaded
+            ahead = [(sid, p, False) for sid, p in self.folder.unknown_sessions(
+                items, self._python)]
         # their rows' data keys are looked up (or created: file reads, an fsync) on a
         # thread meanwhile, so the seal below finds them in the key store's cache
         keys = (asyncio.ensure_future(asyncio.to_thread(
@@ -597,8 +601,11 @@ class NativeFold:
         if not rows.cipher.enabled:
             return
         store, tenant = rows.cipher.store, rows.tenant
-        missing = [(sid, cls) for sid in sids for cls in self._row_classes
-                   if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
+        try:
+            missing = [(sid, cls) for sid in sids for cls in self._row_classes
+                       if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
+        except Exception:  # the seal asks again and raises it
+            return
         if not missing:
             return
 

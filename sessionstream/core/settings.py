@@ -141,7 +141,7 @@ class Settings:
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     worker_instance: str | None = None  # static group membership (group.instance.id)
-    batch_max: int = 500  # records per batch
+    batch_max: int = 2000  # records per batch at most (a live batch is bounded by the wait)
     batch_within_ms: int = 10  # how long a batch waits to fill
     converge_sessions: int = 64  # sessions checked per step after a state_version bump
     engine: str = "kafka"  # or "faust" (docs/adr/0003-faust-limits.md)
@@ -359,7 +359,7 @@ class Settings:
             append=env.get(Env.APPEND) or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or None,
-            batch_max=_int(env, Env.BATCH_MAX, 500),
+            batch_max=_int(env, Env.BATCH_MAX, 2000),
             batch_within_ms=_int(env, Env.BATCH_WITHIN_MS, 10),
             converge_sessions=_int(env, Env.CONVERGE_SESSIONS, 64),
             engine=env.get(Env.ENGINE) or "kafka",
