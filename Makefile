@@ -14,13 +14,9 @@ help:
 # The native fold extension (native/, Rust + PyO3, built by maturin). Cargo keeps its
 # target dir in native/target, so a rebuild after an edit is incremental.
 NATIVE_STAMP := $(VENV)/.native
-# On x86-64 the compiler may use AES-NI and PCLMULQDQ directly (AES-256-GCM opening of
-# sealed content runs ~2.5x faster than through runtime dispatch); the extension refuses
-# to import on a CPU without them, and SESSIONSTREAM_FOLD=python folds without it.
-comma := ,
-NATIVE_RUSTFLAGS := $(if $(filter x86_64,$(shell uname -m)),-C target-feature=+aes$(comma)+pclmulqdq$(comma)+ssse3$(comma)+sse4.1)
+# No RUSTFLAGS: the AEAD (ring) picks AES-NI/CLMUL when it runs, so one build is portable.
 NATIVE_ENV := PATH="$(abspath $(VENV))/bin:$$HOME/.cargo/bin:$$PATH" \
-	CARGO_TARGET_DIR="$(abspath native/target)" RUSTFLAGS="$(NATIVE_RUSTFLAGS)"
+	CARGO_TARGET_DIR="$(abspath native/target)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

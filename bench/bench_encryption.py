@@ -25,7 +25,9 @@ realistic sessions (``simulate_session``: chunks, tool calls, results, compactio
   session's first lookup reads its key files, as a process that just started does).
   ``--live K`` interleaves the records of K sessions at a time round-robin (a busy
   fleet: each batch then touches many sessions, as a live worker's does; default 0,
-  session after session). Skipped when valgrind is not installed.
+  session after session). ``native-sealed-rows`` also seals the output rows with the
+  session's keys (``RowCipher``, as a live worker with encryption on does); the other
+  paths write clear rows. Skipped when valgrind is not installed.
 
 Data keys are cached by the key store (as in a running process), so the figures are the
 cipher's and the splitting's cost, not the key store's.
@@ -53,6 +55,7 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.governance.rows import RowCipher
 
 SESSIONS = 40
 TURNS = 6
@@ -128,8 +131,10 @@ def _fold_proc(records: list[tuple[str, bytes]], native: bool, opener: Any) -> f
     return 3 * len(recs) / spent
 
 
-def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any) -> None:
-    """One pass of ``_fold_proc`` (what a callgrind run of ``--icount`` counts)."""
+def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any,
+               rows: Any = None) -> None:
+    """One pass of ``_fold_proc`` (what a callgrind run of ``--icount`` counts); ``rows``
+    (a RowCipher): the processor seals its output rows too, as a live worker's does."""
     import asyncio
 
     from sessionstream.core.pipeline import Record
@@ -143,7 +148,7 @@ def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any) -> N
         recs.append(Record("bench", p, offsets[p], sid.encode(), value))
         offsets[p] += 1
     proc = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
-                     group="bench")
+                     group="bench", rows=rows)
     driver: Any = NativeFold(proc) if native else proc
 
     async def run() -> None:
@@ -153,10 +158,13 @@ def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any) -> N
     asyncio.run(run())
 
 
-#: ``--icount`` paths: (native, sealed, cold key store)
-PATHS = {"python-clear": (False, False, False), "python-sealed": (False, True, False),
-         "native-clear": (True, False, False), "native-sealed": (True, True, False),
-         "native-sealed-cold": (True, True, True)}
+#: ``--icount`` paths: (native, sealed, cold key store, sealed output rows)
+PATHS = {"python-clear": (False, False, False, False),
+         "python-sealed": (False, True, False, False),
+         "native-clear": (True, False, False, False),
+         "native-sealed": (True, True, False, False),
+         "native-sealed-rows": (True, True, False, True),
+         "native-sealed-cold": (True, True, True, False)}
 
 
 def _interleaved(logs: list[list[Event]], live: int) -> list[Event]:
@@ -183,18 +191,22 @@ def _icount_child(path: str, n: int, live: int) -> None:
         sealed_records = [(e.session_id, encode(cipher.seal_event(e))) for e in events]
         if n == 0:
             return
-        native, sealed, cold = PATHS[path]
+        native, sealed, cold, rows = PATHS[path]
         if cold:
             cipher = ContentCipher(FileKeyStore(Path(tmp) / "keys"), "default")
         records = sealed_records if sealed else clear_records
-        _fold_once(records[:n], native, SealedContentOpener(cipher) if sealed else None)
+        _fold_once(records[:n], native, SealedContentOpener(cipher) if sealed else None,
+                   RowCipher(cipher) if rows else None)
 
 
 def _instructions(path: str, n: int, live: int) -> int | None:
     out = tempfile.mktemp(prefix="callgrind-")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
            __file__, "--icount-run", path, "--icount", str(n), "--live", str(live)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+    # One hash seed for every run: the base run's count is subtracted from each path's,
+    # and str hashing with a random seed moves both by thousands of instructions/event.
+    res = subprocess.run(cmd, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
     if os.path.exists(out):
         os.unlink(out)
     if res.returncode != 0:
@@ -234,6 +246,9 @@ def icount(n: int, live: int, paths: list[str]) -> None:
         if f"{fold}-clear" in per and f"{fold}-sealed" in per:
             print(f"encrypted/clear by instructions, {fold}: "
                   f"{per[f'{fold}-clear'] / per[f'{fold}-sealed']:.2f} (target >= 0.9)")
+    if "native-clear" in per and "native-sealed-rows" in per:
+        print("encrypted/clear by instructions, native, sealed records and sealed rows: "
+              f"{per['native-clear'] / per['native-sealed-rows']:.2f} (target >= 0.9)")
 
 
 def _pair(fn: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[float, float]:

@@ -186,12 +186,14 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     th = threading.Thread(target=reader, daemon=True)
     th.start()
     time.sleep(0.3)
+    cpu0 = _cpu_seconds(w.pid)
     prod = subprocess.run(
         [sys.executable, os.path.join(os.path.dirname(__file__), "lat_producer.py"),
          s.kafka_bootstrap, topic, str(args.rate), str(args.seconds), str(seed), sent_path],
         env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True)
     del prod
     time.sleep(2)
+    cpu1 = _cpu_seconds(w.pid)
     stop.set()
     th.join(5)
     w.terminate()
@@ -246,7 +248,22 @@ def latency(s: Settings, r: redis.Redis, engine: str, topic: str, dlq: str, pref
     nb = sum(len(v) for v in batches.values())
     if nb:
         print(f"  ({len({id(b) for v in batches.values() for _, _, b in v})} worker batches)")
+    if cpu0 is not None and cpu1 is not None:
+        print(f"  worker CPU over the window (+2 s): {cpu1 - cpu0:.2f} s = "
+              f"{(cpu1 - cpu0) / len(sent) * 1e6:.0f} us/event (what a shorter batch wait "
+              f"costs: {Env.BATCH_WITHIN_MS})")
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (its threads included), or None
+    where /proc is not there."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

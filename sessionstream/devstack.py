@@ -45,7 +45,13 @@ from sessionstream.core.settings import (
 )
 
 SERVICES = ("kafka", "redis")
-KAFKA_HEAP = "-Xmx512m"
+#: The broker's heap, fixed (-Xms = -Xmx, as Kafka's own kafka-server-start.sh sets it).
+#: 1 GiB, not 512 MiB: the log cleaner's 128 MiB dedupe buffer and the broker's steady
+#: ~50 MiB sit in the old generation for good; in a 512 MiB heap that G1 kept committed at
+#: ~330 MiB they were over its 45 % marking threshold, so G1 ran a concurrent cycle every
+#: 1-2 minutes, each ending in a 30-50 ms Remark pause that every in-flight produce
+#: waited out (ADR 0018, "the broker's own pauses").
+KAFKA_HEAP = ("-Xms1g", "-Xmx1g")
 #: The broker's JVM pauses (GC and every other safepoint), one line each, in
 #: ``<state>/kafka/gc.log`` (3 files of 5 MiB): the first thing to read when the
 #: broker's produce -> ack latency stalls (ADR 0018).
@@ -475,7 +481,7 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     props.write_text(kafka_properties(cfg))
     log = cfg.log_file("kafka")
     classpath = f"{lib}/*"
-    env = {**os.environ, "KAFKA_HEAP_OPTS": KAFKA_HEAP}
+    env = {**os.environ, "KAFKA_HEAP_OPTS": " ".join(KAFKA_HEAP)}
     if not (data / "meta.properties").is_file():
         cid_file = home / "cluster-id"
         if not cid_file.is_file():
@@ -487,7 +493,7 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
                   f"password={cfg.admin_password()}]"] if cfg.secure else [])
         fmt = subprocess.run(
             # A one-shot tool: C1-only JIT and serial GC start it ~35% faster on a busy box.
-            [java, KAFKA_HEAP, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+            [java, "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
              "-cp", classpath, "kafka.tools.StorageTool", "format",
              "-t", cid_file.read_text().strip(), "-c", str(props), *scram],
             capture_output=True, text=True, env=env,
@@ -498,10 +504,12 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
                 f"{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}\nTry `sessionstream up --fresh`."
             )
     what = "SASL/SCRAM + ACLs" if cfg.secure else "plaintext"
-    echo(f"kafka: starting ({what}) on 127.0.0.1:{cfg.kafka_port} (log {log})")
+    echo(f"kafka: starting ({what}, heap {' '.join(KAFKA_HEAP)}) on "
+         f"127.0.0.1:{cfg.kafka_port} (log {log})")
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [java, KAFKA_HEAP, f"-Xlog:{KAFKA_GC_LOG.format(path=home / 'gc.log')}",
+            [java, *KAFKA_HEAP,
+             f"-Xlog:{KAFKA_GC_LOG.format(path=home / 'gc.log')}",
              "-Dorg.slf4j.simpleLogger.showDateTime=true",
              "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
              "-cp", classpath, "kafka.Kafka", str(props)],

@@ -20,8 +20,7 @@
 
 use std::collections::HashMap;
 
-use aes_gcm::aead::{Aead, KeyInit, Payload};
-use aes_gcm::{Aes256Gcm, Key, Nonce};
+use crate::aead::Aes256Gcm;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -423,7 +422,7 @@ impl Appender {
         if let Some(c) = self.ciphers.get(key) {
             return Ok(c.clone());
         }
-        let c = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key));
+        let c = Aes256Gcm::new(key).ok_or(Decline)?;
         if self.ciphers.len() >= CIPHER_CACHE {
             self.ciphers.clear();
         }
@@ -929,8 +928,7 @@ impl Appender {
                                              class, &paths);
             let at = sealed.len() * crypto::NONCE_BYTES;
             let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
-            let Ok(ciphertext) = cipher.encrypt(Nonce::from_slice(&nonce),
-                                                Payload { msg: plain.as_bytes(), aad: &ad })
+            let Some(ciphertext) = cipher.seal(&nonce, plain.as_bytes(), &ad)
             else { return Ok(None) };
             sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.to_owned(),
                                     origin: event_id.to_owned(), paths, nonce, ciphertext });
@@ -942,7 +940,7 @@ impl Appender {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_escape;
+    use super::{needs_escape, needs_escape_words};
 
     #[test]
     fn needs_escape_finds_every_escaped_byte_at_every_offset() {

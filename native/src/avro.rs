@@ -7,7 +7,7 @@
 //! what it cannot read, so the caller falls back to the Python codec, which names
 //! the error. A new envelope version is one more arm in `Layout` and `read_body`.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 pub const MAGIC: [u8; 2] = [0xC3, 0x01];
 pub const HEADER_LEN: usize = 10;

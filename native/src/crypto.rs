@@ -21,21 +21,18 @@
 //! the Python opener, which gives the reference verdict (the quarantine and its
 //! reason), so the two paths cannot drift on the failure cases.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use std::borrow::Cow;
 
-use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, Payload};
-use aes_gcm::{Aes256Gcm, Key, Nonce, Tag};
 use serde_json::Value;
+
+pub use crate::aead::{Aes256Gcm, KEY_BYTES, NONCE_BYTES};
 
 use crate::json;
 
 pub const AD_MAGIC: &[u8] = b"sessionstream-aead-v1";
-pub const NONCE_BYTES: usize = 12;
-pub const TAG_BYTES: usize = 16;
-pub const KEY_BYTES: usize = 32;
 pub const DELETED_TEXT: &str = "[content deleted]";
 pub const UNAVAILABLE_TEXT: &str = "[content unavailable]";
 
@@ -91,19 +88,13 @@ pub fn associated_data_into<S: AsRef<str>>(out: &mut Vec<u8>, tenant: &str, key_
 
 /// A cipher for a 32-byte data key (None: not a data key; Python refuses it too).
 pub fn cipher(key: &[u8]) -> Option<Aes256Gcm> {
-    if key.len() != KEY_BYTES {
-        return None;
-    }
-    Some(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key)))
+    Aes256Gcm::new(key)
 }
 
 /// AES-256-GCM decryption (None: a bad nonce/length or a tag that does not verify).
 #[allow(dead_code)] // the fold decrypts into a reused buffer (decrypt_into)
 pub fn decrypt(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8]) -> Option<Vec<u8>> {
-    if nonce.len() != NONCE_BYTES || ciphertext.len() < TAG_BYTES {
-        return None;
-    }
-    cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: ciphertext, aad: ad }).ok()
+    cipher.open(nonce, ciphertext, ad)
 }
 
 /// AES-256-GCM decryption into `out` (cleared first, reused per part: no allocation per
@@ -111,18 +102,7 @@ pub fn decrypt(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8]) -
 /// (`out` then holds no plaintext).
 pub fn decrypt_into(cipher: &Aes256Gcm, nonce: &[u8], ciphertext: &[u8], ad: &[u8],
                     out: &mut Vec<u8>) -> bool {
-    out.clear();
-    if nonce.len() != NONCE_BYTES || ciphertext.len() < TAG_BYTES {
-        return false;
-    }
-    let (body, tag) = ciphertext.split_at(ciphertext.len() - TAG_BYTES);
-    out.extend_from_slice(body);
-    if cipher.decrypt_in_place_detached(Nonce::from_slice(nonce), ad, out,
-                                        Tag::from_slice(tag)).is_err() {
-        out.clear();
-        return false;
-    }
-    true
+    cipher.open_into(nonce, ciphertext, ad, out)
 }
 
 /// One RFC 6901 token, unescaped as `privacy.pointer_tokens` does (borrowed unless it
@@ -371,8 +351,6 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aes_gcm::aead::Aead;
-
     struct Fixed(Option<Aes256Gcm>);
 
     impl Keys for Fixed {
@@ -389,8 +367,7 @@ mod tests {
 
     fn seal(c: &Aes256Gcm, plain: &str, ad: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let nonce = vec![7u8; 12];
-        let ct = c.encrypt(Nonce::from_slice(&nonce), Payload { msg: plain.as_bytes(), aad: ad })
-            .unwrap();
+        let ct = c.seal(&nonce, plain.as_bytes(), ad).unwrap();
         (nonce, ct)
     }
 

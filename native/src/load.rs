@@ -8,7 +8,8 @@
 //! (`Folder.load`), so a row this code would not continue byte for byte is folded by
 //! the Python reference instead.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};

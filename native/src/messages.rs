@@ -3,7 +3,7 @@
 //! the first message of each partition. `Folder.fold` reads the messages themselves
 //! (their `partition()`, `offset()`, `key()`, `value()`), as it reads a `Record`.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;

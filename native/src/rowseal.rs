@@ -10,15 +10,13 @@
 //! session's data key, or None to store the class clear (encryption off, or the key
 //! shredded); it is asked at most once per class per row.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
-use aes_gcm::aead::{Aead, Payload};
-use aes_gcm::{Aes256Gcm, Nonce};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::crypto::{cipher, NONCE_BYTES};
+use crate::crypto::{cipher, Aes256Gcm, NONCE_BYTES};
 
 pub const PREFIX: &str = "ss-aead1:";
 pub const ROW_MAGIC: &[u8] = b"sessionstream-row-v1";
@@ -56,11 +54,11 @@ pub fn b64_into(raw: &[u8], out: &mut String) {
 pub fn seal_text(c: &Aes256Gcm, nonce: &[u8], tenant: &str, session_id: &str, field: &str,
                  text: &str) -> Option<String> {
     let ad = row_ad(tenant, session_id, field);
-    let ct = c.encrypt(Nonce::from_slice(nonce), Payload { msg: text.as_bytes(), aad: &ad })
-        .ok()?;
-    let mut blob = Vec::with_capacity(NONCE_BYTES + ct.len());
+    let mut blob = Vec::with_capacity(NONCE_BYTES + text.len() + crate::aead::TAG_BYTES);
     blob.extend_from_slice(nonce);
-    blob.extend_from_slice(&ct);
+    if !c.seal_into(nonce, text.as_bytes(), &ad, &mut blob) {
+        return None;
+    }
     let mut out = String::with_capacity(PREFIX.len() + blob.len().div_ceil(3) * 4);
     out.push_str(PREFIX);
     b64_into(&blob, &mut out);
@@ -271,9 +269,7 @@ pub fn open_row(py: Python<'_>, tenant: &str, session_id: &str,
             }
             let ad = row_ad(tenant, session_id, &name);
             let clear = ciphers.get(&class)?
-                .decrypt(Nonce::from_slice(&blob[..NONCE_BYTES]),
-                         Payload { msg: &blob[NONCE_BYTES..], aad: &ad })
-                .ok()?;
+                .open(&blob[..NONCE_BYTES], &blob[NONCE_BYTES..], &ad)?;
             out.insert(name, String::from_utf8(clear).ok()?);
         }
         Some(out)

@@ -3,7 +3,8 @@
 //! replay's session write is built here from the parts `Folder::fields_of` gives, without
 //! a Python string per item (`Folder.write_fields`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::json::{write_int, write_str};
 

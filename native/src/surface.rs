@@ -14,7 +14,7 @@
 //! surface, data of a shape the Python unit raises on or keys by a non-string) is an
 //! `Err`: the caller hands the session to the Python reference, which gives the verdict.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -352,7 +352,7 @@ impl Surface {
                     Some((_, set)) => {
                         set.insert(cid.clone());
                     }
-                    None => by_node.push((owner, HashSet::from([cid.clone()]))),
+                    None => by_node.push((owner, HashSet::from_iter([cid.clone()]))),
                 }
             }
         }

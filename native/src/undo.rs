@@ -17,7 +17,7 @@
 //! replace or abandon (`Surface::checkpoint`; the rare batch that rewrites the surface
 //! pays one copy of it).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use crate::surface::Surface;

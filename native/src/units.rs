@@ -7,7 +7,8 @@
 //! when it does not, the session is folded by the Python reference instead, which
 //! raises the same ProjectionError it always did.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use serde_json::Value;

@@ -8,7 +8,8 @@
 //! `prescan` tells whether the data has the shapes these units read; when it does
 //! not, the session goes to the Python reference, which raises what it always did.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};

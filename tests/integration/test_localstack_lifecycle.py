@@ -50,6 +50,12 @@ def test_up_down_up_keeps_data_and_fresh_wipes_it(tmp_path: Path, procs: Process
         assert "already running" in cli("up")
         # The broker logs its JVM pauses (ADR 0018); the JVM opens the file at start.
         assert (tmp_path / "state" / "kafka" / "gc.log").is_file()
+        # ...with a fixed 1 GiB heap (ADR 0018: in a
+        # 512 MiB heap G1 ran a concurrent cycle, and its Remark pause, every 1-2 min).
+        pid = int((tmp_path / "state" / "kafka" / "kafka.pid").read_text())
+        jvm_args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        for flag in (b"-Xms1g", b"-Xmx1g"):
+            assert flag in jvm_args, f"the broker was started without {flag!r}: {jvm_args}"
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
