@@ -38,6 +38,12 @@ mod surface;
 mod units;
 mod units_more;
 
+/// Rust's own allocations (the fold's maps, strings, JSON values) go through mimalloc;
+/// Python objects are made and freed by CPython's allocator (PyO3 never hands a Rust
+/// buffer to Python to free, nor frees a Python one), so the two never mix (ADR 0019).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
