@@ -26,6 +26,7 @@ import asyncio
 import gc
 import json
 import queue
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -71,6 +72,11 @@ READ_AHEAD = 8
 #: its per-session bookkeeping lives to the end, and the passes over it were ~7% of the
 #: process's CPU (perf, 200k events).
 GC_THRESHOLD = 20_000
+#: The interpreter's thread switch interval while a replay runs (Python's default:
+#: 5 ms). Five threads take the GIL in turns (the loop, the fold, the background seal,
+#: the reader, the key reads); a thread that wants it back waits for the holder's
+#: interval, and the background flush's many short steps waited most (ADR 0015).
+SWITCH_INTERVAL = 0.001
 
 # A new generation, allocated atomically: KEYS the tenant's generation counter and
 # pointer (one hash tag), ARGV[1] the first generation. Returns {live, new}: new is past
@@ -265,6 +271,8 @@ async def replay(
     started = time.monotonic()
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
     try:
         parts = _partitions(meta, topic)
         starts = _start_offsets(meta, topic, parts, from_time_ms)
@@ -299,6 +307,7 @@ async def replay(
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
+        sys.setswitchinterval(interval)
         keys_ahead.close()
         consumer.close()
         meta.close()

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import gc
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,12 +138,13 @@ async def test_sealed_rows_compare_by_their_opened_views(
     first = await _replay(settings, cfg.topic, keys, switch=True, **sealed())
     # flushed every 3 records: each row is written in several flushes, some fields
     # rewritten, some kept from an earlier flush
-    gc_before = gc.get_threshold()
+    gc_before, interval = gc.get_threshold(), sys.getswitchinterval()
     second = await _replay(settings, cfg.topic, keys, switch=True, batch=3, flush_every=1,
                            **sealed())
     assert second.equal == 4 and second.equals_live
     # each flush froze what survived it for the collector; the replay leaves it as found
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == gc_before
+    assert sys.getswitchinterval() == interval
     # the native fold kept digests of what it sealed: only the live rows were opened
     native = second.fold == "native"
     assert native == (fold == "auto" and native_fold.available())
