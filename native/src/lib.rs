@@ -641,26 +641,9 @@ impl Folder {
     /// to `fold`.
     fn unknown_sessions(&self, py: Python<'_>, records: &Bound<'_, PyList>,
                         python_owned: HashSet<String>) -> PyResult<Vec<(String, i64)>> {
-        let s_partition = pyo3::intern!(py, "partition");
-        let s_key = pyo3::intern!(py, "key");
-        let mut seen: HashSet<Vec<u8>> = HashSet::new();
-        let mut out = Vec::new();
-        for rec in records.iter() {
-            let key = field(&rec, s_key)?;
-            let Ok(key) = key.downcast::<PyBytes>() else { continue };
-            let raw = key.as_bytes();
-            if seen.contains(raw) {
-                continue;
-            }
-            seen.insert(raw.to_vec());
-            let Ok(sid) = std::str::from_utf8(raw) else { continue };
-            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
-                continue;
-            }
-            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
-            out.push((sid.to_string(), partition));
-        }
-        Ok(out)
+        self.first_records_of_unknown(py, records, &python_owned, |_, partition, _| {
+            Ok(partition)
+        })
     }
 
     /// `unknown_sessions`, each with whether its row cannot hold anything yet as far as
@@ -672,38 +655,23 @@ impl Folder {
     fn new_sessions(&self, py: Python<'_>, records: &Bound<'_, PyList>,
                     python_owned: HashSet<String>, progress: HashMap<i64, i64>)
                     -> PyResult<Vec<(String, i64, bool)>> {
-        let s_partition = pyo3::intern!(py, "partition");
         let s_offset = pyo3::intern!(py, "offset");
-        let s_key = pyo3::intern!(py, "key");
         let s_value = pyo3::intern!(py, "value");
-        let mut seen: HashSet<Vec<u8>> = HashSet::new();
-        let mut out = Vec::new();
-        for rec in records.iter() {
-            let key = field(&rec, s_key)?;
-            let Ok(key) = key.downcast::<PyBytes>() else { continue };
-            let raw = key.as_bytes();
-            if seen.contains(raw) {
-                continue;
-            }
-            seen.insert(raw.to_vec());
-            let Ok(sid) = std::str::from_utf8(raw) else { continue };
-            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
-                continue;
-            }
-            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
-            let offset: i64 = field(&rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
+        let found = self.first_records_of_unknown(py, records, &python_owned,
+                                                  |rec, partition, sid| {
+            let offset: i64 = field(rec, s_offset)?.extract::<Option<i64>>()?.unwrap_or(0);
             let mut fresh = false;
             if offset > *progress.get(&partition).unwrap_or(&-1) {
-                let value = field(&rec, s_value)?;
+                let value = field(rec, s_value)?;
                 if let Ok(v) = value.downcast::<PyBytes>() {
                     if let Some(env) = self.schemas.decode(v.as_bytes()) {
                         fresh = env.seq == 0 && env.session_id == sid;
                     }
                 }
             }
-            out.push((sid.to_string(), partition, fresh));
-        }
-        Ok(out)
+            Ok((partition, fresh))
+        })?;
+        Ok(found.into_iter().map(|(sid, (partition, fresh))| (sid, partition, fresh)).collect())
     }
 
     #[getter]
@@ -717,6 +685,37 @@ type FieldsOut<'py> = (Bound<'py, PyDict>, Vec<&'static str>,
                        Vec<(&'static str, &'static str, usize, usize, Vec<String>)>);
 
 impl Folder {
+    /// The first record of each session the records' keys name that this folder does
+    /// not hold and `python_owned` does not name, in order, with what `each` makes of
+    /// it (given the record, its partition and the session id). A record without a key,
+    /// or whose key is not UTF-8, is skipped (left to `fold`).
+    fn first_records_of_unknown<T>(
+        &self, py: Python<'_>, records: &Bound<'_, PyList>, python_owned: &HashSet<String>,
+        mut each: impl FnMut(&Bound<'_, PyAny>, i64, &str) -> PyResult<T>,
+    ) -> PyResult<Vec<(String, T)>> {
+        let s_partition = pyo3::intern!(py, "partition");
+        let s_key = pyo3::intern!(py, "key");
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut out = Vec::new();
+        for rec in records.iter() {
+            let key = field(&rec, s_key)?;
+            let Ok(key) = key.downcast::<PyBytes>() else { continue };
+            let raw = key.as_bytes();
+            if seen.contains(raw) {
+                continue;
+            }
+            seen.insert(raw.to_vec());
+            let Ok(sid) = std::str::from_utf8(raw) else { continue };
+            if self.sessions.contains_key(sid) || python_owned.contains(sid) {
+                continue;
+            }
+            let partition: i64 = field(&rec, s_partition)?.extract::<Option<i64>>()?.unwrap_or(0);
+            let made = each(&rec, partition, sid)?;
+            out.push((sid.to_string(), made));
+        }
+        Ok(out)
+    }
+
     /// `fold` over the records' owned bytes, without the GIL (the opener's key lookups
     /// take it on a cache miss); the Python units' envelopes come back as `Envelope`s.
     #[allow(clippy::type_complexity)]

@@ -461,6 +461,27 @@ def test_a_session_whose_first_event_is_in_the_batch_is_started_without_a_row_lo
     assert sink.loaded == []
 
 
+def test_new_sessions_names_what_unknown_sessions_names_and_marks_only_seq_0_past_progress(
+        ) -> None:
+    # unknown_sessions serves an extension user without new_sessions; both walk the same
+    # first records: the same sessions and partitions, in order, and only a session whose
+    # first record here is its seq 0 past the progress counts as fresh.
+    _PIPELINE.clear()
+    records = _fleet_records()
+    folder = NativeFold(processor_for(MemorySink(), MemoryDeadLetters())).folder
+    batch = records[:40]
+    heads = [(sid, p) for sid, p, _ in folder.new_sessions(batch, set(), {})]
+    assert heads == folder.unknown_sessions(batch, set())
+    assert len(heads) == 6
+    assert all(fresh for _, _, fresh in folder.new_sessions(batch, set(), {}))
+    past = {p: 10**9 for _, p in heads}  # progress beyond every record: none is fresh
+    assert not any(fresh for _, _, fresh in folder.new_sessions(batch, set(), past))
+    later = records[200:240]  # no session's seq 0 is here
+    assert not any(fresh for _, _, fresh in folder.new_sessions(later, set(), {}))
+    owned = {heads[0][0]}
+    assert [s for s, _ in folder.unknown_sessions(batch, owned)] == [s for s, _ in heads[1:]]
+
+
 def test_a_skipped_row_load_never_overwrites_an_existing_row() -> None:
     # Another consumer group folds the same topic into the same rows first (its progress
     # is its own): this worker meets every session at seq 0, past its progress, and
