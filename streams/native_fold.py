@@ -365,9 +365,7 @@ class NativeFold:
             self._dirty.clear()
             self._flushing = asyncio.ensure_future(self._send(gen, unsealed))
             if not background:
-                now = await self.settle_flush()
-                report.sessions_written += now.sessions_written
-                report.conflicts += now.conflicts
+                await self._settle_into(report)
         py = await proc.flush()
         report.sessions_written += py.sessions_written
         report.conflicts += py.conflicts
@@ -383,6 +381,7 @@ class NativeFold:
         return report
 
     async def _settle_into(self, report: BatchReport) -> None:
+        """Settle a flush in flight (if any) and add what it wrote to ``report``."""
         if self._flushing is not None:
             done = await self.settle_flush()
             report.sessions_written += done.sessions_written

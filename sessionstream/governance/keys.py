@@ -344,10 +344,7 @@ class KeyStore(ABC):
                     self._cache.move_to_end(ck)
                     return found
             found = self._lookup(tenant, session_id, data_class)
-            self._cache[ck] = (now, found)
-            self._cache.move_to_end(ck)
-            while len(self._cache) > self._bound:
-                self._cache.popitem(last=False)
+            self._remember(ck, now, found)
             return found
 
     def lookup_until(self, tenant: str, session_id: str,
@@ -471,11 +468,16 @@ class KeyStore(ABC):
         if self._tombstone(tenant, session_id, data_class) is not None:
             raise ContentKeyShredded(tenant, session_id, data_class.value)
         with self._lock:
-            self._cache[ck] = (self._monotonic(), KeyLookup(KeyState.ACTIVE, key))
-            self._cache.move_to_end(ck)
-            while len(self._cache) > self._bound:
-                self._cache.popitem(last=False)
+            self._remember(ck, self._monotonic(), KeyLookup(KeyState.ACTIVE, key))
         return key
+
+    def _remember(self, ck: tuple[str, str, DataClass], at: float, found: KeyLookup) -> None:
+        """Cache ``found`` for ``ck`` as of ``at``, the newest entry, within the bound
+        (the oldest entries go first). The caller holds the lock."""
+        self._cache[ck] = (at, found)
+        self._cache.move_to_end(ck)
+        while len(self._cache) > self._bound:
+            self._cache.popitem(last=False)
 
     # governance -------------------------------------------------------------
     def created_at(self, tenant: str, session_id: str, cls: DataClass) -> int | None:
