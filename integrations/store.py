@@ -379,7 +379,7 @@ class FleetStore(SessionStore):
     @classmethod
     def from_settings(cls, settings: Any = None,
                       event_types: Iterable[EventType] = ()) -> FleetStore:
-        """From ``Settings`` (default: the environment, ``SESSIONSTREAM_*``)."""
+        """From ``Settings`` (default: ``Settings.from_env()``)."""
         from sessionstream.core.settings import Settings
 
         s = settings if settings is not None else Settings.from_env()
