@@ -12,7 +12,8 @@ the :class:`SessionHandle` of a session id and does four things with it:
     ``derive_messages()``, the compaction planner, the surface).
 ``handle.append(type, data, ...)`` / ``handle.append_many(drafts)``
     Append through the session's write-time rules (the catalog's schema, the turn/step
-    and tool-call invariants). A refused event raises the core's ``InvariantViolation``
+    and tool-call invariants); ``handle.acquire()`` takes the session for writing first,
+    for a read-then-write. A refused event raises the core's ``InvariantViolation``
     / ``SchemaViolation`` and changes nothing. The first append creates the session (a
     ``session/start``) if it has no events yet: create-or-open by id.
 ``handle.flush()``
@@ -115,18 +116,22 @@ def plugin_type(name: str, fields: Mapping[str, F] | None = None, *,
     """An ignorable, never model-visible event type in a plugin's own namespace.
 
     ``fields``: the data schema (extra fields are allowed anyway). Register it by
-    passing it to a store (``MemoryStore(event_types=[...])``).
+    passing it to a store (``MemoryStore(event_types=[...])``) or ``store.register([...])``.
     """
     return EventType(name, Obj(dict(fields or {})), ignorable=True, description=description)
+
+
+def _check_plugin(t: EventType) -> None:
+    if not t.ignorable:
+        raise StoreError(f"plugin type {t.name!r} must be ignorable (build it with "
+                         "plugin_type()): readers without the plugin quarantine the "
+                         "session at an unknown required type")
 
 
 def _catalog(event_types: Iterable[EventType]) -> Catalog:
     cat = default_catalog()
     for t in event_types:
-        if not t.ignorable:
-            raise StoreError(f"plugin type {t.name!r} must be ignorable (build it with "
-                             "plugin_type()): readers without the plugin quarantine the "
-                             "session at an unknown required type")
+        _check_plugin(t)
         cat.register_domain(t)
     return cat
 
@@ -173,6 +178,14 @@ class SessionHandle(ABC):
     def flush(self) -> None:
         """The durability barrier for every event appended through this handle."""
 
+    def acquire(self) -> None:
+        """Take the session for writing now (creating it if new), so that what
+        :meth:`events` returns next is the history the next append continues — for a
+        read-then-write such as "pop the last item". The fleet: takes the lease."""
+        with self._lock:
+            if not self.exists():
+                self.append_many([])
+
     def release(self) -> None:
         """Flush and give up writing (the fleet: release the lease). Appending again
         takes the session back."""
@@ -187,6 +200,19 @@ class SessionStore(ABC):
         self.catalog = _catalog(event_types)
         self._handles: dict[str, SessionHandle] = {}
         self._lock = threading.Lock()
+
+    def register(self, event_types: Iterable[EventType]) -> None:
+        """Add plugin types (an adapter registers its own); registering the same type
+        again is a no-op, another type under a registered name an error."""
+        with self._lock:
+            for t in event_types:
+                known = self.catalog.get(t.name)
+                if known is None:
+                    _check_plugin(t)
+                    self.catalog.register_domain(t)
+                elif known != t:
+                    raise StoreError(f"event type {t.name!r} is already registered with "
+                                     "another schema")
 
     def open(self, session_id: str) -> SessionHandle:
         """The handle of ``session_id`` (nothing is created until the first append)."""
@@ -336,6 +362,10 @@ class _FleetHandle(SessionHandle):
             # is not admitted yet — the same race, seen from the other side.
             raise self._conflict(exc) from exc
         return self._writer
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._writer_or_open()
 
     def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
         with self._lock:
