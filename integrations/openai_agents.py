@@ -48,6 +48,7 @@ from integrations.store import SessionHandle, SessionStore, plugin_type
 from sessionstream.core.compaction import Budget, Summarizer, plan_compaction
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft, Event, SurfaceOp
+from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT
 from sessionstream.core.session import Session
 
@@ -84,15 +85,6 @@ def _placeholder(event: Event) -> dict[str, Any]:
     return {"role": role, "content": DELETED_TEXT}
 
 
-def _thaw(value: Any) -> Any:
-    """A plain, mutable copy of frozen event data (what the SDK expects to get)."""
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_thaw(v) for v in value]
-    return value
-
-
 def items_of(events: Sequence[Event]) -> list[dict[str, Any]]:
     """The SDK items a log holds now: every item event, minus what pops and clears took,
     with a compaction's summary in place of the items of the run it shadowed."""
@@ -119,7 +111,7 @@ def items_of(events: Sequence[Event]) -> list[dict[str, Any]]:
             if t == "user/message" and e.surface_op is not SurfaceOp.APPEND:
                 continue
             raw = e.data["item"]
-            items.append((e.seq, _thaw(raw) if isinstance(raw, Mapping) else _placeholder(e)))
+            items.append((e.seq, thaw(raw) if isinstance(raw, Mapping) else _placeholder(e)))
     return [i for _, i in items]
 
 

@@ -157,9 +157,21 @@ EXCLUDED: dict[str, str] = {
     )},
     "tests/memory/test_session.py::test_sqlite_session_file_lock_is_shared_across_instances":
         f"{_INTERNALS}: its per-file lock registry (_file_lock_counts)",
+    **{f"tests/test_run_impl_resume_paths.py::test_handoff_resume_after_cancelled_compaction_"
+       f"commits[{mode}]": f"{_INTERNALS}: wraps its _insert_items to pause a compaction's "
+       "row replacement" for mode in ("run-live", "run-json", "streamed-live",
+                                      "streamed-json")},
     "tests/memory/test_session.py::test_sqlite_session_closed_rejects_empty_add_items":
         "SQLiteSession's closed state (RuntimeError 'SQLiteSession is closed'): our close() "
         "hands the session over and the object stays usable",
+}
+
+
+#: Whole SDK test files not run, with the reason.
+EXCLUDED_FILES: dict[str, str] = {
+    "tests/test_error_logging_redaction.py": "asserts on traceback frames under the sdist's "
+    "src/agents, so it needs the SDK imported from that source tree, not the installed "
+    "package (it fails the same way without this plugin)",
 }
 
 
@@ -167,7 +179,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep, drop = [], []
     for item in items:
         nodeid = item.nodeid
-        if nodeid in EXCLUDED:
+        if nodeid in EXCLUDED or nodeid.split("::")[0] in EXCLUDED_FILES:
             drop.append(item)
             continue
         if not nodeid.startswith(WHOLE):
@@ -186,8 +198,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    terminalreporter.write_line(f"sessionstream: {len(EXCLUDED)} SDK tests excluded "
-                                "(SQLite internals; reasons in openai_agents_plugin.EXCLUDED)")
+    terminalreporter.write_line(
+        f"sessionstream: {len(EXCLUDED)} SDK tests and {len(EXCLUDED_FILES)} file(s) excluded "
+        "(reasons in openai_agents_plugin.EXCLUDED and EXCLUDED_FILES)")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,89 @@
+"""The OpenAI Agents SDK's own session tests, run on SessionstreamSession over the fleet.
+
+The SDK's sdist ships its tests/; this test fetches the sdist of the installed version
+with pip (once, into the cache dir), unpacks it, and runs one bounded pytest subprocess
+inside it with ``tests/frameworks/openai_agents_plugin.py``, which swaps the sessions the
+SDK's tests build (``SQLiteSession``, ``SimpleListSession``) for ours on a fresh topic and
+key prefix of the real Kafka + Redis. Run: ``tests/memory/test_session*.py``,
+``tests/deferred_session_writes/``, ``tests/test_hitl_session_scenario.py`` whole, and
+the tests of the runner files that build one of those sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from sessionstream.core.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_DIR = REPO / "tests" / "frameworks"
+SUITE = [
+    "tests/memory/test_session.py", "tests/memory/test_session_limit.py",
+    "tests/memory/test_session_persistence_sanitize.py",
+    "tests/memory/test_session_context_wrapper.py",
+    "tests/deferred_session_writes", "tests/test_hitl_session_scenario.py",
+    # runner tests: the plugin keeps only those that build SimpleListSession/SQLiteSession
+    "tests/test_agent_runner.py", "tests/test_agent_runner_streamed.py",
+    "tests/test_cancel_streaming.py", "tests/test_handoff_history_duplication.py",
+    "tests/test_invalid_final_output_handler.py", "tests/test_max_turns.py",
+    "tests/test_native_tool_failure_history.py", "tests/test_programmatic_tool_calling.py",
+    "tests/test_prompt_cache_key.py", "tests/test_run_impl_resume_paths.py",
+    "tests/test_run_state_pending_input.py", "tests/test_runner_guardrail_resume.py",
+    "tests/test_runner_tracing_disabled.py", "tests/test_runtime_symmetry_contract.py",
+    "tests/test_soft_cancel.py", "tests/test_tool_batch_failure_history.py",
+    "tests/test_tool_failure_boundaries.py",
+]
+#: The whole run is one subprocess with this bound (seconds).
+SUITE_TIMEOUT_S = 900
+
+
+def sdk_tests(cache_dir: Path) -> Path:
+    """The unpacked sdist of the installed openai-agents (fetched with pip once)."""
+    v = version("openai-agents")
+    root = cache_dir / "frameworks"
+    tree = root / f"openai_agents-{v}"
+    if (tree / ".unpacked").exists():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = root / f"openai_agents-{v}.tar.gz"
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--no-binary", ":all:", f"openai-agents=={v}", "-d", str(root)],
+                       check=True, timeout=300)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers()
+                   if m.name.split("/", 1)[-1].startswith(("tests/", "pyproject.toml"))]
+        tar.extractall(root, members=members, filter="data")
+    (tree / ".unpacked").touch()
+    return tree
+
+
+def test_the_agents_sdk_session_tests_pass_on_the_fleet_backend(
+        settings: Settings, unique_topic: Callable[..., str], redis_prefix: str) -> None:
+    tree = sdk_tests(settings.cache_dir)
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(REPO)]),
+           "SESSIONSTREAM_SDK_BACKEND": "fleet",
+           "SESSIONSTREAM_EVENTS_TOPIC": unique_topic(4),
+           "SESSIONSTREAM_KEY_PREFIX": redis_prefix}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "openai_agents_plugin", "-W", "ignore::DeprecationWarning", *SUITE],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+    tail = "\n".join(run.stdout.splitlines()[-40:])
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|deselected)",
+                                                run.stdout.splitlines()[-1])}
+    print(f"Agents SDK suite on the fleet backend: {counts}")
+    assert run.returncode == 0, f"the SDK's tests failed on our backend:\n{tail}\n{run.stderr[-2000:]}"
+    assert counts.get("passed", 0) >= 600, tail  # the session tests did run
