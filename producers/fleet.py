@@ -29,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from producers.errors import SessionNotFound, UnconfirmedEvents
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.events import Draft
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
 from sessionstream.core.providers import APIS
@@ -42,6 +40,8 @@ from sessionstream.core.request import (
     ToolSchema,
     resolve_header,
 )
+from sessionstream.producers.errors import SessionNotFound, UnconfirmedEvents
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 
 Emit = Callable[..., Any]
 

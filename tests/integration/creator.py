@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 
-from producers.errors import ProducerError
-from producers.writer import SessionWriter, WriterConfig
+from sessionstream.producers.errors import ProducerError
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.errors import LeaseUnavailable, SessionExists, SessionNotFound
-from producers.fleet import run_fleet
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.admission import Verdict
+from sessionstream.producers.errors import LeaseUnavailable, SessionExists, SessionNotFound
+from sessionstream.producers.fleet import run_fleet
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.conftest import unique
 from tests.integration.test_resume_race import assert_one_history
 from tests.integration.writers import tool_turn, writer_cfg
@@ -67,7 +67,7 @@ def _stopped(p: subprocess.Popen[str], timeout: float = 30.0) -> None:
 
 
 def _epoch(cfg: WriterConfig, sid: str) -> int:
-    from producers.edges import WriterEdges
+    from sessionstream.producers.edges import WriterEdges
 
     edges = WriterEdges(cfg)
     try:
