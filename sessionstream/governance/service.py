@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 #: Entries per XRANGE page when a deletion reads a tenant change feed.
 FEED_PAGE = 1000
 
+CLEAR_TENANT_WARNING = (
+    "this tenant writes content clear (SESSIONSTREAM_ENCRYPTION=off): what it wrote clear "
+    "is not deleted — it stays readable in the log, and a refold of the session (a replay, "
+    "the worker's after the audit event) writes it into Redis again; only sealed content "
+    "was deleted"
+)
+
 EXTERNAL_EFFECTS_NOTE = (
     "deleting a session does not undo its side effects in other systems (tool calls that "
     "changed files, tickets, payments…); follow up on the operation ids listed"
@@ -69,6 +76,7 @@ class DeletionReport:
     #: ``keys retire`` run by ``complete=True``: None when not run (the deletion is then
     #: complete at the next retirement, e.g. the retention job's)
     retirement: Retirement | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -183,7 +191,13 @@ class Governance:
         return DeletionReport(session_id, [c.value for c in classes],
                               [s.data_class.value for s in done], audit_seq, redis_keys, feed,
                               blobs, operation_ids,
-                              retirement=self.retire() if complete else None)
+                              retirement=self.retire() if complete else None,
+                              warnings=[] if self._seals() else [CLEAR_TENANT_WARNING])
+
+    def _seals(self) -> bool:
+        """Whether the tenant's writers seal content (a tenant may opt out)."""
+        cipher = self.cfg.cipher
+        return cipher is not None and bool(getattr(cipher, "enabled", True))
 
     def retire(self) -> Retirement:
         """Complete every deletion of the tenant so far (:meth:`KeyStore.retire`)."""

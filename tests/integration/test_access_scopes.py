@@ -160,6 +160,19 @@ def test_another_tenants_principals_cannot_produce_to_or_read_a_tenants_topic(
                          consumer_config=b.kafka(role))
 
 
+def test_only_the_writer_role_may_produce_to_the_tenants_events_topic(
+        tenants: dict[str, Tenant]) -> None:
+    """flush()'s "admitted by readers" holds while only session writers produce: the
+    worker (dead letters only) and the auditor (no write) are refused the events topic."""
+    a = tenants["a"]
+    topic = a.settings.events_topic
+    _produce(a.settings.kafka_bootstrap, topic, a.kafka("writer"))
+    for role in ("worker", "auditor"):
+        with pytest.raises(NotAuthorized, match="TOPIC_AUTHORIZATION_FAILED"):
+            _produce(a.settings.kafka_bootstrap, topic, a.kafka(role),
+                     idempotent=role == "worker")
+
+
 def test_the_auditor_reads_the_raw_log_but_cannot_write_it(tenants: dict[str, Tenant]) -> None:
     a = tenants["a"]
     topic = a.settings.events_topic

@@ -363,6 +363,21 @@ async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
     assert redis_client.xlen(keys.tenant_changes(gen)) == 0
 
 
+def test_deleting_in_a_tenant_that_writes_clear_says_the_clear_content_stays(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
+    assert sealed_cfg.cipher is not None
+    clear = dataclasses.replace(sealed_cfg, cipher=dataclasses.replace(sealed_cfg.cipher,
+                                                                       enabled=False))
+    w = _session(clear)
+    w.close()
+    report = _gov(clear, redis_client).delete(w.session_id)
+    assert report.warnings and "not deleted" in report.warnings[0]
+    assert CANARY in json.dumps([e.data for e in read_log(clear, w.session_id).admitted])
+    sealed = _session(sealed_cfg)
+    sealed.close()
+    assert _gov(sealed_cfg, redis_client).delete(sealed.session_id).warnings == []
+
+
 def test_deleting_an_unknown_session_is_a_clear_error(
         sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
     with pytest.raises(SessionUnknown, match="nothing to delete"):
