@@ -25,6 +25,8 @@ DEFAULT_REDIS_PORT = 16379
 # The secure Kafka profile (`sessionstream up --secure`): SASL/SCRAM + StandardAuthorizer.
 DEFAULT_SECURE_KAFKA_PORT = 19192
 DEFAULT_SECURE_KAFKA_CONTROLLER_PORT = 19193
+# ... and its Redis: ACL users only (no anonymous `default`), kept in an ACL file.
+DEFAULT_SECURE_REDIS_PORT = 19379
 #: librdkafka's security.protocol values we accept, and the SASL mechanisms.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -81,6 +83,7 @@ class Env:
     CACHE_DIR = "SESSIONSTREAM_CACHE_DIR"
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
     TENANT_KEY_DIR = "SESSIONSTREAM_TENANT_KEY_DIR"
+    KEY_STORE = "SESSIONSTREAM_KEY_STORE"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
     RETENTION = "SESSIONSTREAM_RETENTION"
     KAFKA_SECURITY_PROTOCOL = "SESSIONSTREAM_KAFKA_SECURITY_PROTOCOL"
@@ -88,6 +91,7 @@ class Env:
     KAFKA_SASL_USERNAME = "SESSIONSTREAM_KAFKA_SASL_USERNAME"
     KAFKA_SASL_PASSWORD = "SESSIONSTREAM_KAFKA_SASL_PASSWORD"
     SECURE_KAFKA_PORT = "SESSIONSTREAM_SECURE_KAFKA_PORT"
+    SECURE_REDIS_PORT = "SESSIONSTREAM_SECURE_REDIS_PORT"
     SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
     DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     FOLD = "SESSIONSTREAM_FOLD"
@@ -171,6 +175,7 @@ class Settings:
     # The local stack (sessionstream/devstack.py): loopback ports and the jar cache.
     secure_kafka_port: int = DEFAULT_SECURE_KAFKA_PORT
     secure_kafka_controller_port: int = DEFAULT_SECURE_KAFKA_CONTROLLER_PORT
+    secure_redis_port: int = DEFAULT_SECURE_REDIS_PORT
     kafka_port: int = DEFAULT_KAFKA_PORT
     kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
     redis_port: int = DEFAULT_REDIS_PORT
@@ -414,6 +419,7 @@ class Settings:
             secure_kafka_port=_port(env, Env.SECURE_KAFKA_PORT, DEFAULT_SECURE_KAFKA_PORT),
             secure_kafka_controller_port=_port(env, Env.SECURE_KAFKA_CONTROLLER_PORT,
                                                DEFAULT_SECURE_KAFKA_CONTROLLER_PORT),
+            secure_redis_port=_port(env, Env.SECURE_REDIS_PORT, DEFAULT_SECURE_REDIS_PORT),
             kafka_port=kafka_port,
             kafka_controller_port=_port(env, Env.KAFKA_CONTROLLER_PORT,
                                         DEFAULT_KAFKA_CONTROLLER_PORT),
