@@ -427,6 +427,24 @@ def test_the_cli_deletes_refuses_under_hold_and_runs_retention(
     assert json.loads(rotated.output)["version"] == 2
     cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
     assert read_log(cfg, w.session_id).admitted == log  # still readable after rotation
+    unknown = runner.invoke(main, ["delete", "no-such-session"], env=env)
+    assert unknown.exit_code == 2 and "nothing to delete" in unknown.output
+    # the surface shred above (under version 1; the rotation came after) is completed by
+    # destroying version 1: no new version is needed for it
+    retired = runner.invoke(main, ["keys", "retire", "--json"], env=env)
+    assert retired.exit_code == 0, retired.output
+    done = json.loads(retired.output)
+    assert (done["complete"], done["rotated"], done["destroyed"], done["version"]) == (
+        True, False, [1], 2)
+    complete = runner.invoke(main, ["delete", w.session_id, "--class", "raw", "--complete",
+                                    "--json"], env=env)
+    assert complete.exit_code == 0, complete.output
+    report = json.loads(complete.output)
+    assert report["shredded"] == ["raw"] and report["retirement"]["complete"]
+    assert report["retirement"]["destroyed"] == [2]  # raw was wrapped by 2: now on 3
+    cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
+    goal = next(e for e in read_log(cfg, w.session_id).admitted if e.type == "goal/set")
+    assert goal.data["goal"] == f"{CANARY} goal"  # business survived both retirements
 
 
 def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(
