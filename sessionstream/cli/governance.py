@@ -112,6 +112,8 @@ def delete_cmd(session: str, classes: tuple[str, ...], complete: bool, reason: s
                    "`retention run`); until then a copy of the keys taken before opens it")
     else:
         _echo_retirement(report.retirement)
+        if not report.retirement.complete:
+            sys.exit(ExitCode.FAILED)
 
 
 @click.group("hold")

@@ -61,7 +61,7 @@ def _as(cfg: devstack.StackConfig, tenant: str, role: str, password: str) -> red
 
 def test_the_secure_redis_refuses_anonymous_clients(secure: devstack.StackConfig) -> None:
     anonymous = redis.Redis(host="127.0.0.1", port=secure.redis_port)
-    with pytest.raises(redis.RedisError, match="(?i)auth"):
+    with pytest.raises(redis.RedisError, match=r"(?i)auth"):
         anonymous.get("ss:{a}:x")
     with pytest.raises(redis.RedisError):
         redis.Redis(host="127.0.0.1", port=secure.redis_port, username="default",
@@ -172,7 +172,7 @@ def test_the_k8s_acl_file_loads_and_locks_redis_the_same_way(tmp_path: Path) -> 
             assert proc.poll() is None and time.monotonic() < deadline, "redis did not start"
             time.sleep(0.05)
         time.sleep(0.1)
-        with pytest.raises(redis.RedisError, match="(?i)auth"):
+        with pytest.raises(redis.RedisError, match=r"(?i)auth"):
             redis.Redis(unix_socket_path=str(sock)).get("x")
         url = urlsplit(secrets["sessionstream-redis-reader"]["url"])
         reader = redis.Redis(unix_socket_path=str(sock), username=unquote(url.username or ""),
