@@ -38,6 +38,7 @@ from typing import Any
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
+from sessionstream.core.settings import Env
 from sessionstream.governance.audit import AuditLog, SessionUnknown
 from sessionstream.governance.keys import Hold, KeyStore, Retirement
 
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 FEED_PAGE = 1000
 
 CLEAR_TENANT_WARNING = (
-    "this tenant writes content clear (SESSIONSTREAM_ENCRYPTION=off): what it wrote clear "
+    f"this tenant writes content clear ({Env.ENCRYPTION}=off): what it wrote clear "
     "is not deleted — it stays readable in the log, and a refold of the session (a replay, "
     "the worker's after the audit event) writes it into Redis again; only sealed content "
     "was deleted"
