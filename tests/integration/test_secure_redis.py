@@ -18,7 +18,6 @@ import pytest
 import redis
 import yaml
 
-from sessionstream import devstack
 from sessionstream.core.access import principal
 from sessionstream.core.errors import MovedCiphertext
 from sessionstream.core.privacy import DataClass
@@ -26,6 +25,7 @@ from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from sessionstream.governance.access import TenantSecrets, apply_redis
 from sessionstream.governance.keys import RedisKeyStore, TenantKeys
+from sessionstream.localstack import stack as devstack
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from producers.audit import WriterAuditLog
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore, KeyStore, RedisKeyStore, TenantKeys
 from sessionstream.governance.service import Governance
+from sessionstream.producers.audit import WriterAuditLog
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]

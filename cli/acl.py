@@ -27,7 +27,7 @@ def acl_group() -> None:
 
 def _secure(s: Settings) -> Any:
     """The local secure profile, started (its admin password exists)."""
-    from sessionstream.devstack import secure_stack
+    from sessionstream.localstack.stack import secure_stack
 
     cfg = secure_stack(s)
     if not cfg.admin_secret_file.is_file():
@@ -38,7 +38,7 @@ def _secure(s: Settings) -> Any:
 
 def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str]]:
     if local_secure:
-        from sessionstream.devstack import secure_stack
+        from sessionstream.localstack.stack import secure_stack
 
         cfg = secure_stack(s)
         if not cfg.admin_secret_file.is_file():
@@ -84,7 +84,7 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         secrets = TenantSecrets.load_or_create(s.state_dir, s.tenant)
         report["secrets_file"] = str(TenantSecrets.path(s.state_dir, s.tenant))
         if kafka:
-            from producers.topics import admin_client
+            from sessionstream.producers.topics import admin_client
 
             bootstrap, security = _admin_security(s, local_secure)
             admin = admin_client(bootstrap, security)
@@ -170,8 +170,8 @@ def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
     if secure is not None and role in REDIS_ROLES:
         # This tenant's key material only: data keys in the secure Redis (behind the ACL
         # user above), the tenant key ring in the environment, no shared key directory.
-        from sessionstream.devstack import secure_tenant_key_dir
         from sessionstream.governance.keys import TenantKeys
+        from sessionstream.localstack.stack import secure_tenant_key_dir
         ring = TenantKeys(secure_tenant_key_dir(secure)).ring(tenant, create=True)
         assert ring is not None
         env[Env.KEY_STORE] = "redis"

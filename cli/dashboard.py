@@ -18,8 +18,8 @@ from sessionstream.cli.context import unreachable
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
-    from dashboard.auth import TokenAuth
     from sessionstream.core.settings import Settings
+    from sessionstream.dashboard.auth import TokenAuth
 
 
 def _redacted(url: str) -> str:
@@ -58,9 +58,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool, login_url: boo
     import redis
     from aiohttp import web
 
-    from dashboard.app import DashboardConfig, create_app
-    from dashboard.timeline import TimelineSource
     from sessionstream import redisconn
+    from sessionstream.dashboard.app import DashboardConfig, create_app
+    from sessionstream.dashboard.timeline import TimelineSource
 
     prefix = settings.key_prefix
     try:
@@ -85,7 +85,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool, login_url: boo
     click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key "
                f"prefix {prefix}, Redis {_redacted(settings.redis_url)}); {LOGIN_HINT}; "
                "Ctrl-C stops it", err=True)
-    from dashboard.auth import RedactedAccessLogger
+    from sessionstream.dashboard.auth import RedactedAccessLogger
 
     try:
         web.run_app(create_app(config), host=host, port=port, print=None, shutdown_timeout=10,
@@ -102,7 +102,7 @@ LOGIN_HINT = "log in with the URL `sessionstream dashboard --login-url` prints"
 def _login_url(settings: Settings, host: str, port: int) -> str:
     """The page's login URL for the settings' tenant (the detached one's address when
     one runs); the token is in it, so it goes to the terminal only."""
-    from dashboard import background
+    from sessionstream.dashboard import background
 
     running = background.running_url(settings.state_dir)
     base = running or f"http://{host}:{port}/"
@@ -117,7 +117,7 @@ def _login_url(settings: Settings, host: str, port: int) -> str:
 def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
     """The server's tokens: from settings, else the tenant's local token (the local
     stack's default, kept 0600 in the state dir); the second value is that local token."""
-    from dashboard.auth import TokenAuth
+    from sessionstream.dashboard.auth import TokenAuth
     from sessionstream.governance.access import TenantSecrets
 
     if settings.dashboard_tokens:
@@ -127,7 +127,7 @@ def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
 
 
 def _background(state_dir: Path, host: str, port: int, *, stop: bool) -> None:
-    from dashboard import background
+    from sessionstream.dashboard import background
 
     if stop:
         pid = background.stop(state_dir)
