@@ -11,25 +11,25 @@ from __future__ import annotations
 
 import logging
 import os
-from types import ModuleType
 from typing import Any
 
 INSTALL_HINT = ("reinstall sessionstream where Rust's cargo is on PATH (`pip install "
                 "--force-reinstall sessionstream`, or `make install` in a checkout)")
 
-ext: ModuleType | None
+ext: Any  # the extension module (untyped: compiled), or None
+WHY_NOT: str | None
 try:
-    import sessionstream._native as ext
+    import sessionstream._native as _ext
 except ImportError as exc:  # pragma: no cover - depends on the install
     ext = None
-    WHY_NOT: str | None = (f"the native extension sessionstream._native cannot be imported "
-                           f"({exc}); {INSTALL_HINT}")
+    WHY_NOT = (f"the native extension sessionstream._native cannot be imported ({exc}); "
+               f"{INSTALL_HINT}")
 else:
-    WHY_NOT = None
+    ext, WHY_NOT = _ext, None
     # The extension draws event ids from a buffer of random bytes: a forked child must
     # not reuse its parent's (as events.uuid4_ids drops its pieces).
-    if hasattr(getattr(ext, "Appender", None), "after_fork"):
-        os.register_at_fork(after_in_child=ext.Appender.after_fork)
+    if hasattr(getattr(_ext, "Appender", None), "after_fork"):
+        os.register_at_fork(after_in_child=_ext.Appender.after_fork)
 
 
 def available() -> bool:
