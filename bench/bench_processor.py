@@ -38,10 +38,10 @@ from fastavro import schemaless_reader
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
-from streams import native_fold
-from streams.memory import MemorySink
-from streams.native_fold import NativeFold
-from streams.processor import Processor
+from sessionstream.streams import native_fold
+from sessionstream.streams.memory import MemorySink
+from sessionstream.streams.native_fold import NativeFold
+from sessionstream.streams.processor import Processor
 
 TOPIC = "bench.processor"
 
@@ -191,7 +191,7 @@ def main() -> None:
         print(f"in-memory fold + one flush, native: {fold_na:,.0f} events/s; ratio to the "
               f"bare decode {fold_na / raw:.2f}x, to the Python fold {fold_na / fold_py:.2f}x")
     else:
-        print("native fold: skipped (the extension is not built: make native)")
+        print("native fold: skipped (the extension is not built: make install)")
     if args.icount:
         icount(args)
 

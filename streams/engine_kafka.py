@@ -33,20 +33,21 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from producers.kafka_clients import KafkaClients
+from sessionstream import native
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
-from streams.batch import MessageBatch
-from streams.errors import TopicMissing
-from streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
-from streams.processor import BatchReport, Processor
-from streams.trace import StageTrace
+from sessionstream.producers.kafka_clients import KafkaClients
+from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.errors import TopicMissing
+from sessionstream.streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
+from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.trace import StageTrace
 
 if TYPE_CHECKING:
-    from streams.lag import LagProbe
-    from streams.metrics import WorkerMetrics
-from streams.worker import (
+    from sessionstream.streams.lag import LagProbe
+    from sessionstream.streams.metrics import WorkerMetrics
+from sessionstream.streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
     EXIT_UNAVAILABLE,
@@ -56,10 +57,8 @@ from streams.worker import (
     process_retrying,
 )
 
-try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
-    from sessionstream_native import scan_messages as _scan
-except ImportError:  # pragma: no cover - depends on the install
-    _scan = None
+#: The extension reads a batch's messages in one pass (streams.batch); None without it.
+_scan = native.member("scan_messages")
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -390,8 +389,8 @@ async def _main(cfg: WorkerConfig) -> None:
     runner = None
     port = cfg.settings.metrics_port
     if port is not None:
-        from streams.lag import probe_from_settings
-        from streams.metrics import WorkerMetrics, observe_sink, start_server
+        from sessionstream.streams.lag import probe_from_settings
+        from sessionstream.streams.metrics import WorkerMetrics, observe_sink, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
         observe_sink(engine.metrics, engine.processor.sink)

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers import native_append as na
 from sessionstream.core import codec
 from sessionstream.core.events import CountingClock, Draft, Event, SequentialIds, SurfaceOp
 from sessionstream.core.jsonvalue import (
@@ -34,6 +33,7 @@ from sessionstream.core.session import Session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import AesGcm
 from sessionstream.governance.keys import FileKeyStore, TenantKeys
+from sessionstream.producers import native_append as na
 from tests.unit.strategies import random_log
 
 pytestmark = pytest.mark.skipif(na.why_not(codec.encode) is not None,
@@ -308,7 +308,7 @@ def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
     from sessionstream.core.events import uuid4_ids
 
     uuid4_ids()  # the parent now holds unused random pieces
-    from sessionstream_native import Appender  # and so does the extension's id buffer
+    from sessionstream._native import Appender  # and so does the extension's id buffer
 
     Appender.uuid4()
     r, w = os.pipe()

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from fastavro import schemaless_writer
 
-from producers.readback import NativeDecoder
 from sessionstream.core import codec
 from sessionstream.core.codec import MAGIC, load_schema
 from sessionstream.core.events import FORMAT_VERSION, Event, Writer, make_event
@@ -30,11 +29,12 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.producers.readback import NativeDecoder
 
 if not NativeDecoder.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 def _schema(version: int) -> dict[str, Any]:

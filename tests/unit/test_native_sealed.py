@@ -32,16 +32,16 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
-from streams import native_fold
-from streams.memory import MemoryDeadLetters, MemorySink
-from streams.native_fold import NativeFold
+from sessionstream.streams import native_fold
+from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
+from sessionstream.streams.native_fold import NativeFold
 from tests.unit.test_native_fold import _assert_same, _fold, _records, fleets
 from tests.unit.test_streams_processor import processor
 
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 def _sealed(cipher: ContentCipher, events: list[Event],
