@@ -44,7 +44,7 @@ from typing import Any
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from integrations.store import SessionHandle, SessionStore, plugin_type
+from sessionstream.integrations.store import SessionHandle, SessionStore, plugin_type
 from sessionstream.core.compaction import Budget, Summarizer, plan_compaction
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft, Event, SurfaceOp
@@ -217,7 +217,7 @@ class _Writer:
 
 class SessionstreamSession(SessionABC):
     """An Agents SDK session whose history is a sessionstream session (see the module
-    docstring for the mapping). ``store``: any :class:`~integrations.store.SessionStore`
+    docstring for the mapping). ``store``: any :class:`~sessionstream.integrations.store.SessionStore`
     (memory, a JSONL directory, the fleet); its plugin types are registered here.
 
     ``summarizer`` and ``budget`` are what :meth:`run_compaction` compacts with (the

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from integrations.openai_agents import SessionstreamSession
-from integrations.store import FleetStore, MemoryStore, SessionStore
+from sessionstream.integrations.openai_agents import SessionstreamSession
+from sessionstream.integrations.store import FleetStore, MemoryStore, SessionStore
 
 _RUN = uuid.uuid4().hex[:8]
 STORE: SessionStore
@@ -95,7 +95,7 @@ def _swap_simple_list_session() -> None:
         await self._ss.clear_session()
 
     def items(self: Any) -> list[Any]:
-        from integrations.openai_agents import items_of
+        from sessionstream.integrations.openai_agents import items_of
 
         return items_of(self._ss.handle.events())
 

@@ -73,7 +73,7 @@ def test_the_agents_sdk_session_tests_pass_on_the_fleet_backend(
         settings: Settings, unique_topic: Callable[..., str], redis_prefix: str) -> None:
     tree = sdk_tests(settings.cache_dir)
     env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(REPO)]),
+           "PYTHONPATH": str(PLUGIN_DIR),
            "SESSIONSTREAM_SDK_BACKEND": "fleet",
            "SESSIONSTREAM_EVENTS_TOPIC": unique_topic(4),
            "SESSIONSTREAM_KEY_PREFIX": redis_prefix}

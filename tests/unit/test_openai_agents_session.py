@@ -10,8 +10,8 @@ import pytest
 from agents.memory.session import is_openai_responses_compaction_aware_session
 from agents.memory.session_settings import SessionSettings
 
-from integrations.openai_agents import CLEAR, POP, SessionstreamSession, items_of
-from integrations.store import JsonlStore, MemoryStore, SessionStore
+from sessionstream.integrations.openai_agents import CLEAR, POP, SessionstreamSession, items_of
+from sessionstream.integrations.store import JsonlStore, MemoryStore, SessionStore
 from sessionstream.core.compaction import Budget
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT

@@ -1,0 +1,85 @@
+"""SessionstreamSession on the fleet (real Kafka + Redis): a two-process writer race through
+the SDK API, a deleted session read through the SDK API, content sealed at rest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from sessionstream.core.privacy import DELETED_TEXT
+from sessionstream.core.session import Session
+from sessionstream.governance import ContentCipher
+from sessionstream.governance.keys import FileKeyStore
+from sessionstream.governance.service import Governance
+from sessionstream.integrations.openai_agents import EVENT_TYPES, SessionstreamSession
+from sessionstream.integrations.store import FleetStore
+from sessionstream.producers.audit import WriterAuditLog
+from sessionstream.producers.writer import WriterConfig
+from tests.integration.streams_helpers import read_topic
+from tests.integration.writers import writer_cfg
+
+__all__ = ["writer_cfg"]
+
+pytestmark = pytest.mark.integration
+RACER = Path(__file__).with_name("openai_agents_racer.py")
+CANARY = "canary-sdk-7f3c"
+
+
+def test_two_processes_racing_through_the_sdk_api_leave_one_history(
+        writer_cfg: WriterConfig, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    env = {**os.environ, "SESSIONSTREAM_EVENTS_TOPIC": writer_cfg.topic,
+           "SESSIONSTREAM_KEY_PREFIX": writer_cfg.key_prefix, "SESSIONSTREAM_ENCRYPTION": "off"}
+    procs = [subprocess.Popen([sys.executable, str(RACER), name, "race", str(go),
+                               str(tmp_path / f"{name}.jsonl")], env=env)
+             for name in ("a", "b")]
+    go.touch()
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    outcomes = [json.loads(line) for name in ("a", "b")
+                for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    assert any(o["outcome"] == "WriterConflict" for o in outcomes)  # the loser was told
+    ok = [o["item"] for o in outcomes if o["outcome"] == "ok"]
+    refused = [o["item"] for o in outcomes if o["outcome"] != "ok"]
+    cfg = dataclasses.replace(writer_cfg, cipher=None)
+    store = FleetStore(cfg, EVENT_TYPES)
+    events = store.open("race").events()
+    Session.from_events(events, catalog=store.catalog)  # one valid history
+    stored = [dict(e.data["item"]) for e in events if "item" in e.data]
+    assert sorted(stored, key=str) == sorted(ok, key=str)  # every ok write, nothing else
+    assert not any(item in stored for item in refused)
+    store.close()
+
+
+async def test_a_deleted_sdk_session_reads_as_placeholders(
+        writer_cfg: WriterConfig, tmp_path: Path, redis_client: redis.Redis) -> None:
+    keys = FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
+    cfg = dataclasses.replace(writer_cfg, cipher=ContentCipher(keys, "default"))
+    store = FleetStore(cfg)
+    s = SessionstreamSession("doomed", store)
+    call = {"type": "function_call", "call_id": "call_1", "name": "ls",
+            "arguments": json.dumps({"q": CANARY})}
+    await s.add_items([{"role": "user", "content": f"{CANARY} question"}, call,
+                       {"type": "function_call_output", "call_id": "call_1",
+                        "output": f"{CANARY} output"}])
+    records = read_topic(cfg.bootstrap, cfg.topic, len(s.handle.events()))
+    assert records and not any(CANARY.encode() in (r.value or b"") for r in records)  # sealed
+    assert (await s.get_items())[0]["content"] == f"{CANARY} question"
+    s.close()
+
+    gov = Governance(cfg, keys, redis_client, audit=WriterAuditLog(cfg), principal="dpo")
+    gov.delete("doomed", reason="erasure request")
+
+    items = await SessionstreamSession("doomed", FleetStore(cfg)).get_items()
+    assert items == [
+        {"role": "user", "content": DELETED_TEXT},
+        {"type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": DELETED_TEXT}]
+    store.close()
