@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK ``Session`` on sessionstream (``pip install sessionstream[openai-agents]``).
+"""The OpenAI Agents SDK ``Session`` on sessionstream (extra ``sessionstream[openai-agents]``).
 
 The one-line switch::
 
@@ -44,13 +44,13 @@ from typing import Any
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from sessionstream.integrations.store import SessionHandle, SessionStore, plugin_type
 from sessionstream.core.compaction import Budget, Summarizer, plan_compaction
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT
 from sessionstream.core.session import Session
+from sessionstream.integrations.store import SessionHandle, SessionStore, plugin_type
 
 __all__ = ["EVENT_TYPES", "SessionstreamSession", "items_of"]
 
@@ -217,8 +217,9 @@ class _Writer:
 
 class SessionstreamSession(SessionABC):
     """An Agents SDK session whose history is a sessionstream session (see the module
-    docstring for the mapping). ``store``: any :class:`~sessionstream.integrations.store.SessionStore`
-    (memory, a JSONL directory, the fleet); its plugin types are registered here.
+    docstring for the mapping). ``store``: any
+    :class:`~sessionstream.integrations.store.SessionStore` (memory, a JSONL directory, the
+    fleet); its plugin types are registered here.
 
     ``summarizer`` and ``budget`` are what :meth:`run_compaction` compacts with (the
     offline summarizer and the default budget unless given).

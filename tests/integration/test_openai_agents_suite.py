@@ -85,5 +85,6 @@ def test_the_agents_sdk_session_tests_pass_on_the_fleet_backend(
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|deselected)",
                                                 run.stdout.splitlines()[-1])}
     print(f"Agents SDK suite on the fleet backend: {counts}")
-    assert run.returncode == 0, f"the SDK's tests failed on our backend:\n{tail}\n{run.stderr[-2000:]}"
+    assert run.returncode == 0, (
+        f"the SDK's tests failed on our backend:\n{tail}\n{run.stderr[-2000:]}")
     assert counts.get("passed", 0) >= 600, tail  # the session tests did run

@@ -10,11 +10,11 @@ import pytest
 from agents.memory.session import is_openai_responses_compaction_aware_session
 from agents.memory.session_settings import SessionSettings
 
-from sessionstream.integrations.openai_agents import CLEAR, POP, SessionstreamSession, items_of
-from sessionstream.integrations.store import JsonlStore, MemoryStore, SessionStore
 from sessionstream.core.compaction import Budget
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT
+from sessionstream.integrations.openai_agents import CLEAR, POP, SessionstreamSession, items_of
+from sessionstream.integrations.store import JsonlStore, MemoryStore, SessionStore
 
 USER: Any = {"role": "user", "content": "what is in /tmp?"}
 ASSISTANT: Any = {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
