@@ -63,7 +63,7 @@ from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.state import State
 from google.genai import types
 
-from integrations.store import SessionHandle, SessionStore, WriterConflict, plugin_type
+from sessionstream.integrations.store import SessionHandle, SessionStore, WriterConflict, plugin_type
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.jsonvalue import thaw

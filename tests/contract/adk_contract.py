@@ -24,7 +24,7 @@ from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from integrations.google_adk import SessionstreamSessionService, stream_id
+from sessionstream.integrations.google_adk import SessionstreamSessionService, stream_id
 
 MakeService = Callable[[], SessionstreamSessionService]
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from google.adk.errors import StaleSessionError
 
-from integrations.google_adk import EVENT_TYPES, SessionstreamSessionService
-from integrations.store import FleetStore
-from producers.writer import WriterConfig
+from sessionstream.integrations.google_adk import EVENT_TYPES, SessionstreamSessionService
+from sessionstream.integrations.store import FleetStore
+from sessionstream.producers.writer import WriterConfig
 from tests.contract.adk_contract import AdkServiceContract, texts, user_says
 from tests.integration.writers import writer_cfg
 
