@@ -63,12 +63,17 @@ from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.state import State
 from google.genai import types
 
-from sessionstream.integrations.store import SessionHandle, SessionStore, WriterConflict, plugin_type
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT
 from sessionstream.core.session import Session
+from sessionstream.integrations.store import (
+    SessionHandle,
+    SessionStore,
+    WriterConflict,
+    plugin_type,
+)
 
 __all__ = ["EVENT_TYPES", "SessionstreamSessionService", "stream_id"]
 

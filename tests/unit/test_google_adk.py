@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sessionstream.integrations.google_adk import EVENT_TYPES, SessionstreamSessionService, stream_id
+from sessionstream.integrations.google_adk import (
+    EVENT_TYPES,
+    SessionstreamSessionService,
+    stream_id,
+)
 from sessionstream.integrations.store import JsonlStore, MemoryStore
 from tests.contract.adk_contract import AdkServiceContract, MakeService
 
