@@ -10,8 +10,8 @@ Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline. The default topic (1M
    events) makes the raw read last >= 2 s on this kind of box: on 60k events it lasted
    0.1-0.2 s and the ratio measured the bench's start-up, not the worker. ``--quick``
-   uses 200k events and every figure says it is quick; so does any run whose raw read
-   lasted under 2 s;
+   uses 100k events and 3 rounds and every figure says it is quick; so does any run
+   whose raw read lasted under 2 s;
 2. worker fold throughput per engine (events/s, from its first write to caught up), ratio,
    and the worker's CPU time per event over the same span (beside the raw loop's);
 3. in-process replay rate (confluent consumer + processor, events/s) and the ratio, per
@@ -60,7 +60,7 @@ from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
-from streams.replay import replay
+from sessionstream.streams.replay import replay
 
 
 def make_events(n: int, seed: int = 1) -> list:  # type: ignore[type-arg]
@@ -110,8 +110,8 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
 #: topic acks each event (faust's default) or not (bench/faust_noacks.py; measured only:
 #: faust then commits offsets it has read but not folded, see ADR 0003).
 FAUST_VARIANTS = {
-    "aio": ("aio", "streams.app:app"),
-    "uvloop": ("uvloop", "streams.app:app"),
+    "aio": ("aio", "sessionstream.streams.app:app"),
+    "uvloop": ("uvloop", "sessionstream.streams.app:app"),
     "noacks": ("aio", "bench.faust_noacks:app"),
     "uvloop+noacks": ("uvloop", "bench.faust_noacks:app"),
 }
@@ -129,7 +129,7 @@ def worker_env(engine: str, env: dict[str, str]) -> dict[str, str]:
 
 def worker_cmd(engine: str, variant: str = "uvloop") -> list[str]:
     if engine in KAFKA_FOLDS:
-        return [sys.executable, "-m", "streams.engine_kafka"]
+        return [sys.executable, "-m", "sessionstream.streams.engine_kafka"]
     loop, app = FAUST_VARIANTS[variant]
     return [sys.executable, "-m", "faust", "--loop", loop, "-A", app, "worker",
             "--without-web", "-l", "warn"]
@@ -293,7 +293,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true",
-                    help="200k events (unless --events): quick figures, marked as such")
+                    help="100k events and 3 rounds (unless given): quick figures, marked")
     ap.add_argument("--results", help="append the result rows (JSON lines) to this file")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=int, default=10)
@@ -320,8 +320,11 @@ def main() -> None:
                                     "instead of producing one; with --replay-only")
     ap.add_argument("--prefix", help="the Redis key prefix --keep printed, with --topic")
     args = ap.parse_args()
-    if args.quick and "--events" not in sys.argv:
-        args.events = 200_000
+    if args.quick:
+        if "--events" not in sys.argv:
+            args.events = 100_000
+        if "--repeat" not in sys.argv:
+            args.repeat = 3
     if args.topic and not args.replay_only:
         ap.error("--topic reuses a topic for --replay-only")
     s = Settings.from_env()

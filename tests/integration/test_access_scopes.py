@@ -24,22 +24,22 @@ import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from producers.errors import NotAuthorized
-from producers.kafka_clients import consumer_config, producer_config
-from producers.readback import scan_session
-from producers.topics import admin_client, ensure_topics, tenant_topics
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.access import principal
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from sessionstream.devstack import StackConfig, down, up
 from sessionstream.governance.access import (
     TenantSecrets,
     apply_kafka,
     apply_redis,
     redis_url_for,
 )
-from tests.integration.procs import ProcessGroup
+from sessionstream.localstack.stack import StackConfig, down, up
+from sessionstream.producers.errors import NotAuthorized
+from sessionstream.producers.kafka_clients import consumer_config, producer_config
+from sessionstream.producers.readback import scan_session
+from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from tests.integration.procs import WORKER, ProcessGroup
 from tests.integration.streams_helpers import wait_until
 
 
@@ -52,19 +52,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory,
                  settings: Settings) -> Iterator[StackConfig]:
-    """The secure Kafka profile on free loopback ports in a temporary state dir."""
+    """The secure profile (its Kafka and its Redis) on free loopback ports in a
+    temporary state dir."""
     # <base>/secure, as `up --secure` lays it out for SESSIONSTREAM_STATE_DIR=<base>
     cfg = StackConfig(state_dir=tmp_path_factory.mktemp("acl") / "secure",
                       kafka_port=_free_port(),
-                      controller_port=_free_port(), redis_port=settings.redis_port,
+                      controller_port=_free_port(), redis_port=_free_port(),
                       cache_dir=settings.cache_dir, secure=True)
     started: list[str] = []
     try:
-        up(cfg, lambda _msg: None, services=["kafka"], started=started)
+        up(cfg, lambda _msg: None, started=started)
         yield cfg
     finally:
         if started:
-            down(cfg, lambda _msg: None, ["kafka"])
+            down(cfg, lambda _msg: None, started)
 
 
 @dataclass
@@ -100,7 +101,7 @@ def tenants(secure_kafka: StackConfig, tmp_path_factory: pytest.TempPathFactory
 def _produce(bootstrap: str, topic: str, security: dict[str, str],
              idempotent: bool = True) -> None:
     """One record (keyed as the writers partition); raises the mapped delivery error."""
-    from producers.errors import map_kafka_error
+    from sessionstream.producers.errors import map_kafka_error
 
     errors: list[KafkaError | None] = []
     p = Producer(producer_config(bootstrap, {
@@ -158,6 +159,19 @@ def test_another_tenants_principals_cannot_produce_to_or_read_a_tenants_topic(
         with pytest.raises(NotAuthorized, match="TOPIC_AUTHORIZATION_FAILED"):
             scan_session(a.settings.kafka_bootstrap, topic, "k", timeout=10,
                          consumer_config=b.kafka(role))
+
+
+def test_only_the_writer_role_may_produce_to_the_tenants_events_topic(
+        tenants: dict[str, Tenant]) -> None:
+    """flush()'s "admitted by readers" holds while only session writers produce: the
+    worker (dead letters only) and the auditor (no write) are refused the events topic."""
+    a = tenants["a"]
+    topic = a.settings.events_topic
+    _produce(a.settings.kafka_bootstrap, topic, a.kafka("writer"))
+    for role in ("worker", "auditor"):
+        with pytest.raises(NotAuthorized, match="TOPIC_AUTHORIZATION_FAILED"):
+            _produce(a.settings.kafka_bootstrap, topic, a.kafka(role),
+                     idempotent=role == "worker")
 
 
 def test_the_auditor_reads_the_raw_log_but_cannot_write_it(tenants: dict[str, Tenant]) -> None:
@@ -279,7 +293,7 @@ def test_the_projection_worker_runs_on_its_tenants_worker_principals_alone(
             "SESSIONSTREAM_REDIS_URL": redis_url_for(
                 settings.redis_url, principal(a.name, "worker"), a.secrets.passwords["worker"]),
         }
-        proc = procs.start_module("streams.engine_kafka", env=env, name="acl-worker")
+        proc = procs.start_module(WORKER, env=env, name="acl-worker")
         row = keys.session_row(w.session_id, 1)
         wait_until(lambda: redis_client.hget(row, "as_of_seq") is not None, 60,
                    "the worker folding the session as its tenant's principal",
@@ -303,12 +317,13 @@ def _check_alive(proc: Any) -> None:
 
 
 def test_the_acl_cli_applies_a_tenants_scopes_on_the_local_secure_broker(
-        secure_kafka: StackConfig, settings: Settings, redis_client: redis.Redis,
-        redis_prefix: str) -> None:
+        secure_kafka: StackConfig, settings: Settings, redis_prefix: str) -> None:
+    """The users go to the secure profile's Redis (dropped with it after the module)."""
     tenant = f"aclcli{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(secure_kafka.state_dir.parent),
            "SESSIONSTREAM_SECURE_KAFKA_PORT": str(secure_kafka.kafka_port),
            "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT": str(secure_kafka.controller_port),
+           "SESSIONSTREAM_SECURE_REDIS_PORT": str(secure_kafka.redis_port),
            "SESSIONSTREAM_REDIS_URL": settings.redis_url, "SESSIONSTREAM_KEY_PREFIX": redis_prefix,
            "SESSIONSTREAM_STREAMS_GROUP": f"sessionstream.{tenant}.projections"}
 
@@ -316,33 +331,32 @@ def test_the_acl_cli_applies_a_tenants_scopes_on_the_local_secure_broker(
         return subprocess.run([sys.executable, "-m", "sessionstream.cli.main", *args],
                               capture_output=True, text=True, env=env, timeout=60, check=False)
 
-    try:
-        done = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
-        assert done.returncode == 0, done.stderr
-        report = json.loads(done.stdout)
-        assert f"User:sessionstream.{tenant}.writer write topic prefixed:sessionstream.{tenant}." \
-            in report["kafka"]["acls"]
-        assert set(report["redis"]["users"]) == {
-            f"sessionstream.{tenant}.{r}" for r in ("writer", "worker", "reader")}
-        assert "warnings" not in report
-        secrets = json.loads(Path(report["secrets_file"]).read_text())
-        assert secrets["passwords"]["writer"] not in done.stdout  # never printed
-        again = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
-        assert again.returncode == 0 and json.loads(Path(report["secrets_file"]).read_text()) \
-            == secrets  # idempotent: the same credentials
-        exports = cli("acl", "env", "--tenant", tenant, "--role", "writer", "--local-secure")
-        assert f"SESSIONSTREAM_KAFKA_SASL_USERNAME='sessionstream.{tenant}.writer'" \
-            in exports.stdout
-        assert f"127.0.0.1:{secure_kafka.kafka_port}" in exports.stdout
-        # the admin principal of a plain (non-admin) user is refused, named, exit 1
-        env.update({"SESSIONSTREAM_KAFKA_BOOTSTRAP": secure_kafka.bootstrap,
-                    "SESSIONSTREAM_KAFKA_SASL_USERNAME": f"sessionstream.{tenant}.auditor",
-                    "SESSIONSTREAM_KAFKA_SASL_PASSWORD": secrets["passwords"]["auditor"]})
-        refused = cli("acl", "apply", "--tenant", tenant, "--no-redis")
-        assert refused.returncode == 1
-        assert "Kafka refused the access scopes" in refused.stderr
-        assert "Traceback" not in refused.stderr
-    finally:
-        redis_client.execute_command(
-            "ACL", "DELUSER", *(f"sessionstream.{tenant}.{r}" for r in ("writer", "worker",
-                                                                         "reader")))
+    done = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert f"User:sessionstream.{tenant}.writer write topic prefixed:sessionstream.{tenant}." \
+        in report["kafka"]["acls"]
+    assert set(report["redis"]["users"]) == {
+        f"sessionstream.{tenant}.{r}" for r in ("writer", "worker", "reader")}
+    assert "warnings" not in report
+    secrets = json.loads(Path(report["secrets_file"]).read_text())
+    assert secrets["passwords"]["writer"] not in done.stdout  # never printed
+    again = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+    assert again.returncode == 0 and json.loads(Path(report["secrets_file"]).read_text()) \
+        == secrets  # idempotent: the same credentials
+    exports = cli("acl", "env", "--tenant", tenant, "--role", "writer", "--local-secure")
+    assert f"SESSIONSTREAM_KAFKA_SASL_USERNAME='sessionstream.{tenant}.writer'" \
+        in exports.stdout
+    assert f"127.0.0.1:{secure_kafka.kafka_port}" in exports.stdout
+    assert f"@127.0.0.1:{secure_kafka.redis_port}/0'" in exports.stdout  # its Redis
+    assert report["redis"]["persisted"]  # the secure Redis keeps them in its ACL file
+    assert not (secure_kafka.dir("kafka") / "format.args").exists()
+    # the admin principal of a plain (non-admin) user is refused, named, exit 1
+    env.update({"SESSIONSTREAM_KAFKA_BOOTSTRAP": secure_kafka.bootstrap,
+                "SESSIONSTREAM_KAFKA_SASL_USERNAME": f"sessionstream.{tenant}.auditor",
+                "SESSIONSTREAM_KAFKA_SASL_PASSWORD": secrets["passwords"]["auditor"]})
+    refused = cli("acl", "apply", "--tenant", tenant, "--no-redis")
+    assert refused.returncode == 1
+    assert "Kafka refused the access scopes" in refused.stderr
+    assert "Traceback" not in refused.stderr
+

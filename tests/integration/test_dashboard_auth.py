@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dashboard.app import DashboardConfig, create_app
-from dashboard.auth import COOKIE, TokenAuth
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
+from sessionstream.dashboard.app import DashboardConfig, create_app
+from sessionstream.dashboard.auth import COOKIE, TokenAuth
 
 MINE = "tenant-a-token-0123456789abcdef"
 THEIRS = "tenant-b-token-0123456789abcdef"
@@ -70,6 +70,15 @@ async def test_the_login_url_sets_an_httponly_cookie_and_drops_the_token_from_th
     page = await client.get("/")  # the client's cookie jar now carries it
     assert page.status == 200 and "text/html" in page.headers["Content-Type"]
     assert (await client.get("/api/sessions")).status == 200
+
+
+@pytest.mark.parametrize("path", ["/api/sessions", "/api/sessions/s1", "/api/events"])
+async def test_the_api_refuses_a_token_in_the_url_even_the_right_one(
+        client: TestClient[Any, Any], path: str) -> None:
+    resp = await client.get(f"{path}?token={MINE}")
+    assert resp.status == 401
+    assert "not accepted in the URL" in (await resp.json())["error"]
+    assert (await client.get(path, headers={"Authorization": f"Bearer {MINE}"})).status != 401
 
 
 async def test_health_and_static_files_need_no_token(client: TestClient[Any, Any]) -> None:

@@ -10,8 +10,6 @@ from typing import Any, ClassVar
 import pytest
 import redis
 
-from producers.audit import WriterAuditLog
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.errors import LegalHold
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
@@ -20,6 +18,8 @@ from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.service import Governance, SessionUnknown
+from sessionstream.producers.audit import WriterAuditLog
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]
@@ -103,8 +103,8 @@ def test_deleting_one_class_leaves_the_others_readable(
 
 def test_delete_fences_a_live_writer(sealed_cfg: WriterConfig,
                                      redis_client: redis.Redis) -> None:
-    from producers.errors import ProducerError
     from sessionstream.core.errors import SessionStreamError
+    from sessionstream.producers.errors import ProducerError
 
     w = _session(sealed_cfg)
     _gov(sealed_cfg, redis_client).delete(w.session_id)
@@ -335,7 +335,7 @@ async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
     before writing it, so a deletion purges it too."""
     from redis.asyncio import Redis
 
-    from streams.replay import replay
+    from sessionstream.streams.replay import replay
 
     w = SessionWriter.create(writer_cfg)  # clear content: the replay folds it readable
     w.append("user/message", {"content": f"{CANARY} to forget"})
@@ -361,6 +361,21 @@ async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
     assert not [f for f in redis_client.hkeys(row) if f.startswith(SessionRow.CONTENT_PREFIXES)]
     assert redis_client.zrange(keys.sessions_index(gen), 0, -1) == []
     assert redis_client.xlen(keys.tenant_changes(gen)) == 0
+
+
+def test_deleting_in_a_tenant_that_writes_clear_says_the_clear_content_stays(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
+    assert sealed_cfg.cipher is not None
+    clear = dataclasses.replace(sealed_cfg, cipher=dataclasses.replace(sealed_cfg.cipher,
+                                                                       enabled=False))
+    w = _session(clear)
+    w.close()
+    report = _gov(clear, redis_client).delete(w.session_id)
+    assert report.warnings and "not deleted" in report.warnings[0]
+    assert CANARY in json.dumps([e.data for e in read_log(clear, w.session_id).admitted])
+    sealed = _session(sealed_cfg)
+    sealed.close()
+    assert _gov(sealed_cfg, redis_client).delete(sealed.session_id).warnings == []
 
 
 def test_deleting_an_unknown_session_is_a_clear_error(
@@ -412,6 +427,24 @@ def test_the_cli_deletes_refuses_under_hold_and_runs_retention(
     assert json.loads(rotated.output)["version"] == 2
     cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
     assert read_log(cfg, w.session_id).admitted == log  # still readable after rotation
+    unknown = runner.invoke(main, ["delete", "no-such-session"], env=env)
+    assert unknown.exit_code == 2 and "nothing to delete" in unknown.output
+    # the surface shred above (under version 1; the rotation came after) is completed by
+    # destroying version 1: no new version is needed for it
+    retired = runner.invoke(main, ["keys", "retire", "--json"], env=env)
+    assert retired.exit_code == 0, retired.output
+    done = json.loads(retired.output)
+    assert (done["complete"], done["rotated"], done["destroyed"], done["version"]) == (
+        True, False, [1], 2)
+    complete = runner.invoke(main, ["delete", w.session_id, "--class", "raw", "--complete",
+                                    "--json"], env=env)
+    assert complete.exit_code == 0, complete.output
+    report = json.loads(complete.output)
+    assert report["shredded"] == ["raw"] and report["retirement"]["complete"]
+    assert report["retirement"]["destroyed"] == [2]  # raw was wrapped by 2: now on 3
+    cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
+    goal = next(e for e in read_log(cfg, w.session_id).admitted if e.type == "goal/set")
+    assert goal.data["goal"] == f"{CANARY} goal"  # business survived both retirements
 
 
 def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(
@@ -419,10 +452,10 @@ def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(
         tmp_path: Path) -> None:
     from click.testing import CliRunner
 
+    from sessionstream.cli.diagnose import live_facts
     from sessionstream.cli.main import main
     from sessionstream.core.diagnosis import diagnose
     from sessionstream.core.jsonl import write_jsonl
-    from streams.diagnose import live_facts
 
     w = _session(sealed_cfg, 2)
     w.close()

@@ -1,7 +1,7 @@
 """CLI commands of the producers package: ``fleet``, ``compact``, ``compactor``.
 
 ``register(group)`` adds them to the ``sessionstream`` click group (the composition
-root in ``sessionstream/cli/main.py`` calls it). Clients are imported inside the commands.
+root in ``cli/main.py`` calls it). Clients are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -22,25 +22,30 @@ from sessionstream.core.settings import Settings
 @click.option("--turns", "-t", default=3, show_default=True, help="Turns per session.")
 @click.option("--crash-rate", "-r", default=0.0, show_default=True,
               help="Probability that a turn crashes its process mid-turn (0..1).")
+@click.option("--start-crash-rate", default=0.0, show_default=True,
+              help="Probability that a session's create() crashes its process (0..1).")
 @click.option("--seed", default=0, show_default=True, help="Random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
-def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
-              as_json: bool, no_progress: bool) -> None:
+def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float,
+              start_crash_rate: float, seed: int, as_json: bool, no_progress: bool) -> None:
     """Simulate a fleet of agents writing sessions; some crash and are resumed."""
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
+    if not 0.0 <= start_crash_rate <= 1.0:
+        raise click.BadParameter("must be in [0, 1]", param_hint="--start-crash-rate")
     if agents < 1 or sessions < 1 or turns < 1:
         raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
-    from producers.fleet import run_fleet
-    from producers.writer import WriterConfig
+    from sessionstream.producers.fleet import run_fleet
+    from sessionstream.producers.writer import WriterConfig
 
     try:
         s = settings()
         _ensure_topics(s)
         summary = run_fleet(
             WriterConfig.from_settings(s), agents=agents, sessions=sessions,
-            turns=turns, crash_rate=crash_rate, seed=seed, progress=not no_progress,
+            turns=turns, crash_rate=crash_rate, start_crash_rate=start_crash_rate, seed=seed,
+            progress=not no_progress,
         )
     except SessionStreamError as exc:
         raise command_error(exc) from exc
@@ -50,8 +55,8 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         click.echo(
             f"sessions {summary.sessions} (ok {summary.sessions_ok})  events appended "
             f"{summary.events_appended}, in log {summary.events_in_log}  rejections "
-            f"{summary.rejections}  crashes {summary.crashes}  resumes {summary.resumes}  "
-            f"{summary.seconds:.1f}s "
+            f"{summary.rejections}  crashes {summary.crashes} (in create {summary.start_crashes})  "
+            f"resumes {summary.resumes}  restarts {summary.restarts}  {summary.seconds:.1f}s "
             f"({summary.events_appended / max(summary.seconds, 1e-9):.0f} events/s)"
         )
         for p in summary.problems[:20]:
@@ -61,7 +66,7 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
 
 
 def _ensure_topics(s: Settings) -> None:
-    from producers.topics import admin_client, ensure_topics, tenant_topics
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
 
     ensure_topics(admin_client(s.kafka_bootstrap, s.kafka_security()), tenant_topics(s))
 
@@ -76,8 +81,8 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
     Summarizes without the session's lease, then takes it only to append the
     lifecycle. Exit 0 when completed or not needed, 1 when failed or abandoned.
     """
-    from producers.compactor import Compactor
-    from producers.writer import WriterConfig
+    from sessionstream.producers.compactor import Compactor
+    from sessionstream.producers.writer import WriterConfig
 
     b = budget_option(budget, keep_recent)
     try:

@@ -21,7 +21,7 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
-    from sessionstream.devstack import StackConfig
+    from sessionstream.localstack.stack import StackConfig
 
 
 def _echo(msg: str) -> None:
@@ -38,13 +38,13 @@ def _errors() -> Iterator[None]:
 
 
 def _stack(secure: bool = False) -> StackConfig:
-    from sessionstream.devstack import StackConfig, secure_stack
+    from sessionstream.localstack.stack import StackConfig, secure_stack
 
     return secure_stack(settings()) if secure else StackConfig.from_settings(settings())
 
 
-_SECURE_HELP = ("The separate secure Kafka profile (SASL/SCRAM + ACLs, its own ports and "
-                "state dir) instead of the plaintext stack.")
+_SECURE_HELP = ("The separate secure profile (Kafka with SASL/SCRAM + ACLs, Redis with ACL "
+                "users only; its own ports and state dir) instead of the plaintext stack.")
 
 
 @click.command("up")
@@ -55,14 +55,14 @@ _SECURE_HELP = ("The separate secure Kafka profile (SASL/SCRAM + ACLs, its own p
 def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
     """Start the local Kafka (KRaft) and Redis; does nothing for those already running.
 
-    With --secure, start only the secure Kafka profile (docs/operations.md, "Access
+    With --secure, start the secure profile's Kafka and Redis (docs/operations.md, "Access
     scopes"); the plaintext stack is left as it is."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     started: list[str] = []
     try:
         with _errors():
-            services = ["kafka"] if secure else list(localstack.SERVICES)
+            services = list(localstack.SERVICES)
             localstack.up(_stack(secure), _echo, fresh=fresh, started=started,
                           services=services)
     finally:
@@ -75,13 +75,10 @@ def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
 @click.option("--secure", is_flag=True, help=_SECURE_HELP)
 def down_cmd(services: tuple[str, ...], secure: bool) -> None:
     """Stop the servers that `up` started (all, or the SERVICES named)."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors():
-        if secure:
-            localstack.down(_stack(True), _echo, ["kafka"])
-        else:
-            localstack.down(_stack(), _echo, services or localstack.SERVICES)
+        localstack.down(_stack(secure), _echo, services or localstack.SERVICES)
 
 
 @click.command("status")
@@ -90,12 +87,10 @@ def down_cmd(services: tuple[str, ...], secure: bool) -> None:
 @click.option("--secure", is_flag=True, help=_SECURE_HELP)
 def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
     """Show whether the local Kafka and Redis are running, their ports and pids."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors():
         rows = localstack.status(_stack(secure))
-        if secure:
-            rows = [r for r in rows if r.name == "kafka"]
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows]))
     else:
@@ -111,7 +106,7 @@ def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C stops).")
 def logs_cmd(lines: int, follow: bool) -> None:
     """Print the tail of the Kafka and Redis logs."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors(), suppress(KeyboardInterrupt):
         localstack.logs(_stack(), _echo, lines=lines, follow=follow)
@@ -137,7 +132,7 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
     """Create the events and dead-letter topics, or check that existing ones are safe."""
     import dataclasses
 
-    from producers.topics import admin_client, ensure_topics, tenant_topics
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
 
     with _errors():
         base = settings()
@@ -180,7 +175,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
     """
     import json
 
-    from streams.demo import run_demo
+    from sessionstream.streams.demo import run_demo
 
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
