@@ -57,7 +57,9 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from integrations.store import (
+from sessionstream.core.catalog import F
+from sessionstream.core.events import Draft, Event
+from sessionstream.integrations.store import (
     FleetStore,
     MemoryStore,
     SessionHandle,
@@ -66,8 +68,6 @@ from integrations.store import (
     WriterConflict,
     plugin_type,
 )
-from sessionstream.core.catalog import F
-from sessionstream.core.events import Draft, Event
 
 __all__ = ["EVENT_TYPES", "LangGraphDataError", "SessionStreamSaver", "WriterConflict"]
 
@@ -249,7 +249,7 @@ def _key(version: Any) -> Any:
 class SessionStreamSaver(BaseCheckpointSaver[str]):
     """A LangGraph ``BaseCheckpointSaver`` whose threads are sessionstream sessions.
 
-    ``store``: any :class:`~integrations.store.SessionStore` that knows
+    ``store``: any :class:`~sessionstream.integrations.store.SessionStore` that knows
     :data:`EVENT_TYPES` (use :meth:`memory` / :meth:`fleet` to build one). ``durable``:
     every put and put_writes ends with the store's flush (the fleet: in Kafka and
     admitted by readers before LangGraph goes on); False leaves flushing to
@@ -261,8 +261,9 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         missing = [t.name for t in EVENT_TYPES if t.name not in store.catalog]
         if missing:
-            raise StoreError(f"the store does not know the LangGraph event types {missing}: "
-                             "build it with event_types=integrations.langgraph.EVENT_TYPES")
+            raise StoreError(
+                f"the store does not know the LangGraph event types {missing}: build it with "
+                "event_types=sessionstream.integrations.langgraph.EVENT_TYPES")
         _seal_with_catalog(store)
         self.store = store
         self.session_prefix = session_prefix
@@ -280,7 +281,7 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
     @classmethod
     def fleet(cls, settings: Any = None, **kwargs: Any) -> SessionStreamSaver:
         """On the fleet (Kafka + Redis, fenced writer), from ``Settings`` (default: the
-        environment, ``SESSIONSTREAM_*``)."""
+        environment)."""
         return cls(FleetStore.from_settings(settings, EVENT_TYPES), **kwargs)
 
     def close(self) -> None:

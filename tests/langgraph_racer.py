@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from integrations.langgraph import SessionStreamSaver, WriterConflict
+from sessionstream.integrations.langgraph import SessionStreamSaver, WriterConflict
 from tests.langgraph_graphs import counter_graph
 
 

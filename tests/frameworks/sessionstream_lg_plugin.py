@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from integrations.langgraph import SessionStreamSaver
+from sessionstream.integrations.langgraph import SessionStreamSaver
 
 
 def _saver() -> SessionStreamSaver:

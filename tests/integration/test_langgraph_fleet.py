@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 
-from integrations.langgraph import EVENT_TYPES, SessionStreamSaver
-from integrations.store import FleetStore
-from producers.writer import WriterConfig, read_log
 from sessionstream.core.codec import decode
 from sessionstream.core.privacy import DELETED_TEXT
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
+from sessionstream.integrations.langgraph import EVENT_TYPES, SessionStreamSaver
+from sessionstream.integrations.store import FleetStore
+from sessionstream.producers.writer import WriterConfig, read_log
 from tests.integration.streams_helpers import read_topic
 from tests.integration.writers import writer_cfg
 from tests.langgraph_graphs import counter_graph

@@ -76,7 +76,7 @@ def test_langgraph_graph_suite_passes_with_our_saver_on_the_fleet(
            "SESSIONSTREAM_KEY_PREFIX": redis_prefix,
            "SESSIONSTREAM_KEY_DIR": str(tmp_path / "keys"),
            "SESSIONSTREAM_ATTACHMENT_DIR": str(tmp_path / "attachments"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "frameworks"), str(ROOT)])}
+           "PYTHONPATH": str(ROOT / "tests" / "frameworks")}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "sessionstream_lg_plugin",
          "-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=short",

@@ -10,12 +10,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 
-from integrations.langgraph import (
+from sessionstream.integrations.langgraph import (
     EVENT_TYPES,
     LangGraphDataError,
     SessionStreamSaver,
 )
-from integrations.store import MemoryStore, StoreError
+from sessionstream.integrations.store import MemoryStore, StoreError
 from tests.langgraph_graphs import counter_graph
 
 
