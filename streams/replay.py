@@ -37,16 +37,23 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from sessionstream import native
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
-from sessionstream.core.rows import FIRST_GENERATION, KeySpace, SessionRow, assemble, lua
+from sessionstream.core.rows import (
+    FIRST_GENERATION,
+    SEALED_PREFIX,
+    KeySpace,
+    SessionRow,
+    assemble,
+    lua,
+)
 from sessionstream.producers.kafka_clients import consumer_config, private_group
 from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.errors import GenerationError
 from sessionstream.streams.kafka_io import KafkaLogReader
 from sessionstream.streams.native_fold import (
-    SEALED_PREFIX,
     SEALED_REF,
     NativeFold,
     field_digest,
@@ -55,14 +62,10 @@ from sessionstream.streams.native_fold import (
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink, Retry, Script
 
-try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
-    from sessionstream_native import scan_messages as _scan
-except ImportError:  # pragma: no cover - depends on the install
-    _scan = None
-try:  # and opens sealed row fields (the compare)
-    from sessionstream_native import open_row as _open_row
-except ImportError:  # pragma: no cover - depends on the install (or an older build)
-    _open_row = None
+#: The extension reads a batch's messages in one pass (streams.batch) and opens sealed row
+#: fields (the compare); None without it.
+_scan = native.member("scan_messages")
+_open_row = native.member("open_row")
 
 #: Sessions compared per script call (and per round trip on a Redis Cluster).
 COMPARE_CHUNK = 200
@@ -728,7 +731,7 @@ def _opened(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str,
         if v is not None:
             clear[k.decode() if isinstance(k, bytes) else k] = (
                 v.decode() if isinstance(v, bytes) else v)
-    if any(v.startswith("ss-aead1:") for v in clear.values()):
+    if any(v.startswith(SEALED_PREFIX) for v in clear.values()):
         from sessionstream.governance.rows import open_fields
 
         fast = _open_natively(sealed, sid, clear)

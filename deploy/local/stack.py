@@ -615,10 +615,14 @@ def acl_file(cfg: StackConfig) -> Path:
 
 
 def write_acl_file(cfg: StackConfig) -> None:
+    """The secure Redis's ACL file (see :func:`write_acl_users`)."""
+    write_acl_users(acl_file(cfg), cfg.admin_password())
+
+
+def write_acl_users(path: Path, admin_password: str) -> None:
     """``user default off`` and the admin (its password as a SHA-256 hash) first, then
-    the users saved before (tenants' users survive every restart)."""
-    path = acl_file(cfg)
-    digest = hashlib.sha256(cfg.admin_password().encode()).hexdigest()
+    the users saved before (tenants' users survive every restart); 0600."""
+    digest = hashlib.sha256(admin_password.encode()).hexdigest()
     kept = []
     if path.is_file():
         kept = [ln for ln in path.read_text().splitlines()

@@ -2,7 +2,7 @@
 
 ::
 
-    tenant key ring (KEK, versioned)          file (0600) or environment, per node
+    tenant key ring (KEK, versioned)          <tenant key dir>/<tenant>/kek.json or env
       └── data key (tenant, session, class)   random 256-bit, stored only wrapped by the KEK
             └── sealed content of that session and class (AES-256-GCM, crypto.py)
 
@@ -17,8 +17,16 @@ contract test suite runs over both):
   never from Redis, so a Redis dump alone opens nothing.
 
 Shredding a data key deletes the wrapped key and leaves a tombstone (when, by whom,
-why) so readers can say *deleted* rather than *missing*. Rotating the tenant key rewraps
-every data key with the new version; the events in Kafka are not touched. Legal holds
+why, the tenant key version that wrapped it) so readers can say *deleted* rather than
+*missing*, and raises the tenant's *shred mark* to that version. A copy of the wrapped
+key taken before (a file, an AOF, an RDB, a backup) still opens with that version, so a
+deletion is complete only when :meth:`KeyStore.retire` has destroyed every version up to
+the mark (rotate if needed, wait for other processes to see the new version, rewrap the
+live keys, drop the old versions): the completion point, docs/operations.md "When a
+deletion is complete". Rotating the tenant key rewraps every data key with the new
+version; the events in Kafka are not touched. The tenant key rings live apart from the
+wrapped data keys (``TenantKeys``: a directory per tenant outside the key dir, or the
+environment); every key directory is 0700 and every key file 0600. Legal holds
 live in the same store. Unwrapped keys are cached per process until the tenant's shred
 feed names them (checked every ``cache_ttl_s``): a shred done elsewhere reaches a
 running process within that time (at once in the process that shreds).
@@ -183,7 +191,7 @@ class TenantKeys:
         self._env = dict(env or {})
         self._create = create
         self._legacy = legacy
-        self._reload_s = reload_s
+        self.reload_s = reload_s  # seconds between checks that a key file changed
         self._monotonic = monotonic
         #: tenant -> (ring, file signature, monotonic time of the last check)
         self._rings: dict[str, tuple[TenantKeyRing, Any, float]] = {}
@@ -212,7 +220,7 @@ class TenantKeys:
         with self._lock:
             held = self._rings.get(tenant)
             now = self._monotonic()
-            if held is not None and not fresh and now - held[2] < self._reload_s:
+            if held is not None and not fresh and now - held[2] < self.reload_s:
                 return held[0]
             if tenant in self._env:
                 ring = TenantKeyRing.from_env_value(self._env[tenant],
@@ -736,7 +744,7 @@ class KeyStore(ABC):
                                   sorted(v for v in ring.versions if v <= mark), False)
             ring = self.tenant_keys.rotate(tenant)
             rotated = True
-            wait = 2 * self.tenant_keys._reload_s if grace_s is None else grace_s
+            wait = 2 * self.tenant_keys.reload_s if grace_s is None else grace_s
             if wait > 0:
                 sleep(wait)
         count = 0

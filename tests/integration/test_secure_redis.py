@@ -185,3 +185,66 @@ def test_the_k8s_acl_file_loads_and_locks_redis_the_same_way(tmp_path: Path) -> 
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _cluster_ports(n: int) -> list[int]:
+    """``n`` free ports whose cluster-bus port (+10000) is free too."""
+    out: list[int] = []
+    for port in range(31000, 39000, 7):
+        if all(devstack.port_is_free(p) for p in (port, port + 10000)):
+            out.append(port)
+            if len(out) == n:
+                return out
+    raise AssertionError("no free ports for a Redis Cluster")
+
+
+def test_a_secure_redis_cluster_refuses_anonymous_and_cross_tenant_access(
+        tmp_path: Path) -> None:
+    from redis.cluster import RedisCluster
+
+    from sessionstream.governance.access import apply_redis_cluster
+    from sessionstream.localstack.cluster import ClusterConfig, LocalCluster
+
+    ports = _cluster_ports(3)
+    others = [_free_port() for _ in range(6)]
+    cfg = ClusterConfig(state_dir=tmp_path / "cluster", kafka_ports=tuple(others[:3]),
+                        controller_ports=tuple(others[3:]), redis_ports=tuple(ports),
+                        redis_replicas=0, secure=True)
+    cluster = LocalCluster(cfg, echo=lambda _: None)
+    cluster.up_redis()
+    try:
+        for port in ports:  # every node
+            with pytest.raises(redis.RedisError, match=r"(?i)auth"):
+                redis.Redis(host="127.0.0.1", port=port).get("x")
+        admin = RedisCluster(host="127.0.0.1", port=ports[0], **cfg.redis_auth())
+        creds = {t: TenantSecrets.load_or_create(tmp_path, t).passwords for t in ("a", "b")}
+        for tenant in ("a", "b"):
+            report = apply_redis_cluster(admin, KeySpace(tenant, "ss"), creds[tenant])
+            assert report["persisted"] and len(report["nodes"]) == 3
+        admin.close()
+        cluster.redis[1].stop()  # a restart: the node reads its users from its ACL file
+        cluster.start_redis(ports[1])
+        cluster.wait_redis()
+        node = redis.Redis(host="127.0.0.1", port=ports[1], decode_responses=True,
+                           **cfg.redis_auth())
+        assert node.acl_getuser("sessionstream.a.writer") is not None
+        assert "off" in node.acl_getuser("default")["flags"]
+
+        def as_(tenant: str, role: str) -> RedisCluster:
+            return RedisCluster(host="127.0.0.1", port=ports[2], decode_responses=True,
+                                username=principal(tenant, role),
+                                password=creds[tenant][role])
+
+        a = as_("a", "writer")
+        a.set("ss:{a/s1}:note", CANARY)
+        assert a.get("ss:{a/s1}:note") == CANARY
+        for role in ("writer", "worker", "reader"):
+            b = as_("b", role)
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                b.get("ss:{a/s1}:note")
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                b.hgetall("ss:{a/s1}:dkeys")
+            b.close()
+        a.close()
+    finally:
+        cluster.down()

@@ -351,8 +351,13 @@ def test_dockerfile_builds_one_non_root_image_with_the_cli_as_entrypoint() -> No
     assert lines[-1] == 'CMD ["--help"]'
     assert 'ENTRYPOINT ["sessionstream"]' in lines
     assert re.search(r"^USER 10001$", text, re.M)
-    # Every package directory the distribution ships is copied into the build stage.
-    for pkg in ("sessionstream", "producers", "streams", "dashboard"):
+    # Every folder the distribution ships (package-dir) and the native crate are copied
+    # into the build stage.
+    from tests.unit.layout import ROOT as REPO
+    from tests.unit.layout import package_dirs
+
+    for folder in [*package_dirs().values(), REPO / "native"]:
+        pkg = folder.relative_to(REPO).as_posix()
         assert f"COPY {pkg} ./{pkg}" in text, pkg
 
 
