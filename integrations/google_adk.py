@@ -118,14 +118,15 @@ def _dump(event: AdkEvent) -> dict[str, Any]:
 
 
 def _placeholder(event: Event) -> AdkEvent:
-    """An ADK event for a stored one whose content is shredded: its role kept, text
-    the deletion placeholder, so the framework reads it without crashing."""
+    """An ADK event for a stored one whose content is shredded: its role kept (a tool
+    result is a ``user``-role part in ADK), the text the deletion placeholder, so the
+    framework reads it without crashing."""
     user = event.type == "user/message"
+    role = "user" if user or event.type == "tool/result" else "model"
     return AdkEvent(
         id=event.event_id, invocation_id=event.turn_id or "",
         author="user" if user else "model", timestamp=event.time / 1000,
-        content=types.Content(role="user" if user else "model",
-                              parts=[types.Part(text=DELETED_TEXT)]))
+        content=types.Content(role=role, parts=[types.Part(text=DELETED_TEXT)]))
 
 
 class _View:
