@@ -67,7 +67,7 @@ def _print(value: Any) -> None:
 @click.command("delete")
 @click.argument("session")
 @click.option("--class", "classes", multiple=True, default=("all",), show_default=True,
-              type=click.Choice(["raw", "surface", "business", "all"]),
+              type=click.Choice(["raw", "surface", "business", "reasoning", "all"]),
               help="Which data classes to delete (repeatable).")
 @_REASON
 @_JSON

@@ -32,6 +32,7 @@ from sessionstream.core.request import (
     ToolProvider,
     assemble,
     context_snapshot_ids,
+    reasoning_of,
     replaced_seqs,
 )
 from sessionstream.core.session import Session
@@ -102,6 +103,8 @@ class Harness:
     providers: Sequence[ToolProvider] = ()
     variables: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
+    #: builder options of the API (``thinking`` for Anthropic, ``stateless`` for Responses)
+    options: Mapping[str, Any] = field(default_factory=dict)
     flush_timeout: float = 30.0
     max_steps: int = 8
 
@@ -130,7 +133,7 @@ class Harness:
         return assemble(self.session.derive_messages(), self.registry, self.scope,
                         header=self.header, providers=self.providers,
                         variables=self.variables, snapshot_ids=context_snapshot_ids(events),
-                        replaced=replaced_seqs(events))
+                        replaced=replaced_seqs(events), reasoning=reasoning_of(events))
 
     def step(self, *, run_tools: bool = True) -> StepResult:
         """step/start, the model call and its record, the tools, step/end.
@@ -143,7 +146,7 @@ class Harness:
         """
         start = len(self.session.events)
         self._append(Draft("step/start"))
-        built = build(self.api, self.request(), stream=self.stream)
+        built = build(self.api, self.request(), stream=self.stream, **self.options)
         output = parse(self.api, self.client.create(built.body))
         record(self.log, output, self.header, session=self.session)
         message = self.session.events[-1]

@@ -6,7 +6,8 @@ streamed text delta, and ``assistant/message`` with content, tool calls, stop re
 usage and refusal. Everything goes through the session's rules (``Session.append`` or a
 ``SessionWriter``). Tool calls the output withheld (cut at max_tokens, unparseable
 arguments) are kept on the message as ``withheld_tool_calls`` and never declared, so
-nothing can execute a truncated call.
+nothing can execute a truncated call. The model's reasoning (thinking blocks with their
+signatures, reasoning items) is kept as ``reasoning``, content of its own data class.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def message_data(output: ModelOutput,
         data["withheld_tool_calls"] = [w.to_json() for w in output.withheld]
     if output.omitted:
         data["omitted_output"] = dict(output.omitted)
+    if output.reasoning:
+        data["reasoning"] = [dict(r) for r in output.reasoning]
     if output.response_id:
         data["response_id"] = output.response_id
     return data

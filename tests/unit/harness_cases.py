@@ -24,6 +24,7 @@ from sessionstream.core.request import (
     ToolSchema,
     assemble,
     context_snapshot_ids,
+    reasoning_of,
     replaced_seqs,
     resolve_header,
 )
@@ -55,7 +56,7 @@ def request_of(session: Session, messages: Any = None) -> Request:
     return assemble(messages if messages is not None else session.derive_messages(),
                     registry(), header=HEADER, providers=[TOOLS],
                     variables={"agent": "Ada"}, snapshot_ids=context_snapshot_ids(events),
-                    replaced=replaced_seqs(events))
+                    replaced=replaced_seqs(events), reasoning=reasoning_of(events))
 
 
 def manual() -> Session:

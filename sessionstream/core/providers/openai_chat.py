@@ -5,7 +5,8 @@ context and summary messages → ``user`` messages; assistant messages → ``ass
 with ``tool_calls`` (``id``, ``type: function``, arguments as a JSON string); tool
 results → one ``tool`` message each, right after the assistant message
 (``tool_call_id``; an error result's text starts with ``ERROR: ``). ``max_tokens`` →
-``max_completion_tokens``; ``reasoning_effort`` is sent as is.
+``max_completion_tokens``; ``reasoning_effort`` is sent as is. Recorded reasoning is
+never sent (the format has no field for it; a note says so).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    reasoning_parts,
     system_origin,
     tool_result_text,
     tools_of,
@@ -68,6 +70,7 @@ def build(request: Request, *, stream: bool = False) -> Built:
         m = item.messages[0]
         path = f"/messages/{len(messages)}"
         if item.kind == "assistant":
+            reasoning_parts(request, m, API, c, path)  # Chat takes no reasoning back: notes
             text, serialised = _assistant_text(m)
             if not text and not m.tool_calls:
                 c.note(path, "empty assistant message omitted", m.seqs)
