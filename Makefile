@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 SS := $(VENV)/bin/sessionstream
 STAMP := $(VENV)/.installed
 
-.PHONY: help install native up down status logs topics demo dashboard dashboard-stop test unit integration lint clean
+.PHONY: help install native up down status logs topics demo dashboard dashboard-stop test unit integration lint bench bench-quick clean
 
 help:
-	@echo "make demo | dashboard | dashboard-stop | test | unit | lint | up | down | status | logs | topics | clean"
+	@echo "make demo | dashboard | dashboard-stop | test | unit | lint | bench [QUICK=1] | bench-quick | up | down | status | logs | topics | clean"
 
 # The native fold extension (native/, Rust + PyO3, built by maturin). Cargo keeps its
 # target dir in native/target, so a rebuild after an edit is incremental.
@@ -75,6 +75,15 @@ test: $(STAMP) $(NATIVE_STAMP)
 	rm -f $$started; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; rc=1; fi; \
 	exit $$rc
+
+# The benchmark set against the running local servers, then one table of ratios; by hand
+# only (never part of `make test`): the figures depend on the machine and its load.
+# QUICK=1 (or `make bench-quick`): sized down to under 5 minutes, figures marked quick.
+bench: $(STAMP) $(NATIVE_STAMP)
+	PYTHONPATH=. $(PY) bench/run.py $(if $(QUICK),--quick)
+
+bench-quick: $(STAMP) $(NATIVE_STAMP)
+	PYTHONPATH=. $(PY) bench/run.py --quick
 
 lint: $(STAMP)
 	$(NATIVE_ENV) cargo test -q --release --lib --manifest-path native/Cargo.toml

@@ -7,7 +7,8 @@ One simulated lab session (no compaction: the surface, turns, tools and todo kee
 growing) is folded by the processor into Redis (the settings' Redis URL, e.g. the local
 stack) under a private key prefix, deleted afterwards. Near event ``--small`` and
 near event ``--events`` it folds ``--window`` batches of ``--batch`` events and prints, per
-batch, the bytes the session writes send (field names and values of the script call)
+batch, the bytes the session writes send (field names and values of the script calls,
+summed over every write call of the batch)
 and the wall time of ``process()`` (fold + encode + the Redis calls) with this
 process's CPU time beside it (steadier on a busy machine), then the ratios large /
 small (target <= 1.5x). The same run does it twice: chunked rows (ADR 0013) and
@@ -31,6 +32,7 @@ import uuid
 import zlib
 from typing import Any
 
+from bench.results import Result, record
 from sessionstream.core.codec import encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.rows import KeySpace
@@ -57,12 +59,14 @@ def lab_records(n: int) -> list[Record]:
 
 
 class Counting(RedisSink):
-    """The Redis sink, counting the bytes of each session write it sends."""
+    """The Redis sink, counting the bytes of the session writes it sends (the bench
+    reads and resets ``sent`` around each batch: the native path makes two write calls
+    per batch, the second empty, so a median over calls would halve the figure)."""
 
-    sent: list[int]
+    sent: int = 0
 
     async def write_sessions(self, gen: int, writes: Any) -> Any:
-        self.sent.append(sum(_bytes(w) for w in writes))
+        self.sent += sum(_bytes(w) for w in writes)
         return await super().write_sessions(gen, writes)
 
 
@@ -79,7 +83,6 @@ async def near(records: list[Record], at: int, batch: int, window: int, chunked:
     redis = async_redis(URL, decode_responses=True)
     keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
     sink = Counting(redis, keys)
-    sink.sent = []
     proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="bench")
     proc.codec.chunked = chunked
     driver = NativeFold(proc) if native else None
@@ -94,15 +97,16 @@ async def near(records: list[Record], at: int, batch: int, window: int, chunked:
     try:
         for i in range(0, at, 2000):
             await step(records[i:min(at, i + 2000)])
-        sink.sent.clear()
-        took, cpu = [], []
+        took, cpu, sent = [], [], []
         for b in range(window):
             part = records[at + b * batch: at + (b + 1) * batch]
+            sink.sent = 0
             t0, c0 = time.perf_counter(), time.process_time()
             await step(part)
             took.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-        return statistics.median(sink.sent), statistics.median(took), statistics.median(cpu)
+            sent.append(sink.sent)  # every write call of this batch
+        return statistics.median(sent), statistics.median(took), statistics.median(cpu)
     finally:
         async for k in redis.scan_iter(match=f"{keys.prefix}:*", count=1000):
             await redis.delete(k)
@@ -145,6 +149,7 @@ async def main() -> None:
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--native-only", action="store_true",
                     help="only the native fold path (the Python paths take minutes at 100k)")
+    ap.add_argument("--results", help="append the result rows (JSON lines) to this file")
     args = ap.parse_args()
     records = lab_records(args.events + args.batch * args.window)
     print(f"one lab session, {len(records)} events (crc {zlib.crc32(records[-1].value or b'')}),"
@@ -161,6 +166,16 @@ async def main() -> None:
               f"{st * 1e3:6.2f} ms (cpu {sc * 1e3:.2f}); near {args.events // 1000}k events "
               f"{lb / 1024:8.1f} KiB {lt * 1e3:6.2f} ms (cpu {lc * 1e3:.2f}); ratio bytes "
               f"{lb / sb:5.2f}x, time {lt / st:5.2f}x, cpu {lc / sc:5.2f}x (target <= 1.5x)")
+        if native or (chunked and not native_fold.available()):
+            base = (f"near {args.small:,} events: {sb / 1024:.1f} KiB, "
+                    f"{sc * 1e3:.2f} ms CPU per batch")
+            where = label.strip()
+            record(args.results, Result(
+                "delta", f"write per batch near {args.events:,} events, {where} (bytes)",
+                base, f"{lb / 1024:.1f} KiB", lb / sb, "<= 1.5x"))
+            record(args.results, Result(
+                "delta", f"write per batch near {args.events:,} events, {where} (CPU)",
+                base, f"{lc * 1e3:.2f} ms", lc / sc, "<= 1.5x"))
     one, piped = await per_command(args.sessions, 30)
     print(f"{args.sessions} sessions per batch (rows, then index + feed + progress): two script "
           f"calls {one * 1e3:.2f} ms, pipelines of a command per session {piped * 1e3:.2f} ms; "

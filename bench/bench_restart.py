@@ -1,19 +1,21 @@
 """How fast a SIGKILLed projection worker makes progress again (run by hand).
 
-    PYTHONPATH=. python bench/bench_restart.py [--engines kafka,faust] [--rounds 3]
+    PYTHONPATH=. python bench/bench_restart.py [--engines kafka,faust] [--rounds 5]
+        [--results FILE]
 
 For each engine: a worker projects a small fleet, is SIGKILLed, new sessions are
 produced, and the worker is started again; the figure is the time from the restart to
 every new session being in Redis. Measured in the same run for two memberships:
 
-- ``dynamic``: no worker instance setting — the dead member keeps its
+- ``dynamic``: the worker instance setting says ``dynamic`` — the dead member keeps its
   partitions until the group's session timeout expires (the baseline);
-- ``static``: the worker instance setting given (``group.instance.id``): the
-  restarted worker takes its own partitions back at once.
+- ``default``: no worker instance setting — the id derived from the host and a slot
+  (streams.membership): the restarted worker takes its own partitions back at once.
 
-Also: the time to the first progress of a worker started on a group nobody held (the
-floor: process start + join + fetch + fold), so each figure reads as a ratio to it.
-Fresh topics, groups and Redis prefix per measurement; deleted afterwards.
+Also: the time to catch up of a worker started on a group nobody held (the cold start,
+the floor: process start + join + fetch + fold), so each figure reads as a ratio to it.
+Printed: median (min-max) over ``--rounds``; the target is a restart within 2 s by
+default. Fresh topics, groups and Redis prefix per measurement; deleted afterwards.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import argparse
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.results import Result, Spread, record
 from sessionstream.core.codec import encode
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
@@ -85,8 +87,10 @@ def one(s: Settings, engine: str, static: bool, admin: AdminClient,
     prefix = f"ssbench-{run}"
     env = {**os.environ, "PYTHONPATH": os.getcwd(), Env.EVENTS_TOPIC: topic,
            Env.DLQ_TOPIC: dlq, Env.STREAMS_GROUP: f"g-{run}", Env.KEY_PREFIX: prefix}
-    if static:
-        env[Env.WORKER_INSTANCE] = f"bench-{run}"
+    if not static:
+        env[Env.WORKER_INSTANCE] = "dynamic"
+    else:
+        env.pop(Env.WORKER_INSTANCE, None)  # the default: derived from the host
     keys = KeySpace(s.tenant, prefix)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -115,7 +119,8 @@ def one(s: Settings, engine: str, static: bool, admin: AdminClient,
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engines", default="kafka,faust")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--results", help="append the result rows (JSON lines) to this file")
     args = ap.parse_args()
     s = Settings.from_env()
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap, "log_level": 3})
@@ -127,11 +132,18 @@ def main() -> None:
                 cold, warm = one(s, engine, static, admin, r)
                 colds.append(cold)
                 warms.append(warm)
-            c, w = statistics.median(colds), statistics.median(warms)
-            print(f"{engine:5s} {'static ' if static else 'dynamic'}: cold start {c:5.1f}s, "
-                  f"restart after SIGKILL {w:5.1f}s (x{w / c:.1f} the cold start) "
-                  f"[{', '.join(f'{x:.1f}' for x in warms)}]", flush=True)
-
+            c, w = Spread.of(colds), Spread.of(warms)
+            label = "default" if static else "dynamic"
+            print(f"{engine:5s} {label}: cold start {c.show('.1f', ' s')}, restart after "
+                  f"SIGKILL {w.show('.1f', ' s')} (x{w.median / c.median:.1f} the cold "
+                  f"start) [{', '.join(f'{x:.1f}' for x in warms)}]", flush=True)
+            record(args.results, Result(
+                "restart", f"{engine} worker restart after SIGKILL -> new events "
+                f"folded, {label} membership (s)", f"cold start {c.median:.1f} s",
+                f"x{w.median / c.median:.1f} the cold start", w.median,
+                "<= 2 s" if static else "<= 60 s",
+                f"min-max {w.low:.1f}-{w.high:.1f} s"
+                + ("" if static else "; the baseline (the group's session timeout)")))
 
 if __name__ == "__main__":
     main()

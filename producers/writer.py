@@ -396,6 +396,17 @@ class SessionWriter:
     def partition(self) -> int | None:
         return self._partition
 
+    def holds_lease(self) -> bool:
+        """Whether this writer still holds the session's lease, live (one Redis read):
+        while it does, no other writer can be admitted, so its session is the history.
+        False when fenced, closed, or Redis cannot say."""
+        if self._fenced or self._closed is not None:
+            return False
+        try:
+            return self._e.leases.check(self.lease)
+        except RedisUnavailable:
+            return False
+
     # -- writing --------------------------------------------------------------------------
     def append(
         self,

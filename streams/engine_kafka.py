@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from producers.kafka_clients import KafkaClients
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 from streams.batch import MessageBatch
 from streams.errors import TopicMissing
 from streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
@@ -268,6 +268,14 @@ class KafkaEngine:
     def _consumer_error(err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
+        if err.code() in (KafkaError._FENCED, KafkaError.FENCED_INSTANCE_ID) or (
+                err.fatal() and "fenced" in err.str().lower()):
+            # Another live member took this worker's group.instance.id (streams.membership):
+            # it folds these partitions now; exiting is the only safe thing left.
+            log.critical("this worker was fenced: another member of the group uses its "
+                         "consumer instance id (%s); give each replica its own %s",
+                         err.str(), Env.WORKER_INSTANCE)
+            os._exit(EXIT_CONFIG)
         if err.fatal():
             raise KafkaException(err)
         log.warning("consumer error: %s", err)

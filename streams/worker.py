@@ -5,10 +5,10 @@ in): the consumer group, key prefix, topics, batch size and wait, and how many
 sessions each convergence step checks after a ``state_version`` bump (the variables
 are listed in the README).
 
-``worker_instance`` (a stable name of this replica, e.g. the StatefulSet pod name) turns
-on static group membership (``group.instance.id``), so a worker restarted after a crash
-takes its partitions back at once instead of waiting for the group's session timeout.
-Unique per replica; unset: dynamic membership.
+Static group membership by default (``group.instance.id``, streams.membership): a worker
+restarted after a crash takes its partitions back at once instead of waiting for the
+group's session timeout. The id comes from the deployment (host name and a per-host
+slot) unless ``worker_instance`` names one or says ``dynamic``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from sessionstream.core.pipeline import Record
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
+from streams import membership
 from streams.errors import TopicMissing
 from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
 from streams.processor import BatchReport, Processor
@@ -61,6 +62,12 @@ class WorkerConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerConfig:
+        """The worker's configuration; claims its consumer instance id (a slot lock held
+        for the process's life when the id is derived from the host)."""
+        member = membership.claim(settings, settings.streams_group)
+        log.info("consumer group %s, %s", settings.streams_group,
+                 f"instance {member.instance_id} ({member.source})" if member.instance_id
+                 else member.source)
         return cls(
             settings=settings,
             group=settings.streams_group,
@@ -70,7 +77,7 @@ class WorkerConfig:
             batch_max=settings.batch_max,
             batch_within=settings.batch_within_ms / 1000,
             converge_sessions=settings.converge_sessions,
-            instance_id=settings.worker_instance,
+            instance_id=member.instance_id,
         )
 
 

@@ -40,6 +40,11 @@ _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HTTP_URL_RE = re.compile(r"^https?://[^\s/?#]+(/\S*)?$")
 #: How records are framed on the events topic (schemas/README.md, "Wire formats").
 WIRES = ("single-object", "confluent")
+#: ``worker_instance`` values: a stable id derived from the host (streams.membership), or
+#: none (dynamic membership); any other value is the consumer's ``group.instance.id``.
+WORKER_INSTANCE_AUTO = "auto"
+WORKER_INSTANCE_DYNAMIC = "dynamic"
+_INSTANCE_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -140,7 +145,9 @@ class Settings:
     append: str = "auto"  # the session writer's append path: auto | native (Rust) | python
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
-    worker_instance: str | None = None  # static group membership (group.instance.id)
+    # The worker's consumer instance id (static group membership, streams.membership):
+    # auto (host name + a per-host slot) | dynamic | an explicit group.instance.id.
+    worker_instance: str = WORKER_INSTANCE_AUTO
     batch_max: int = 2000  # records per batch at most (a live batch is bounded by the wait)
     batch_within_ms: int = 10  # how long a batch waits to fill
     converge_sessions: int = 64  # sessions checked per step after a state_version bump
@@ -188,6 +195,13 @@ class Settings:
             if topic is not None and not _TOPIC_RE.match(topic):
                 raise SettingsError(f"{name}={topic!r} is not a Kafka topic name: use 1-249 "
                                     "of A-Z a-z 0-9 . _ -")
+        if not _INSTANCE_RE.match(self.worker_instance):
+            raise SettingsError(
+                f"{Env.WORKER_INSTANCE}={self.worker_instance!r} is not a consumer instance "
+                f"id: use {WORKER_INSTANCE_AUTO!r} (the default: host name and a slot), "
+                f"{WORKER_INSTANCE_DYNAMIC!r} (no static membership), or 1-249 of "
+                "A-Z a-z 0-9 . _ - unique per worker replica"
+            )
         if not 1 <= self.replication_factor <= 32:
             raise SettingsError(
                 f"SESSIONSTREAM_REPLICATION_FACTOR={self.replication_factor} is out of range: "
@@ -359,7 +373,7 @@ class Settings:
             fold=env.get(Env.FOLD) or "auto",
             append=env.get(Env.APPEND) or "auto",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
-            worker_instance=env.get(Env.WORKER_INSTANCE) or None,
+            worker_instance=env.get(Env.WORKER_INSTANCE) or WORKER_INSTANCE_AUTO,
             batch_max=_int(env, Env.BATCH_MAX, 2000),
             batch_within_ms=_int(env, Env.BATCH_WITHIN_MS, 10),
             converge_sessions=_int(env, Env.CONVERGE_SESSIONS, 64),

@@ -241,7 +241,7 @@ def test_worker_replicas_never_exceed_the_events_topic_partitions() -> None:
     tenant = cm["data"]["SESSIONSTREAM_TENANT"]
     events = partitions[f"sessionstream.{tenant}.events"]
     assert int(cm["data"]["SESSIONSTREAM_PARTITIONS"]) == events
-    [worker] = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "worker"]
+    [worker] = [d for d in by_kind("StatefulSet") if d["metadata"]["name"] == "worker"]
     assert worker["spec"]["replicas"] <= events
     overlay = yaml.safe_load(
         (DEPLOY / "k8s" / "overlays" / "production" / "worker-replicas.yaml").read_text())
@@ -249,6 +249,26 @@ def test_worker_replicas_never_exceed_the_events_topic_partitions() -> None:
     pdbs = [d for d in by_kind("PodDisruptionBudget")
             if d["spec"]["selector"] == worker["spec"]["selector"]]
     assert pdbs, "the worker has no PodDisruptionBudget"
+
+
+def test_each_worker_replica_has_a_stable_instance_id_of_its_own() -> None:
+    """Static membership (ADR 0020): in Kubernetes the StatefulSet's pod name is the id
+    (stable across restarts, unique per replica); Compose sets none, so each replica
+    derives its own from its container's host name (a fixed value would be shared by
+    every replica of `--scale` and fence the others)."""
+    [worker] = [d for d in by_kind("StatefulSet") if d["metadata"]["name"] == "worker"]
+    [service] = [d for d in by_kind("Service") if d["metadata"]["name"] ==
+                 worker["spec"]["serviceName"]]
+    assert service["spec"]["clusterIP"] == "None"
+    [c] = worker["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["SESSIONSTREAM_WORKER_INSTANCE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}}
+    overlay = yaml.safe_load(
+        (DEPLOY / "k8s" / "overlays" / "production" / "worker-replicas.yaml").read_text())
+    assert overlay["kind"] == "StatefulSet" and overlay["metadata"]["name"] == "worker"
+    spec = yaml.safe_load(COMPOSE.read_text())
+    assert "SESSIONSTREAM_WORKER_INSTANCE" not in spec["services"]["worker"]["environment"]
 
 
 def test_every_kafka_user_is_confined_to_its_tenants_prefixes() -> None:
@@ -287,7 +307,7 @@ def _container_commands() -> list[list[str]]:
     for svc in spec["services"].values():
         if str(svc.get("image", "")).startswith("sessionstream"):
             commands.append(list(svc["command"]))
-    for dep in by_kind("Deployment"):
+    for dep in by_kind("Deployment") + by_kind("StatefulSet"):
         for c in dep["spec"]["template"]["spec"]["containers"]:
             if c["image"].startswith("sessionstream"):
                 commands.append(list(c["args"]))

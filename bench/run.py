@@ -1,0 +1,95 @@
+"""The benchmark set in one session, then one table of ratios (``make bench``).
+
+    PYTHONPATH=. python bench/run.py [--quick] [--only streams,producer,...]
+
+Runs each bench below as its own process (its lines are printed as they come), each
+appending its result rows to one file, then prints ONE table: each measure, its baseline
+from the same run, the figure the target is about (a ratio, or seconds / k events/s
+where the target is absolute), the target and whether it was met. ``--quick``
+(``make bench-quick``) sizes everything down to finish in under 5 minutes on a 2-core
+box; its figures are marked quick (a short raw read measures start-up as much as
+reading). Run by hand against the local servers, never by ``make test`` or CI: the
+figures depend on the machine and its load, which the header prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.results import Result, load
+
+HERE = Path(__file__).resolve().parent
+
+#: name -> (the full run's arguments, the quick run's)
+BENCHES: dict[str, tuple[list[str], list[str]]] = {
+    "streams": ([], ["--quick", "--seconds", "5"]),
+    "producer": (["--no-flush"],
+                 ["--events", "4000", "--sessions", "50", "--append", "native", "--no-flush"]),
+    "resume": ([], ["--session-events", "2000", "--others", "100000"]),
+    "delta": (["--native-only"], ["--native-only", "--events", "20000", "--window", "30"]),
+    "restart": ([], ["--engines", "kafka", "--rounds", "3"]),
+    "scale": ([], ["--quick"]),
+}
+
+
+def table(rows: list[Result]) -> str:
+    head = ("measure", "baseline (same run)", "value", "figure", "target", "met")
+    body = [(r.measure, r.baseline, r.value, f"{r.ratio:,.2f}", r.target,
+             ("yes" if r.met else "NO") + (f" ({r.note})" if r.note else "")) for r in rows]
+    widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(5)]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(row[:5], widths, strict=True))
+             + " | " + row[5] for row in [head, *body]]
+    lines.insert(1, "-+-".join("-" * w for w in widths) + "-+-----")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="the sized-down set (< 5 min)")
+    ap.add_argument("--only", help=f"comma-separated subset of {', '.join(BENCHES)}")
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        ap.error(f"unknown bench(es) {', '.join(unknown)}: choose from {', '.join(BENCHES)}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=HERE.parent).stdout.strip() or "?"
+    print(f"bench set ({'quick' if args.quick else 'full'}) at {commit}, "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {os.cpu_count()} cores, "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
+    failed: list[str] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ssbench-") as tmp:
+        results = Path(tmp) / "results.jsonl"
+        for name in names:
+            full, quick = BENCHES[name]
+            argv = [sys.executable, str(HERE / f"bench_{name}.py"),
+                    *(quick if args.quick else full), "--results", str(results)]
+            print(f"\n== {name}: {' '.join(argv[2:])}", flush=True)
+            t0 = time.monotonic()
+            rc = subprocess.run(argv, env=env, cwd=HERE.parent).returncode
+            print(f"== {name}: {'done' if rc == 0 else f'FAILED (exit {rc})'} in "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+            if rc:
+                failed.append(name)
+        rows = load(results)
+    print(f"\nresults ({'quick' if args.quick else 'full'} set, {commit}, "
+          f"{time.monotonic() - t_start:.0f} s; load average now "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
+    print(table(rows))
+    met = sum(r.met for r in rows)
+    print(f"{met} of {len(rows)} targets met" + (f"; benches that failed: "
+                                                  f"{', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Session backends for the agent frameworks users already run (optional extras)."""
