@@ -1,4 +1,4 @@
-# One image for every sessionstream process: the writer library (import producers.writer),
+# One image for every sessionstream process: the writer library (import sessionstream.producers.writer),
 # the projection worker, the compactor and the dashboard. The command picks the role:
 #   docker run IMAGE worker --engine kafka | compactor | dashboard --host 0.0.0.0 | topics ensure
 # All settings come from SESSIONSTREAM_* environment variables (README, "Configuration").

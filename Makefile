@@ -88,7 +88,8 @@ bench-quick: $(STAMP) $(NATIVE_STAMP)
 lint: $(STAMP)
 	$(NATIVE_ENV) cargo test -q --release --lib --manifest-path native/Cargo.toml
 	$(PY) -m ruff check .
-	$(PY) -m mypy
+	$(PY) tools/typetree.py build/typecheck >/dev/null
+	cd build/typecheck && $(abspath $(PY)) -m mypy --config-file $(abspath pyproject.toml)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -38,8 +38,8 @@ from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.session import Session
 from sessionstream.core.settings import Env, Settings
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 from tests.integration.streams_helpers import produce, read_topic
 from tests.integration.test_dashboard_browser import _free_port, make_driver
 

@@ -39,11 +39,11 @@ from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.redisconn import async_redis
-from streams import native_fold
-from streams.native_fold import NativeFold
-from streams.ports import SessionWrite
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.streams import native_fold
+from sessionstream.streams.native_fold import NativeFold
+from sessionstream.streams.ports import SessionWrite
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 
 TOPIC = "bench.delta"
 URL = Settings.from_env().redis_url

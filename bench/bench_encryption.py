@@ -106,9 +106,9 @@ def _fold_proc(records: list[tuple[str, bytes]], native: bool, opener: Any) -> f
     import asyncio
 
     from sessionstream.core.pipeline import Record
-    from streams.memory import MemorySink
-    from streams.native_fold import NativeFold
-    from streams.processor import Processor
+    from sessionstream.streams.memory import MemorySink
+    from sessionstream.streams.native_fold import NativeFold
+    from sessionstream.streams.processor import Processor
 
     recs, offsets = [], [0] * 4
     for sid, value in records:
@@ -138,9 +138,9 @@ def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any,
     import asyncio
 
     from sessionstream.core.pipeline import Record
-    from streams.memory import MemorySink
-    from streams.native_fold import NativeFold
-    from streams.processor import Processor
+    from sessionstream.streams.memory import MemorySink
+    from sessionstream.streams.native_fold import NativeFold
+    from sessionstream.streams.processor import Processor
 
     recs, offsets = [], [0] * 4
     for sid, value in records:
@@ -181,7 +181,7 @@ def _interleaved(logs: list[list[Event]], live: int) -> list[Event]:
 
 def _icount_child(path: str, n: int, live: int) -> None:
     """One run under callgrind: make the records (both kinds), fold ``n`` of ``path``."""
-    from streams import native_fold  # noqa: F401  (imported by the base run too)
+    from sessionstream.streams import native_fold  # noqa: F401  (imported by the base run too)
 
     events = _interleaved(_logs(), live)
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +221,7 @@ def _instructions(path: str, n: int, live: int) -> int | None:
 
 
 def icount(n: int, live: int, paths: list[str]) -> None:
-    from streams import native_fold
+    from sessionstream.streams import native_fold
 
     if shutil.which("valgrind") is None:
         print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
@@ -296,7 +296,7 @@ def main() -> None:
                               (sealed_records, ReaderPipeline.default(opener=opener)))
         print(f"fold ({events} events): clear {plain:,.0f}/s, encrypted {opened:,.0f}/s, "
               f"ratio {opened / plain:.2f} (target >= 0.9)")
-        from streams import native_fold
+        from sessionstream.streams import native_fold
 
         folds = [False] + ([True] if native_fold.available() else [])
         rates: dict[tuple[bool, bool], float] = {}
@@ -320,11 +320,11 @@ def _delete_latency(tmp: Path) -> None:
 
     import redis
 
-    from producers.audit import WriterAuditLog
-    from producers.topics import TopicSpec, admin_client, ensure_topics
-    from producers.writer import SessionWriter, WriterConfig
     from sessionstream.core.settings import Settings
     from sessionstream.governance.service import Governance
+    from sessionstream.producers.audit import WriterAuditLog
+    from sessionstream.producers.topics import TopicSpec, admin_client, ensure_topics
+    from sessionstream.producers.writer import SessionWriter, WriterConfig
 
     settings = Settings.from_env()
     topic = f"bench-encryption-{uuid.uuid4().hex[:8]}"

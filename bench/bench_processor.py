@@ -38,10 +38,10 @@ from fastavro import schemaless_reader
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
-from streams import native_fold
-from streams.memory import MemorySink
-from streams.native_fold import NativeFold
-from streams.processor import Processor
+from sessionstream.streams import native_fold
+from sessionstream.streams.memory import MemorySink
+from sessionstream.streams.native_fold import NativeFold
+from sessionstream.streams.processor import Processor
 
 TOPIC = "bench.processor"
 

@@ -59,12 +59,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.results import Result, Spread, record
-from producers.kafka_clients import PRODUCER_DEFAULTS
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.events import Event
 from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore, TenantKeys
+from sessionstream.producers.kafka_clients import PRODUCER_DEFAULTS
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 
 def make_topic(admin: AdminClient, partitions: int) -> str:

@@ -42,9 +42,9 @@ from sessionstream.core.simulate import simulate_session
 
 def worker_cmd(engine: str) -> list[str]:
     if engine == "kafka":
-        return [sys.executable, "-m", "streams.engine_kafka"]
-    return [sys.executable, "-m", "faust", "-A", "streams.app:app", "worker", "--without-web",
-            "-l", "warn"]
+        return [sys.executable, "-m", "sessionstream.streams.engine_kafka"]
+    return [sys.executable, "-m", "faust", "-A", "sessionstream.streams.app:app", "worker",
+            "--without-web", "-l", "warn"]
 
 
 def produce(bootstrap: str, topic: str, prefix: str, n: int, seed: int) -> dict[str, int]:

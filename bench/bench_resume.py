@@ -37,12 +37,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.results import Result, Spread, record
-from producers.index import SessionIndex
-from producers.kafka_clients import PRODUCER_DEFAULTS
-from producers.readback import SEEKING, NativeDecoder
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream import redisconn
 from sessionstream.core.settings import Settings
+from sessionstream.producers.index import SessionIndex
+from sessionstream.producers.kafka_clients import PRODUCER_DEFAULTS
+from sessionstream.producers.readback import SEEKING, NativeDecoder
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 PREFIX = "ssbench-resume"
 

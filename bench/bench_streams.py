@@ -60,7 +60,7 @@ from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
-from streams.replay import replay
+from sessionstream.streams.replay import replay
 
 
 def make_events(n: int, seed: int = 1) -> list:  # type: ignore[type-arg]
@@ -110,8 +110,8 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
 #: topic acks each event (faust's default) or not (bench/faust_noacks.py; measured only:
 #: faust then commits offsets it has read but not folded, see ADR 0003).
 FAUST_VARIANTS = {
-    "aio": ("aio", "streams.app:app"),
-    "uvloop": ("uvloop", "streams.app:app"),
+    "aio": ("aio", "sessionstream.streams.app:app"),
+    "uvloop": ("uvloop", "sessionstream.streams.app:app"),
     "noacks": ("aio", "bench.faust_noacks:app"),
     "uvloop+noacks": ("uvloop", "bench.faust_noacks:app"),
 }
@@ -129,7 +129,7 @@ def worker_env(engine: str, env: dict[str, str]) -> dict[str, str]:
 
 def worker_cmd(engine: str, variant: str = "uvloop") -> list[str]:
     if engine in KAFKA_FOLDS:
-        return [sys.executable, "-m", "streams.engine_kafka"]
+        return [sys.executable, "-m", "sessionstream.streams.engine_kafka"]
     loop, app = FAUST_VARIANTS[variant]
     return [sys.executable, "-m", "faust", "--loop", loop, "-A", app, "worker",
             "--without-web", "-l", "warn"]

@@ -23,6 +23,6 @@ def _topic_without_acks(self: faust.App, *topics: Any, **kwargs: Any) -> Any:
 
 faust.App.topic = _topic_without_acks  # type: ignore[method-assign]
 
-from streams.app import app  # noqa: E402  (after the patch: the app declares its topic)
+from sessionstream.streams.app import app  # noqa: E402  (after the patch: the app declares its topic)
 
 __all__ = ["app"]

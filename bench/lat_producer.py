@@ -27,9 +27,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from producers.kafka_clients import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.simulate import simulate_session
+from sessionstream.producers.kafka_clients import PRODUCER_DEFAULTS
 
 
 def make_events(n: int, seed: int) -> list[Any]:

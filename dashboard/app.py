@@ -30,16 +30,16 @@ from aiohttp import web
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
-from dashboard import timeline
-from dashboard.auth import TokenAuth
-from dashboard.auth import middleware as auth_middleware
-from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
-from dashboard.metrics import DashboardMetrics
-from dashboard.timeline import TimelineSource
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
-from streams.read import current_generation, list_sessions, read_views
+from sessionstream.dashboard import timeline
+from sessionstream.dashboard.auth import TokenAuth
+from sessionstream.dashboard.auth import middleware as auth_middleware
+from sessionstream.dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from sessionstream.dashboard.metrics import DashboardMetrics
+from sessionstream.dashboard.timeline import TimelineSource
+from sessionstream.streams.read import current_generation, list_sessions, read_views
 
 log = logging.getLogger("sessionstream.dashboard")
 

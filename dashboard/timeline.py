@@ -75,8 +75,8 @@ def rows_of(readback: Any) -> list[dict[str, Any]]:
 
 def _read(source: TimelineSource, session_id: str, partition: int | None, start: int | None,
           end: int | None) -> Any:
-    from producers.readback import read_session
     from sessionstream.core import codec
+    from sessionstream.producers.readback import read_session
 
     return read_session(source.bootstrap, source.topic, session_id,
                         decode=source.decode or codec.decode,

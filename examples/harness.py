@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     client = make_client(args.api)
     if args.kafka:
-        from producers.writer import SessionWriter, WriterConfig
         from sessionstream.core.settings import Settings
+        from sessionstream.producers.writer import SessionWriter, WriterConfig
 
         with SessionWriter.create(WriterConfig.from_settings(Settings.from_env())) as w:
             result = harness(w, client, args.api, args.model, stream=args.stream).turn(

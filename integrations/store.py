@@ -59,7 +59,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from producers.errors import (
+from sessionstream import redisconn
+from sessionstream.core.catalog import Catalog, EventType, F, Obj, default_catalog
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.events import Draft, Event, SurfaceOp
+from sessionstream.core.jsonl import dumps_line, read_jsonl
+from sessionstream.core.jsonvalue import JsonValue
+from sessionstream.core.session import Session
+from sessionstream.producers.errors import (
     Fenced,
     LeaseExpired,
     LeaseUnavailable,
@@ -68,17 +75,10 @@ from producers.errors import (
     SessionNotFound,
     WriterClosed,
 )
-from producers.fleet import flush_durably
-from producers.lease import LeaseStore
-from producers.resume import read_log
-from producers.writer import SessionWriter, WriterConfig
-from sessionstream import redisconn
-from sessionstream.core.catalog import Catalog, EventType, F, Obj, default_catalog
-from sessionstream.core.errors import SessionStreamError
-from sessionstream.core.events import Draft, Event, SurfaceOp
-from sessionstream.core.jsonl import dumps_line, read_jsonl
-from sessionstream.core.jsonvalue import JsonValue
-from sessionstream.core.session import Session
+from sessionstream.producers.fleet import flush_durably
+from sessionstream.producers.lease import LeaseStore
+from sessionstream.producers.resume import read_log
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 __all__ = [
     "FleetStore",

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from producers.errors import SessionNotFound
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.events import Event
 from sessionstream.governance.audit import AuditedSession, SessionUnknown
+from sessionstream.producers.errors import SessionNotFound
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 #: Seconds an audit event may take to be acknowledged and proven admitted.
 FLUSH_TIMEOUT_S = 30.0

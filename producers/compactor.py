@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.errors import LeaseUnavailable, SessionNotFound
-from producers.writer import SessionWriter, WriterConfig, default_writer_id, read_log
 from sessionstream.core.compaction import (
     DEFAULT_BUDGET,
     Attempt,
@@ -39,6 +37,8 @@ from sessionstream.core.events import Draft, Event
 from sessionstream.core.recovery import recover
 from sessionstream.core.session import Session
 from sessionstream.core.surface import token_estimate
+from sessionstream.producers.errors import LeaseUnavailable, SessionNotFound
+from sessionstream.producers.writer import SessionWriter, WriterConfig, default_writer_id, read_log
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from producers.attachments import DEFAULT_SPILL_THRESHOLD
-from producers.lease import DEFAULT_TTL_MS
 from sessionstream.core.rows import DEFAULT_PREFIX as DEFAULT_KEY_PREFIX
 from sessionstream.core.rows import KeySpace
 from sessionstream.governance import ContentCipher
+from sessionstream.producers.attachments import DEFAULT_SPILL_THRESHOLD
+from sessionstream.producers.lease import DEFAULT_TTL_MS
 
 
 class WriterStats(Protocol):

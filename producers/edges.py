@@ -14,19 +14,23 @@ from typing import Any
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from producers.attachments import AttachmentStore, LocalAttachmentStore
-from producers.config import WriterConfig
-from producers.errors import RedisUnavailable
-from producers.index import SessionIndex
-from producers.kafka import KafkaSender
-from producers.lease import Lease, LeaseStore
-from producers.limits import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, topic_max_message_bytes
-from producers.readback import DecodeMany, NativeDecoder
 from sessionstream import redisconn
 from sessionstream.core.events import Event
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.producers.attachments import AttachmentStore, LocalAttachmentStore
+from sessionstream.producers.config import WriterConfig
+from sessionstream.producers.errors import RedisUnavailable
+from sessionstream.producers.index import SessionIndex
+from sessionstream.producers.kafka import KafkaSender
+from sessionstream.producers.lease import Lease, LeaseStore
+from sessionstream.producers.limits import (
+    CLIENT_MAX_MESSAGE_BYTES,
+    RECORD_OVERHEAD,
+    topic_max_message_bytes,
+)
+from sessionstream.producers.readback import DecodeMany, NativeDecoder
 
-log = logging.getLogger("producers.writer")
+log = logging.getLogger("sessionstream.producers.writer")
 
 #: Redis calls of a writer: fail within seconds, not minutes, when Redis is away.
 REDIS_CONNECT_TIMEOUT_S = 2.0

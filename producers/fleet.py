@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from producers.errors import UnconfirmedEvents
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.events import Draft
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
 from sessionstream.core.providers import APIS
@@ -38,6 +36,8 @@ from sessionstream.core.request import (
     ToolSchema,
     resolve_header,
 )
+from sessionstream.producers.errors import UnconfirmedEvents
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 
 Emit = Callable[..., Any]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import redis
 
-from producers.errors import Fenced, RedisUnavailable
 from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, LogIndexFields, lua
+from sessionstream.producers.errors import Fenced, RedisUnavailable
 
 #: A flush whose records land within this many offsets of the open run extends it:
 #: reading a few hundred other sessions' records costs less than a fresh fetch.

@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from producers.errors import (
+from sessionstream.producers.errors import (
     BrokerUnavailable,
     KafkaProducerError,
     PossiblyPersisted,
@@ -37,7 +37,7 @@ from producers.errors import (
     TopicNotFound,
     map_kafka_error,
 )
-from producers.kafka_clients import BOOTSTRAP, client_config, producer_config
+from sessionstream.producers.kafka_clients import BOOTSTRAP, client_config, producer_config
 
 #: How often a full local queue (BufferError) is retried, serving callbacks in between.
 QUEUE_FULL_RETRIES = 50

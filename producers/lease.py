@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import redis
 
-from producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
-from producers.index import RECORD_BODY
 from sessionstream.core.rows import DEFAULT_PREFIX, KeySpace, lua
+from sessionstream.producers.errors import Fenced, LeaseUnavailable, RedisUnavailable
+from sessionstream.producers.index import RECORD_BODY
 
 DEFAULT_TTL_MS = 30_000
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from producers.errors import map_kafka_error
-from producers.kafka_clients import admin_config
+from sessionstream.producers.errors import map_kafka_error
+from sessionstream.producers.kafka_clients import admin_config
 
 #: Bytes an envelope adds around ``data`` (ids, type, writer, Avro framing), generously.
 ENVELOPE_OVERHEAD = 2048

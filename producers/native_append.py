@@ -27,8 +27,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from producers.errors import ProducerError
-from producers.limits import ENVELOPE_OVERHEAD
 from sessionstream.core import events as _events
 from sessionstream.core.catalog import F, Obj, Scope
 from sessionstream.core.events import FORMAT_VERSION, Draft, Event, SurfaceOp
@@ -38,6 +36,8 @@ from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
 from sessionstream.core.settings import Env
 from sessionstream.governance import ContentCipher
+from sessionstream.producers.errors import ProducerError
+from sessionstream.producers.limits import ENVELOPE_OVERHEAD
 
 try:
     import sessionstream_native as _native

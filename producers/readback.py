@@ -17,15 +17,20 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from producers.errors import BrokerUnavailable, ReadBackError, TopicNotFound, map_kafka_error
-from producers.kafka import _DOWN_CODES, FAIL_FAST_S
-from producers.kafka_clients import consumer_config, private_group
-from producers.partition import partition_for
 from sessionstream.core.admission import AdmissionState, Verdict, admit
 from sessionstream.core.codec import event_from_envelope, schema_fingerprints
 from sessionstream.core.errors import InvalidData
 from sessionstream.core.events import FORMAT_VERSION, Event
 from sessionstream.core.pipeline import Decoded, Record, Undecodable, decode_record
+from sessionstream.producers.errors import (
+    BrokerUnavailable,
+    ReadBackError,
+    TopicNotFound,
+    map_kafka_error,
+)
+from sessionstream.producers.kafka import _DOWN_CODES, FAIL_FAST_S
+from sessionstream.producers.kafka_clients import consumer_config, private_group
+from sessionstream.producers.partition import partition_for
 
 try:  # the compiled extension (native/): reads the Avro envelope; absent: fastavro
     import sessionstream_native as _native

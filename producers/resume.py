@@ -14,15 +14,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from producers.config import WriterConfig
-from producers.edges import WriterEdges
-from producers.errors import RedisUnavailable
-from producers.index import LogIndex, merge_runs
-from producers.readback import ReadBack, Rejection, read_session
 from sessionstream.core.admission import REJECTIONS, AdmissionState
 from sessionstream.core.events import Event
+from sessionstream.producers.config import WriterConfig
+from sessionstream.producers.edges import WriterEdges
+from sessionstream.producers.errors import RedisUnavailable
+from sessionstream.producers.index import LogIndex, merge_runs
+from sessionstream.producers.readback import ReadBack, Rejection, read_session
 
-log = logging.getLogger("producers.writer")
+log = logging.getLogger("sessionstream.producers.writer")
 
 
 def read_back(

@@ -15,9 +15,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from producers.kafka_clients import admin_config
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Settings
+from sessionstream.producers.kafka_clients import admin_config
 
 # Unlimited retention: the log is the source of truth, it is never expired by default.
 EVENT_LOG_CONFIG: Mapping[str, str] = {"cleanup.policy": "delete", "retention.ms": "-1"}

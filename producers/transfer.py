@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.jsonvalue import thaw
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 
 #: session/start fields the writer stamps itself (the rest of a file's are kept).
 _STAMPED = ("format_version", "tenant", "lineage")
@@ -74,7 +74,7 @@ def publish(cfg: WriterConfig, events: Sequence[Event], *, session_id: str | Non
 def fetch(cfg: WriterConfig, session_id: str, *, timeout: float = 30.0) -> tuple[
         list[Event], int]:
     """(the admitted events, how many records the admission rule rejected)."""
-    from producers.errors import SessionNotFound
+    from sessionstream.producers.errors import SessionNotFound
 
     rb = read_log(cfg, session_id, timeout=timeout)
     if not rb.admitted:

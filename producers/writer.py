@@ -29,27 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from producers.attachments import AttachmentStore, spill_tool_result
-from producers.config import WriterConfig, default_writer_id
-from producers.edges import WriterEdges
-from producers.errors import (
-    Fenced,
-    LeaseExpired,
-    MessageTooLarge,
-    ProducerError,
-    RedisUnavailable,
-    ResumeRaceLost,
-    SessionExists,
-    SessionNotFound,
-    UnconfirmedEvents,
-    WriterClosed,
-)
-from producers.kafka import POLL_EVERY
-from producers.lease import Lease
-from producers.limits import ENVELOPE_OVERHEAD, size_bound
-from producers.native_append import append_path
-from producers.readback import ReadBack, Rejection, read_session
-from producers.resume import AdmissionProof, read_back, read_log
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.events import (
     Clock,
@@ -65,6 +44,27 @@ from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
 from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
 from sessionstream.governance.opener import SealedAttachmentStore
+from sessionstream.producers.attachments import AttachmentStore, spill_tool_result
+from sessionstream.producers.config import WriterConfig, default_writer_id
+from sessionstream.producers.edges import WriterEdges
+from sessionstream.producers.errors import (
+    Fenced,
+    LeaseExpired,
+    MessageTooLarge,
+    ProducerError,
+    RedisUnavailable,
+    ResumeRaceLost,
+    SessionExists,
+    SessionNotFound,
+    UnconfirmedEvents,
+    WriterClosed,
+)
+from sessionstream.producers.kafka import POLL_EVERY
+from sessionstream.producers.lease import Lease
+from sessionstream.producers.limits import ENVELOPE_OVERHEAD, size_bound
+from sessionstream.producers.native_append import append_path
+from sessionstream.producers.readback import ReadBack, Rejection, read_session
+from sessionstream.producers.resume import AdmissionProof, read_back, read_log
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ servers, librdkafka's own log level, its log lines routed to Python logging,
 rate-limited by :class:`RateLimit`, instead of raw stderr), with the call site's
 ``extra`` settings on top and ``security`` (``Settings.kafka_security()``) over
 everything; :func:`admin_config` is an admin client's. It lives here, beside the
-settings and outside the edges, so that server management (``sessionstream.devcluster``)
+settings and outside the edges, so that server management (``sessionstream.localstack.cluster``)
 builds its admin clients without importing an edge package; ``producers.kafka_clients``
 builds the producer and consumer configs on it. Standard library only: the client
 classes (confluent-kafka) are imported by the modules that make clients.

@@ -27,10 +27,10 @@ import faust
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
-from streams.errors import TopicMissing
-from streams.lag import INTERVAL_S as LAG_INTERVAL_S
-from streams.processor import Processor
-from streams.worker import (
+from sessionstream.streams.errors import TopicMissing
+from sessionstream.streams.lag import INTERVAL_S as LAG_INTERVAL_S
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
     EXIT_UNAVAILABLE,
@@ -41,8 +41,8 @@ from streams.worker import (
 )
 
 if TYPE_CHECKING:
-    from streams.lag import LagProbe
-    from streams.metrics import WorkerMetrics
+    from sessionstream.streams.lag import LagProbe
+    from sessionstream.streams.metrics import WorkerMetrics
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -135,8 +135,8 @@ async def _serve_metrics() -> None:
     port = cfg.settings.metrics_port
     if port is None:
         return
-    from streams.lag import probe_from_settings
-    from streams.metrics import WorkerMetrics, observe_sink, start_server
+    from sessionstream.streams.lag import probe_from_settings
+    from sessionstream.streams.metrics import WorkerMetrics, observe_sink, start_server
 
     _metrics = WorkerMetrics(cfg.settings.tenant)
     _count_partitions()  # the group may have assigned them before this task ran

@@ -30,13 +30,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from producers.compactor import CompactionReport, Compactor
-from producers.writer import WriterConfig
 from sessionstream.core.compaction import Budget, Decision, should_compact
 from sessionstream.core.messages import Message
 from sessionstream.core.rows import KeySpace, WatchCursorFields, read_change_entry
 from sessionstream.governance.rows import RowCipher
-from streams.read import LiveSnapshot, current_generation, read_views
+from sessionstream.producers.compactor import CompactionReport, Compactor
+from sessionstream.producers.writer import WriterConfig
+from sessionstream.streams.read import LiveSnapshot, current_generation, read_views
 
 # The logger keeps the name it had before the module moved here, for log configs.
 log = logging.getLogger("sessionstream.producers.compaction_watch")

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from sessionstream.core.rows import MetaFields, SessionRow
-from streams.ports import SessionWrite, Sink
-from streams.session_row import CachedSession, SessionRowCodec
+from sessionstream.streams.ports import SessionWrite, Sink
+from sessionstream.streams.session_row import CachedSession, SessionRowCodec
 
 log = logging.getLogger("sessionstream.streams")
 

@@ -42,9 +42,9 @@ class DemoResult:
 def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
              crash_rate: float, seed: int, timeout_s: float, echo: Echo) -> DemoResult:
     """Run the pipeline end to end and return what Redis holds for the fleet's sessions."""
-    from producers.fleet import run_fleet
-    from producers.topics import admin_client, ensure_topics, tenant_topics
-    from producers.writer import WriterConfig
+    from sessionstream.producers.fleet import run_fleet
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
+    from sessionstream.producers.writer import WriterConfig
 
     echo(f"topics: ensuring {settings.events_topic} and its dead-letter topic")
     ensure_topics(admin_client(settings.kafka_bootstrap, settings.kafka_security()),
@@ -96,10 +96,10 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
                 worker: subprocess.Popen[bytes], log_path: Path) -> dict[str, Any] | None:
     """Delete one session (crypto-shred) and show its content gone, its audit trail kept."""
 
-    from producers.audit import WriterAuditLog
-    from producers.writer import WriterConfig, read_log
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import key_store
+    from sessionstream.producers.audit import WriterAuditLog
+    from sessionstream.producers.writer import WriterConfig, read_log
 
     compacted = compaction.get("session_id") if compaction else None
     candidates = [r for r in rows if r["session_id"] != compacted] or rows
@@ -145,9 +145,9 @@ def _first_user_text(events: list[Any]) -> str | None:
 def _compact_largest(settings: Settings, rows: list[dict[str, Any]],
                      last_seqs: dict[str, int], echo: Echo) -> dict[str, Any] | None:
     """Run the compaction agent once on the session with the largest surface."""
-    from producers.compactor import Compactor
-    from producers.writer import WriterConfig
     from sessionstream.core.compaction import Budget
+    from sessionstream.producers.compactor import Compactor
+    from sessionstream.producers.writer import WriterConfig
 
     if not rows:
         return None
@@ -170,7 +170,7 @@ async def _wait_caught_up(settings: Settings, last_seqs: dict[str, int], timeout
     """Poll the views until every session's as_of_seq reached its last admitted seq."""
 
     from sessionstream.governance.wiring import row_cipher
-    from streams.read import read_views
+    from sessionstream.streams.read import read_views
 
     rows = row_cipher(settings)
     redis = redisconn.from_settings(settings, asyncio=True, decode_responses=True)

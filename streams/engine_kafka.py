@@ -33,20 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from producers.kafka_clients import KafkaClients
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
-from streams.batch import MessageBatch
-from streams.errors import TopicMissing
-from streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
-from streams.processor import BatchReport, Processor
-from streams.trace import StageTrace
+from sessionstream.producers.kafka_clients import KafkaClients
+from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.errors import TopicMissing
+from sessionstream.streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
+from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.trace import StageTrace
 
 if TYPE_CHECKING:
-    from streams.lag import LagProbe
-    from streams.metrics import WorkerMetrics
-from streams.worker import (
+    from sessionstream.streams.lag import LagProbe
+    from sessionstream.streams.metrics import WorkerMetrics
+from sessionstream.streams.worker import (
     EXIT_BUG,
     EXIT_CONFIG,
     EXIT_UNAVAILABLE,
@@ -390,8 +390,8 @@ async def _main(cfg: WorkerConfig) -> None:
     runner = None
     port = cfg.settings.metrics_port
     if port is not None:
-        from streams.lag import probe_from_settings
-        from streams.metrics import WorkerMetrics, observe_sink, start_server
+        from sessionstream.streams.lag import probe_from_settings
+        from sessionstream.streams.metrics import WorkerMetrics, observe_sink, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
         observe_sink(engine.metrics, engine.processor.sink)

@@ -14,10 +14,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from producers.kafka_clients import admin_config, producer_config
-from producers.readback import scan_session
 from sessionstream.core.pipeline import Record
-from streams.ports import DeadLetter
+from sessionstream.producers.kafka_clients import admin_config, producer_config
+from sessionstream.producers.readback import scan_session
+from sessionstream.streams.ports import DeadLetter
 
 
 def missing_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0,

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.rows import SessionRow
-from streams.ports import Sink
+from sessionstream.streams.ports import Sink
 
 #: The engines measure the ``as_of_seq`` lag at most this often (seconds).
 INTERVAL_S = 10.0
@@ -167,7 +167,7 @@ class LagProbe:
 def probe_from_settings(settings: Any, sink: Sink, pipeline: ReaderPipeline,
                         topic: str | None = None, group: str | None = None) -> LagProbe:
     """A probe with the settings' Kafka principal, events topic and consumer group."""
-    from producers.kafka_clients import KafkaClients
+    from sessionstream.producers.kafka_clients import KafkaClients
 
     clients = KafkaClients.from_settings(settings)
     group = group or settings.streams_group

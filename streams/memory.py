@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from sessionstream.core.pipeline import Record
 from sessionstream.core.rows import FIRST_GENERATION, SessionRow, change_entry
-from streams.ports import BatchOutcome, DeadLetter, SessionWrite, WriteOutcome
+from sessionstream.streams.ports import BatchOutcome, DeadLetter, SessionWrite, WriteOutcome
 
 
 class MemorySink:

@@ -72,11 +72,11 @@ from sessionstream.core.rows import (
     manifest,
 )
 from sessionstream.core.settings import Env
-from streams.batch import native_items, partition_heads
-from streams.errors import StreamsError
-from streams.ports import BatchOutcome, SessionWrite, WriteOutcome
-from streams.processor import BatchReport, Processor
-from streams.session_row import CachedSession, chunked_fields
+from sessionstream.streams.batch import native_items, partition_heads
+from sessionstream.streams.errors import StreamsError
+from sessionstream.streams.ports import BatchOutcome, SessionWrite, WriteOutcome
+from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.session_row import CachedSession, chunked_fields
 
 try:  # the compiled extension (native/); absent: the Python fold
     import sessionstream_native as _native

@@ -28,9 +28,9 @@ from sessionstream.core.errors import UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Outcome, ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import quarantine
-from streams.convergence import Convergence
-from streams.ports import DeadLetter, DeadLetters, LogReader, SessionWrite, Sink
-from streams.session_row import CachedSession, RowSealer, SessionRowCodec
+from sessionstream.streams.convergence import Convergence
+from sessionstream.streams.ports import DeadLetter, DeadLetters, LogReader, SessionWrite, Sink
+from sessionstream.streams.session_row import CachedSession, RowSealer, SessionRowCodec
 
 log = logging.getLogger("sessionstream.streams")
 

@@ -108,3 +108,42 @@ async def list_sessions(redis: Redis, keys: KeySpace, *, limit: int = 100,
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class ViewReader:
+    """What a service reads: every view of a session at one ``as_of_seq``, and the session list.
+
+    ``ViewReader.from_settings(settings)`` connects to the settings' Redis (no I/O until the
+    first read) and opens sealed views with the tenant's keys. Use ``async with`` or
+    :meth:`aclose`.
+    """
+
+    def __init__(self, redis: Redis, keys: KeySpace, rows: Any = None) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.rows = rows
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ViewReader:
+        from sessionstream import redisconn
+        from sessionstream.governance.wiring import row_cipher
+
+        return cls(redisconn.from_settings(settings, asyncio=True, decode_responses=True),
+                   settings.keys, row_cipher(settings))
+
+    async def views(self, session_id: str) -> LiveSnapshot | None:
+        """Every view of ``session_id`` at one ``as_of_seq``; None if the session is unknown."""
+        return await read_views(self.redis, self.keys, session_id, rows=self.rows)
+
+    async def sessions(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Sessions by last activity, newest first (from the index)."""
+        return await list_sessions(self.redis, self.keys, limit=limit)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> ViewReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

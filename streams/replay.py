@@ -37,23 +37,23 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from producers.kafka_clients import consumer_config, private_group
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
 from sessionstream.core.rows import FIRST_GENERATION, KeySpace, SessionRow, assemble, lua
-from streams.batch import MessageBatch
-from streams.errors import GenerationError
-from streams.kafka_io import KafkaLogReader
-from streams.native_fold import (
+from sessionstream.producers.kafka_clients import consumer_config, private_group
+from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.errors import GenerationError
+from sessionstream.streams.kafka_io import KafkaLogReader
+from sessionstream.streams.native_fold import (
     SEALED_PREFIX,
     SEALED_REF,
     NativeFold,
     field_digest,
     fold_driver,
 )
-from streams.processor import Processor
-from streams.sink import RedisSink, Retry, Script
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink, Retry, Script
 
 try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
     from sessionstream_native import scan_messages as _scan

@@ -29,7 +29,7 @@ from sessionstream.core.rows import (
 )
 from sessionstream.core.rows import MetaFields as M
 from sessionstream.core.rows import stored_chunks as stored_chunk_counts
-from streams.ports import SessionWrite
+from sessionstream.streams.ports import SessionWrite
 
 #: collection -> (index of its last chunk, that chunk's item texts) as last written
 ChunkMemo = dict[str, tuple[int, list[str]]]

@@ -34,8 +34,8 @@ from sessionstream.core.rows import (
     lua,
 )
 from sessionstream.core.settings import Env
-from streams.errors import SinkError
-from streams.ports import BatchOutcome, SessionWrite, WriteOutcome
+from sessionstream.streams.errors import SinkError
+from sessionstream.streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 
 try:  # the compiled extension packs the batch's script call (absent: redis-py packs it)
     from sessionstream_native import pack_session_writes as _native_pack

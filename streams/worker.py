@@ -26,11 +26,11 @@ from sessionstream.core.pipeline import Record
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
-from streams import membership
-from streams.errors import TopicMissing
-from streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
-from streams.processor import BatchReport, Processor
-from streams.sink import RedisSink, Retry
+from sessionstream.streams import membership
+from sessionstream.streams.errors import TopicMissing
+from sessionstream.streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
+from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.sink import RedisSink, Retry
 
 #: Exit status when the processor meets a bug: nothing of the batch is acknowledged.
 EXIT_BUG = 70

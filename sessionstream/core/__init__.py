@@ -5,5 +5,5 @@ surface, request assembly, projections, recovery, fork, admission, compaction po
 and codecs. Every module here imports only the standard library and this package
 (fastavro in :mod:`sessionstream.core.codec` alone); a unit test enforces it. Kafka,
 Redis and servers live outside: ``producers``, ``streams``, ``dashboard``,
-:mod:`sessionstream.devstack` and :mod:`sessionstream.cli`.
+:mod:`sessionstream.localstack.stack` and :mod:`sessionstream.cli`.
 """

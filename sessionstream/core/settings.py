@@ -130,7 +130,7 @@ class Settings:
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
-    # The local cluster profile's loopback ports (sessionstream.devcluster); empty: defaults.
+    # The cluster profile's loopback ports (sessionstream.localstack.cluster); empty: defaults.
     cluster_kafka_ports: tuple[int, ...] = ()
     cluster_controller_ports: tuple[int, ...] = ()
     cluster_redis_ports: tuple[int, ...] = ()
@@ -165,7 +165,7 @@ class Settings:
     kafka_sasl_password: str | None = field(default=None, repr=False)
     #: Dashboard bearer tokens, (token, tenant) pairs; empty: the dashboard refuses all.
     dashboard_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    # The local stack (sessionstream/devstack.py): loopback ports and the jar cache.
+    # The local stack (sessionstream.localstack.stack): loopback ports and the jar cache.
     secure_kafka_port: int = DEFAULT_SECURE_KAFKA_PORT
     secure_kafka_controller_port: int = DEFAULT_SECURE_KAFKA_CONTROLLER_PORT
     kafka_port: int = DEFAULT_KAFKA_PORT

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from streams.ports import SessionWrite, Sink
+from sessionstream.streams.ports import SessionWrite, Sink
 
 
 class SinkHarness(Protocol):

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from integrations.store import SessionStore, StoreError, plugin_type
 from sessionstream.core.catalog import EventType, F, default_catalog
 from sessionstream.core.compaction import Budget, plan_compaction
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
 from sessionstream.core.events import Draft
 from sessionstream.core.session import Session
+from sessionstream.integrations.store import SessionStore, StoreError, plugin_type
 
 NOTE = plugin_type("contracttest/note", {"text": F("str")}, description="a test record")
 

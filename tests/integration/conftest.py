@@ -15,7 +15,7 @@ import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sessionstream.core.settings import Settings
-from sessionstream.devstack import kafka_ready
+from sessionstream.localstack.stack import kafka_ready
 from tests.integration.procs import ProcessGroup
 
 

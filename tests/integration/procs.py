@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The kafka-engine worker's module (``python -m``).
+WORKER = "sessionstream.streams.engine_kafka"
 
 
 class ManagedProcess:
@@ -93,7 +95,9 @@ class ProcessGroup:
         return self.log_dir / "faust"
 
     def start_faust_worker(self, app: str, env: Mapping[str, str]) -> ManagedProcess:
-        from streams.cli import faust_loop  # the loop `sessionstream worker` runs faust on
+        from sessionstream.cli.streams import (
+            faust_loop,  # the loop `sessionstream worker` runs faust on
+        )
 
         env = {"SESSIONSTREAM_FAUST_DATADIR": str(self.faust_datadir), **env}
         return self.start_module("faust", "--loop", faust_loop(), "-A", app, "worker",

@@ -16,9 +16,9 @@ import random
 import sys
 import time
 
-from producers.errors import Fenced, ResumeRaceLost
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.events import Writer
+from sessionstream.producers.errors import Fenced, ResumeRaceLost
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 
 def resume_once(cfg: WriterConfig, sid: str, start_at: float,

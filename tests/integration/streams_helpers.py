@@ -12,7 +12,6 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from producers.kafka_clients import PRODUCER_DEFAULTS
 from sessionstream.core.codec import encode
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Record
@@ -22,6 +21,7 @@ from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.governance.rows import RowCipher, open_fields
 from sessionstream.governance.wiring import row_cipher
+from sessionstream.producers.kafka_clients import PRODUCER_DEFAULTS
 
 
 def fleet(n: int, seed: int = 11, turns: int = 2, prefix: str = "sess") -> dict[str, list[Event]]:

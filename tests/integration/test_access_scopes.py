@@ -24,22 +24,22 @@ import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from producers.errors import NotAuthorized
-from producers.kafka_clients import consumer_config, producer_config
-from producers.readback import scan_session
-from producers.topics import admin_client, ensure_topics, tenant_topics
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.access import principal
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from sessionstream.devstack import StackConfig, down, up
 from sessionstream.governance.access import (
     TenantSecrets,
     apply_kafka,
     apply_redis,
     redis_url_for,
 )
-from tests.integration.procs import ProcessGroup
+from sessionstream.localstack.stack import StackConfig, down, up
+from sessionstream.producers.errors import NotAuthorized
+from sessionstream.producers.kafka_clients import consumer_config, producer_config
+from sessionstream.producers.readback import scan_session
+from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from tests.integration.procs import WORKER, ProcessGroup
 from tests.integration.streams_helpers import wait_until
 
 
@@ -100,7 +100,7 @@ def tenants(secure_kafka: StackConfig, tmp_path_factory: pytest.TempPathFactory
 def _produce(bootstrap: str, topic: str, security: dict[str, str],
              idempotent: bool = True) -> None:
     """One record (keyed as the writers partition); raises the mapped delivery error."""
-    from producers.errors import map_kafka_error
+    from sessionstream.producers.errors import map_kafka_error
 
     errors: list[KafkaError | None] = []
     p = Producer(producer_config(bootstrap, {
@@ -279,7 +279,7 @@ def test_the_projection_worker_runs_on_its_tenants_worker_principals_alone(
             "SESSIONSTREAM_REDIS_URL": redis_url_for(
                 settings.redis_url, principal(a.name, "worker"), a.secrets.passwords["worker"]),
         }
-        proc = procs.start_module("streams.engine_kafka", env=env, name="acl-worker")
+        proc = procs.start_module(WORKER, env=env, name="acl-worker")
         row = keys.session_row(w.session_id, 1)
         wait_until(lambda: redis_client.hget(row, "as_of_seq") is not None, 60,
                    "the worker folding the session as its tenant's principal",

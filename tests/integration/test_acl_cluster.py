@@ -21,9 +21,9 @@ import redis.cluster
 
 from sessionstream import redisconn
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
-from sessionstream.devcluster import ClusterConfig, LocalCluster
 from sessionstream.governance.access import redis_url_for
 from sessionstream.governance.service import Governance
+from sessionstream.localstack.cluster import ClusterConfig, LocalCluster
 from tests.integration.test_cluster_faults import pick_ports
 
 pytestmark = pytest.mark.integration

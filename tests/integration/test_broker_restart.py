@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.settings import Settings
-from sessionstream.devstack import StackConfig, down, kafka_up
+from sessionstream.localstack.stack import StackConfig, down, kafka_up
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn
 
 pytestmark = pytest.mark.integration

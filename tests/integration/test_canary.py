@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from tests.integration.procs import ProcessGroup
+from sessionstream.producers.writer import SessionWriter, WriterConfig
+from tests.integration.procs import WORKER, ProcessGroup
 from tests.integration.streams_helpers import wait_until, worker_env
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ def test_a_canary_in_every_content_field_is_in_no_log_segment_dump_or_attachment
     cfg = WriterConfig.from_settings(mine, spill_threshold=256, lease_ttl_ms=10_000)
     caplog.set_level(logging.DEBUG)
 
-    worker = procs.start_module("streams.engine_kafka", env={**env, "SESSIONSTREAM_LOGLEVEL":
+    worker = procs.start_module(WORKER, env={**env, "SESSIONSTREAM_LOGLEVEL":
                                                              "debug"}, name="kafka-worker")
     w = _write(cfg, canary)
     last = w.next_seq - 1

@@ -19,10 +19,10 @@ from sessionstream.core.projections import default_registry
 from sessionstream.core.rows import KeySpace, SessionRow, assemble
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
-from sessionstream.devcluster import ClusterConfig, LocalCluster
-from streams.processor import Processor
-from streams.read import read_views
-from streams.sink import RedisSink
+from sessionstream.localstack.cluster import ClusterConfig, LocalCluster
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.read import read_views
+from sessionstream.streams.sink import RedisSink
 from tests.unit.test_streams_processor import as_records
 
 

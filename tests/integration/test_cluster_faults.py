@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from producers.errors import ProducerError
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace
-from sessionstream.devcluster import ClusterConfig, LocalCluster
-from tests.integration.procs import ProcessGroup
+from sessionstream.localstack.cluster import ClusterConfig, LocalCluster
+from sessionstream.producers.errors import ProducerError
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from tests.integration.procs import WORKER, ProcessGroup
 from tests.integration.streams_helpers import expected_views, stored_views, wait_until
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.up()
         yield local
     finally:
-        from producers.kafka import POOL
+        from sessionstream.producers.kafka import POOL
 
         POOL.close_all(1.0)  # the writers' pooled producers: they would dial the dead nodes
         local.down()
@@ -200,13 +200,13 @@ class Scenario:
         env = {**cluster.cfg.settings_env(), "SESSIONSTREAM_EVENTS_TOPIC": self.topic,
                "SESSIONSTREAM_DLQ_TOPIC": self.dlq, "SESSIONSTREAM_KEY_PREFIX": self.prefix,
                "SESSIONSTREAM_STREAMS_GROUP": f"fault-{tag}", "SESSIONSTREAM_TENANT": TENANT}
-        self.worker = procs.start_module("streams.engine_kafka", env=env, name=f"worker-{name}")
+        self.worker = procs.start_module(WORKER, env=env, name=f"worker-{name}")
         self.logs = [WriterLog(f"{name}-{tag}-{i}") for i in range(SESSIONS)]
         self.threads: list[threading.Thread] = []
         self.total_turns = 0
         self.t0 = time.monotonic()
         self.warnings = _Count()
-        logging.getLogger("producers.writer").addHandler(self.warnings)
+        logging.getLogger("sessionstream.producers.writer").addHandler(self.warnings)
 
     def start_writers(self, turns: int = TURNS, pause: float = 0.15) -> None:
         self.total_turns = turns * len(self.logs)
@@ -235,7 +235,7 @@ class Scenario:
         """Join the writers, wait for the worker, check every invariant; return the figures."""
         for t in self.threads:
             t.join(300)
-        logging.getLogger("producers.writer").removeHandler(self.warnings)
+        logging.getLogger("sessionstream.producers.writer").removeHandler(self.warnings)
         failed = {log.session_id: log.failed for log in self.logs if log.failed}
         assert not failed, f"writers failed: {failed}"
         stuck = [t.name for t in self.threads if t.is_alive()]
@@ -327,7 +327,7 @@ def test_sigkill_of_the_partition_leader_during_appends_and_folds_loses_nothing(
     s.start_writers()
     s.wait_progress(SESSIONS * 3)
     # The leader of the partition holding the first session (and so its writes and folds).
-    from producers.partition import partition_for
+    from sessionstream.producers.partition import partition_for
 
     part = partition_for(s.logs[0].session_id, 3)
     leader = cluster.partition_leader(s.topic, part)

@@ -12,12 +12,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.compaction import Budget
 from sessionstream.core.pipeline import ReaderPipeline
-from streams.compaction_watch import CompactionWatcher
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.streams.compaction_watch import CompactionWatcher
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 from tests.integration.streams_helpers import read_topic
 from tests.integration.test_compactor import work_turn
 from tests.integration.writers import writer_cfg

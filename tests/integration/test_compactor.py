@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from producers.compactor import Compactor
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.compaction import Attempt, Budget
 from sessionstream.core.events import SurfaceOp
 from sessionstream.core.messages import Kind
 from sessionstream.core.session import Session
 from sessionstream.core.surface import token_estimate
+from sessionstream.producers.compactor import Compactor
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]

@@ -20,14 +20,14 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from dashboard.app import DashboardConfig, create_app
 from sessionstream.core.events import Event, Writer, make_event
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from streams.processor import Processor
-from streams.read import read_views
-from streams.sink import RedisSink
+from sessionstream.dashboard.app import DashboardConfig, create_app
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.read import read_views
+from sessionstream.streams.sink import RedisSink
 from tests.integration.procs import ProcessGroup
 from tests.integration.streams_helpers import fleet, interleave, produce, read_topic, wait_until
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dashboard.app import DashboardConfig, create_app
-from dashboard.auth import COOKIE, TokenAuth
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
+from sessionstream.dashboard.app import DashboardConfig, create_app
+from sessionstream.dashboard.auth import COOKIE, TokenAuth
 
 MINE = "tenant-a-token-0123456789abcdef"
 THEIRS = "tenant-b-token-0123456789abcdef"

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dashboard.app import DashboardConfig, create_app
-from dashboard.timeline import TimelineSource
 from sessionstream.core.events import Writer, make_event
 from sessionstream.core.rows import KeySpace
+from sessionstream.dashboard.app import DashboardConfig, create_app
+from sessionstream.dashboard.timeline import TimelineSource
 from tests.integration.test_dashboard import Fleet, projected  # noqa: F401 (fixture)
 
 

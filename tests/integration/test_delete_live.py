@@ -18,8 +18,6 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from producers.audit import WriterAuditLog
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
 from sessionstream.core.rows import KeySpace, SessionRow
@@ -30,9 +28,11 @@ from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, open_fields
 from sessionstream.governance.service import Governance
-from streams.kafka_io import KafkaLogReader
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.producers.audit import WriterAuditLog
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.streams.kafka_io import KafkaLogReader
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 from tests.integration.streams_helpers import read_topic, stored_views
 from tests.integration.writers import writer_cfg
 
@@ -191,7 +191,7 @@ async def test_the_dashboard_says_a_deleted_session_is_no_longer_fully_reconstru
 ) -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    from dashboard.app import DashboardConfig, create_app
+    from sessionstream.dashboard.app import DashboardConfig, create_app
 
     root = tmp_path / "keys"
     cfg = dataclasses.replace(writer_cfg, cipher=ContentCipher(_store(root), "default"))

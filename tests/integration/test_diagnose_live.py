@@ -14,15 +14,15 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from redis.asyncio import Redis
 
-from producers.errors import Fenced
-from producers.writer import SessionWriter, WriterConfig
+from sessionstream.cli.diagnose import live_facts
 from sessionstream.cli.main import main
 from sessionstream.core.diagnosis import Status, diagnose, exit_code
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.settings import Settings
-from streams.diagnose import live_facts
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.producers.errors import Fenced
+from sessionstream.producers.writer import SessionWriter, WriterConfig
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 from tests.integration.writers import tool_turn, writer_cfg
 
 __all__ = ["writer_cfg"]  # the fixture, imported for pytest

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.codec import decode
 from sessionstream.core.privacy import DELETED_TEXT, NOT_INHERITED_TEXT, DataClass
 from sessionstream.core.session import Session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.streams_helpers import read_topic
 from tests.integration.writers import writer_cfg
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from producers.fleet import run_fleet
-from producers.writer import WriterConfig
+from sessionstream.producers.fleet import run_fleet
+from sessionstream.producers.writer import WriterConfig
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]

@@ -10,8 +10,6 @@ from typing import Any, ClassVar
 import pytest
 import redis
 
-from producers.audit import WriterAuditLog
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.errors import LegalHold
 from sessionstream.core.privacy import DELETED_TEXT, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
@@ -20,6 +18,8 @@ from sessionstream.core.settings import Settings
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.service import Governance, SessionUnknown
+from sessionstream.producers.audit import WriterAuditLog
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import writer_cfg
 
 __all__ = ["writer_cfg"]
@@ -103,8 +103,8 @@ def test_deleting_one_class_leaves_the_others_readable(
 
 def test_delete_fences_a_live_writer(sealed_cfg: WriterConfig,
                                      redis_client: redis.Redis) -> None:
-    from producers.errors import ProducerError
     from sessionstream.core.errors import SessionStreamError
+    from sessionstream.producers.errors import ProducerError
 
     w = _session(sealed_cfg)
     _gov(sealed_cfg, redis_client).delete(w.session_id)
@@ -335,7 +335,7 @@ async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
     before writing it, so a deletion purges it too."""
     from redis.asyncio import Redis
 
-    from streams.replay import replay
+    from sessionstream.streams.replay import replay
 
     w = SessionWriter.create(writer_cfg)  # clear content: the replay folds it readable
     w.append("user/message", {"content": f"{CANARY} to forget"})
@@ -419,10 +419,10 @@ def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(
         tmp_path: Path) -> None:
     from click.testing import CliRunner
 
+    from sessionstream.cli.diagnose import live_facts
     from sessionstream.cli.main import main
     from sessionstream.core.diagnosis import diagnose
     from sessionstream.core.jsonl import write_jsonl
-    from streams.diagnose import live_facts
 
     w = _session(sealed_cfg, 2)
     w.close()

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from producers.transfer import fetch, publish
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.cli.main import main
 from sessionstream.core.events import Event
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
 from sessionstream.core.jsonl import read_jsonl, write_jsonl
 from sessionstream.core.providers.scripted import Reply, ScriptedClient
+from sessionstream.producers.transfer import fetch, publish
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import writer_cfg
 from tests.unit import harness_cases as cases
 

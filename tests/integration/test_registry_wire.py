@@ -21,9 +21,6 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from redis.asyncio import Redis
 
-from dashboard.app import DashboardConfig, create_app
-from dashboard.timeline import TimelineSource
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.cli.main import main
 from sessionstream.core import codec
 from sessionstream.core.errors import SchemaUnavailable
@@ -31,12 +28,15 @@ from sessionstream.core.events import Event
 from sessionstream.core.pipeline import DeadLetterReason, Outcome, Undecodable
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from sessionstream.devregistry import LocalRegistry, find_java
+from sessionstream.dashboard.app import DashboardConfig, create_app
+from sessionstream.dashboard.timeline import TimelineSource
 from sessionstream.governance.wiring import reader_pipeline
+from sessionstream.localstack.registry import LocalRegistry, find_java
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.registry import RegistryClient, reader_decode, subject, wire_codec
-from streams.processor import Processor
-from streams.sink import RedisSink
-from streams.worker import process_retrying
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
+from sessionstream.streams.worker import process_retrying
 from tests.integration.streams_helpers import expected_views, produce, read_topic
 from tests.integration.writers import tool_turn, writer_cfg
 

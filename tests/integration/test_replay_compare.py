@@ -21,7 +21,6 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace, SessionRow, assemble
 from sessionstream.core.settings import Settings
@@ -29,8 +28,9 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
-from streams import native_fold
-from streams.replay import ReplayReport, allocate_generation, replay
+from sessionstream.producers.writer import SessionWriter, WriterConfig
+from sessionstream.streams import native_fold
+from sessionstream.streams.replay import ReplayReport, allocate_generation, replay
 from tests.integration.streams_helpers import fleet, interleave, produce
 from tests.integration.writers import tool_turn, writer_cfg
 

@@ -10,12 +10,12 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from producers.errors import Fenced
-from producers.index import RUN_GAP, SessionIndex
-from producers.kafka_clients import PRODUCER_DEFAULTS
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.rows import LogIndexFields
 from sessionstream.core.settings import Settings
+from sessionstream.producers.errors import Fenced
+from sessionstream.producers.index import RUN_GAP, SessionIndex
+from sessionstream.producers.kafka_clients import PRODUCER_DEFAULTS
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn
 
 pytestmark = pytest.mark.integration
@@ -185,8 +185,8 @@ def test_a_refused_event_is_never_recorded_in_the_index(
 
 def test_the_native_and_the_python_decoder_read_back_the_same_log(
         cfg: WriterConfig) -> None:
-    from producers.edges import WriterEdges
-    from producers.readback import NativeDecoder
+    from sessionstream.producers.edges import WriterEdges
+    from sessionstream.producers.readback import NativeDecoder
 
     if not NativeDecoder.available():
         pytest.skip("the sessionstream_native extension is not built")

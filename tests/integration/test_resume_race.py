@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core.events import Event
 from sessionstream.core.session import Session
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn, writer_cfg
 
 __all__ = ["writer_cfg"]
@@ -236,8 +236,8 @@ def test_racing_writers_that_prove_nothing_before_their_first_flush_cannot_splic
 
 PAUSED = """
 import json, sys, time
-from producers.errors import Fenced
-from producers.writer import SessionWriter, WriterConfig
+from sessionstream.producers.errors import Fenced
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 cfg = WriterConfig(**json.loads(sys.argv[1]))
 w = SessionWriter.create(cfg)
 durable = [e.event_id for e in w.session.events]

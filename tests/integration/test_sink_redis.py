@@ -10,8 +10,8 @@ from redis.asyncio import Redis
 
 from sessionstream.core.rows import KeySpace, LogIndexFields, read_change_entry
 from sessionstream.core.settings import Settings
-from streams import sink as sink_module
-from streams.sink import RedisSink
+from sessionstream.streams import sink as sink_module
+from sessionstream.streams.sink import RedisSink
 from tests.contract.sink_contract import SinkContract, write
 
 

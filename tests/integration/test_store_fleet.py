@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from integrations.store import FleetStore, WriterConflict
-from producers.writer import SessionWriter, WriterConfig
+from sessionstream.integrations.store import FleetStore, WriterConflict
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 from tests.contract.store_contract import NOTE, StoreContract
 from tests.integration.writers import writer_cfg
 

@@ -16,9 +16,9 @@ from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Settings
-from streams.kafka_io import KafkaLogReader
-from streams.processor import Processor
-from streams.sink import RedisSink
+from sessionstream.streams.kafka_io import KafkaLogReader
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.sink import RedisSink
 from tests.integration.streams_helpers import (
     expected_views,
     fleet,

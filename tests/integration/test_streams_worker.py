@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from sessionstream.core.events import make_event
 from sessionstream.core.settings import Settings
-from streams import native_fold
-from tests.integration.procs import ROOT, ProcessGroup
+from sessionstream.streams import native_fold
+from tests.integration.procs import ROOT, WORKER, ProcessGroup
 from tests.integration.streams_helpers import (
     caught_up,
     expected_views,
@@ -33,7 +33,8 @@ from tests.integration.streams_helpers import (
     worker_env,
 )
 
-APP = "streams.app:app"
+APP = "sessionstream.streams.app:app"
+CLI = "sessionstream.cli.main"
 ENGINES = pytest.mark.parametrize("engine", ["faust", "kafka", "kafka-python"])
 
 
@@ -43,7 +44,7 @@ def start_worker(procs: ProcessGroup, engine: str, env: dict[str, str]) -> Any:
         return procs.start_faust_worker(APP, env)
     fold = "python" if engine == "kafka-python" else (
         "native" if native_fold.available() else "python")
-    return procs.start_module("streams.engine_kafka", env={**env, "SESSIONSTREAM_FOLD": fold},
+    return procs.start_module(WORKER, env={**env, "SESSIONSTREAM_FOLD": fold},
                               name="kafka-worker")
 
 
@@ -89,10 +90,10 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     assert dict(letters[0].headers())["sessionstream.reason"] == b"corrupt"
     # online reads: the CLI shows the quarantine and lists sessions from the index
     env_cli = {**env}
-    out = procs.run_module("streams.cli_main", "views", bad_sid, "--json", env=env_cli)
+    out = procs.run_module(CLI, "views", bad_sid, "--json", env=env_cli)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["quarantine"]["kind"] == "unknown_event"
-    out = procs.run_module("streams.cli_main", "sessions", "--json", "--limit", "500",
+    out = procs.run_module(CLI, "sessions", "--json", "--limit", "500",
                            env=env_cli)
     assert out.returncode == 0, out.stderr
     assert {row["session_id"] for row in json.loads(out.stdout)} == set(logs)
@@ -104,7 +105,7 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     else:  # faust kept its data dir where the settings said, not in the working directory
         assert (procs.faust_datadir / consumer_group / "v1").is_dir()
         assert not (ROOT / f"{consumer_group}-data").exists()
-    out = procs.run_module("streams.cli_main", "replay", "--json", env=env_cli, timeout=120)
+    out = procs.run_module(CLI, "replay", "--json", env=env_cli, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["equals_live"] and report["switched"]
@@ -229,8 +230,8 @@ async def test_a_rebalance_while_a_batch_write_is_in_flight_loses_and_repeats_no
     import asyncio
     import os
 
-    from streams.engine_kafka import KafkaEngine
-    from streams.worker import WorkerConfig, build_processor
+    from sessionstream.streams.engine_kafka import KafkaEngine
+    from sessionstream.streams.worker import WorkerConfig, build_processor
 
     topic = unique_topic(4)
     logs = fleet(40, seed=13, turns=3)

@@ -72,7 +72,7 @@ def test_refuses_an_existing_unsafe_events_topic(
 def test_a_topic_just_created_is_awaited_until_its_metadata_shows_and_a_missing_one_is_named(
     kafka_admin: AdminClient,
 ) -> None:
-    from producers.topics import TopicError, visible_metadata
+    from sessionstream.producers.topics import TopicError, visible_metadata
 
     name = f"sstest.ensure.{uuid.uuid4().hex[:10]}"
     futures = kafka_admin.create_topics([NewTopic(name, num_partitions=3,

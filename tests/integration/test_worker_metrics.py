@@ -19,9 +19,9 @@ from sessionstream.core.events import Writer, make_event
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
-from streams.lag import PartitionLag, probe_from_settings
-from streams.sink import RedisSink
-from tests.integration.procs import ProcessGroup
+from sessionstream.streams.lag import PartitionLag, probe_from_settings
+from sessionstream.streams.sink import RedisSink
+from tests.integration.procs import WORKER, ProcessGroup
 from tests.integration.streams_helpers import (
     caught_up,
     fleet,
@@ -135,7 +135,7 @@ def test_a_worker_counts_a_zombie_writers_refused_event_by_verdict_and_its_lag_d
     port = _free_port()
     env = worker_env(settings, topic, dlq, consumer_group, redis_prefix,
                      SESSIONSTREAM_METRICS_PORT=str(port))
-    worker = procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+    worker = procs.start_module(WORKER, env=env, name="kafka-worker")
     base = f"http://127.0.0.1:{port}"
     worker.wait_for(lambda: _get(f"{base}/readyz")[0] == 200, 60, "/readyz (an assignment)")
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,
@@ -193,7 +193,7 @@ def test_the_as_of_seq_lag_counts_unseen_events_while_the_worker_is_stopped_and_
     port = _free_port()
     env = worker_env(settings, topic, dlq, consumer_group, redis_prefix,
                      SESSIONSTREAM_METRICS_PORT=str(port))
-    worker = procs.start_module("streams.engine_kafka", env=env, name="kafka-worker")
+    worker = procs.start_module(WORKER, env=env, name="kafka-worker")
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, first), 60,
                "the worker to fold the first half of every session")
     assert worker.stop() == 0
@@ -237,7 +237,7 @@ def test_the_as_of_seq_lag_counts_unseen_events_while_the_worker_is_stopped_and_
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
 
-    procs.start_module("streams.engine_kafka", env=env, name="kafka-worker-2")
+    procs.start_module(WORKER, env=env, name="kafka-worker-2")
     wait_until(caught_up(redis_client, redis_prefix, settings.tenant, logs), 60,
                "the restarted worker to fold every event")
     base = f"http://127.0.0.1:{port}"

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from producers import native_append as na
-from producers.errors import Fenced, MessageTooLarge, UnconfirmedEvents
-from producers.writer import SessionWriter, WriterConfig, read_log
 from sessionstream.core import codec
 from sessionstream.core.admission import Verdict
 from sessionstream.core.errors import InvalidData, InvariantViolation, SchemaViolation
+from sessionstream.producers import native_append as na
+from sessionstream.producers.errors import Fenced, MessageTooLarge, UnconfirmedEvents
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn, writer_cfg
 
 __all__ = ["writer_cfg"]
@@ -93,7 +93,7 @@ def test_message_too_large_is_refused_before_producing(
 
 
 def test_large_tool_result_spills_to_the_attachment_store(writer_cfg: WriterConfig) -> None:
-    from producers.attachments import LocalAttachmentStore
+    from sessionstream.producers.attachments import LocalAttachmentStore
 
     w = SessionWriter.create(writer_cfg)
     tool_turn(w, 0, close=False)
@@ -171,7 +171,7 @@ def test_zombie_writer_events_are_rejected(writer_cfg: WriterConfig) -> None:
 CRASHER = textwrap.dedent(
     """
     import json, sys, time
-    from producers.writer import SessionWriter, WriterConfig
+    from sessionstream.producers.writer import SessionWriter, WriterConfig
     cfg = WriterConfig(**json.loads(sys.argv[1]))
     w = SessionWriter.create(cfg)
     from tests.integration.writers import tool_turn
@@ -217,7 +217,7 @@ def test_sigkilled_writer_is_resumed_by_another_process(writer_cfg: WriterConfig
 
 
 def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConfig) -> None:
-    from producers.kafka import KafkaSender
+    from sessionstream.producers.kafka import KafkaSender
 
     w = SessionWriter.create(writer_cfg)
     healthy = w._sender
@@ -253,7 +253,7 @@ def test_timed_out_records_are_unconfirmed_exactly_and_resent_on_either_append_p
     the ones reported, the acknowledged ones are not, and a resend makes them durable."""
     if append == "native" and na.why_not(codec.encode) is not None:
         pytest.skip("the native extension is not built")
-    from producers.kafka import KafkaSender
+    from sessionstream.producers.kafka import KafkaSender
 
     cfg = dataclasses.replace(writer_cfg, append=append)
     w = SessionWriter.create(cfg)
@@ -345,7 +345,7 @@ def test_append_many_records_that_time_out_are_unconfirmed_exactly_and_resent(
     that time out are the ones a flush reports, and a resend makes them durable."""
     if na.why_not(codec.encode) is not None:
         pytest.skip("the native extension is not built")
-    from producers.kafka import KafkaSender
+    from sessionstream.producers.kafka import KafkaSender
 
     w = SessionWriter.create(dataclasses.replace(writer_cfg, append="native"))
     w.append_many([("turn/start", {}), ("step/start", {}),

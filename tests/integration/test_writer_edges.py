@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 import redis
 
-from producers.errors import (
+from sessionstream.producers.errors import (
     BrokerUnavailable,
     LeaseExpired,
     RedisUnavailable,
     SessionNotFound,
     TopicNotFound,
 )
-from producers.kafka import POOL
-from producers.kafka_clients import LIBRDKAFKA_LOGGER, RateLimit, librdkafka_logger
-from producers.lease import LeaseStore
-from producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.producers.kafka import POOL
+from sessionstream.producers.kafka_clients import LIBRDKAFKA_LOGGER, RateLimit, librdkafka_logger
+from sessionstream.producers.lease import LeaseStore
+from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 from tests.integration.writers import tool_turn, writer_cfg
 
 __all__ = ["writer_cfg"]

@@ -8,9 +8,9 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from producers.errors import Fenced
-from producers.metrics import WriterMetrics
-from producers.writer import SessionWriter, WriterConfig
+from sessionstream.producers.errors import Fenced
+from sessionstream.producers.metrics import WriterMetrics
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 from tests.integration.writers import tool_turn, writer_cfg  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration

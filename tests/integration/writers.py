@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.writer import SessionWriter, WriterConfig
 from sessionstream.core.settings import Settings
+from sessionstream.producers.writer import SessionWriter, WriterConfig
 
 
 @pytest.fixture

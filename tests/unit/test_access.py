@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from producers.kafka_clients import KafkaClients
-from sessionstream import devstack
 from sessionstream.core.access import (
     kafka_acls,
     principal,
@@ -19,6 +17,8 @@ from sessionstream.core.access import (
 from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings, SettingsError
 from sessionstream.governance.access import TenantSecrets, redis_url_for
+from sessionstream.localstack import stack as devstack
+from sessionstream.producers.kafka_clients import KafkaClients
 
 
 def test_principal_names_are_per_tenant_and_role() -> None:

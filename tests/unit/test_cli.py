@@ -273,7 +273,7 @@ def test_docs_claims_about_the_envelope_hold(tmp_path: Path) -> None:
 def test_the_faust_worker_runs_on_uvloop_when_it_is_installed() -> None:
     import importlib.util
 
-    from streams.cli import faust_loop
+    from sessionstream.cli.streams import faust_loop
 
     expected = "uvloop" if importlib.util.find_spec("uvloop") is not None else "aio"
     assert faust_loop() == expected
@@ -293,6 +293,6 @@ def test_the_faust_app_keeps_its_data_dir_under_the_settings_not_the_working_dir
            "SESSIONSTREAM_STREAMS_GROUP": "g-datadir"}
     env.pop("SESSIONSTREAM_FAUST_DATADIR", None)
     out = subprocess.run(
-        [sys.executable, "-c", "import streams.app as a; print(a.app.conf.datadir)"],
+        [sys.executable, "-c", "import sessionstream.streams.app as a; print(a.app.conf.datadir)"],
         cwd=root, env=env, capture_output=True, text=True, check=True, timeout=60)
     assert Path(out.stdout.strip()) == tmp_path / "state" / "faust" / "g-datadir"

@@ -8,7 +8,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from producers.errors import BrokerUnavailable, RedisUnavailable
 from sessionstream.cli.context import ExitCode, GuardedGroup, exit_code_of, settings
 from sessionstream.cli.main import main
 from sessionstream.core.errors import (
@@ -18,7 +17,8 @@ from sessionstream.core.errors import (
     SummarizerError,
 )
 from sessionstream.core.settings import Settings, SettingsError
-from streams.errors import SinkError
+from sessionstream.producers.errors import BrokerUnavailable, RedisUnavailable
+from sessionstream.streams.errors import SinkError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lab_two_step.jsonl"
 #: Nothing listens on port 1 of the loopback: a connection is refused at once.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.compaction_watch import AttemptLedger, WatchSummary, _session_of
+from sessionstream.streams.compaction_watch import AttemptLedger, WatchSummary, _session_of
 
 
 class Clock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
+from sessionstream.dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 
 
 def test_an_event_id_names_the_generation_and_the_stream_entry_and_parses_back() -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from producers import native_append as na
-from producers.kafka import Delivery, DeliveryState
 from sessionstream.core import codec
 from sessionstream.core.events import CountingClock, Draft, SequentialIds
 from sessionstream.core.session import Session
+from sessionstream.producers import native_append as na
+from sessionstream.producers.kafka import Delivery, DeliveryState
 
 pytestmark = pytest.mark.skipif(na.why_not(codec.encode) is not None,
                                 reason="the native extension is not built")
@@ -117,7 +117,7 @@ def test_a_sender_and_its_log_are_collected_together() -> None:
     import gc
     import weakref
 
-    from producers.kafka import KafkaSender
+    from sessionstream.producers.kafka import KafkaSender
 
     sender = KafkaSender("127.0.0.1:9", "t")  # no network until first use
     log, _ = new_log()

@@ -361,8 +361,8 @@ def test_every_metric_the_grafana_dashboard_queries_is_one_a_component_exports()
 
     from prometheus_client import CollectorRegistry
 
-    from dashboard.metrics import DashboardMetrics
-    from streams.metrics import CompactorMetrics, WorkerMetrics
+    from sessionstream.dashboard.metrics import DashboardMetrics
+    from sessionstream.streams.metrics import CompactorMetrics, WorkerMetrics
 
     registry = CollectorRegistry()
     WorkerMetrics("t", registry)

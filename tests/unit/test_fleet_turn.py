@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from producers.errors import UnconfirmedEvents
-from producers.fleet import flush_durably, run_turn
 from sessionstream.core.session import Session
+from sessionstream.producers.errors import UnconfirmedEvents
+from sessionstream.producers.fleet import flush_durably, run_turn
 
 
 class FakeWriter:

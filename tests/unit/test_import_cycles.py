@@ -19,7 +19,7 @@ def imports_within(package: str) -> dict[str, set[str]]:
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == package:  # from dashboard import timeline
+                if node.module == package:  # from sessionstream.dashboard import timeline
                     deps |= {f"{package}.{a.name}" for a in node.names}
                 elif node.module.startswith(package + "."):
                     deps.add(node.module)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-from producers.kafka_clients import (
+from sessionstream.core.settings import Settings
+from sessionstream.producers.kafka_clients import (
     LIBRDKAFKA_LOGGER,
     PRODUCER_DEFAULTS,
     KafkaClients,
@@ -15,12 +15,11 @@ from producers.kafka_clients import (
     private_group,
     producer_config,
 )
-from sessionstream.core.settings import Settings
+from tests.unit.layout import ROOT, package_dirs
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Modules allowed to spell the librdkafka key: the builder (the constant's home) and
 #: the local stack's readiness probe (server management, silenced on purpose, log_level 0).
-SPELLS_BOOTSTRAP = {"sessionstream/kafka_config.py", "sessionstream/devstack.py"}
+SPELLS_BOOTSTRAP = {"sessionstream/kafka_config.py", "deploy/local/stack.py"}
 
 
 def test_every_config_names_the_brokers_and_routes_librdkafka_logs_to_python() -> None:
@@ -53,8 +52,8 @@ def test_the_builders_bind_to_the_process_settings() -> None:
 
 def test_no_other_module_builds_a_client_config_by_hand() -> None:
     hand_built = []
-    for folder in ("producers", "streams", "dashboard", "sessionstream"):
-        for path in (ROOT / folder).rglob("*.py"):
+    for folder in package_dirs().values():
+        for path in folder.rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
             text = path.read_text(encoding="utf-8")
             if rel not in SPELLS_BOOTSTRAP and ("'bootstrap.servers'" in text
@@ -65,7 +64,7 @@ def test_no_other_module_builds_a_client_config_by_hand() -> None:
 
 def test_importing_the_producer_module_installs_no_process_hooks() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "import producers.kafka as k; print(k.POOL._hooked)"],
+        [sys.executable, "-c", "import sessionstream.producers.kafka as k; print(k.POOL._hooked)"],
         cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

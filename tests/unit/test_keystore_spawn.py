@@ -57,8 +57,8 @@ def test_a_spawned_copy_does_not_use_keys_the_parent_cached_before_a_shred(
 def test_the_writer_config_the_demo_hands_its_fleet_pickles(tmp_path: Path) -> None:
     """``make demo`` spawns its agent processes with WriterConfig.from_settings: every
     part of it (the cipher and its key store included) must survive pickling."""
-    from producers.writer import WriterConfig
     from sessionstream.core.settings import Settings
+    from sessionstream.producers.writer import WriterConfig
 
     settings = Settings.from_env({"SESSIONSTREAM_STATE_DIR": str(tmp_path / "state")})
     cfg = WriterConfig.from_settings(settings)

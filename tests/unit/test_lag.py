@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.lag import Newest, partition_lag
+from sessionstream.streams.lag import Newest, partition_lag
 
 
 def test_a_caught_up_partition_lags_by_nothing_in_either_unit() -> None:

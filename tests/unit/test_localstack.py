@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sessionstream import devstack as localstack
 from sessionstream.core.settings import Settings, SettingsError
-from sessionstream.devstack import LocalStackError, StackConfig
+from sessionstream.localstack import stack as localstack
+from sessionstream.localstack.stack import LocalStackError, StackConfig
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessionstream.core.settings import Env, Settings, SettingsError
-from streams import membership
+from sessionstream.streams import membership
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:
@@ -52,7 +52,7 @@ def test_a_worker_restarted_after_sigkill_takes_its_old_id_back(tmp_path: Path) 
     child = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from pathlib import Path; from sessionstream.core.settings "
-         "import Settings; from streams import membership; "
+         "import Settings; from sessionstream.streams import membership; "
          f"m = membership.claim(Settings.from_env({{'{Env.STATE_DIR}': sys.argv[1]}}), 'g', "
          "hostname='h'); print(m.instance_id, flush=True); time.sleep(60)",
          str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers import native_append as na
 from sessionstream.core import codec
 from sessionstream.core.events import CountingClock, Draft, Event, SequentialIds, SurfaceOp
 from sessionstream.core.jsonvalue import (
@@ -34,6 +33,7 @@ from sessionstream.core.session import Session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import AesGcm
 from sessionstream.governance.keys import FileKeyStore, TenantKeys
+from sessionstream.producers import native_append as na
 from tests.unit.strategies import random_log
 
 pytestmark = pytest.mark.skipif(na.why_not(codec.encode) is not None,

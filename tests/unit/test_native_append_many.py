@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers import native_append as na
 from sessionstream.core import codec
 from sessionstream.core.events import CountingClock, Draft, SequentialIds
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.session import Session
+from sessionstream.producers import native_append as na
 from tests.unit.strategies import random_log
 from tests.unit.test_native_append import (
     FixedNonceAesGcm,

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from fastavro import schemaless_writer
 
-from producers.readback import NativeDecoder
 from sessionstream.core import codec
 from sessionstream.core.codec import MAGIC, load_schema
 from sessionstream.core.events import FORMAT_VERSION, Event, Writer, make_event
@@ -30,6 +29,7 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
+from sessionstream.producers.readback import NativeDecoder
 
 if not NativeDecoder.available():
     if os.environ.get("CI"):

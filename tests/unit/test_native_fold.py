@@ -35,10 +35,10 @@ from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.rows import CHUNK_ITEMS, assemble
 from sessionstream.core.simulate import simulate_session
-from streams import native_fold
-from streams.memory import MemoryDeadLetters as MemoryDLQ
-from streams.memory import MemorySink
-from streams.native_fold import NativeFold, NativeUnavailable, fold_driver
+from sessionstream.streams import native_fold
+from sessionstream.streams.memory import MemoryDeadLetters as MemoryDLQ
+from sessionstream.streams.memory import MemorySink
+from sessionstream.streams.native_fold import NativeFold, NativeUnavailable, fold_driver
 from tests.unit.strategies import new_session, walk_with_plugins
 from tests.unit.test_streams_processor import TOPIC, processor
 

@@ -29,11 +29,11 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
-from streams import native_fold
-from streams.batch import MessageBatch
-from streams.memory import MemoryDeadLetters, MemorySink
-from streams.native_fold import NativeFold, _unit_of, live_driver
-from streams.processor import BatchReport, Processor
+from sessionstream.streams import native_fold
+from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
+from sessionstream.streams.native_fold import NativeFold, _unit_of, live_driver
+from sessionstream.streams.processor import BatchReport, Processor
 from tests.unit.test_native_fold import _assert_same, _records, fleets
 from tests.unit.test_native_sealed import _sealed
 from tests.unit.test_streams_processor import processor

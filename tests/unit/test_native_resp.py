@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 
-from streams import native_fold
+from sessionstream.streams import native_fold
 
 if not native_fold.available():
     if os.environ.get("CI"):

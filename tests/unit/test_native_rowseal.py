@@ -17,7 +17,7 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import NONCE_BYTES, TAG_BYTES
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, is_sealed
-from streams import native_fold
+from sessionstream.streams import native_fold
 
 if not native_fold.available():
     if os.environ.get("CI"):

@@ -32,9 +32,9 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
-from streams import native_fold
-from streams.memory import MemoryDeadLetters, MemorySink
-from streams.native_fold import NativeFold
+from sessionstream.streams import native_fold
+from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
+from sessionstream.streams.native_fold import NativeFold
 from tests.unit.test_native_fold import _assert_same, _fold, _records, fleets
 from tests.unit.test_streams_processor import processor
 

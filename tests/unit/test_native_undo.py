@@ -20,7 +20,7 @@ from sessionstream.core.events import Event, make_event
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.simulate import simulate_session
-from streams import native_fold
+from sessionstream.streams import native_fold
 from tests.unit.test_native_fold import Counting, _assert_same, _records, _run
 
 if not native_fold.available():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.attachments import LocalAttachmentStore, spill_tool_result
-from producers.partition import murmur2, partition_for
 from sessionstream.core.errors import AttachmentError
+from sessionstream.producers.attachments import LocalAttachmentStore, spill_tool_result
+from sessionstream.producers.partition import murmur2, partition_for
 
 # From Kafka's UtilsTest.testMurmur2.
 JAVA_VECTORS = {

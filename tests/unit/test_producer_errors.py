@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from producers import errors as pe
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.producers import errors as pe
 
 ALL_CODES = sorted(
     {getattr(KafkaError, n) for n in dir(KafkaError)
@@ -74,7 +74,7 @@ def test_broker_unavailable_says_what_to_do() -> None:
 def test_librdkafka_log_lines_are_rate_limited_per_facility() -> None:
     import logging
 
-    from producers.kafka_clients import RateLimit
+    from sessionstream.producers.kafka_clients import RateLimit
 
     now = [0.0]
     f = RateLimit(burst=2, window_s=10, clock=lambda: now[0])

@@ -15,7 +15,7 @@ from sessionstream.core.rows import SessionRow
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, open_fields
-from streams import native_fold, replay
+from sessionstream.streams import native_fold, replay
 
 if not native_fold.available():
     if os.environ.get("CI"):

@@ -25,9 +25,9 @@ from sessionstream.core.rows import BrokenRow, SessionRow, assemble
 from sessionstream.core.simulate import simulate_session
 from sessionstream.core.surface import Surface
 from sessionstream.governance.rows import open_fields
-from streams.memory import MemorySink
-from streams.processor import Processor
-from streams.session_row import chunked_fields
+from sessionstream.streams.memory import MemorySink
+from sessionstream.streams.processor import Processor
+from sessionstream.streams.session_row import chunked_fields
 from tests.unit.strategies import lab_sessions, logs
 from tests.unit.test_streams_processor import as_records
 

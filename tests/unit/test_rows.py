@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from producers import index, lease
 from sessionstream.core.rows import (
     CHANGE_FIELD,
     LUA_FIELDS,
@@ -17,7 +16,8 @@ from sessionstream.core.rows import (
     lua_literals,
     read_change_entry,
 )
-from streams import replay, sink
+from sessionstream.producers import index, lease
+from sessionstream.streams import replay, sink
 
 KEYS = KeySpace("acme", "ss")
 

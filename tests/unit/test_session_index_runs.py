@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.index import RUN_GAP, merge_runs, parse_runs
+from sessionstream.producers.index import RUN_GAP, merge_runs, parse_runs
 
 
 def test_runs_are_sorted_and_merged_when_they_overlap_or_lie_within_the_gap() -> None:
@@ -26,9 +26,9 @@ def test_unreadable_runs_fall_back_to_first_to_last() -> None:
 
 
 def test_only_admitted_offsets_outside_the_runs_are_repairs() -> None:
-    from producers.index import LogIndex
-    from producers.readback import ReadBack
-    from producers.resume import index_repairs
+    from sessionstream.producers.index import LogIndex
+    from sessionstream.producers.readback import ReadBack
+    from sessionstream.producers.resume import index_repairs
 
     rb = ReadBack("s", 0, 0, 5000, offsets={f"e{o}": o for o in
                                              (0, 5, 9, 2000, 2001, 4000, 4002)})

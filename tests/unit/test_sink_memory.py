@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from streams.memory import MemorySink
+from sessionstream.streams.memory import MemorySink
 from tests.contract.sink_contract import SinkContract
 
 

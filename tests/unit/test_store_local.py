@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from integrations.store import JsonlStore, MemoryStore, SessionStore, StoreError
 from sessionstream.core.jsonl import read_jsonl
+from sessionstream.integrations.store import JsonlStore, MemoryStore, SessionStore, StoreError
 from tests.contract.store_contract import NOTE, MakeStore, StoreContract
 
 

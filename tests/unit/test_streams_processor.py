@@ -20,8 +20,8 @@ from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.projections import Registry, default_registry, default_units
 from sessionstream.core.rows import SessionRow
 from sessionstream.core.simulate import simulate_session
-from streams.memory import MemoryDeadLetters, MemoryLog, MemorySink
-from streams.processor import Processor
+from sessionstream.streams.memory import MemoryDeadLetters, MemoryLog, MemorySink
+from sessionstream.streams.processor import Processor
 
 TOPIC = "sessionstream.t.events"
 

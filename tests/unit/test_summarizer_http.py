@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 import pytest
 
-from producers.summarizer_http import OpenAICompatibleSummarizer
 from sessionstream.core.compaction import (
     OfflineSummarizer,
     build_request,
     plan_compaction,
     select_range,
 )
+from sessionstream.producers.summarizer_http import OpenAICompatibleSummarizer
 from tests.unit.test_compaction import busy_session
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.limits import size_bound as _size_bound
 from sessionstream.core.jsonvalue import canonical_dumps
+from sessionstream.producers.limits import size_bound as _size_bound
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,

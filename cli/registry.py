@@ -1,7 +1,7 @@
 """``sessionstream registry up|down|status``: an optional local schema registry.
 
 Apicurio Registry (in-memory) on 127.0.0.1, for the ``confluent`` wire.
-See :mod:`sessionstream.devregistry`.
+See :mod:`sessionstream.localstack.registry`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import click
 from sessionstream.core.errors import SessionStreamError
 
 if TYPE_CHECKING:
-    from sessionstream.devregistry import LocalRegistry
+    from sessionstream.localstack.registry import LocalRegistry
 
 _PORT = click.option("--port", type=int, default=18081, show_default=True,
                      help="Loopback port of the registry's HTTP API.")
@@ -24,7 +24,7 @@ _MGMT = click.option("--management-port", type=int, default=18082, show_default=
 
 def _registry(port: int, management_port: int) -> LocalRegistry:
     from sessionstream.core.settings import Settings
-    from sessionstream.devregistry import LocalRegistry
+    from sessionstream.localstack.registry import LocalRegistry
 
     return LocalRegistry.from_settings(Settings.from_env(), port, management_port)
 

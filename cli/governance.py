@@ -44,11 +44,11 @@ def _errors() -> Iterator[None]:
 
 
 def _governance() -> Any:
-    from producers.audit import WriterAuditLog
-    from producers.writer import WriterConfig
     from sessionstream import redisconn
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import content_cipher, key_store
+    from sessionstream.producers.audit import WriterAuditLog
+    from sessionstream.producers.writer import WriterConfig
 
     s = settings()
     client = redisconn.from_settings(s, decode_responses=True)

@@ -51,8 +51,8 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
     """Read everything the diagnosis needs from Kafka and Redis; None: unknown session."""
     import redis
 
-    from producers.writer import WriterConfig, read_log
     from sessionstream.core.projections import default_registry
+    from sessionstream.producers.writer import WriterConfig, read_log
 
     prefix = prefix or settings.key_prefix
     keys = KeySpace(settings.tenant, prefix)

@@ -21,7 +21,7 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
-    from sessionstream.devstack import StackConfig
+    from sessionstream.localstack.stack import StackConfig
 
 
 def _echo(msg: str) -> None:
@@ -38,7 +38,7 @@ def _errors() -> Iterator[None]:
 
 
 def _stack(secure: bool = False) -> StackConfig:
-    from sessionstream.devstack import StackConfig, secure_stack
+    from sessionstream.localstack.stack import StackConfig, secure_stack
 
     return secure_stack(settings()) if secure else StackConfig.from_settings(settings())
 
@@ -57,7 +57,7 @@ def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
 
     With --secure, start only the secure Kafka profile (docs/operations.md, "Access
     scopes"); the plaintext stack is left as it is."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     started: list[str] = []
     try:
@@ -75,7 +75,7 @@ def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
 @click.option("--secure", is_flag=True, help=_SECURE_HELP)
 def down_cmd(services: tuple[str, ...], secure: bool) -> None:
     """Stop the servers that `up` started (all, or the SERVICES named)."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors():
         if secure:
@@ -90,7 +90,7 @@ def down_cmd(services: tuple[str, ...], secure: bool) -> None:
 @click.option("--secure", is_flag=True, help=_SECURE_HELP)
 def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
     """Show whether the local Kafka and Redis are running, their ports and pids."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors():
         rows = localstack.status(_stack(secure))
@@ -111,7 +111,7 @@ def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C stops).")
 def logs_cmd(lines: int, follow: bool) -> None:
     """Print the tail of the Kafka and Redis logs."""
-    from sessionstream import devstack as localstack
+    from sessionstream.localstack import stack as localstack
 
     with _errors(), suppress(KeyboardInterrupt):
         localstack.logs(_stack(), _echo, lines=lines, follow=follow)
@@ -137,7 +137,7 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
     """Create the events and dead-letter topics, or check that existing ones are safe."""
     import dataclasses
 
-    from producers.topics import admin_client, ensure_topics, tenant_topics
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
 
     with _errors():
         base = settings()
@@ -180,7 +180,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
     """
     import json
 
-    from streams.demo import run_demo
+    from sessionstream.streams.demo import run_demo
 
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")

@@ -63,8 +63,8 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
                ) -> dict[str, Any]:
     from redis import exceptions as rexc
 
-    from producers.writer import WriterConfig
-    from streams.compaction_watch import AttemptLedger, CompactionWatcher
+    from sessionstream.producers.writer import WriterConfig
+    from sessionstream.streams.compaction_watch import AttemptLedger, CompactionWatcher
 
     # Settings carry the key prefix and topic the worker uses: the watcher reads the feed
     # the worker writes and takes leases under the same prefix.
@@ -81,7 +81,7 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
             loop.add_signal_handler(sig, stop.set)
         if settings.metrics_port is None:
             return (await watcher.run(stop)).to_json()
-        from streams.metrics import CompactorMetrics, start_server
+        from sessionstream.streams.metrics import CompactorMetrics, start_server
 
         metrics = CompactorMetrics(settings.tenant)
         runner = await start_server(metrics, settings.metrics_port, metrics.ready)

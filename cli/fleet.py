@@ -1,7 +1,7 @@
 """CLI commands of the producers package: ``fleet``, ``compact``, ``compactor``.
 
 ``register(group)`` adds them to the ``sessionstream`` click group (the composition
-root in ``sessionstream/cli/main.py`` calls it). Clients are imported inside the commands.
+root in ``cli/main.py`` calls it). Clients are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
     if agents < 1 or sessions < 1 or turns < 1:
         raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
-    from producers.fleet import run_fleet
-    from producers.writer import WriterConfig
+    from sessionstream.producers.fleet import run_fleet
+    from sessionstream.producers.writer import WriterConfig
 
     try:
         s = settings()
@@ -61,7 +61,7 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
 
 
 def _ensure_topics(s: Settings) -> None:
-    from producers.topics import admin_client, ensure_topics, tenant_topics
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
 
     ensure_topics(admin_client(s.kafka_bootstrap, s.kafka_security()), tenant_topics(s))
 
@@ -76,8 +76,8 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
     Summarizes without the session's lease, then takes it only to append the
     lifecycle. Exit 0 when completed or not needed, 1 when failed or abandoned.
     """
-    from producers.compactor import Compactor
-    from producers.writer import WriterConfig
+    from sessionstream.producers.compactor import Compactor
+    from sessionstream.producers.writer import WriterConfig
 
     b = budget_option(budget, keep_recent)
     try:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from sessionstream import __version__
+from sessionstream._version import __version__
 from sessionstream.cli.context import ExitCode, GuardedGroup, exit_code_of
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
@@ -344,13 +344,13 @@ def _register_offline_extras() -> None:
 
 def _register_edges() -> None:
     """Add the commands that talk to servers; their modules import clients lazily."""
-    from dashboard import cli as dashboard_cli
-    from producers import cli as producers_cli
     from sessionstream.cli import acl as cli_acl
+    from sessionstream.cli import dashboard as dashboard_cli
+    from sessionstream.cli import diagnose as diagnose_cli
+    from sessionstream.cli import fleet as producers_cli
     from sessionstream.cli import governance as cli_governance
     from sessionstream.cli import infra as cli_infra
-    from streams import cli as streams_cli
-    from streams import diagnose as diagnose_cli
+    from sessionstream.cli import streams as streams_cli
 
     cli_infra.register(main)
     cli_governance.register(main)

@@ -26,7 +26,7 @@ def acl_group() -> None:
 
 def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str]]:
     if local_secure:
-        from sessionstream.devstack import secure_stack
+        from sessionstream.localstack.stack import secure_stack
 
         cfg = secure_stack(s)
         if not cfg.admin_secret_file.is_file():
@@ -72,7 +72,7 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         secrets = TenantSecrets.load_or_create(s.state_dir, s.tenant)
         report["secrets_file"] = str(TenantSecrets.path(s.state_dir, s.tenant))
         if kafka:
-            from producers.topics import admin_client
+            from sessionstream.producers.topics import admin_client
 
             bootstrap, security = _admin_security(s, local_secure)
             admin = admin_client(bootstrap, security)
@@ -135,7 +135,7 @@ def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
     env = {Env.TENANT: tenant}
     if role in KAFKA_ROLES:
         if local_secure:
-            from sessionstream.devstack import secure_stack
+            from sessionstream.localstack.stack import secure_stack
 
             env[Env.KAFKA_BOOTSTRAP] = secure_stack(s).bootstrap
         env[Env.KAFKA_SECURITY_PROTOCOL] = "SASL_PLAINTEXT"

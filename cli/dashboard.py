@@ -18,8 +18,8 @@ from sessionstream.cli.context import unreachable
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
-    from dashboard.auth import TokenAuth
     from sessionstream.core.settings import Settings
+    from sessionstream.dashboard.auth import TokenAuth
 
 
 def _redacted(url: str) -> str:
@@ -52,9 +52,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
     import redis
     from aiohttp import web
 
-    from dashboard.app import DashboardConfig, create_app
-    from dashboard.timeline import TimelineSource
     from sessionstream import redisconn
+    from sessionstream.dashboard.app import DashboardConfig, create_app
+    from sessionstream.dashboard.timeline import TimelineSource
 
     prefix = settings.key_prefix
     try:
@@ -90,7 +90,7 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
 def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
     """The server's tokens: from settings, else the tenant's local token (the local
     stack's default, kept 0600 in the state dir); the second value is that local token."""
-    from dashboard.auth import TokenAuth
+    from sessionstream.dashboard.auth import TokenAuth
     from sessionstream.governance.access import TenantSecrets
 
     if settings.dashboard_tokens:
@@ -101,7 +101,7 @@ def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
 
 def _background(state_dir: Path, host: str, port: int, *, stop: bool,
                 settings: Settings | None = None) -> None:
-    from dashboard import background
+    from sessionstream.dashboard import background
 
     if stop:
         pid = background.stop(state_dir)

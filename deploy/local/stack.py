@@ -5,7 +5,7 @@ Kafka is assembled from Maven Central by ``deploy/local/pom.xml`` and cached in
 file and log under the state directory. Only processes started here (by pid file) are
 ever stopped here.
 
-Run as ``sessionstream up|down|status|logs`` or ``python -m sessionstream.devstack``.
+Run as ``sessionstream up|down|status|logs`` or ``python -m sessionstream.localstack.stack``.
 
 ``--secure`` (:func:`secure_stack`) is a second, separate Kafka profile: its own loopback
 ports and state directory, a SASL/SCRAM-SHA-512 listener, the KRaft StandardAuthorizer
@@ -41,7 +41,6 @@ from sessionstream.core.settings import (
     Env,
     Settings,
     SettingsError,
-    project_root,
 )
 
 SERVICES = ("kafka", "redis")
@@ -81,7 +80,7 @@ class StackConfig:
     controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
     redis_port: int = DEFAULT_REDIS_PORT
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
-    pom: Path = field(default_factory=lambda: project_root() / "deploy" / "local" / "pom.xml")
+    pom: Path = field(default_factory=lambda: Path(__file__).with_name("pom.xml"))
     #: The secure profile: SASL/SCRAM listener and StandardAuthorizer (``up --secure``).
     secure: bool = False
 
@@ -420,7 +419,7 @@ def kafka_properties(cfg: StackConfig) -> str:
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         ]
     return "\n".join([
-        "# Written by sessionstream.devstack on every `up`; edits are overwritten.",
+        "# Written by sessionstream.localstack.stack on every `up`; edits are overwritten.",
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{cfg.controller_port}",
@@ -566,7 +565,7 @@ def require_redis(echo: Echo) -> str:
 
 def redis_config(cfg: StackConfig) -> str:
     return "\n".join([
-        "# Written by sessionstream.devstack on every `up`; edits are overwritten.",
+        "# Written by sessionstream.localstack.stack on every `up`; edits are overwritten.",
         "bind 127.0.0.1",
         "protected-mode yes",
         f"port {cfg.redis_port}",
@@ -709,10 +708,10 @@ def logs(cfg: StackConfig, echo: Echo = print, lines: int = 40, follow: bool = F
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sessionstream.devstack up|down|status|logs`` (same as the CLI commands)."""
+    """``python -m sessionstream.localstack.stack up|down|status|logs`` (as the CLI commands)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m sessionstream.devstack")
+    parser = argparse.ArgumentParser(prog="python -m sessionstream.localstack.stack")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up")
     p_up.add_argument("--fresh", action="store_true")

@@ -148,8 +148,8 @@ def export_cmd(api: str, file: Path, output: Path | None, as_json: bool) -> None
 @_JSON
 def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
     """Write FILE's session to Kafka through a fenced writer, flushed before it returns."""
-    from producers.transfer import publish
-    from producers.writer import WriterConfig
+    from sessionstream.producers.transfer import publish
+    from sessionstream.producers.writer import WriterConfig
 
     events = _load(file)
 
@@ -177,9 +177,9 @@ def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
 @_JSON
 def fetch_cmd(session: str, output: Path | None, as_json: bool) -> None:
     """Read SESSION back from Kafka through the admission rule, as a JSONL log."""
-    from producers.transfer import fetch
-    from producers.writer import WriterConfig
     from sessionstream.core.jsonl import dumps_line, write_jsonl
+    from sessionstream.producers.transfer import fetch
+    from sessionstream.producers.writer import WriterConfig
 
     try:
         events, rejected = fetch(WriterConfig.from_settings(settings()), session)

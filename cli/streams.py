@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 import click
 
+from sessionstream.cli.compactor import compactor_cmd
 from sessionstream.cli.context import bad_input, command_error, settings, unreachable
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import ENGINES, Env
-from streams.compaction_watch_cli import compactor_cmd
 
 T = TypeVar("T")
 
@@ -63,12 +63,12 @@ def worker_cmd(loglevel: str, engine: str | None) -> None:
     s = settings()
     if (engine or s.engine) == "kafka":
         levels = {"crit": "critical", "warn": "warning"}
-        from streams.engine_kafka import main
+        from sessionstream.streams.engine_kafka import main
 
         main(dataclasses.replace(s, log_level=levels.get(loglevel, loglevel)))
         return
     os.execvp(sys.executable, [sys.executable, "-m", "faust", "--loop", faust_loop(),
-                               "-A", "streams.app:app", "worker", "--without-web",
+                               "-A", "sessionstream.streams.app:app", "worker", "--without-web",
                                "-l", loglevel])
 
 
@@ -87,7 +87,7 @@ def faust_loop() -> str:
 def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
     """Every projection of SESSION_ID, read from Redis at one as_of_seq."""
     from sessionstream.governance.wiring import row_cipher
-    from streams.read import read_views
+    from sessionstream.streams.read import read_views
 
     s = settings()
     keys = s.keys
@@ -117,7 +117,7 @@ def views_cmd(session_id: str, as_json: bool, only: tuple[str, ...]) -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many, newest first.")
 def sessions_cmd(as_json: bool, limit: int) -> None:
     """Sessions by last activity, from the session index (never reads a log)."""
-    from streams.read import list_sessions
+    from sessionstream.streams.read import list_sessions
 
     keys = settings().keys
     rows = _with_redis(lambda r: list_sessions(r, keys, limit=limit))
@@ -148,7 +148,7 @@ def replay_cmd(from_: str, from_time: str | None, no_switch: bool, as_json: bool
     Never executes a tool: replay only folds the logged events into projections.
     """
     from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
-    from streams.replay import ReplayReport, replay
+    from sessionstream.streams.replay import ReplayReport, replay
 
     s = settings()
     store = key_store(s)  # one key cache for opening events and sealing rows
@@ -200,8 +200,8 @@ def lag_cmd(as_json: bool) -> None:
 
     from sessionstream.core.pipeline import ReaderPipeline
     from sessionstream.registry import reader_decode
-    from streams.lag import probe_from_settings
-    from streams.sink import RedisSink, Retry
+    from sessionstream.streams.lag import probe_from_settings
+    from sessionstream.streams.sink import RedisSink, Retry
 
     s = settings()
     default = ReaderPipeline.default()

@@ -48,8 +48,8 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     """The edges' errors for a server that does not answer (imported when needed)."""
     import redis
 
-    from producers.errors import BrokerUnavailable, RedisUnavailable
-    from streams.errors import SinkError
+    from sessionstream.producers.errors import BrokerUnavailable, RedisUnavailable
+    from sessionstream.streams.errors import SinkError
 
     return (BrokerUnavailable, RedisUnavailable, SinkError, redis.ConnectionError,
             redis.TimeoutError)

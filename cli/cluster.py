@@ -1,7 +1,7 @@
 """``sessionstream cluster up|down|status|env``: the local cluster profile.
 
 Three KRaft Kafka nodes and a six-node Redis Cluster on 127.0.0.1, beside the single-node
-stack (other ports, ``<state dir>/cluster``). See :mod:`sessionstream.devcluster`.
+stack (other ports, ``<state dir>/cluster``). See :mod:`sessionstream.localstack.cluster`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import click
 from sessionstream.core.errors import SessionStreamError
 
 if TYPE_CHECKING:
-    from sessionstream.devcluster import LocalCluster
+    from sessionstream.localstack.cluster import LocalCluster
 
 
 def _cluster() -> LocalCluster:
     from sessionstream.core.settings import Settings
-    from sessionstream.devcluster import ClusterConfig, LocalCluster
+    from sessionstream.localstack.cluster import ClusterConfig, LocalCluster
 
     return LocalCluster(ClusterConfig.from_settings(Settings.from_env()), click.echo)
 
@@ -76,7 +76,7 @@ def status_cmd(as_json: bool) -> None:
 def env_cmd(as_json: bool) -> None:
     """Print the environment settings that point every process at the cluster."""
     from sessionstream.core.settings import Settings
-    from sessionstream.devcluster import ClusterConfig
+    from sessionstream.localstack.cluster import ClusterConfig
 
     env = ClusterConfig.from_settings(Settings.from_env()).settings_env()
     if as_json:

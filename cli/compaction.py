@@ -151,7 +151,7 @@ def report_cmd(target: str, as_json: bool) -> None:
 
 def _live_log(session_id: str) -> list[Any]:
     """The session's admitted log from Kafka; exits 2 when the topic holds none of it."""
-    from producers.writer import WriterConfig, read_log
+    from sessionstream.producers.writer import WriterConfig, read_log
 
     s = settings()
     cfg = WriterConfig.from_settings(s, key_prefix=s.key_prefix, topic=s.events_topic)

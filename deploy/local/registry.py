@@ -1,7 +1,7 @@
 """An optional local schema registry: Apicurio Registry on 127.0.0.1 (in-memory storage).
 
 ``sessionstream registry up|down|status`` starts it beside the local stack of
-:mod:`sessionstream.devstack`, on its own loopback ports, under ``<state dir>/registry``.
+:mod:`sessionstream.localstack.stack`, on its own loopback ports, under ``<state dir>/registry``.
 The ``confluent`` wire (``Settings.wire``) uses its Confluent-compatible API
 (:attr:`LocalRegistry.url`). The distribution (a Quarkus fast-jar,
 ``io.apicurio:apicurio-registry-app``, classifier ``all``) is fetched with Maven on first
@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessionstream.core.settings import Settings
-from sessionstream.devstack import Echo, LocalStackError, _alive, _cmdline, port_is_free, read_pid
+from sessionstream.localstack.stack import (
+    Echo,
+    LocalStackError,
+    _alive,
+    _cmdline,
+    port_is_free,
+    read_pid,
+)
 
 APICURIO_VERSION = "3.3.3"
 ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"

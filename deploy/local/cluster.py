@@ -1,7 +1,7 @@
 """The local cluster profile: three KRaft Kafka nodes and a Redis Cluster on 127.0.0.1.
 
 ``sessionstream cluster up`` starts it beside (never instead of) the single-node stack of
-:mod:`sessionstream.devstack`, on other ports, under ``<state dir>/cluster``:
+:mod:`sessionstream.localstack.stack`, on other ports, under ``<state dir>/cluster``:
 
 - Kafka: three combined broker+controller nodes (static quorum of three voters), internal
   topics with RF=3, ``min.insync.replicas=2`` and ``default.replication.factor=3``, so an
@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessionstream.core.settings import Env, Settings, project_root
-from sessionstream.devstack import (
+from sessionstream.core.settings import Env, Settings
+from sessionstream.kafka_config import admin_config
+from sessionstream.localstack.stack import (
     MESSAGE_MAX_BYTES,
     Echo,
     LocalStackError,
@@ -47,7 +48,6 @@ from sessionstream.devstack import (
     require_java,
     require_redis,
 )
-from sessionstream.kafka_config import admin_config
 
 DEFAULT_KAFKA_PORTS = (29092, 29093, 29094)
 DEFAULT_CONTROLLER_PORTS = (29192, 29193, 29194)
@@ -69,7 +69,7 @@ class ClusterConfig:
     redis_ports: tuple[int, ...] = DEFAULT_REDIS_PORTS
     redis_replicas: int = 1  # replicas per Redis master
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
-    pom: Path = field(default_factory=lambda: project_root() / "deploy" / "local" / "pom.xml")
+    pom: Path = field(default_factory=lambda: Path(__file__).with_name("pom.xml"))
 
     def __post_init__(self) -> None:
         if len(self.kafka_ports) != 3 or len(self.controller_ports) != 3:
@@ -183,7 +183,7 @@ class KafkaNode(_NodeProcess):
     def properties(self) -> str:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.cfg.controller_ports))
         return "\n".join([
-            "# Written by sessionstream.devcluster on every start; edits are overwritten.",
+            "# Written by sessionstream.localstack.cluster on every start; edits are overwritten.",
             "process.roles=broker,controller",
             f"node.id={self.node_id}",
             f"controller.quorum.voters={voters}",
@@ -277,7 +277,7 @@ class RedisNode(_NodeProcess):
 
     def config(self) -> str:
         return "\n".join([
-            "# Written by sessionstream.devcluster on every start; edits are overwritten.",
+            "# Written by sessionstream.localstack.cluster on every start; edits are overwritten.",
             "bind 127.0.0.1",
             "protected-mode yes",
             f"port {self.port}",

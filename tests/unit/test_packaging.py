@@ -1,0 +1,22 @@
+"""The distribution installs every package of the tree, under the one import name."""
+
+from __future__ import annotations
+
+import tomllib
+
+from tests.unit.layout import ROOT, package_dirs
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set()
+    for name, folder in package_dirs().items():
+        for init in folder.rglob("__init__.py"):
+            parts = init.parent.relative_to(folder).parts
+            found.add(".".join((name, *parts)))
+    assert found == listed
+
+
+def test_one_import_name() -> None:
+    assert {name.split(".")[0] for name in package_dirs()} == {"sessionstream"}
