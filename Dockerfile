@@ -5,12 +5,19 @@
 # Built from a checkout: docker build -t sessionstream:0.1.0 .
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-# librdkafka ships inside the confluent-kafka wheel; no compiler is needed for x86_64/arm64.
+# librdkafka ships inside the confluent-kafka wheel; the native fold (native/, Rust) is
+# compiled into the sessionstream wheel, so the build stage has Rust's cargo and gcc.
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends cargo gcc \
+ && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY sessionstream ./sessionstream
 COPY producers ./producers
 COPY streams ./streams
 COPY dashboard ./dashboard
+COPY integrations ./integrations
+COPY cli ./cli
+COPY deploy/local ./deploy/local
+COPY native ./native
 RUN python -m pip install --no-cache-dir --upgrade pip \
  && python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -11,23 +11,27 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo | dashboard | dashboard-stop | test | unit | lint | bench [QUICK=1] | bench-quick | up | down | status | logs | topics | clean"
 
-# The native fold extension (native/, Rust + PyO3, built by maturin). Cargo keeps its
-# target dir in native/target, so a rebuild after an edit is incremental.
+# The install builds the native fold extension too (native/, Rust + PyO3, through
+# setuptools-rust, into sessionstream/_native*.so). Cargo keeps its target dir in
+# native/target, so a rebuild after an edit is incremental; `make native` is that rebuild.
 NATIVE_STAMP := $(VENV)/.native
 # No RUSTFLAGS: the AEAD (ring) picks AES-NI/CLMUL when it runs, so one build is portable.
 NATIVE_ENV := PATH="$(abspath $(VENV))/bin:$$HOME/.cargo/bin:$$PATH" \
 	CARGO_TARGET_DIR="$(abspath native/target)"
+NEED_CARGO := $(NATIVE_ENV) command -v cargo >/dev/null || { echo "installing sessionstream \
+	builds its native fold with Rust's cargo (rustup.rs, or Debian's cargo and gcc)" >&2; exit 1; }
 
 $(STAMP): pyproject.toml
+	@bash deploy/local/system-deps.sh
+	@$(NEED_CARGO)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	@touch $(STAMP)
+	$(NATIVE_ENV) $(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP) $(NATIVE_STAMP)
 
-$(NATIVE_STAMP): $(STAMP) native/Cargo.toml native/pyproject.toml $(wildcard native/src/*.rs native/src/*/*.rs)
-	@$(NATIVE_ENV) command -v cargo >/dev/null || { echo "the native fold needs Rust's \
-	cargo (rustup.rs, or Debian's cargo); SESSIONSTREAM_FOLD=python runs without it" >&2; exit 1; }
-	$(NATIVE_ENV) $(PY) -m pip install -q --no-build-isolation ./native
+$(NATIVE_STAMP): $(STAMP) native/Cargo.toml $(wildcard native/src/*.rs native/src/*/*.rs)
+	@$(NEED_CARGO)
+	$(NATIVE_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	@touch $(NATIVE_STAMP)
 
 native: $(NATIVE_STAMP)
@@ -67,6 +71,7 @@ unit: $(STAMP) $(NATIVE_STAMP)
 # Starts what is not running, runs unit + integration tests, stops only what it started.
 # pytest's exit status is kept; 5 ("no tests collected") counts as a failure.
 test: $(STAMP) $(NATIVE_STAMP)
+	@bash deploy/local/system-deps.sh --browser
 	@started=$$(mktemp); \
 	if $(SS) up --started-file $$started; then \
 	  $(PY) -m pytest --durations=5 tests/unit tests/integration; rc=$$?; \

@@ -191,7 +191,7 @@ def main() -> None:
         print(f"in-memory fold + one flush, native: {fold_na:,.0f} events/s; ratio to the "
               f"bare decode {fold_na / raw:.2f}x, to the Python fold {fold_na / fold_py:.2f}x")
     else:
-        print("native fold: skipped (the extension is not built: make native)")
+        print("native fold: skipped (the extension is not built: make install)")
     if args.icount:
         icount(args)
 

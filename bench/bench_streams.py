@@ -10,8 +10,8 @@ Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline. The default topic (1M
    events) makes the raw read last >= 2 s on this kind of box: on 60k events it lasted
    0.1-0.2 s and the ratio measured the bench's start-up, not the worker. ``--quick``
-   uses 200k events and every figure says it is quick; so does any run whose raw read
-   lasted under 2 s;
+   uses 100k events and 3 rounds and every figure says it is quick; so does any run
+   whose raw read lasted under 2 s;
 2. worker fold throughput per engine (events/s, from its first write to caught up), ratio,
    and the worker's CPU time per event over the same span (beside the raw loop's);
 3. in-process replay rate (confluent consumer + processor, events/s) and the ratio, per
@@ -293,7 +293,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true",
-                    help="200k events (unless --events): quick figures, marked as such")
+                    help="100k events and 3 rounds (unless given): quick figures, marked")
     ap.add_argument("--results", help="append the result rows (JSON lines) to this file")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=int, default=10)
@@ -320,8 +320,11 @@ def main() -> None:
                                     "instead of producing one; with --replay-only")
     ap.add_argument("--prefix", help="the Redis key prefix --keep printed, with --topic")
     args = ap.parse_args()
-    if args.quick and "--events" not in sys.argv:
-        args.events = 200_000
+    if args.quick:
+        if "--events" not in sys.argv:
+            args.events = 100_000
+        if "--repeat" not in sys.argv:
+            args.repeat = 3
     if args.topic and not args.replay_only:
         ap.error("--topic reuses a topic for --replay-only")
     s = Settings.from_env()

@@ -7,6 +7,7 @@ needs. Clients are imported inside the commands.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any
@@ -22,6 +23,17 @@ from sessionstream.core.settings import Env, Settings
 @click.group("acl")
 def acl_group() -> None:
     """Access scopes: per-tenant Kafka principals and ACLs, Redis ACL users."""
+
+
+def _secure(s: Settings) -> Any:
+    """The local secure profile, started (its admin password exists)."""
+    from sessionstream.localstack.stack import secure_stack
+
+    cfg = secure_stack(s)
+    if not cfg.admin_secret_file.is_file():
+        raise bad_input("the secure profile has not been started: run "
+                        "`sessionstream up --secure` first")
+    return cfg
 
 
 def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str]]:
@@ -89,7 +101,11 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
             from sessionstream import redisconn
 
             # On a Redis Cluster the users are created on every node (ACLs are per node).
-            client = redisconn.from_settings(s, socket_timeout=10)
+            target = s
+            if local_secure:  # the secure Redis as its admin (it has no anonymous user)
+                target = dataclasses.replace(s, redis_url=_secure(s).admin_redis_url(),
+                                             redis_cluster=False)
+            client = redisconn.from_settings(target, socket_timeout=10)
             try:
                 apply = apply_redis_cluster if s.redis_cluster else apply_redis
                 report["redis"] = apply(client, s.keys, secrets.passwords)
@@ -108,6 +124,11 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         click.echo(f"  kafka allow {acl}")
     for user, rules in report.get("redis", {}).get("users", {}).items():
         click.echo(f"  redis user {user}: {' '.join(rules)}")
+    if "redis" in report:
+        click.echo("  redis users saved to the server's ACL file (a restart keeps them)"
+                   if report["redis"].get("persisted") else
+                   "  redis users in the server's memory only (no aclfile): apply again "
+                   "after a restart")
     if report.get("redis", {}).get("nodes"):
         click.echo(f"  redis users set on every cluster node: "
                    f"{', '.join(report['redis']['nodes'])}")
@@ -119,7 +140,8 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
 @click.option("--tenant", help=f"Tenant (default: {Env.TENANT} or 'default').")
 @click.option("--role", type=click.Choice(list(ROLES)), required=True)
 @click.option("--local-secure", is_flag=True,
-              help="Point the Kafka bootstrap at the local secure profile.")
+              help="Point Kafka and Redis at the local secure profile, data keys in its "
+                   "Redis, the tenant key ring in the environment.")
 def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
     """Print the environment of one role's process (shell `export` lines, secrets
     included: pipe it into the process's environment, not into a log)."""
@@ -133,22 +155,63 @@ def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
                         f"`sessionstream acl apply --tenant {tenant}`")
     secrets = TenantSecrets.load_or_create(s.state_dir, tenant)
     env = {Env.TENANT: tenant}
+    secure = _secure(s) if local_secure else None
     if role in KAFKA_ROLES:
-        if local_secure:
-            from sessionstream.localstack.stack import secure_stack
-
-            env[Env.KAFKA_BOOTSTRAP] = secure_stack(s).bootstrap
+        if secure is not None:
+            env[Env.KAFKA_BOOTSTRAP] = secure.bootstrap
         env[Env.KAFKA_SECURITY_PROTOCOL] = "SASL_PLAINTEXT"
         env[Env.KAFKA_SASL_MECHANISM] = "SCRAM-SHA-512"
         env[Env.KAFKA_SASL_USERNAME] = principal(tenant, role)
         env[Env.KAFKA_SASL_PASSWORD] = secrets.passwords[role]
     if role in REDIS_ROLES:
-        env[Env.REDIS_URL] = redis_url_for(s.redis_url, principal(tenant, role),
+        base = s.redis_url if secure is None else f"redis://127.0.0.1:{secure.redis_port}/0"
+        env[Env.REDIS_URL] = redis_url_for(base, principal(tenant, role),
                                            secrets.passwords[role])
+    if secure is not None and role in REDIS_ROLES:
+        # This tenant's key material only: data keys in the secure Redis (behind the ACL
+        # user above), the tenant key ring in the environment, no shared key directory.
+        from sessionstream.governance.keys import TenantKeys
+        from sessionstream.localstack.stack import secure_tenant_key_dir
+        ring = TenantKeys(secure_tenant_key_dir(secure)).ring(tenant, create=True)
+        assert ring is not None
+        env[Env.KEY_STORE] = "redis"
+        env[Env.TENANT_KEY] = ",".join(
+            f"{v}:{base64.b64encode(k).decode()}"
+            for v, k in sorted(ring.versions.items(), key=lambda vk: vk[0] != ring.current))
+        env[Env.TENANT_KEY_DIR] = str(secure.state_dir / "no-tenant-keys" / tenant)
     if role == "reader":
         env[Env.DASHBOARD_TOKEN] = f"{tenant}:{secrets.dashboard_token}"
     for name, value in env.items():
         click.echo(f"export {name}='{value}'")
+
+
+@acl_group.command("redis-file")
+@click.option("--tenant", help=f"Tenant (default: {Env.TENANT} or 'default').")
+@click.option("--admin", is_flag=True,
+              help="Also an admin user (all keys and commands); its password is asked for "
+                   "on the terminal, never taken from a command line.")
+def acl_redis_file_cmd(tenant: str | None, admin: bool) -> None:
+    """Print an ACL file for a Redis started with `aclfile` (deploy/compose, deploy/k8s):
+    `user default off` and the tenant's users, passwords as SHA-256 hashes."""
+    from sessionstream.governance.access import (
+        TenantSecrets,
+        acl_password_hash,
+        redis_acl_lines,
+    )
+
+    s = settings()
+    tenant = tenant or s.tenant
+    if not TenantSecrets.path(s.state_dir, tenant).is_file():
+        raise bad_input(f"no credentials for tenant {tenant!r} yet: run "
+                        f"`sessionstream acl apply --tenant {tenant} --no-kafka --no-redis`")
+    secrets = TenantSecrets.load_or_create(s.state_dir, tenant)
+    lines = ["user default off"]
+    if admin:
+        password = click.prompt("admin password", hide_input=True,
+                                confirmation_prompt=True, err=True)
+        lines.append(f"user admin on {acl_password_hash(password)} ~* &* +@all")
+    lines += redis_acl_lines(dataclasses.replace(s, tenant=tenant).keys, secrets.passwords)
+    click.echo("\n".join(lines))
 
 
 def register(cli_group: click.Group) -> None:

@@ -39,15 +39,21 @@ def _redacted(url: str) -> str:
               help="Start in the background (pid file and log in the state directory), "
                    "wait until it answers, print its URL and return.")
 @click.option("--stop", is_flag=True, help="Stop the dashboard started with --detach.")
-def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
+@click.option("--login-url", is_flag=True,
+              help="Print the login URL (it holds the tenant's dashboard token) and exit; "
+                   "nothing else prints or logs the token.")
+def dashboard_cmd(host: str, port: int, detach: bool, stop: bool, login_url: bool) -> None:
     """Serve the dashboard: sessions, turns, tools, surface, usage, compaction, rejections.
 
     Reads only Redis (the projections the worker writes), in the generation readers
     use; updates live from the tenant's change feed.
     """
     settings = process_settings()
+    if login_url:
+        click.echo(_login_url(settings, host, port))
+        return
     if detach or stop:
-        _background(settings.state_dir, host, port, stop=stop, settings=settings)
+        _background(settings.state_dir, host, port, stop=stop)
         return
     import redis
     from aiohttp import web
@@ -75,16 +81,37 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool) -> None:
                                                      settings.kafka_security(),
                                                      reader_decode(settings)),
                              rows=row_cipher(settings), auth=auth)
-    login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
-    click.echo(f"dashboard on http://{host}:{port}/{login}  (tenant {settings.tenant}, key "
-               f"prefix {prefix}, Redis {_redacted(settings.redis_url)}); Ctrl-C stops it",
-               err=True)
+    del local  # never printed: the banner says how to get the login URL
+    click.echo(f"dashboard on http://{host}:{port}/  (tenant {settings.tenant}, key "
+               f"prefix {prefix}, Redis {_redacted(settings.redis_url)}); {LOGIN_HINT}; "
+               "Ctrl-C stops it", err=True)
+    from sessionstream.dashboard.auth import RedactedAccessLogger
+
     try:
-        web.run_app(create_app(config), host=host, port=port, print=None, shutdown_timeout=10)
+        web.run_app(create_app(config), host=host, port=port, print=None, shutdown_timeout=10,
+                    access_log_class=RedactedAccessLogger)
     except OSError as exc:
         raise click.ClickException(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); is another dashboard "
             "running? pass --port") from exc
+
+
+LOGIN_HINT = "log in with the URL `sessionstream dashboard --login-url` prints"
+
+
+def _login_url(settings: Settings, host: str, port: int) -> str:
+    """The page's login URL for the settings' tenant (the detached one's address when
+    one runs); the token is in it, so it goes to the terminal only."""
+    from sessionstream.dashboard import background
+
+    running = background.running_url(settings.state_dir)
+    base = running or f"http://{host}:{port}/"
+    auth, _ = _auth(settings)
+    token = next((t for t, tenant in auth.tokens.items() if tenant == settings.tenant), None)
+    if token is None:
+        raise click.ClickException(
+            f"{Env.DASHBOARD_TOKEN} has no token for tenant {settings.tenant!r}")
+    return f"{base}?token={token}"
 
 
 def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
@@ -99,8 +126,7 @@ def _auth(settings: Settings) -> tuple[TokenAuth, str | None]:
     return TokenAuth(settings.tenant, {local: settings.tenant}), local
 
 
-def _background(state_dir: Path, host: str, port: int, *, stop: bool,
-                settings: Settings | None = None) -> None:
+def _background(state_dir: Path, host: str, port: int, *, stop: bool) -> None:
     from sessionstream.dashboard import background
 
     if stop:
@@ -112,11 +138,8 @@ def _background(state_dir: Path, host: str, port: int, *, stop: bool,
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     state = "already running" if d.already_running else "running"
-    login = ""
-    if settings is not None:
-        _, local = _auth(settings)
-        login = f"?token={local}" if local else f"  (token from {Env.DASHBOARD_TOKEN})"
-    click.echo(f"dashboard {state} at {d.url}{login}  (pid {d.pid}, log {d.log})")
+    click.echo(f"dashboard {state} at {d.url}  (pid {d.pid}, log {d.log})")
+    click.echo(LOGIN_HINT)
     click.echo("stop it with: make dashboard-stop   (or: sessionstream dashboard --stop)")
 
 

@@ -22,14 +22,18 @@ from sessionstream.core.settings import Settings
 @click.option("--turns", "-t", default=3, show_default=True, help="Turns per session.")
 @click.option("--crash-rate", "-r", default=0.0, show_default=True,
               help="Probability that a turn crashes its process mid-turn (0..1).")
+@click.option("--start-crash-rate", default=0.0, show_default=True,
+              help="Probability that a session's create() crashes its process (0..1).")
 @click.option("--seed", default=0, show_default=True, help="Random seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
-def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: int,
-              as_json: bool, no_progress: bool) -> None:
+def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float,
+              start_crash_rate: float, seed: int, as_json: bool, no_progress: bool) -> None:
     """Simulate a fleet of agents writing sessions; some crash and are resumed."""
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
+    if not 0.0 <= start_crash_rate <= 1.0:
+        raise click.BadParameter("must be in [0, 1]", param_hint="--start-crash-rate")
     if agents < 1 or sessions < 1 or turns < 1:
         raise click.BadParameter("--agents, --sessions and --turns must be at least 1")
     from sessionstream.producers.fleet import run_fleet
@@ -40,7 +44,8 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         _ensure_topics(s)
         summary = run_fleet(
             WriterConfig.from_settings(s), agents=agents, sessions=sessions,
-            turns=turns, crash_rate=crash_rate, seed=seed, progress=not no_progress,
+            turns=turns, crash_rate=crash_rate, start_crash_rate=start_crash_rate, seed=seed,
+            progress=not no_progress,
         )
     except SessionStreamError as exc:
         raise command_error(exc) from exc
@@ -50,8 +55,8 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: i
         click.echo(
             f"sessions {summary.sessions} (ok {summary.sessions_ok})  events appended "
             f"{summary.events_appended}, in log {summary.events_in_log}  rejections "
-            f"{summary.rejections}  crashes {summary.crashes}  resumes {summary.resumes}  "
-            f"{summary.seconds:.1f}s "
+            f"{summary.rejections}  crashes {summary.crashes} (in create {summary.start_crashes})  "
+            f"resumes {summary.resumes}  restarts {summary.restarts}  {summary.seconds:.1f}s "
             f"({summary.events_appended / max(summary.seconds, 1e-9):.0f} events/s)"
         )
         for p in summary.problems[:20]:

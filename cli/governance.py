@@ -1,8 +1,9 @@
-"""CLI of data governance: ``delete``, ``hold``, ``retention run``, ``keys rotate``.
+"""CLI of data governance: ``delete``, ``hold``, ``retention run``, ``keys rotate|retire``.
 
 Every command works on the tenant of the settings and records their principal as who
 acted. Exit codes (``sessionstream.cli.context``): 0 done, 1 refused or failed (a legal
-hold, an unknown session), 2 bad arguments, 3 Redis or Kafka unreachable.
+hold, a deletion not yet complete), 2 bad arguments or an unknown session, 3 Redis or
+Kafka unreachable.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import click
 from sessionstream.cli.context import ExitCode, exit_code_of, settings
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.settings import Env
+from sessionstream.governance.audit import SessionUnknown
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 _REASON = click.option("--reason", default="", help="Why (recorded in the audit event).")
@@ -36,6 +38,8 @@ def _errors() -> Iterator[None]:
         yield
     except LegalHold as exc:
         _die(f"refused: {exc}")
+    except SessionUnknown as exc:  # docs/cli.md: an unknown session is bad input
+        _die(f"error: {exc}", ExitCode.BAD_INPUT)
     except RedisConnectionError as exc:
         _die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
              f"{Env.REDIS_URL}", ExitCode.UNREACHABLE)
@@ -69,22 +73,30 @@ def _print(value: Any) -> None:
 @click.option("--class", "classes", multiple=True, default=("all",), show_default=True,
               type=click.Choice(["raw", "surface", "business", "reasoning", "all"]),
               help="Which data classes to delete (repeatable).")
+@click.option("--complete", is_flag=True,
+              help="Then run `keys retire`: no copy of the keys taken before (a backup, "
+                   "an AOF, an RDB) opens anything afterwards.")
 @_REASON
 @_JSON
-def delete_cmd(session: str, classes: tuple[str, ...], reason: str, as_json: bool) -> None:
+def delete_cmd(session: str, classes: tuple[str, ...], complete: bool, reason: str,
+               as_json: bool) -> None:
     """Delete a session's content: crypto-shred its data keys, purge Redis and blobs.
 
     The log stays (it is immutable): order, ids, pairing and the audit trail remain
     readable; the content of the chosen classes reads as "[content deleted]" everywhere,
-    in every replica and backup. Refused under a legal hold. Does not undo side effects
-    of the session's tools in other systems.
+    in every replica and backup once the deletion is complete (`--complete`, or the
+    next `keys retire` / `retention run`). Refused under a legal hold. Does not undo
+    side effects of the session's tools in other systems.
     """
     from sessionstream.governance.service import parse_classes
 
     with _errors():
-        report = _governance().delete(session, parse_classes(classes), reason=reason)
+        report = _governance().delete(session, parse_classes(classes), reason=reason,
+                                      complete=complete)
     if as_json:
         _print(report.to_json())
+        if report.retirement is not None and not report.retirement.complete:
+            sys.exit(ExitCode.FAILED)
         return
     click.echo(f"deleted {', '.join(report.classes)} of session {session}: "
                f"audit event at seq {report.audit_seq}; {report.redis_keys_deleted} Redis "
@@ -92,7 +104,16 @@ def delete_cmd(session: str, classes: tuple[str, ...], reason: str, as_json: boo
                f"{report.attachments_deleted} attachments purged")
     if report.operation_ids:
         click.echo(f"operation ids to follow up: {', '.join(report.operation_ids)}")
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"note: {report.note}")
+    if report.retirement is None:
+        click.echo("deletion complete at the next `sessionstream keys retire` (or "
+                   "`retention run`); until then a copy of the keys taken before opens it")
+    else:
+        _echo_retirement(report.retirement)
+        if not report.retirement.complete:
+            sys.exit(ExitCode.FAILED)
 
 
 @click.group("hold")
@@ -174,6 +195,23 @@ def retention_run(dry_run: bool, as_json: bool) -> None:
         detail = f" {item.detail}" if item.detail else ""
         click.echo(f"{item.action}: {item.session_id} {item.data_class} "
                    f"({item.age_ms // 86_400_000} days old){detail}")
+    if report.retirement is not None:
+        _echo_retirement(report.retirement)
+
+
+def _echo_retirement(done: Any) -> None:
+    destroyed = ", ".join(map(str, done.destroyed)) or "none"
+    click.echo(f"tenant key version {done.version}: {done.rewrapped} data keys rewrapped, "
+               f"versions destroyed: {destroyed}")
+    if done.complete:
+        click.echo("every deletion so far is complete: no copy of a destroyed key opens")
+    else:
+        pending = ", ".join(map(str, done.pending))
+        click.echo(f"NOT complete: tenant key versions {pending} wrapped destroyed keys and "
+                   f"come from {Env.TENANT_KEY}: "
+                   + ("put a new version first in it on every node, run `keys retire`, then "
+                      if done.version in done.pending else "")
+                   + f"remove versions {pending} from it on every node", err=True)
 
 
 @click.group("keys")
@@ -194,6 +232,23 @@ def keys_rotate(as_json: bool) -> None:
         _print({"tenant": gov.tenant, "version": version, "rewrapped": count})
     else:
         click.echo(f"tenant {gov.tenant}: key version {version}, {count} data keys rewrapped")
+
+
+@keys_group.command("retire")
+@_JSON
+def keys_retire(as_json: bool) -> None:
+    """Complete every deletion of the tenant: rewrap the live data keys with a new tenant
+    key version, destroy the versions that wrapped destroyed keys (docs/operations.md,
+    "When a deletion is complete"). Exit 1 while versions held in the environment must
+    still be removed by hand."""
+    with _errors():
+        done = _governance().retire()
+    if as_json:
+        _print(done.to_json())
+    else:
+        _echo_retirement(done)
+    if not done.complete:
+        sys.exit(ExitCode.FAILED)
 
 
 def register(group: click.Group) -> None:

@@ -43,8 +43,8 @@ def _stack(secure: bool = False) -> StackConfig:
     return secure_stack(settings()) if secure else StackConfig.from_settings(settings())
 
 
-_SECURE_HELP = ("The separate secure Kafka profile (SASL/SCRAM + ACLs, its own ports and "
-                "state dir) instead of the plaintext stack.")
+_SECURE_HELP = ("The separate secure profile (Kafka with SASL/SCRAM + ACLs, Redis with ACL "
+                "users only; its own ports and state dir) instead of the plaintext stack.")
 
 
 @click.command("up")
@@ -55,14 +55,14 @@ _SECURE_HELP = ("The separate secure Kafka profile (SASL/SCRAM + ACLs, its own p
 def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
     """Start the local Kafka (KRaft) and Redis; does nothing for those already running.
 
-    With --secure, start only the secure Kafka profile (docs/operations.md, "Access
+    With --secure, start the secure profile's Kafka and Redis (docs/operations.md, "Access
     scopes"); the plaintext stack is left as it is."""
     from sessionstream.localstack import stack as localstack
 
     started: list[str] = []
     try:
         with _errors():
-            services = ["kafka"] if secure else list(localstack.SERVICES)
+            services = list(localstack.SERVICES)
             localstack.up(_stack(secure), _echo, fresh=fresh, started=started,
                           services=services)
     finally:
@@ -78,10 +78,7 @@ def down_cmd(services: tuple[str, ...], secure: bool) -> None:
     from sessionstream.localstack import stack as localstack
 
     with _errors():
-        if secure:
-            localstack.down(_stack(True), _echo, ["kafka"])
-        else:
-            localstack.down(_stack(), _echo, services or localstack.SERVICES)
+        localstack.down(_stack(secure), _echo, services or localstack.SERVICES)
 
 
 @click.command("status")
@@ -94,8 +91,6 @@ def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
 
     with _errors():
         rows = localstack.status(_stack(secure))
-        if secure:
-            rows = [r for r in rows if r.name == "kafka"]
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows]))
     else:

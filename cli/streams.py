@@ -67,13 +67,19 @@ def worker_cmd(loglevel: str, engine: str | None) -> None:
 
         main(dataclasses.replace(s, log_level=levels.get(loglevel, loglevel)))
         return
+    import importlib.util
+
+    if importlib.util.find_spec("faust") is None:
+        raise bad_input("the faust engine needs the faust extra: pip install "
+                        f"'sessionstream[faust]' (or use the default engine: --engine kafka, "
+                        f"{Env.ENGINE}=kafka)")
     os.execvp(sys.executable, [sys.executable, "-m", "faust", "--loop", faust_loop(),
                                "-A", "sessionstream.streams.app:app", "worker", "--without-web",
                                "-l", loglevel])
 
 
 def faust_loop() -> str:
-    """The faust worker's event loop: uvloop when installed (a dependency off Windows;
+    """The faust worker's event loop: uvloop when installed (in the faust extra off Windows;
     ~1.7x the fold rate of asyncio's loop in bench_streams, ADR 0003), else asyncio's."""
     import importlib.util
 

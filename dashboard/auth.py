@@ -1,12 +1,15 @@
 """Bearer tokens scoped to a tenant, for the dashboard (docs/operations.md, "Access scopes").
 
 A request carries its token as ``Authorization: Bearer <token>`` or in the
-``ss_dashboard_token`` cookie, which ``GET /?token=<token>`` sets (HttpOnly,
+``ss_dashboard_token`` cookie, which the login URL ``GET /?token=<token>`` sets (HttpOnly,
 SameSite=Strict) before redirecting to ``/`` so the token leaves the address bar; the
-page's own requests (``fetch``, ``EventSource``) then carry the cookie. ``/healthz``,
-``/metrics`` (counts and timings only) and ``/static/`` are open. A missing or unknown
-token is refused with 401, a token of another tenant with 403, both as JSON saying what
-to do.
+page's own requests (``fetch``, ``EventSource``) then carry the cookie. Only that login
+takes a token in the URL: any other path with ``?token=`` is refused (401), so API
+clients never put the credential where URLs go (access logs, proxies, history), and the
+access log (:class:`RedactedAccessLogger`) writes paths without their query string.
+``/healthz``, ``/metrics`` (counts and timings only) and ``/static/`` are open. A missing
+or unknown token is refused with 401, a token of another tenant with 403, both as JSON
+saying what to do.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from sessionstream.core.settings import Env
 
@@ -41,11 +45,22 @@ class TokenAuth:
 
 
 def _token_of(request: web.Request) -> str | None:
+    """The header's bearer token, else the login cookie's (never the query string)."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.query.get("token") or request.cookies.get(COOKIE) or None
+    return request.cookies.get(COOKIE) or None
+
+
+class RedactedAccessLogger(AbstractAccessLogger):
+    """aiohttp's access log without query strings (a login URL carries the token) and
+    without request headers: remote, method, path, status, bytes, seconds."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse,
+            time: float) -> None:
+        self.logger.info('%s "%s %s" %d %s %.3fs', request.remote, request.method,
+                         request.path, response.status, response.body_length, time)
 
 
 def _refuse(status: int, message: str, auth: TokenAuth, path: str) -> web.Response:
@@ -57,7 +72,7 @@ def _refuse(status: int, message: str, auth: TokenAuth, path: str) -> web.Respon
 def middleware(auth: TokenAuth, refused: Callable[[str], None] | None = None
                ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The token check; ``refused(reason)`` is told of each refusal (``missing_token``,
-    ``unknown_token``, ``other_tenant``: metrics)."""
+    ``unknown_token``, ``other_tenant``, ``token_in_url``: metrics)."""
 
     def count(reason: str) -> None:
         if refused is not None:
@@ -70,13 +85,20 @@ def middleware(auth: TokenAuth, refused: Callable[[str], None] | None = None
         path = request.path
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             return await handler(request)
-        token = _token_of(request)
+        login = path == "/" and "token" in request.query
+        if "token" in request.query and not login:
+            count("token_in_url")
+            return _refuse(401, "a token is not accepted in the URL here: send "
+                                "Authorization: Bearer <token>, or log in once at "
+                                "/?token=… (`sessionstream dashboard --login-url`), which "
+                                "sets the login cookie", auth, path)
+        token = request.query.get("token") if login else _token_of(request)
         if token is None:
             count("missing_token")
-            return _refuse(401, "this dashboard needs a token: open the URL `sessionstream "
-                                "dashboard` printed (…/?token=…), or send Authorization: "
-                                "Bearer <token> (`sessionstream acl env --role reader`)",
-                           auth, path)
+            return _refuse(401, "this dashboard needs a token: open the login URL "
+                                "`sessionstream dashboard --login-url` prints, or send "
+                                "Authorization: Bearer <token> (`sessionstream acl env "
+                                "--role reader`)", auth, path)
         scope = auth.scope_of(token)
         if scope is None:
             count("unknown_token")
@@ -86,11 +108,11 @@ def middleware(auth: TokenAuth, refused: Callable[[str], None] | None = None
             count("other_tenant")
             return _refuse(403, f"the token is scoped to tenant {scope!r}; this dashboard "
                                 f"serves tenant {auth.tenant!r}", auth, path)
-        if path == "/" and "token" in request.query:
+        if login:
             # Keep the token out of the address bar and history: a cookie, then the page.
-            login = web.HTTPFound("/")
-            login.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
-            raise login
+            found = web.HTTPFound("/")
+            found.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
+            raise found
         return await handler(request)
 
     return check

@@ -41,6 +41,12 @@ def _running(path: Path) -> tuple[int, str] | None:
     return (pid, url) if b"dashboard" in cmdline else None
 
 
+def running_url(state_dir: Path) -> str | None:
+    """The URL of the detached dashboard of ``state_dir``, if one runs."""
+    found = _running(pid_file(state_dir))
+    return None if found is None else found[1]
+
+
 def start(state_dir: Path, host: str, port: int, *, timeout_s: float = 20.0) -> Detached:
     """Start ``sessionstream dashboard`` detached and wait until ``/healthz`` answers.
 
@@ -53,7 +59,10 @@ def start(state_dir: Path, host: str, port: int, *, timeout_s: float = 20.0) -> 
         return Detached(found[0], found[1], log, path, already_running=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://{host}:{port}/"
-    with open(log, "ab") as out:
+    # The log is the owner's only (0600): it holds no credential, but it is the server's.
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sessionstream.cli.main", "dashboard", "--host", host,
              "--port", str(port)],

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 #: Why the token check refused a request (dashboard.auth).
-AUTH_REASONS = ("missing_token", "unknown_token", "other_tenant")
+AUTH_REASONS = ("missing_token", "unknown_token", "other_tenant", "token_in_url")
 #: Routes whose response is a long-lived stream: counted, not timed (a duration there is
 #: how long a browser stayed, not latency).
 STREAMING_ROUTES = ("/api/events",)

@@ -220,19 +220,30 @@ class LeaseExpired(RedisUnavailable):
 
 
 class SessionNotFound(ProducerError):
-    def __init__(self, session_id: str) -> None:
+    """No admitted event of the session. ``epoch`` > 0: its lease was taken (a create()
+    that died before its ``session/start`` was admitted), so the id was never started."""
+
+    def __init__(self, session_id: str, epoch: int = 0) -> None:
         self.session_id = session_id
-        super().__init__(
-            f"session {session_id!r} has no admitted events in this tenant's topic: "
-            "check the session id and tenant, or create() it"
-        )
+        self.epoch = epoch
+        if epoch > 0:
+            why = (f"session {session_id!r} was never started: its lease was taken (epoch "
+                   f"{epoch}) but no session/start of it was admitted (a create() that did "
+                   "not finish); create() it with this id, which starts it at a new epoch")
+        else:
+            why = (f"session {session_id!r} has no admitted events in this tenant's topic: "
+                   "check the session id and tenant, or create() it")
+        super().__init__(why)
 
 
 class SessionExists(ProducerError):
-    def __init__(self, session_id: str) -> None:
+    """The session's log holds admitted events (it was started): open() resumes it."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
         self.session_id = session_id
         super().__init__(
-            f"session {session_id!r} already exists: open() it to resume, or pick a new id"
+            f"session {session_id!r} already exists{f' ({detail})' if detail else ''}: "
+            "open() it to resume (steal=True if its last writer crashed), or pick a new id"
         )
 
 

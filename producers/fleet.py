@@ -8,8 +8,12 @@ assistant message, and the tools run after their ``tool/call`` is flushed (some 
 are large enough to spill to attachments); plus user steering mid-turn, todo and plan
 events, and a flush after each turn. With ``crash_rate`` a process dies mid-turn
 (``os._exit``) after some events; the parent starts a replacement and another process
-resumes the session (lease epoch + 1, recovery closes the turn as interrupted). At the
-end every session's log is read back and checked (contiguous seq, rejections counted).
+resumes the session (lease epoch + 1, recovery closes the turn as interrupted). With
+``start_crash_rate`` a process dies inside ``SessionWriter.create()`` (after the lease,
+after producing ``session/start`` or after its acknowledgement; once per session): the
+next process opens the session, or, when ``open()`` says it was never started, creates
+it again. At the end every session's log is read back and checked (contiguous seq,
+rejections counted).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from sessionstream.core.request import (
     ToolSchema,
     resolve_header,
 )
-from sessionstream.producers.errors import UnconfirmedEvents
+from sessionstream.producers.errors import SessionNotFound, UnconfirmedEvents
 from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
 
 Emit = Callable[..., Any]
@@ -49,6 +53,7 @@ class Task:
     session_id: str
     turns: int  # turns still to write
     resume: bool
+    crash_in_create: str | None = None  # a step of create() to die at (START_STEPS)
 
 
 @dataclass
@@ -61,6 +66,9 @@ class FleetSummary:
     rejections: int = 0
     crashes: int = 0
     resumes: int = 0
+    start_crashes: int = 0  # processes that died inside create()
+    start_crash_steps: dict[str, int] = field(default_factory=dict)  # step -> crashes planned
+    restarts: int = 0  # resumes that found the session never started and created it
     sessions_ok: int = 0
     problems: list[str] = field(default_factory=list)
     last_seqs: dict[str, int] = field(default_factory=dict)  # session -> last admitted seq
@@ -186,6 +194,10 @@ def run_turn(
     return log.n
 
 
+#: The steps of create() a start crash dies at (SessionWriter.create's ``fault``).
+START_STEPS = ("leased", "produced", "acknowledged")
+
+
 def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed: int) -> None:
     """One agent process: run tasks until a None sentinel."""
     rng = random.Random(seed)
@@ -197,6 +209,13 @@ def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed:
         results.close()
         results.join_thread()
         os._exit(137)
+
+    def die_at(at: str, task: Task) -> Callable[[str], None]:
+        def fault(step: str) -> None:  # create() calls it at each step of the start
+            if step == at:
+                results.put(("start-crash", pid, task.session_id))
+                crash()
+        return fault
     while True:
         task = tasks.get()
         if task is None:
@@ -205,10 +224,20 @@ def _agent(cfg: WriterConfig, tasks: Any, results: Any, crash_rate: float, seed:
         try:
             if task.resume:
                 # The previous holder crashed: its lease may still be live, take it over.
-                w = SessionWriter.open(cfg, task.session_id, steal=True)
-                results.put(("resumed", pid, task.session_id, w.next_seq))
+                try:
+                    w = SessionWriter.open(cfg, task.session_id, steal=True)
+                    results.put(("resumed", pid, task.session_id, w.next_seq))
+                except SessionNotFound as exc:
+                    if exc.epoch == 0:
+                        raise
+                    # It crashed inside create(): never started, so start it (the
+                    # failed open() released the lease it took).
+                    w = SessionWriter.create(cfg, task.session_id)
+                    results.put(("restarted", pid, task.session_id))
             else:
-                w = SessionWriter.create(cfg, task.session_id)
+                at = task.crash_in_create
+                w = SessionWriter.create(cfg, task.session_id,
+                                         fault=None if at is None else die_at(at, task))
             for k in range(task.turns):
                 crash_at = rng.randint(3, 15) if rng.random() < crash_rate else None
                 n = run_turn(w, rng, w.next_seq, crash_at=crash_at, on_crash=crash)
@@ -258,6 +287,7 @@ def run_fleet(
     sessions: int,
     turns: int,
     crash_rate: float = 0.0,
+    start_crash_rate: float = 0.0,
     seed: int = 0,
     progress: bool = True,
     verify: bool = True,
@@ -269,8 +299,12 @@ def run_fleet(
     summary = FleetSummary(agents, sessions, turns)
     ids = [f"sim-{uuid.uuid4().hex[:12]}" for _ in range(sessions)]
     remaining = {sid: turns for sid in ids}
+    plan = random.Random(seed)  # which creates crash, and where: fixed by the seed
     for sid in ids:
-        tasks.put(Task(sid, turns, resume=False))
+        at = plan.choice(START_STEPS) if plan.random() < start_crash_rate else None
+        if at is not None:
+            summary.start_crash_steps[at] = summary.start_crash_steps.get(at, 0) + 1
+        tasks.put(Task(sid, turns, resume=False, crash_in_create=at))
     procs: dict[int, Any] = {}
     seeds = iter(range(seed * 1000, seed * 1000 + 100_000))
 
@@ -299,6 +333,10 @@ def run_fleet(
                     owner[pid] = sid
                 elif kind == "resumed":
                     summary.resumes += 1
+                elif kind == "start-crash":
+                    summary.start_crashes += 1
+                elif kind == "restarted":
+                    summary.restarts += 1
                 elif kind == "turn":
                     summary.events_appended += msg[3]
                     remaining[sid] = msg[4]

@@ -4,7 +4,7 @@ Per append the writer checks and freezes ``data``, renders its canonical JSON, r
 session rules, seals the content (when the tenant encrypts) and writes the Avro
 envelope. :class:`PythonAppend` is the reference: ``Session.append``,
 ``ContentCipher.seal_event`` and the codec. :class:`NativeAppend` does the same with
-the extension (``sessionstream_native.Appender``, native/src/append.rs). For the types
+the extension (``sessionstream._native.Appender``, native/src/append.rs). For the types
 whose admission changes no session state but the log (``assistant/chunk``, audit and
 plugin types: :func:`rules_for`) one call (``stamp``) runs the session rules, builds
 the event and its id and writes the clear record (native/src/append/rules.rs); for the
@@ -36,17 +36,10 @@ from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
 from sessionstream.core.settings import Env
 from sessionstream.governance import ContentCipher
+from sessionstream.native import INSTALL_HINT, WHY_NOT
+from sessionstream.native import ext as _native
 from sessionstream.producers.errors import ProducerError
 from sessionstream.producers.limits import ENVELOPE_OVERHEAD
-
-try:
-    import sessionstream_native as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None
-if _native is not None and hasattr(getattr(_native, "Appender", None), "after_fork"):
-    # The extension draws event ids from a buffer of random bytes: a forked child must
-    # not reuse its parent's (as events.uuid4_ids drops its pieces).
-    os.register_at_fork(after_in_child=_native.Appender.after_fork)
 
 APPEND_PATHS = ("auto", "native", "python")
 #: Nonce bytes handed to one native seal: 12 per data class.
@@ -212,7 +205,7 @@ def why_not(encode: Callable[[Event], bytes]) -> str | None:
     from sessionstream.core import codec
 
     if _native is None or not hasattr(getattr(_native, "Appender", None), "append"):
-        return "the sessionstream_native extension (with its Appender) is not installed"
+        return WHY_NOT or "the native extension has no Appender (an older build)"
     if encode is not codec.encode:
         return "the writer uses another codec (e.g. the confluent wire)"
     files = codec.schema_files()
@@ -240,8 +233,8 @@ def append_path(setting: str, encode: Callable[[Event], bytes], cipher: ContentC
         return NativeAppend(encode, cipher, writer_header(), session_id)
     if setting == "native":
         raise NativeAppendUnavailable(
-            f"native append path unavailable: {reason}; build it with `make install` (or "
-            f"`pip install ./native`), or set {Env.APPEND}=python")
+            f"native append path unavailable: {reason}; {INSTALL_HINT}, or set "
+            f"{Env.APPEND}=python")
     return PythonAppend(encode, cipher)
 
 

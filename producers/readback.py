@@ -22,6 +22,7 @@ from sessionstream.core.codec import event_from_envelope, schema_fingerprints
 from sessionstream.core.errors import InvalidData
 from sessionstream.core.events import FORMAT_VERSION, Event
 from sessionstream.core.pipeline import Decoded, Record, Undecodable, decode_record
+from sessionstream.native import ext as _native  # reads the Avro envelope; absent: fastavro
 from sessionstream.producers.errors import (
     BrokerUnavailable,
     ReadBackError,
@@ -31,11 +32,6 @@ from sessionstream.producers.errors import (
 from sessionstream.producers.kafka import _DOWN_CODES, FAIL_FAST_S
 from sessionstream.producers.kafka_clients import consumer_config, private_group
 from sessionstream.producers.partition import partition_for
-
-try:  # the compiled extension (native/): reads the Avro envelope; absent: fastavro
-    import sessionstream_native as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None
 
 #: Watermark errors of a partition whose leader is not (yet) known: retried.
 _LEADER_CODES = frozenset(
@@ -59,7 +55,7 @@ class NativeDecoder:
 
     def __init__(self, decode: Callable[[bytes], Event],
                  opener: Callable[[Event], Event] | None = None) -> None:
-        assert _native is not None, "NativeDecoder needs the sessionstream_native extension"
+        assert _native is not None, "NativeDecoder needs the native extension"
         self._native = _native.Decoder(schema_fingerprints(), FORMAT_VERSION)
         self._decode = decode
         self._open = opener

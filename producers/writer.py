@@ -16,6 +16,12 @@ Lifecycle::
     w2 = SessionWriter.open(cfg, sid)                        # any node: epoch+1, recover,
                                                              # end-seed, proven admitted
 
+Started or not is decided by the log: an id with an admitted event is started (create()
+raises SessionExists, open() resumes it); an id without one — new, or leased by a
+create() that died before its ``session/start`` was admitted — is not (create() starts
+it at a new epoch, which fences the dead attempt; open() raises SessionNotFound naming
+create()).
+
 Beside this module: :mod:`producers.config` (WriterConfig), :mod:`producers.edges` (the
 clients), :mod:`producers.limits` (record size), :mod:`producers.resume` (read-back, proofs).
 """
@@ -100,8 +106,49 @@ class _LostRace(Exception):
         super().__init__(f"{len(refused)} first event(s) refused")
 
 
+def _unstarted(edges: WriterEdges, sid: str, lease: Lease,
+               timeout: float) -> AdmissionProof | None:
+    """Check that ``sid`` was never started (no admitted event), else SessionExists.
+
+    Epoch 1 and no index: nobody ever held the id, nothing to read (None: the proof
+    starts at our first record). A later epoch: an earlier holder may have started it,
+    so the log decides — read back (a partition scan without an index); nothing
+    admitted, and the proof of our ``session/start`` continues from the end of that
+    read, so a dead attempt's record landing before ours is seen there.
+    """
+    cfg = edges.cfg
+    if edges.index.get(cfg.tenant, sid) is not None:  # it records admitted offsets only
+        raise SessionExists(sid)
+    if lease.epoch == 1:
+        return None
+    rb = read_back(edges, sid, False, False, timeout)
+    if rb.admitted:
+        raise SessionExists(sid, f"its log holds {len(rb.admitted)} admitted event(s)")
+    log.info("session %s: leased before (epoch %d) but never started; starting it at "
+             "epoch %d (%d records scanned, %d refused)", sid, lease.epoch - 1, lease.epoch,
+             rb.records_scanned, len(rb.rejections))
+    return AdmissionProof.after(rb)
+
+
+def _lost_start(sid: str, lost: _LostRace) -> ProducerError:
+    """The error of a create/fork whose ``session/start`` was refused."""
+    if lost.admitted:  # another start (e.g. a dead attempt's, landing late) came first
+        return SessionExists(sid, "another writer's session/start was admitted before this "
+                                  "one")
+    return ProducerError(
+        f"session {sid!r}: this create()'s session/start is not in the log after its "
+        "acknowledgement (nothing was started); create() it again")
+
+
 class SessionWriter:
-    """Append-only writer of one session, holding its lease (fencing epoch)."""
+    """Append-only writer of one session, holding its lease (fencing epoch).
+
+    Starting: :meth:`create` starts an id whose log holds no admitted event — a new
+    id, or one a dead create() leased without getting its ``session/start`` admitted
+    (taken over at a new epoch, which fences the dead attempt). :meth:`open` resumes
+    an id whose log holds one; on a never-started id its SessionNotFound names
+    create(). The log decides, not the lease: both read it the same way.
+    """
 
     def __init__(
         self,
@@ -113,6 +160,7 @@ class SessionWriter:
         readback: ReadBack | None = None,
         proof: AdmissionProof | None = None,
         origins: Mapping[int, tuple[str, str]] | None = None,
+        fault: Callable[[str], None] | None = None,
     ) -> None:
         """Use :meth:`create`, :meth:`open` or :meth:`fork`; this only wires parts."""
         self.session = session
@@ -175,8 +223,12 @@ class SessionWriter:
         #: session index; "scan": the partition) and how many records it read.
         self.read_via: str | None = readback.via if readback is not None else None
         self.records_read = readback.records_scanned if readback is not None else 0
+        #: Fault injection (create's ``fault``): called with each step of the start.
+        self._fault = fault
         for event in seeded:
             self._produce(event)
+        if seeded and fault is not None:
+            fault("produced")
         if seeded:
             # A new lifecycle's first events (session/start, or the repairs and the
             # end-seed of a resume) are made durable and proven admitted before the
@@ -187,14 +239,34 @@ class SessionWriter:
     def _start(self, timeout: float) -> None:
         """Flush the seeded events and read back to their offsets: were they admitted?"""
         self._flush_acks(timeout)
+        if self._fault is not None:
+            self._fault("acknowledged")
+        fresh = self._proof.end is None  # a new id at epoch 1: read from our first record
         verdicts = self._proof.read(self._e, self._mine, self._offsets,
                                     self._partition_or_raise(), timeout)
+        if fresh and not (verdicts.mine_refused or verdicts.mine_missing) \
+                and not self._epoch_unchanged():
+            # Another writer took the id after our lease and may have written before our
+            # first record (we were paused): only the whole partition can say.
+            self._proof = AdmissionProof(self.session_id, None, 0, None)
+            verdicts = self._proof.read(self._e, self._mine, self._offsets,
+                                        self._partition_or_raise(), timeout)
         if verdicts.mine_refused or verdicts.mine_missing:
             raise _LostRace(verdicts.mine_refused, verdicts.admitted)
         self._proven = len(self._mine)
         self._established = True
         self._update_index_quietly()  # proven admitted: now they may be indexed
         self._hand_off()
+
+    def _epoch_unchanged(self) -> bool:
+        """Is the session's epoch still ours (False when Redis cannot say)? Every other
+        writer takes the lease (a new epoch) before writing, so while it is unchanged
+        nothing of another writer lies before our acknowledged records."""
+        try:
+            return self._e.leases.current_epoch(self._e.cfg.tenant,
+                                                self.session_id) == self.lease.epoch
+        except RedisUnavailable:
+            return False
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -209,11 +281,21 @@ class SessionWriter:
         clock: Clock = system_clock,
         ids: IdSource = uuid4_ids,
         start_extra: Mapping[str, Any] | None = None,
+        steal: bool = False,
+        fault: Callable[[str], None] | None = None,
     ) -> SessionWriter:
-        """Start a new session (``session/start``); SessionExists if the id is taken.
+        """Start a new session (``session/start``); SessionExists if the id was started.
 
+        An id is started once its log holds an admitted event. An id whose lease was
+        taken but whose log holds none (a create() that died before its
+        ``session/start`` was admitted) was never started: create() takes it over at a
+        new epoch, so a late record of the dead attempt is refused as stale where it
+        lands (or, landing first, makes the id started: SessionExists, open() it).
+        ``steal`` takes over a lease still live (its holder crashed).
         ``start_extra``: further ``session/start`` fields (``log publish`` keeps a
-        file's, e.g. an imported session's provenance).
+        file's, e.g. an imported session's provenance). ``fault``: fault injection,
+        called with ``"leased"``, ``"produced"`` and ``"acknowledged"`` as the start
+        passes each step (tests and the fleet simulator kill the process there).
         """
         sid = session_id or str(uuid.uuid4())
         edges = WriterEdges(cfg)
@@ -221,10 +303,12 @@ class SessionWriter:
         try:
             edges.connect()
             lease = edges.leases.acquire(
-                cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms
+                cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms,
+                steal=steal,
             )
-            if lease.epoch > 1 or edges.index.get(cfg.tenant, sid) is not None:
-                raise SessionExists(sid)
+            if fault is not None:
+                fault("leased")
+            proof = _unstarted(edges, sid, lease, cfg.flush_timeout_s)
             session = Session.create(
                 sid,
                 tenant=cfg.tenant,
@@ -236,9 +320,10 @@ class SessionWriter:
                 start_extra=start_extra,
             )
             try:
-                return cls(session, lease, edges, seeded=session.events)
+                return cls(session, lease, edges, seeded=session.events, proof=proof,
+                           fault=fault)
             except _LostRace as lost:
-                raise SessionExists(sid) from lost
+                raise _lost_start(sid, lost) from lost
         except BaseException:
             edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
@@ -277,7 +362,9 @@ class SessionWriter:
             rb = read_back(edges, session_id, lease.index_was_clean, use_index, timeout,
                            next_seq_hint=lease.next_seq_hint, repair=True)
             if not rb.admitted:
-                raise SessionNotFound(session_id)
+                # Leased before (epoch > 1 now): a create() died before its start was
+                # admitted. The error names create(), which takes such an id over.
+                raise SessionNotFound(session_id, lease.epoch - 1)
             writer = Writer(lease.writer_id, lease.epoch)
             admitted = list(rb.admitted)
             proof = AdmissionProof.after(rb)
@@ -353,8 +440,7 @@ class SessionWriter:
             lease = edges.leases.acquire(
                 cfg.tenant, child_id, writer_id or self.lease.writer_id, cfg.lease_ttl_ms
             )
-            if lease.epoch > 1 or edges.index.get(cfg.tenant, child_id) is not None:
-                raise SessionExists(child_id)
+            proof = _unstarted(edges, child_id, lease, cfg.flush_timeout_s)
             child = core_fork(
                 self.session,
                 child_id,
@@ -372,9 +458,10 @@ class SessionWriter:
                                                          self.session.events[e.seq].event_id))
                        for e in seed}
             try:
-                return SessionWriter(child, lease, edges, seeded=child.events, origins=origins)
+                return SessionWriter(child, lease, edges, seeded=child.events, origins=origins,
+                                     proof=proof)
             except _LostRace as lost:
-                raise SessionExists(child_id) from lost
+                raise _lost_start(child_id, lost) from lost
         except BaseException:
             edges.abort(lease, 0)
             raise

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sessionstream import native
 from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
@@ -56,10 +57,8 @@ from sessionstream.streams.worker import (
     process_retrying,
 )
 
-try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
-    from sessionstream_native import scan_messages as _scan
-except ImportError:  # pragma: no cover - depends on the install
-    _scan = None
+#: The extension reads a batch's messages in one pass (streams.batch); None without it.
+_scan = native.member("scan_messages")
 
 log = logging.getLogger("sessionstream.streams.worker")
 

@@ -1,6 +1,6 @@
 """The native fold path: ``Processor.fold``/``flush`` over the Rust extension.
 
-``sessionstream_native`` (the ``native/`` crate, built by the project's install) decodes
+``sessionstream._native`` (the ``native/`` crate, built by the project's install) decodes
 a batch's Avro records by schema fingerprint, applies the admission rule and folds
 every built-in unit (index, turns, tools, usage, todo, plan, goal, business,
 compaction, rejections and the surface, the model's message history: native/src/
@@ -41,11 +41,13 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessionstream import native
 from sessionstream.core import codec
 from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION
@@ -72,16 +74,13 @@ from sessionstream.core.rows import (
     manifest,
 )
 from sessionstream.core.settings import Env
+from sessionstream.native import ext as _native  # absent: the Python fold
 from sessionstream.streams.batch import native_items, partition_heads
 from sessionstream.streams.errors import StreamsError
 from sessionstream.streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 from sessionstream.streams.processor import BatchReport, Processor
 from sessionstream.streams.session_row import CachedSession, chunked_fields
 
-try:  # the compiled extension (native/); absent: the Python fold
-    import sessionstream_native as _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None
 #: Sealing with the digests replay keeps (an older build: hashed in Python instead).
 _digested_seal = getattr(_native, "seal_row_digested", None)
 
@@ -91,6 +90,8 @@ NATIVE_UNITS: dict[str, type] = {
     "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
     "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
+log = logging.getLogger("sessionstream.streams.worker")
+
 FOLDS = ("auto", "native", "python")
 #: Threads that create new sessions' row keys ahead of the seal (each key: a file
 #: written and fsynced; concurrent ones share journal commits).
@@ -100,8 +101,7 @@ FLUSH_SLICE = 256
 #: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
 #: past it the compare opens both rows of the others (ADR 0015).
 DIGEST_SESSIONS = 200_000
-INSTALL_HINT = ("build it with `make install` (or `pip install ./native`; needs Rust's "
-                f"cargo), or set {Env.FOLD}=python")
+INSTALL_HINT = f"{native.INSTALL_HINT}, or set {Env.FOLD}=python"
 
 
 class NativeUnavailable(StreamsError):
@@ -115,7 +115,7 @@ def available() -> bool:
 def why_not(pipeline: ReaderPipeline) -> str | None:
     """Why the native fold cannot serve ``pipeline`` (None: it can)."""
     if _native is None:
-        return "the sessionstream_native extension is not installed"
+        return native.WHY_NOT or "the native extension is not available"
     if pipeline._decode is not codec.decode:
         return "the pipeline uses another codec (e.g. the confluent wire)"
     units = {u.key: u for u in pipeline.registry.units}
@@ -1082,6 +1082,7 @@ def fold_driver(processor: Processor, fold: str) -> NativeFold | Processor:
         return NativeFold(processor)
     if fold == "native":
         raise NativeUnavailable(f"native fold unavailable: {reason}; {INSTALL_HINT}")
+    native.warn_fallback(log, "this worker/replay", f"{reason}; {INSTALL_HINT}")
     return processor
 
 

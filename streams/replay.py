@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from sessionstream import native
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
@@ -55,14 +56,10 @@ from sessionstream.streams.native_fold import (
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink, Retry, Script
 
-try:  # the compiled extension reads a batch's messages in one pass (streams.batch)
-    from sessionstream_native import scan_messages as _scan
-except ImportError:  # pragma: no cover - depends on the install
-    _scan = None
-try:  # and opens sealed row fields (the compare)
-    from sessionstream_native import open_row as _open_row
-except ImportError:  # pragma: no cover - depends on the install (or an older build)
-    _open_row = None
+#: The extension reads a batch's messages in one pass (streams.batch) and opens sealed row
+#: fields (the compare); None without it.
+_scan = native.member("scan_messages")
+_open_row = native.member("open_row")
 
 #: Sessions compared per script call (and per round trip on a Redis Cluster).
 COMPARE_CHUNK = 200

@@ -24,6 +24,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from sessionstream import native
 from sessionstream.core.rows import (
     CHANGE_FIELD,
     FIRST_GENERATION,
@@ -37,10 +38,8 @@ from sessionstream.core.settings import Env
 from sessionstream.streams.errors import SinkError
 from sessionstream.streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 
-try:  # the compiled extension packs the batch's script call (absent: redis-py packs it)
-    from sessionstream_native import pack_session_writes as _native_pack
-except ImportError:  # pragma: no cover - depends on the install
-    _native_pack = None
+#: The extension packs the batch's script call (None: redis-py packs it).
+_native_pack = native.member("pack_session_writes")
 
 log = logging.getLogger("sessionstream.streams.sink")
 

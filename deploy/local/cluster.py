@@ -11,6 +11,11 @@
 - Redis: six ``redis-server`` processes in cluster mode, three masters each with one
   replica (``cluster-node-timeout`` 2 s, so a killed master fails over within seconds).
 
+``ClusterConfig(secure=True)`` gives its Redis nodes the secure profile's lock: no
+anonymous user (``user default off``), an ``admin`` with a password only (0600 file under
+the state dir; replicas authenticate to masters as it), users kept in each node's ACL
+file. The plain profile stays open on loopback for the fault tests.
+
 The product runs on it by settings alone (:meth:`ClusterConfig.settings_env`). Fault tests
 drive the nodes through :class:`LocalCluster` (SIGKILL a partition leader, rolling
 restarts, kill a Redis master). Only processes started here (pid file + state dir on their
@@ -20,6 +25,7 @@ command line or working directory) are ever signalled.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,6 +38,7 @@ from typing import Any
 from sessionstream.core.settings import Env, Settings
 from sessionstream.kafka_config import admin_config
 from sessionstream.localstack.stack import (
+    ADMIN_PRINCIPAL,
     MESSAGE_MAX_BYTES,
     Echo,
     LocalStackError,
@@ -47,6 +54,7 @@ from sessionstream.localstack.stack import (
     redis_ready,
     require_java,
     require_redis,
+    write_acl_users,
 )
 
 DEFAULT_KAFKA_PORTS = (29092, 29093, 29094)
@@ -70,6 +78,30 @@ class ClusterConfig:
     redis_replicas: int = 1  # replicas per Redis master
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
     pom: Path = field(default_factory=lambda: Path(__file__).with_name("pom.xml"))
+    #: Redis nodes without anonymous access (ACL file, admin password-only).
+    secure: bool = False
+
+    @property
+    def admin_secret_file(self) -> Path:
+        return self.state_dir / "redis-admin.secret"
+
+    def admin_password(self) -> str | None:
+        """The secure Redis nodes' admin password (created 0600 on first use); None when
+        the nodes are open."""
+        if not self.secure:
+            return None
+        path = self.admin_secret_file
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24) + "\n")
+        return path.read_text().strip()
+
+    def redis_auth(self) -> dict[str, Any]:
+        """The keyword arguments of a redis client that talks to a node as the admin."""
+        password = self.admin_password()
+        return {"username": ADMIN_PRINCIPAL, "password": password} if password else {}
 
     def __post_init__(self) -> None:
         if len(self.kafka_ports) != 3 or len(self.controller_ports) != 3:
@@ -265,6 +297,7 @@ class RedisNode(_NodeProcess):
     """One ``redis-server`` in cluster mode."""
 
     def __init__(self, cfg: ClusterConfig, port: int) -> None:
+        self.cfg = cfg
         self.port = port
         self.home = cfg.state_dir / f"redis-{port}"
         self.pid_file = self.home / "redis.pid"
@@ -291,8 +324,17 @@ class RedisNode(_NodeProcess):
             "appendonly yes",
             "appendfsync everysec",
             "save \"\"",
+            *self._secure_lines(),
             "",
         ])
+
+    def _secure_lines(self) -> list[str]:
+        password = self.cfg.admin_password()
+        if password is None:
+            return []
+        # the config file is 0600 (it holds the password a replica gives its master)
+        return [f"aclfile {self.home / 'users.acl'}", f"masteruser {ADMIN_PRINCIPAL}",
+                f"masterauth {password}"]
 
     def pid(self) -> int | None:
         return _owned(self.pid_file, self.home)
@@ -305,7 +347,12 @@ class RedisNode(_NodeProcess):
                         Env.CLUSTER_REDIS_PORTS)
         self.home.mkdir(parents=True, exist_ok=True)
         conf = self.home / "redis.conf"
-        conf.write_text(self.config())
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.config())
+        password = self.cfg.admin_password()
+        if password is not None:
+            write_acl_users(self.home / "users.acl", password)
         self._proc = subprocess.Popen(
             [server, str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, cwd=self.home,
@@ -314,7 +361,7 @@ class RedisNode(_NodeProcess):
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while not redis_ready(self.port):
+        while not redis_ready(self.port, self.cfg.admin_password()):
             if self._proc is not None and self._proc.poll() is not None:
                 tail = "\n".join(_tail(self.log, 20))
                 raise LocalStackError(f"redis-server :{self.port} exited:\n{tail}")
@@ -499,7 +546,8 @@ class LocalCluster:
         import redis
 
         client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
-                             socket_connect_timeout=2, decode_responses=True)
+                             socket_connect_timeout=2, decode_responses=True,
+                             **self.cfg.redis_auth())
         try:
             raw = client.execute_command("CLUSTER", "INFO")
         finally:
@@ -520,10 +568,14 @@ class LocalCluster:
             raise LocalStackError("redis-cli is missing (it ships with redis-server: "
                                   "apt-get install -y redis-server)")
         self.echo("redis cluster: assigning slots and replicas")
+        password = self.cfg.admin_password()
+        # redis-cli reads the password from REDISCLI_AUTH: never on a command line
+        auth = ["--user", ADMIN_PRINCIPAL] if password else []
+        env = {**os.environ, **({"REDISCLI_AUTH": password} if password else {})}
         done = subprocess.run(
-            [cli, "--cluster", "create", *(r.address for r in self.redis),
+            [cli, *auth, "--cluster", "create", *(r.address for r in self.redis),
              "--cluster-replicas", str(self.cfg.redis_replicas), "--cluster-yes"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, env=env,
         )
         if done.returncode != 0:
             raise LocalStackError(f"redis-cli --cluster create failed:\n{done.stdout[-2000:]}"
@@ -573,7 +625,7 @@ class LocalCluster:
             if rnode.pid() is None:
                 continue
             client = redis.Redis(host="127.0.0.1", port=rnode.port, socket_timeout=2,
-                                 decode_responses=True)
+                                 decode_responses=True, **self.cfg.redis_auth())
             try:
                 out[rnode.port] = str(client.info("replication")["role"])
             except Exception:
@@ -587,7 +639,8 @@ class LocalCluster:
         import redis
 
         live = next(r for r in self.redis if r.pid() is not None)
-        client = redis.Redis(host="127.0.0.1", port=live.port, decode_responses=True)
+        client = redis.Redis(host="127.0.0.1", port=live.port, decode_responses=True,
+                             **self.cfg.redis_auth())
         try:
             slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
             for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):

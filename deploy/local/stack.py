@@ -11,7 +11,10 @@ Run as ``sessionstream up|down|status|logs`` or ``python -m sessionstream.locals
 ports and state directory, a SASL/SCRAM-SHA-512 listener, the KRaft StandardAuthorizer
 with ``allow.everyone.if.no.acl.found=false`` and ``admin`` as its only super user, whose
 SCRAM credential is written at format time (the password is generated once into a 0600
-file under the profile's state dir). The plaintext node stays the default.
+file under the profile's state dir, and reaches the format tool through a 0600 argument
+file, never a command line). The profile has its own Redis too: no anonymous user
+(``user default off``), the same ``admin`` (password only) and the tenants' users, kept
+in an ACL file so a restart keeps them. The plaintext node stays the default.
 """
 
 from __future__ import annotations
@@ -114,6 +117,10 @@ class StackConfig:
                 fh.write(secrets.token_urlsafe(24) + "\n")
         return path.read_text().strip()
 
+    def admin_redis_url(self) -> str:
+        """The secure profile's Redis as its admin (password only: no anonymous user)."""
+        return f"redis://{ADMIN_PRINCIPAL}:{self.admin_password()}@127.0.0.1:{self.redis_port}/0"
+
     def client_security(self) -> dict[str, str]:
         """librdkafka keys of the profile's admin principal (none for the plaintext node)."""
         if not self.secure:
@@ -142,23 +149,30 @@ class StackConfig:
 
 
 def secure_stack(settings: Settings) -> StackConfig:
-    """The secure Kafka profile: its own ports and state dir (``<state dir>/secure``)."""
+    """The secure profile: its own Kafka and Redis ports and state dir
+    (``<state dir>/secure``)."""
     cfg = StackConfig(
         state_dir=settings.state_dir / "secure",
         kafka_port=settings.secure_kafka_port,
         controller_port=settings.secure_kafka_controller_port,
-        redis_port=settings.redis_port,
+        redis_port=settings.secure_redis_port,
         cache_dir=settings.cache_dir,
         secure=True,
     )
     taken = {settings.kafka_port, settings.kafka_controller_port, settings.redis_port}
-    ports = [cfg.kafka_port, cfg.controller_port]
-    if len(set(ports)) != 2 or taken & set(ports):
+    ports = [cfg.kafka_port, cfg.controller_port, cfg.redis_port]
+    if len(set(ports)) != 3 or taken & set(ports):
         raise LocalStackError(
-            f"the secure Kafka's ports {ports} must differ from each other and from the "
-            f"plaintext stack's {sorted(taken)}: set {Env.SECURE_KAFKA_PORT} and "
-            f"{Env.SECURE_KAFKA_CONTROLLER_PORT}")
+            f"the secure profile's ports {ports} must differ from each other and from the "
+            f"plaintext stack's {sorted(taken)}: set {Env.SECURE_KAFKA_PORT}, "
+            f"{Env.SECURE_KAFKA_CONTROLLER_PORT} and {Env.SECURE_REDIS_PORT}")
     return cfg
+
+
+def secure_tenant_key_dir(cfg: StackConfig) -> Path:
+    """The secure profile's tenant key files: beside the outer state dir, apart from
+    the plaintext stack's (a retirement in one must not touch the other's rings)."""
+    return Path(f"{cfg.state_dir.parent.resolve()}-secure-tenant-keys")
 
 
 @dataclass(frozen=True)
@@ -488,15 +502,28 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
         echo(f"kafka: formatting storage in {data}")
         # The secure profile's super user gets its SCRAM credential in the bootstrap
         # metadata, so the broker can authenticate itself (and the admin) from the start.
-        scram = (["--add-scram", f"{SCRAM_MECHANISM}=[name={ADMIN_PRINCIPAL},"
-                  f"password={cfg.admin_password()}]"] if cfg.secure else [])
-        fmt = subprocess.run(
-            # A one-shot tool: C1-only JIT and serial GC start it ~35% faster on a busy box.
-            [java, "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-             "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", cid_file.read_text().strip(), "-c", str(props), *scram],
-            capture_output=True, text=True, env=env,
-        )
+        # The main class and its arguments go in a 0600 argument file (the java launcher
+        # reads `@file`): the admin's password is never on a command line, which every
+        # user of the machine can read in /proc.
+        tool = ["kafka.tools.StorageTool", "format", "-t", cid_file.read_text().strip(),
+                "-c", str(props)]
+        if cfg.secure:
+            tool += ["--add-scram", f"{SCRAM_MECHANISM}=[name={ADMIN_PRINCIPAL},"
+                     f"password={cfg.admin_password()}]"]
+        argfile = home / "format.args"
+        fd = os.open(argfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(json.dumps(a) for a in tool) + "\n")
+        try:
+            fmt = subprocess.run(
+                # A one-shot tool: C1-only JIT and serial GC start it ~35% faster on a
+                # busy box. The class path stays here: an argument file expands no `*`.
+                [java, "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                 "-cp", classpath, f"@{argfile}"],
+                capture_output=True, text=True, env=env,
+            )
+        finally:
+            argfile.unlink(missing_ok=True)
         if fmt.returncode != 0:
             raise LocalStackError(
                 f"formatting Kafka storage failed (exit {fmt.returncode}):\n"
@@ -577,14 +604,44 @@ def redis_config(cfg: StackConfig) -> str:
         "appendonly yes",
         "appendfsync everysec",
         "save 60 1000",
+        *([f"aclfile {acl_file(cfg)}"] if cfg.secure else []),
         "",
     ])
 
 
-def redis_ready(port: int) -> bool:
+def acl_file(cfg: StackConfig) -> Path:
+    """The secure Redis's users (0600): ``acl apply`` adds the tenants' with ACL SAVE."""
+    return cfg.dir("redis") / "users.acl"
+
+
+def write_acl_file(cfg: StackConfig) -> None:
+    """The secure Redis's ACL file (see :func:`write_acl_users`)."""
+    write_acl_users(acl_file(cfg), cfg.admin_password())
+
+
+def write_acl_users(path: Path, admin_password: str) -> None:
+    """``user default off`` and the admin (its password as a SHA-256 hash) first, then
+    the users saved before (tenants' users survive every restart); 0600."""
+    digest = hashlib.sha256(admin_password.encode()).hexdigest()
+    kept = []
+    if path.is_file():
+        kept = [ln for ln in path.read_text().splitlines()
+                if ln.strip() and not ln.startswith(("user default ",
+                                                     f"user {ADMIN_PRINCIPAL} "))]
+    lines = ["user default off", f"user {ADMIN_PRINCIPAL} on #{digest} ~* &* +@all", *kept]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def redis_ready(port: int, password: str | None = None) -> bool:
+    """PING answers (as the admin when ``password``: the secure Redis has no anonymous
+    user)."""
     import redis
 
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1)
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1,
+                         socket_connect_timeout=1,
+                         username=ADMIN_PRINCIPAL if password else None, password=password)
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -604,6 +661,8 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
     cfg.data_dir("redis").mkdir(parents=True, exist_ok=True)
     conf = cfg.dir("redis") / "redis.conf"
     conf.write_text(redis_config(cfg))
+    if cfg.secure:
+        write_acl_file(cfg)
     echo(f"redis: starting on 127.0.0.1:{cfg.redis_port} (log {cfg.log_file('redis')})")
     proc = subprocess.Popen(
         [server, str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -611,7 +670,8 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
     )
     cfg.pid_file("redis").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + 30
-    while not redis_ready(cfg.redis_port):
+    password = cfg.admin_password() if cfg.secure else None
+    while not redis_ready(cfg.redis_port, password):
         if proc.poll() is not None:
             tail = "\n".join(_tail(cfg.log_file("redis"), 20))
             raise LocalStackError(f"redis-server exited with {proc.returncode}:\n{tail}")
@@ -621,6 +681,9 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
             )
         time.sleep(0.1)
     echo(f"redis: ready (pid {proc.pid})")
+    if cfg.secure:
+        echo(f"redis: no anonymous user; admin {ADMIN_PRINCIPAL!r} with the password in "
+             f"{cfg.admin_secret_file}; users kept in {acl_file(cfg)}")
     return True
 
 

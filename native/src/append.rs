@@ -67,7 +67,7 @@ struct Node {
     children: HashMap<Tok, Node>,
 }
 
-#[pyclass(module = "sessionstream_native")]
+#[pyclass(module = "sessionstream._native")]
 pub struct Appender {
     header: Vec<u8>,
     frozen_map: Py<PyAny>,

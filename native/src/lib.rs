@@ -1,4 +1,4 @@
-//! sessionstream_native: the fold of the projection processor, per batch, in Rust.
+//! sessionstream._native (the crate sessionstream_native): the fold of the projection processor, per batch, in Rust.
 //!
 //! Bytes in, text out: `Folder.fold(records, progress)` takes one poll's records (the
 //! Kafka values as they came), decodes each Avro single-object record by its schema
@@ -1196,6 +1196,7 @@ fn native_units() -> Vec<&'static str> {
 }
 
 #[pymodule]
+#[pyo3(name = "_native")]
 fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
     m.add_class::<decode::Decoder>()?;

@@ -558,7 +558,7 @@ ENUM_OPS = (SurfaceOp.NONE, SurfaceOp.APPEND, SurfaceOp.REPLACE)
 
 
 def event_from_envelope(t: tuple[Any, ...]) -> Event:
-    """The event of an envelope tuple decoded natively (``sessionstream_native``:
+    """The event of an envelope tuple decoded natively (``sessionstream._native``:
     ``Decoder.decode``, ``Folder.fold``): (session_id, seq, event_id, time, type, data
     text, surface op index, source_event_seqs, writer id, writer epoch, format_version,
     ignorable, turn_id, step_id, prev_event_id), unsealed. The data text is parsed here

@@ -127,9 +127,12 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
 
 #: What losing each class means for reconstructability (docs/operations.md).
 LOSS: Mapping[DataClass, str] = {
-    DataClass.RAW: "the stream of chunks, executed tool arguments, turn-end details and "
-    "full spilled tool output are gone; every model request stays reconstructable "
-    "(the surface does not use raw content), the audit of what a tool received is not",
+    DataClass.RAW: "the stream of chunks, executed tool arguments (`tool/call`), "
+    "turn-end details and full spilled tool output are gone; every model request stays "
+    "reconstructable (the surface does not use raw content), the audit of what a tool "
+    "received is not. The arguments the model asked for stay: they are surface "
+    "(`assistant/message` `tool_calls[].arguments`, most often the same values), so "
+    "deleting a tool's arguments everywhere takes `raw` and `surface`",
     DataClass.SURFACE: "requests that contained the messages, tool results, summaries or "
     "snapshots are no longer reconstructable: the surface rebuilds with placeholders "
     "(tool calls stay paired), so a provider still accepts it, but the model would see "

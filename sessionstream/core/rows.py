@@ -163,6 +163,11 @@ class KeySpace:
         (readers drop those cached keys)."""
         return self.tenant_key("dkeys:shreds")
 
+    def data_key_mark(self) -> str:
+        """The tenant's shred mark: a sorted set whose one member's score is the highest
+        tenant key version that wrapped a destroyed data key (``keys retire``)."""
+        return self.tenant_key("dkeys:mark")
+
     def holds(self) -> str:
         return self.tenant_key("holds")
 

@@ -25,6 +25,8 @@ DEFAULT_REDIS_PORT = 16379
 # The secure Kafka profile (`sessionstream up --secure`): SASL/SCRAM + StandardAuthorizer.
 DEFAULT_SECURE_KAFKA_PORT = 19192
 DEFAULT_SECURE_KAFKA_CONTROLLER_PORT = 19193
+# ... and its Redis: ACL users only (no anonymous `default`), kept in an ACL file.
+DEFAULT_SECURE_REDIS_PORT = 19379
 #: librdkafka's security.protocol values we accept, and the SASL mechanisms.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -80,6 +82,9 @@ class Env:
     REDIS_PORT = "SESSIONSTREAM_REDIS_PORT"
     CACHE_DIR = "SESSIONSTREAM_CACHE_DIR"
     TENANT_KEY = "SESSIONSTREAM_TENANT_KEY"
+    TENANT_KEY_DIR = "SESSIONSTREAM_TENANT_KEY_DIR"
+    KEY_STORE = "SESSIONSTREAM_KEY_STORE"
+    ENCRYPTION = "SESSIONSTREAM_ENCRYPTION"
     PRINCIPAL = "SESSIONSTREAM_PRINCIPAL"
     RETENTION = "SESSIONSTREAM_RETENTION"
     KAFKA_SECURITY_PROTOCOL = "SESSIONSTREAM_KAFKA_SECURITY_PROTOCOL"
@@ -87,6 +92,7 @@ class Env:
     KAFKA_SASL_USERNAME = "SESSIONSTREAM_KAFKA_SASL_USERNAME"
     KAFKA_SASL_PASSWORD = "SESSIONSTREAM_KAFKA_SASL_PASSWORD"
     SECURE_KAFKA_PORT = "SESSIONSTREAM_SECURE_KAFKA_PORT"
+    SECURE_REDIS_PORT = "SESSIONSTREAM_SECURE_REDIS_PORT"
     SECURE_KAFKA_CONTROLLER_PORT = "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT"
     DASHBOARD_TOKEN = "SESSIONSTREAM_DASHBOARD_TOKEN"
     FOLD = "SESSIONSTREAM_FOLD"
@@ -139,6 +145,8 @@ class Settings:
     key_store: str = "file"  # "file" (under key_dir) or "redis" (a fleet of nodes)
     key_dir: Path = Path(".state/keys")  # file key store; tenant key files (0600)
     tenant_key: str | None = field(default=None, repr=False)  # "<version>:<base64>,…"
+    # tenant key files, one directory per tenant; None: beside the state dir (tenant_keys_dir)
+    tenant_key_dir: Path | None = None
     retention: tuple[tuple[str, int], ...] = ()  # (data class, milliseconds) per class
     principal: str = "operator"  # who deletes/holds, recorded in audit events
     fold: str = "auto"  # replay's and the kafka worker's fold: auto | native (Rust) | python
@@ -168,6 +176,7 @@ class Settings:
     # The local stack (sessionstream.localstack.stack): loopback ports and the jar cache.
     secure_kafka_port: int = DEFAULT_SECURE_KAFKA_PORT
     secure_kafka_controller_port: int = DEFAULT_SECURE_KAFKA_CONTROLLER_PORT
+    secure_redis_port: int = DEFAULT_SECURE_REDIS_PORT
     kafka_port: int = DEFAULT_KAFKA_PORT
     kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
     redis_port: int = DEFAULT_REDIS_PORT
@@ -230,6 +239,12 @@ class Settings:
             raise SettingsError(
                 f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
 
+        keys, rings = os.path.abspath(self.key_dir), os.path.abspath(self.tenant_keys_dir)
+        if os.path.commonpath([keys, rings]) in (keys, rings):
+            raise SettingsError(
+                f"{Env.TENANT_KEY_DIR}={self.tenant_keys_dir} and SESSIONSTREAM_KEY_DIR="
+                f"{self.key_dir} overlap: keep the tenant keys out of the data keys' tree "
+                "(a copy of one must not hold the other)")
         if self.key_store not in KEY_STORES:
             raise SettingsError(
                 f"SESSIONSTREAM_KEY_STORE={self.key_store!r} is not a key store: use "
@@ -315,6 +330,19 @@ class Settings:
         return out
 
     @property
+    def tenant_keys_dir(self) -> Path:
+        """Where the tenant key files are: the setting, else apart from the data keys —
+        ``<state dir>-tenant-keys`` beside the state dir when the data keys are in their
+        default place (``<state dir>/keys``: a backup of the state dir holds no tenant
+        key), else ``<key dir>-tenant-keys`` beside the key dir."""
+        if self.tenant_key_dir is not None:
+            return self.tenant_key_dir
+        state, keys = os.path.abspath(self.state_dir), os.path.abspath(self.key_dir)
+        if keys == os.path.join(state, "keys"):
+            return Path(f"{state}-tenant-keys")
+        return Path(f"{keys}-tenant-keys")
+
+    @property
     def keys(self) -> KeySpace:
         """The tenant's Redis key space: the key prefix and the tenant together."""
         return KeySpace(self.tenant, self.key_prefix)
@@ -368,6 +396,8 @@ class Settings:
             key_store=env.get("SESSIONSTREAM_KEY_STORE") or "file",
             key_dir=Path(env.get("SESSIONSTREAM_KEY_DIR") or state_dir / "keys"),
             tenant_key=env.get("SESSIONSTREAM_TENANT_KEY") or None,
+            tenant_key_dir=Path(env[Env.TENANT_KEY_DIR]) if env.get(Env.TENANT_KEY_DIR)
+            else None,
             retention=_retention(env.get("SESSIONSTREAM_RETENTION") or ""),
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
             fold=env.get(Env.FOLD) or "auto",
@@ -391,6 +421,7 @@ class Settings:
             secure_kafka_port=_port(env, Env.SECURE_KAFKA_PORT, DEFAULT_SECURE_KAFKA_PORT),
             secure_kafka_controller_port=_port(env, Env.SECURE_KAFKA_CONTROLLER_PORT,
                                                DEFAULT_SECURE_KAFKA_CONTROLLER_PORT),
+            secure_redis_port=_port(env, Env.SECURE_REDIS_PORT, DEFAULT_SECURE_REDIS_PORT),
             kafka_port=kafka_port,
             kafka_controller_port=_port(env, Env.KAFKA_CONTROLLER_PORT,
                                         DEFAULT_KAFKA_CONTROLLER_PORT),

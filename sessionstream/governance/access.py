@@ -2,8 +2,11 @@
 
 Kafka: SCRAM-SHA-512 users through ``AdminClient.alter_user_scram_credentials`` and ALLOW
 ACLs through ``create_acls`` (the broker's StandardAuthorizer denies everything else).
-Redis: one ``ACL SETUSER`` per role. Both are idempotent: applying again re-sets the same
-passwords and bindings.
+Redis: one ``ACL SETUSER`` per role, then ``ACL SAVE`` when the server keeps its users in
+an ACL file (``aclfile``: a restart keeps them; the secure profile's Redis does). Both
+are idempotent: applying again re-sets the same passwords and bindings.
+:func:`redis_acl_lines` writes the same users as ACL file lines (passwords as SHA-256
+hashes) for a deployment that provisions the file from its secret store.
 
 Passwords are generated once per tenant and kept in ``<state dir>/secrets/<tenant>.json``
 (0600) with the dashboard token; nothing here logs or prints them unless asked.
@@ -11,6 +14,7 @@ Passwords are generated once per tenant and kept in ``<state dir>/secrets/<tenan
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -137,9 +141,39 @@ def apply_kafka(admin: Any, tenant: str, passwords: dict[str, str], *,
 # --- Redis --------------------------------------------------------------------------------
 
 
+def acl_password_hash(password: str) -> str:
+    """A password as an ACL file keeps it: ``#`` and its SHA-256 in hex."""
+    return "#" + hashlib.sha256(password.encode("utf-8")).hexdigest()
+
+
+def redis_acl_lines(keys: KeySpace, passwords: dict[str, str]) -> list[str]:
+    """The tenant's Redis users as ACL file lines (``user <name> on #<sha256> …``): the
+    rules of :func:`apply_redis`, with hashed passwords (the file opens nothing)."""
+    lines = []
+    for role in REDIS_ROLES:
+        rules = [r for r in redis_acl_rules(keys, role, passwords[role]) if r != "reset"]
+        rules = [acl_password_hash(r[1:]) if r.startswith(">") else r for r in rules]
+        lines.append(" ".join(["user", principal(keys.tenant, role), *rules]))
+    return lines
+
+
+def save_redis_acl(client: Any) -> bool:
+    """``ACL SAVE``: True when the server keeps its users in an ACL file (a restart
+    keeps them), False when it has none (they live in its memory only)."""
+    import redis
+
+    try:
+        client.execute_command("ACL", "SAVE")
+    except redis.ResponseError as exc:
+        if "ACL file" in str(exc) or "aclfile" in str(exc).lower():
+            return False
+        raise AccessError(f"Redis refused ACL SAVE: {exc}") from exc
+    return True
+
+
 def apply_redis(client: Any, keys: KeySpace, passwords: dict[str, str]) -> dict[str, Any]:
-    """``ACL SETUSER`` for each Redis role of the tenant; returns users and rules (no
-    passwords)."""
+    """``ACL SETUSER`` for each Redis role of the tenant, then ``ACL SAVE`` if the server
+    has an ACL file; returns users and rules (no passwords) and ``persisted``."""
     import redis
 
     applied: dict[str, list[str]] = {}
@@ -153,7 +187,7 @@ def apply_redis(client: Any, keys: KeySpace, passwords: dict[str, str]) -> dict[
                 f"Redis refused ACL SETUSER {user}: {exc} — connect as a Redis user allowed "
                 "to run ACL (the default user of the local stack is)") from exc
         applied[user] = [r for r in rules if not r.startswith(">")]
-    return {"users": applied}
+    return {"users": applied, "persisted": save_redis_acl(client)}
 
 
 def apply_redis_cluster(client: Any, keys: KeySpace, passwords: dict[str, str]

@@ -2,7 +2,7 @@
 
 ::
 
-    tenant key ring (KEK, versioned)          file (0600) or environment, per node
+    tenant key ring (KEK, versioned)          <tenant key dir>/<tenant>/kek.json or env
       └── data key (tenant, session, class)   random 256-bit, stored only wrapped by the KEK
             └── sealed content of that session and class (AES-256-GCM, crypto.py)
 
@@ -17,8 +17,16 @@ contract test suite runs over both):
   never from Redis, so a Redis dump alone opens nothing.
 
 Shredding a data key deletes the wrapped key and leaves a tombstone (when, by whom,
-why) so readers can say *deleted* rather than *missing*. Rotating the tenant key rewraps
-every data key with the new version; the events in Kafka are not touched. Legal holds
+why, the tenant key version that wrapped it) so readers can say *deleted* rather than
+*missing*, and raises the tenant's *shred mark* to that version. A copy of the wrapped
+key taken before (a file, an AOF, an RDB, a backup) still opens with that version, so a
+deletion is complete only when :meth:`KeyStore.retire` has destroyed every version up to
+the mark (rotate if needed, wait for other processes to see the new version, rewrap the
+live keys, drop the old versions): the completion point, docs/operations.md "When a
+deletion is complete". Rotating the tenant key rewraps every data key with the new
+version; the events in Kafka are not touched. The tenant key rings live apart from the
+wrapped data keys (``TenantKeys``: a directory per tenant outside the key dir, or the
+environment); every key directory is 0700 and every key file 0600. Legal holds
 live in the same store. Unwrapped keys are cached per process until the tenant's shred
 feed names them (checked every ``cache_ttl_s``): a shred done elsewhere reaches a
 running process within that time (at once in the process that shreds).
@@ -41,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionstream.core.errors import ContentKeyShredded, SealedContentError
-from sessionstream.core.files import create_if_absent, write_atomically
+from sessionstream.core.files import create_if_absent, make_private_dirs, write_atomically
 from sessionstream.core.privacy import DataClass, KeyLookup, KeyState
 from sessionstream.core.rows import KeySpace
 from sessionstream.governance.crypto import KEY_BYTES, new_key, unwrap, wrap, wrap_ad
@@ -73,7 +81,12 @@ class KeyConfigError(SealedContentError):
 
 @dataclass(frozen=True)
 class TenantKeyRing:
-    """The versions of one tenant's key-encryption key; ``current`` wraps new data keys."""
+    """The versions of one tenant's key-encryption key; ``current`` wraps new data keys.
+
+    Versions only grow (a rotation adds ``max + 1``), so a data key destroyed while it
+    was wrapped by version ``v`` can only ever have been wrapped by versions up to ``v``:
+    destroying those versions (:meth:`KeyStore.retire`) makes every old copy of it inert.
+    """
 
     current: int
     versions: Mapping[int, bytes]
@@ -121,9 +134,17 @@ class TenantKeyRing:
         nxt = max(self.versions) + 1
         return TenantKeyRing(nxt, {**self.versions, nxt: new_key()})
 
+    def only_current(self) -> TenantKeyRing:
+        """The ring with every version but the current one destroyed."""
+        return TenantKeyRing(self.current, {self.current: self.versions[self.current]})
+
 
 def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by the owner only (0600)."""
+    """Write ``path`` atomically (0600; directories made on the way 0700). A new inode
+    replaces the old one: the old bytes are unlinked, not overwritten, so what was in the
+    file is gone only as far as the file system forgets unlinked blocks. The design does
+    not rely on it: a shred is complete when the tenant key versions that wrapped the key
+    are destroyed (:meth:`KeyStore.retire`), not when a file is rewritten."""
     write_atomically(path, text.encode("utf-8"), private=True)
 
 
@@ -132,49 +153,131 @@ def _create_private(path: Path, text: str) -> bool:
     return create_if_absent(path, text.encode("utf-8"), private=True)
 
 
+def _tighten(directory: Path) -> None:
+    """Make an existing key directory 0700 (a tree made by an older release was 0755)."""
+    try:
+        if os.stat(directory).st_mode & 0o077:
+            os.chmod(directory, 0o700)
+    except FileNotFoundError:
+        pass
+
+
 class TenantKeys:
     """Where a node finds each tenant's key ring: a directory of files and/or variables.
 
-    ``env`` maps tenant → ``<version>:<base64>,…`` (from ``Env.TENANT_KEY`` + ``_<TENANT>``);
-    a tenant without one uses ``<directory>/<tenant>.kek`` (0600), created on first use
-    when ``create`` (the local stack) — otherwise a missing ring means this node cannot
-    open that tenant's content (readers show it as unavailable).
+    ``env`` maps tenant → ``<version>:<base64>,…`` (from ``Env.TENANT_KEY``); a tenant
+    without one uses ``<directory>/<tenant>/kek.json`` (directories 0700, file 0600:
+    one directory per tenant, so each can have its own owner), created on first use when
+    ``create`` (the local stack) — otherwise a missing ring means this node cannot open
+    that tenant's content (readers show it as unavailable). The directory is kept apart
+    from the wrapped data keys (settings refuse one inside the other), so a copy of the
+    data-key store alone opens nothing. ``legacy``: the directory of the older layout
+    (``<key dir>/tenants/<tenant>.kek``, beside the data keys); a ring found only there
+    is moved into ``directory`` on first use.
+
+    A file-held ring is read again when the file changed, checked at most every
+    ``reload_s`` (a rotation or retirement done by another process reaches this one
+    within that time; ``keys retire`` waits that long before it rewraps).
     """
 
+    #: Seconds between checks that a tenant's key file changed.
+    RELOAD_S = 2.0
+
     def __init__(self, directory: Path | None, *, env: Mapping[str, str] | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, legacy: Path | None = None,
+                 reload_s: float = RELOAD_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.directory = directory
         self._env = dict(env or {})
         self._create = create
-        self._rings: dict[str, TenantKeyRing | None] = {}
+        self._legacy = legacy
+        self.reload_s = reload_s  # seconds between checks that a key file changed
+        self._monotonic = monotonic
+        #: tenant -> (ring, file signature, monotonic time of the last check)
+        self._rings: dict[str, tuple[TenantKeyRing, Any, float]] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_rings"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def path(self, tenant: str) -> Path | None:
-        return None if self.directory is None else self.directory / f"{tenant}.kek"
+        return None if self.directory is None else self.directory / tenant / "kek.json"
 
-    def ring(self, tenant: str, *, create: bool | None = None) -> TenantKeyRing | None:
-        if tenant in self._rings and self._rings[tenant] is not None:
-            return self._rings[tenant]
-        ring = self._load(tenant, self._create if create is None else create)
-        self._rings[tenant] = ring
-        return ring
+    def from_env(self, tenant: str) -> bool:
+        """True when the tenant's ring comes from the environment (not a file here)."""
+        return tenant in self._env
 
-    def _load(self, tenant: str, create: bool) -> TenantKeyRing | None:
-        if tenant in self._env:
-            return TenantKeyRing.from_env_value(self._env[tenant], f"tenant key of {tenant!r}")
+    def ring(self, tenant: str, *, create: bool | None = None,
+             fresh: bool = False) -> TenantKeyRing | None:
+        """The tenant's ring (None: this node has none); ``fresh`` reads the file now."""
+        with self._lock:
+            held = self._rings.get(tenant)
+            now = self._monotonic()
+            if held is not None and not fresh and now - held[2] < self.reload_s:
+                return held[0]
+            if tenant in self._env:
+                ring = TenantKeyRing.from_env_value(self._env[tenant],
+                                                    f"tenant key of {tenant!r}")
+                self._rings[tenant] = (ring, None, float("inf"))
+                return ring
+            path = self.path(tenant)
+            if path is None:
+                return None
+            signature = _signature(path)
+            if held is not None and signature == held[1] and signature is not None:
+                self._rings[tenant] = (held[0], signature, now)
+                return held[0]
+            loaded = self._load(tenant, path, self._create if create is None else create)
+            if loaded is not None:
+                self._rings[tenant] = (loaded, _signature(path), now)
+            else:
+                self._rings.pop(tenant, None)
+            return loaded
+
+    def _load(self, tenant: str, path: Path, create: bool) -> TenantKeyRing | None:
+        ring = self._read(path)
+        if ring is not None:
+            return ring
+        if self._legacy is not None:
+            old = self._legacy / f"{tenant}.kek"
+            found = self._read(old)
+            if found is not None:  # the older layout kept it beside the data keys: move it
+                _create_private(path, json.dumps(found.to_json()))
+                old.unlink(missing_ok=True)
+                return self._read(path)
+        if not create:
+            return None
+        _create_private(path, json.dumps(TenantKeyRing(1, {1: new_key()}).to_json()))
+        _tighten(path.parent.parent)
+        return self._read(path)
+
+    @staticmethod
+    def _read(path: Path) -> TenantKeyRing | None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise KeyConfigError(f"cannot read tenant key file {path}: {exc}") from None
+        try:
+            return TenantKeyRing.from_json(json.loads(text), str(path))
+        except ValueError as exc:
+            raise KeyConfigError(f"tenant key file {path} is not JSON: {exc}") from None
+
+    def _store(self, tenant: str, ring: TenantKeyRing) -> None:
         path = self.path(tenant)
         if path is None:
-            return None
-        try:
-            return TenantKeyRing.from_json(json.loads(path.read_text(encoding="utf-8")),
-                                           str(path.name))
-        except FileNotFoundError:
-            if not create:
-                return None
-        except (OSError, ValueError) as exc:
-            raise KeyConfigError(f"cannot read tenant key file {path.name}: {exc}") from None
-        ring = TenantKeyRing(1, {1: new_key()})
-        _create_private(path, json.dumps(ring.to_json()))
-        return TenantKeyRing.from_json(json.loads(path.read_text(encoding="utf-8")), path.name)
+            raise KeyConfigError(f"no tenant key directory for {tenant!r}")
+        _write_private(path, json.dumps(ring.to_json()))
+        with self._lock:
+            self._rings[tenant] = (ring, _signature(path), self._monotonic())
 
     def rotate(self, tenant: str) -> TenantKeyRing:
         """A new current version for ``tenant`` (file-held rings only)."""
@@ -183,17 +286,35 @@ class TenantKeys:
                 f"the tenant key of {tenant!r} comes from the environment: add a new version "
                 "in front of the variable's value on every node, then run `keys rotate`"
             )
-        ring = self.ring(tenant, create=True)
-        path = self.path(tenant)
-        if ring is None or path is None:
+        ring = self.ring(tenant, create=True, fresh=True)
+        if ring is None:
             raise KeyConfigError(f"no tenant key for {tenant!r} to rotate")
         new = ring.rotated()
-        _write_private(path, json.dumps(new.to_json()))
-        self._rings[tenant] = new
+        self._store(tenant, new)
         return new
 
+    def destroy_old_versions(self, tenant: str) -> list[int]:
+        """Keep only the current version of a file-held ring; the versions destroyed."""
+        ring = self.ring(tenant, fresh=True)
+        if ring is None or tenant in self._env:
+            return []
+        gone = sorted(v for v in ring.versions if v != ring.current)
+        if gone:
+            self._store(tenant, ring.only_current())
+        return gone
+
     def forget(self, tenant: str) -> None:
-        self._rings.pop(tenant, None)
+        with self._lock:
+            self._rings.pop(tenant, None)
+
+
+def _signature(path: Path) -> Any:
+    """What changes when a key file is replaced (a new inode) or rewritten."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 # ------------------------------------------------------------------- key stores
@@ -234,6 +355,28 @@ class Hold:
     def to_json(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "session_id": self.session_id, "reason": self.reason,
                 "principal": self.principal, "at": self.at}
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """What ``keys retire`` did for a tenant (see :meth:`KeyStore.retire`)."""
+
+    tenant: str
+    version: int  # the current tenant key version after it
+    rewrapped: int  # live data keys rewrapped with it
+    destroyed: list[int]  # tenant key versions destroyed
+    shred_mark: int  # the highest version that ever wrapped a destroyed key
+    pending: list[int]  # versions still held that did: not complete while non-empty
+    rotated: bool  # a new version was made for it
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "version": self.version, "rewrapped": self.rewrapped,
+                "destroyed": self.destroyed, "shred_mark": self.shred_mark,
+                "pending": self.pending, "rotated": self.rotated, "complete": self.complete}
 
 
 class KeyStore(ABC):
@@ -307,6 +450,21 @@ class KeyStore(ABC):
     def _destroy(self, tenant: str, session_id: str, cls: DataClass,
                  tombstone: dict[str, Any]) -> bool:
         """Write the tombstone, then delete the wrapped key; True if a key existed."""
+
+    @abstractmethod
+    def _replace_live(self, tenant: str, session_id: str, cls: DataClass,
+                      record: dict[str, Any]) -> bool:
+        """Replace the wrapped key only while it exists and is not shredded (a rewrap
+        racing a shred must not bring the destroyed key back); True if replaced."""
+
+    @abstractmethod
+    def _mark_shredded(self, tenant: str, kek_version: int) -> None:
+        """Raise the tenant's *shred mark* to ``kek_version`` (it never goes down): the
+        highest tenant key version that ever wrapped a destroyed data key."""
+
+    @abstractmethod
+    def _shred_mark(self, tenant: str) -> int:
+        """The tenant's shred mark (0: nothing shredded since marks were kept)."""
 
     @abstractmethod
     def _announce(self, tenant: str, session_id: str, cls: DataClass) -> None:
@@ -424,6 +582,8 @@ class KeyStore(ABC):
             return KeyLookup(KeyState.MISSING)
         ring = self.tenant_keys.ring(tenant)
         version = int(record["kek"])
+        if ring is not None and version not in ring.versions:  # rotated elsewhere just now?
+            ring = self.tenant_keys.ring(tenant, fresh=True)
         if ring is None or version not in ring.versions:
             return KeyLookup(KeyState.MISSING)
         key = unwrap(ring.versions[version], _unb64(record["nonce"], "data key nonce"),
@@ -495,8 +655,14 @@ class KeyStore(ABC):
         at = self._clock()
         done = []
         for cls in classes:
-            tomb = {"at": at, "principal": principal, "reason": reason}
+            tomb: dict[str, Any] = {"at": at, "principal": principal, "reason": reason}
             if self._tombstone(tenant, session_id, cls) is None:
+                record = self._get(tenant, session_id, cls)
+                # The version that wraps it now is the newest that ever did (versions
+                # only grow); None when the key never existed (nothing to retire).
+                if record is not None:
+                    tomb["kek"] = int(record["kek"])
+                    self._mark_shredded(tenant, int(record["kek"]))
                 self._destroy(tenant, session_id, cls, tomb)
                 done.append(Shredded(tenant, session_id, cls, at, principal, reason))
             else:  # shredded before: tell the feed again (a shredder may have died
@@ -525,6 +691,8 @@ class KeyStore(ABC):
         return self.rewrap(tenant, ring)
 
     def rewrap(self, tenant: str, ring: TenantKeyRing | None = None) -> int:
+        """Rewrap every live data key of ``tenant`` not on the ring's current version
+        with it; the count. A key shredded meanwhile is left destroyed."""
         ring = ring or self.tenant_keys.ring(tenant)
         if ring is None:
             raise KeyConfigError(f"no tenant key for tenant {tenant!r} on this node")
@@ -543,13 +711,59 @@ class KeyStore(ABC):
                          wrap_ad(tenant, session_id, cls.value, version))
             nonce, wrapped = wrap(ring.versions[ring.current], key,
                                   wrap_ad(tenant, session_id, cls.value, ring.current))
-            self._replace(tenant, session_id, cls, {**record, "kek": ring.current,
-                                                     "nonce": _b64(nonce),
-                                                     "wrapped": _b64(wrapped)})
-            count += 1
-        self.generation += 1
-        self._cache.clear()
+            if self._replace_live(tenant, session_id, cls,
+                                  {**record, "kek": ring.current, "nonce": _b64(nonce),
+                                   "wrapped": _b64(wrapped)}):
+                count += 1
+        with self._lock:
+            self.generation += 1
+            self._cache.clear()
         return count
+
+    def retire(self, tenant: str, *, grace_s: float | None = None,
+               sleep: Callable[[float], None] = time.sleep) -> Retirement:
+        """Complete the tenant's deletions: no copy of a destroyed data key opens again.
+
+        Every shred raises the tenant's shred mark to the tenant key version that wrapped
+        the key; any copy of it (a key file, an AOF, an RDB, a backup) is wrapped by a
+        version up to the mark. So: if the current version is at or below the mark,
+        rotate to a new one; wait ``grace_s`` (default: twice the ring reload interval)
+        so every process wraps new data keys with it; rewrap every live data key with
+        it; then destroy every older version of a file-held ring. A ring from the
+        environment cannot be changed here: the versions to remove are reported
+        (``pending``) and the deletion is complete once every node has dropped them.
+        """
+        ring = self.tenant_keys.ring(tenant, create=True, fresh=True)
+        if ring is None:
+            raise KeyConfigError(f"no tenant key for tenant {tenant!r} on this node")
+        mark = self._shred_mark(tenant)
+        rotated = False
+        if ring.current <= mark:
+            if self.tenant_keys.from_env(tenant):
+                return Retirement(tenant, ring.current, 0, [], mark,
+                                  sorted(v for v in ring.versions if v <= mark), False)
+            ring = self.tenant_keys.rotate(tenant)
+            rotated = True
+            wait = 2 * self.tenant_keys.reload_s if grace_s is None else grace_s
+            if wait > 0:
+                sleep(wait)
+        count = 0
+        if len(ring.versions) > 1:  # one version: every live key is on it already
+            count = self.rewrap(tenant, ring)
+            # A writer that created a key with the old version during the first pass
+            # (its ring not yet reloaded) is caught by a second one.
+            count += self.rewrap(tenant, ring)
+        destroyed = self.tenant_keys.destroy_old_versions(tenant)
+        after = self.tenant_keys.ring(tenant, fresh=True) or ring
+        pending = sorted(v for v in after.versions if v <= mark)
+        return Retirement(tenant, after.current, count, destroyed, mark, pending, rotated)
+
+    def deletion_pending(self, tenant: str) -> list[int]:
+        """The tenant key versions this node still holds that wrapped a destroyed data
+        key (empty: every deletion of the tenant is complete here)."""
+        ring = self.tenant_keys.ring(tenant, fresh=True)
+        mark = self._shred_mark(tenant)
+        return [] if ring is None else sorted(v for v in ring.versions if v <= mark)
 
     # legal holds --------------------------------------------------------------
     def holds(self, tenant: str) -> list[Hold]:
@@ -596,7 +810,20 @@ class FileKeyStore(KeyStore):
 
     def __init__(self, root: Path, tenant_keys: TenantKeys | None = None, **kw: Any) -> None:
         self.root = Path(root)
-        super().__init__(tenant_keys or TenantKeys(self.root / "tenants"), **kw)
+        # Without rings given: beside the root, never under it (a copy of the data keys
+        # must not carry the key that opens them); an older tree's are moved there.
+        super().__init__(tenant_keys or TenantKeys(Path(f"{self.root}-tenant-keys"),
+                                                   legacy=self.root / "tenants"), **kw)
+        self._secured: set[str] = set()
+
+    def _secure(self, tenant: str) -> None:
+        """Once per tenant and process: the key directories of an older tree to 0700."""
+        if tenant in self._secured:
+            return
+        for directory in (self.root, self.root / "data", self.root / "data" / tenant,
+                          self.root / "holds"):
+            _tighten(directory)
+        self._secured.add(tenant)
 
     def _path(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> Path:
         return Path(self._file(tenant, session_id, cls, suffix))
@@ -629,10 +856,13 @@ class FileKeyStore(KeyStore):
             os.close(fd)
 
     def _get(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
+        if tenant not in self._secured:
+            self._secure(tenant)
         return self._read(self._file(tenant, session_id, cls, "key"))
 
     def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
                        record: dict[str, Any]) -> dict[str, Any]:
+        self._secure(tenant)
         path = self._path(tenant, session_id, cls, "key")
         mine = {**record, "session_id": session_id}
         if _create_private(path, json.dumps(mine)):
@@ -644,18 +874,63 @@ class FileKeyStore(KeyStore):
         _write_private(self._path(tenant, session_id, cls, "key"),
                        json.dumps({**record, "session_id": session_id}))
 
+    def _replace_live(self, tenant: str, session_id: str, cls: DataClass,
+                      record: dict[str, Any]) -> bool:
+        # A shred writes its tombstone before it unlinks the key: a replace that lands
+        # after that unlink finds the tombstone below and unlinks its own file.
+        path = self._path(tenant, session_id, cls, "key")
+        if not path.exists() or self._tombstone(tenant, session_id, cls) is not None:
+            return False
+        self._replace(tenant, session_id, cls, record)
+        if self._tombstone(tenant, session_id, cls) is not None:
+            path.unlink(missing_ok=True)
+            return False
+        return True
+
+    def _mark_path(self, tenant: str) -> Path:
+        return self.root / "data" / tenant / "shred-mark"
+
+    def _mark_shredded(self, tenant: str, kek_version: int) -> None:
+        import fcntl
+
+        path = self._mark_path(tenant)
+        make_private_dirs(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two shredders: the higher version stays
+            raw = os.pread(fd, 64, 0).strip()
+            if kek_version > (int(raw) if raw.isdigit() else 0):
+                data = str(kek_version).encode()
+                os.pwrite(fd, data.ljust(20), 0)
+                os.fsync(fd)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _shred_mark(self, tenant: str) -> int:
+        try:
+            raw = self._mark_path(tenant).read_bytes().strip()
+        except FileNotFoundError:
+            return 0
+        if not raw.isdigit():
+            raise KeyConfigError(f"shred mark of tenant {tenant!r} is unreadable: {raw[:20]!r}")
+        return int(raw)
+
     def _tombstone(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
         return self._read(self._file(tenant, session_id, cls, "shredded"))
 
     def _destroy(self, tenant: str, session_id: str, cls: DataClass,
                  tombstone: dict[str, Any]) -> bool:
+        self._secure(tenant)
         _write_private(self._path(tenant, session_id, cls, "shredded"), json.dumps(tombstone))
         path = self._path(tenant, session_id, cls, "key")
-        existed = path.exists()
-        if existed:
-            # Overwrite before unlinking: the wrapped key's bytes do not linger in the file.
-            _write_private(path, json.dumps({"destroyed": True}))
+        # Unlinked, not overwritten: a rewrite would be a new inode anyway, and blocks a
+        # file system or an SSD keeps are out of this process's reach. The wrapped key's
+        # copies stop opening when ``retire`` destroys the tenant key versions.
+        try:
             path.unlink()
+            existed = True
+        except FileNotFoundError:
+            existed = False
         self._announce(tenant, session_id, cls)
         return existed
 
@@ -665,7 +940,7 @@ class FileKeyStore(KeyStore):
     def _announce(self, tenant: str, session_id: str, cls: DataClass) -> None:
         """One JSON line per shred, appended (O_APPEND: a line is written whole)."""
         path = self._feed_path(tenant)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(path.parent)
         line = (json.dumps([session_id, cls.value]) + "\n").encode("utf-8")
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -701,7 +976,7 @@ class FileKeyStore(KeyStore):
         base = self.root / "data" / tenant
         if not base.is_dir():
             return
-        for path in sorted(base.glob("*.key")):
+        for path in sorted(base.glob("*.key")):  # shreds.log and shred-mark do not match
             record = self._read(path)
             if record is None or "session_id" not in record:
                 continue
@@ -715,12 +990,24 @@ class FileKeyStore(KeyStore):
         return self._read(self._holds_path(tenant)) or {}
 
     def _set_hold(self, tenant: str, scope: str, record: dict[str, Any] | None) -> None:
+        self._secure(tenant)
         holds = self._hold_records(tenant)
         if record is None:
             holds.pop(scope, None)
         else:
             holds[scope] = record
         _write_private(self._holds_path(tenant), json.dumps(holds))
+
+
+#: Replace a wrapped key only while it is there and not shredded (one atomic step).
+_REPLACE_LIVE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 and
+   redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':shredded') == 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return 1
+end
+return 0
+"""
 
 
 class RedisKeyStore(KeyStore):
@@ -761,6 +1048,19 @@ class RedisKeyStore(KeyStore):
     def _replace(self, tenant: str, session_id: str, cls: DataClass,
                  record: dict[str, Any]) -> None:
         self._r.hset(self._key(tenant, session_id), cls.value, json.dumps(record))
+
+    def _replace_live(self, tenant: str, session_id: str, cls: DataClass,
+                      record: dict[str, Any]) -> bool:
+        return bool(self._r.eval(_REPLACE_LIVE, 1, self._key(tenant, session_id), cls.value,
+                                 json.dumps(record)))
+
+    def _mark_shredded(self, tenant: str, kek_version: int) -> None:
+        self._r.zadd(KeySpace(tenant, self._prefix).data_key_mark(), {"kek": kek_version},
+                     gt=True)
+
+    def _shred_mark(self, tenant: str) -> int:
+        score = self._r.zscore(KeySpace(tenant, self._prefix).data_key_mark(), "kek")
+        return 0 if score is None else int(score)
 
     def _tombstone(self, tenant: str, session_id: str, cls: DataClass) -> dict[str, Any] | None:
         return self._hget(tenant, session_id, f"{cls.value}:shredded")

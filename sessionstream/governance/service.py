@@ -11,7 +11,11 @@ Deleting a session (or some of its data classes) is **crypto-shredding** plus pu
    its change streams, its entries in the tenant's change feed and session index, its
    lease, and (for ``raw``) its attachments. Kept: each row's admission state and
    watermark, the fencing epoch, the writer's offset index, the key tombstones;
-4. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
+4. optionally (``complete=True``; the retention job always) *retire*: rewrap the
+   tenant's live data keys with a new tenant key version and destroy the versions that
+   wrapped the destroyed keys (:meth:`KeyStore.retire`), so that no copy of a wrapped
+   key taken before — a key file, an AOF, an RDB, a backup — opens anything;
+5. append a ``session/shred`` audit event (classes, scope, principal, reason, time) to
    the session's log through the :class:`~sessionstream.governance.audit.AuditLog` port
    (the composition root wires the writer-backed one); it is metadata, so it stays
    readable. The projection processor,
@@ -34,8 +38,9 @@ from typing import Any
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.privacy import ALL_CLASSES, DataClass
 from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
+from sessionstream.core.settings import Env
 from sessionstream.governance.audit import AuditLog, SessionUnknown
-from sessionstream.governance.keys import Hold, KeyStore
+from sessionstream.governance.keys import Hold, KeyStore, Retirement
 
 __all__ = ["DeletionReport", "Governance", "RetentionItem", "RetentionReport",
            "SessionUnknown", "parse_classes"]
@@ -44,6 +49,13 @@ log = logging.getLogger(__name__)
 
 #: Entries per XRANGE page when a deletion reads a tenant change feed.
 FEED_PAGE = 1000
+
+CLEAR_TENANT_WARNING = (
+    f"this tenant writes content clear ({Env.ENCRYPTION}=off): what it wrote clear "
+    "is not deleted — it stays readable in the log, and a refold of the session (a replay, "
+    "the worker's after the audit event) writes it into Redis again; only sealed content "
+    "was deleted"
+)
 
 EXTERNAL_EFFECTS_NOTE = (
     "deleting a session does not undo its side effects in other systems (tool calls that "
@@ -62,9 +74,15 @@ class DeletionReport:
     attachments_deleted: int
     operation_ids: list[str] = field(default_factory=list)
     note: str = EXTERNAL_EFFECTS_NOTE
+    #: ``keys retire`` run by ``complete=True``: None when not run (the deletion is then
+    #: complete at the next retirement, e.g. the retention job's)
+    retirement: Retirement | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["retirement"] = None if self.retirement is None else self.retirement.to_json()
+        return out
 
 
 @dataclass
@@ -81,10 +99,12 @@ class RetentionReport:
     dry_run: bool
     checked: int
     items: list[RetentionItem]
+    retirement: Retirement | None = None  # the retirement the run ended with (not dry)
 
     def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "checked": self.checked,
-                "items": [dataclasses.asdict(i) for i in self.items]}
+                "items": [dataclasses.asdict(i) for i in self.items],
+                "retirement": None if self.retirement is None else self.retirement.to_json()}
 
 
 def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
@@ -116,10 +136,12 @@ class Governance:
 
     def __init__(self, cfg: Any, store: KeyStore, redis: Any, *, audit: AuditLog,
                  principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
-                 clock: Callable[[], int] | None = None, feed_page: int = FEED_PAGE) -> None:
+                 clock: Callable[[], int] | None = None, feed_page: int = FEED_PAGE,
+                 retire_grace_s: float | None = None) -> None:
         if feed_page < 1:
             raise ValueError(f"feed_page={feed_page}: a page holds at least one entry")
         self.feed_page = feed_page
+        self.retire_grace_s = retire_grace_s  # None: the key store's default wait
         self.cfg = cfg
         self.store = store
         self.redis = redis
@@ -133,8 +155,9 @@ class Governance:
     # -- deletion --------------------------------------------------------------------------
     def delete(self, session_id: str, classes: Sequence[DataClass] = ALL_CLASSES, *,
                reason: str = "", principal: str | None = None,
-               scope: str = "delete") -> DeletionReport:
-        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs.
+               scope: str = "delete", complete: bool = False) -> DeletionReport:
+        """Crypto-shred ``classes`` of the session, audit it, purge its Redis and blobs;
+        ``complete``: then :meth:`retire` (old copies of the keys open nothing after).
 
         Raises :class:`LegalHold` under a hold, :class:`SessionUnknown` for a session
         with no events.
@@ -169,7 +192,22 @@ class Governance:
                  redis_keys, feed, blobs)
         return DeletionReport(session_id, [c.value for c in classes],
                               [s.data_class.value for s in done], audit_seq, redis_keys, feed,
-                              blobs, operation_ids)
+                              blobs, operation_ids,
+                              retirement=self.retire() if complete else None,
+                              warnings=[] if self._seals() else [CLEAR_TENANT_WARNING])
+
+    def _seals(self) -> bool:
+        """Whether the tenant's writers seal content (a tenant may opt out)."""
+        cipher = self.cfg.cipher
+        return cipher is not None and bool(getattr(cipher, "enabled", True))
+
+    def retire(self) -> Retirement:
+        """Complete every deletion of the tenant so far (:meth:`KeyStore.retire`)."""
+        done = self.store.retire(self.tenant, grace_s=self.retire_grace_s)
+        log.info("retired tenant key versions %s (current %d, %d data keys rewrapped)%s",
+                 done.destroyed, done.version, done.rewrapped,
+                 f"; still held here: {done.pending}" if done.pending else "")
+        return done
 
     def purge_redis(self, session_id: str) -> tuple[int, int]:
         """Purge the session's content from Redis: views and states of every generation,
@@ -274,7 +312,8 @@ class Governance:
 
     # -- retention -------------------------------------------------------------------------
     def run_retention(self, *, dry_run: bool = False) -> RetentionReport:
-        """Shred every class key older than its class's retention (holds are skipped)."""
+        """Shred every class key older than its class's retention (holds are skipped),
+        then retire (every deletion so far, this run's and earlier ones, completes)."""
         now = self._clock()
         items: list[RetentionItem] = []
         checked = 0
@@ -300,7 +339,8 @@ class Governance:
             self.delete(session_id, [c for c, _ in classes], reason=f"retention: {reason}",
                         scope="retention")
             items += [RetentionItem(session_id, c.value, age, "shredded") for c, age in classes]
-        return RetentionReport(dry_run, checked, items)
+        retired = None if dry_run else self.retire()
+        return RetentionReport(dry_run, checked, items, retired)
 
 
 def _text(value: Any) -> str:

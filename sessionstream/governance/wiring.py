@@ -13,14 +13,15 @@ from sessionstream.governance.rows import RowCipher
 
 
 def tenant_keys(settings: Settings) -> TenantKeys:
-    """The node's tenant key rings: the settings' key for its tenant, else key files.
+    """The node's tenant key rings: the settings' key for its tenant, else key files
+    (``Settings.tenant_keys_dir``, apart from the data keys; an older tree's are moved).
 
     The file store (local stack) creates a missing tenant key file; the Redis store (a
     fleet) never does: every node must be given the same key (file or variable).
     """
     env = {settings.tenant: settings.tenant_key} if settings.tenant_key else {}
-    return TenantKeys(settings.key_dir / "tenants", env=env,
-                      create=settings.key_store == "file")
+    return TenantKeys(settings.tenant_keys_dir, env=env, create=settings.key_store == "file",
+                      legacy=settings.key_dir / "tenants")
 
 
 def key_store(settings: Settings, redis_client: Any = None) -> KeyStore:

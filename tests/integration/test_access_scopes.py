@@ -52,19 +52,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory,
                  settings: Settings) -> Iterator[StackConfig]:
-    """The secure Kafka profile on free loopback ports in a temporary state dir."""
+    """The secure profile (its Kafka and its Redis) on free loopback ports in a
+    temporary state dir."""
     # <base>/secure, as `up --secure` lays it out for SESSIONSTREAM_STATE_DIR=<base>
     cfg = StackConfig(state_dir=tmp_path_factory.mktemp("acl") / "secure",
                       kafka_port=_free_port(),
-                      controller_port=_free_port(), redis_port=settings.redis_port,
+                      controller_port=_free_port(), redis_port=_free_port(),
                       cache_dir=settings.cache_dir, secure=True)
     started: list[str] = []
     try:
-        up(cfg, lambda _msg: None, services=["kafka"], started=started)
+        up(cfg, lambda _msg: None, started=started)
         yield cfg
     finally:
         if started:
-            down(cfg, lambda _msg: None, ["kafka"])
+            down(cfg, lambda _msg: None, started)
 
 
 @dataclass
@@ -158,6 +159,19 @@ def test_another_tenants_principals_cannot_produce_to_or_read_a_tenants_topic(
         with pytest.raises(NotAuthorized, match="TOPIC_AUTHORIZATION_FAILED"):
             scan_session(a.settings.kafka_bootstrap, topic, "k", timeout=10,
                          consumer_config=b.kafka(role))
+
+
+def test_only_the_writer_role_may_produce_to_the_tenants_events_topic(
+        tenants: dict[str, Tenant]) -> None:
+    """flush()'s "admitted by readers" holds while only session writers produce: the
+    worker (dead letters only) and the auditor (no write) are refused the events topic."""
+    a = tenants["a"]
+    topic = a.settings.events_topic
+    _produce(a.settings.kafka_bootstrap, topic, a.kafka("writer"))
+    for role in ("worker", "auditor"):
+        with pytest.raises(NotAuthorized, match="TOPIC_AUTHORIZATION_FAILED"):
+            _produce(a.settings.kafka_bootstrap, topic, a.kafka(role),
+                     idempotent=role == "worker")
 
 
 def test_the_auditor_reads_the_raw_log_but_cannot_write_it(tenants: dict[str, Tenant]) -> None:
@@ -303,12 +317,13 @@ def _check_alive(proc: Any) -> None:
 
 
 def test_the_acl_cli_applies_a_tenants_scopes_on_the_local_secure_broker(
-        secure_kafka: StackConfig, settings: Settings, redis_client: redis.Redis,
-        redis_prefix: str) -> None:
+        secure_kafka: StackConfig, settings: Settings, redis_prefix: str) -> None:
+    """The users go to the secure profile's Redis (dropped with it after the module)."""
     tenant = f"aclcli{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SESSIONSTREAM_STATE_DIR": str(secure_kafka.state_dir.parent),
            "SESSIONSTREAM_SECURE_KAFKA_PORT": str(secure_kafka.kafka_port),
            "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT": str(secure_kafka.controller_port),
+           "SESSIONSTREAM_SECURE_REDIS_PORT": str(secure_kafka.redis_port),
            "SESSIONSTREAM_REDIS_URL": settings.redis_url, "SESSIONSTREAM_KEY_PREFIX": redis_prefix,
            "SESSIONSTREAM_STREAMS_GROUP": f"sessionstream.{tenant}.projections"}
 
@@ -316,33 +331,32 @@ def test_the_acl_cli_applies_a_tenants_scopes_on_the_local_secure_broker(
         return subprocess.run([sys.executable, "-m", "sessionstream.cli.main", *args],
                               capture_output=True, text=True, env=env, timeout=60, check=False)
 
-    try:
-        done = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
-        assert done.returncode == 0, done.stderr
-        report = json.loads(done.stdout)
-        assert f"User:sessionstream.{tenant}.writer write topic prefixed:sessionstream.{tenant}." \
-            in report["kafka"]["acls"]
-        assert set(report["redis"]["users"]) == {
-            f"sessionstream.{tenant}.{r}" for r in ("writer", "worker", "reader")}
-        assert "warnings" not in report
-        secrets = json.loads(Path(report["secrets_file"]).read_text())
-        assert secrets["passwords"]["writer"] not in done.stdout  # never printed
-        again = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
-        assert again.returncode == 0 and json.loads(Path(report["secrets_file"]).read_text()) \
-            == secrets  # idempotent: the same credentials
-        exports = cli("acl", "env", "--tenant", tenant, "--role", "writer", "--local-secure")
-        assert f"SESSIONSTREAM_KAFKA_SASL_USERNAME='sessionstream.{tenant}.writer'" \
-            in exports.stdout
-        assert f"127.0.0.1:{secure_kafka.kafka_port}" in exports.stdout
-        # the admin principal of a plain (non-admin) user is refused, named, exit 1
-        env.update({"SESSIONSTREAM_KAFKA_BOOTSTRAP": secure_kafka.bootstrap,
-                    "SESSIONSTREAM_KAFKA_SASL_USERNAME": f"sessionstream.{tenant}.auditor",
-                    "SESSIONSTREAM_KAFKA_SASL_PASSWORD": secrets["passwords"]["auditor"]})
-        refused = cli("acl", "apply", "--tenant", tenant, "--no-redis")
-        assert refused.returncode == 1
-        assert "Kafka refused the access scopes" in refused.stderr
-        assert "Traceback" not in refused.stderr
-    finally:
-        redis_client.execute_command(
-            "ACL", "DELUSER", *(f"sessionstream.{tenant}.{r}" for r in ("writer", "worker",
-                                                                         "reader")))
+    done = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert f"User:sessionstream.{tenant}.writer write topic prefixed:sessionstream.{tenant}." \
+        in report["kafka"]["acls"]
+    assert set(report["redis"]["users"]) == {
+        f"sessionstream.{tenant}.{r}" for r in ("writer", "worker", "reader")}
+    assert "warnings" not in report
+    secrets = json.loads(Path(report["secrets_file"]).read_text())
+    assert secrets["passwords"]["writer"] not in done.stdout  # never printed
+    again = cli("acl", "apply", "--tenant", tenant, "--local-secure", "--json")
+    assert again.returncode == 0 and json.loads(Path(report["secrets_file"]).read_text()) \
+        == secrets  # idempotent: the same credentials
+    exports = cli("acl", "env", "--tenant", tenant, "--role", "writer", "--local-secure")
+    assert f"SESSIONSTREAM_KAFKA_SASL_USERNAME='sessionstream.{tenant}.writer'" \
+        in exports.stdout
+    assert f"127.0.0.1:{secure_kafka.kafka_port}" in exports.stdout
+    assert f"@127.0.0.1:{secure_kafka.redis_port}/0'" in exports.stdout  # its Redis
+    assert report["redis"]["persisted"]  # the secure Redis keeps them in its ACL file
+    assert not (secure_kafka.dir("kafka") / "format.args").exists()
+    # the admin principal of a plain (non-admin) user is refused, named, exit 1
+    env.update({"SESSIONSTREAM_KAFKA_BOOTSTRAP": secure_kafka.bootstrap,
+                "SESSIONSTREAM_KAFKA_SASL_USERNAME": f"sessionstream.{tenant}.auditor",
+                "SESSIONSTREAM_KAFKA_SASL_PASSWORD": secrets["passwords"]["auditor"]})
+    refused = cli("acl", "apply", "--tenant", tenant, "--no-redis")
+    assert refused.returncode == 1
+    assert "Kafka refused the access scopes" in refused.stderr
+    assert "Traceback" not in refused.stderr
+

@@ -72,6 +72,15 @@ async def test_the_login_url_sets_an_httponly_cookie_and_drops_the_token_from_th
     assert (await client.get("/api/sessions")).status == 200
 
 
+@pytest.mark.parametrize("path", ["/api/sessions", "/api/sessions/s1", "/api/events"])
+async def test_the_api_refuses_a_token_in_the_url_even_the_right_one(
+        client: TestClient[Any, Any], path: str) -> None:
+    resp = await client.get(f"{path}?token={MINE}")
+    assert resp.status == 401
+    assert "not accepted in the URL" in (await resp.json())["error"]
+    assert (await client.get(path, headers={"Authorization": f"Bearer {MINE}"})).status != 401
+
+
 async def test_health_and_static_files_need_no_token(client: TestClient[Any, Any]) -> None:
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/static/app.js")).status == 200

@@ -363,6 +363,21 @@ async def test_purge_reaches_the_generation_of_a_replay_that_never_switched(
     assert redis_client.xlen(keys.tenant_changes(gen)) == 0
 
 
+def test_deleting_in_a_tenant_that_writes_clear_says_the_clear_content_stays(
+        sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
+    assert sealed_cfg.cipher is not None
+    clear = dataclasses.replace(sealed_cfg, cipher=dataclasses.replace(sealed_cfg.cipher,
+                                                                       enabled=False))
+    w = _session(clear)
+    w.close()
+    report = _gov(clear, redis_client).delete(w.session_id)
+    assert report.warnings and "not deleted" in report.warnings[0]
+    assert CANARY in json.dumps([e.data for e in read_log(clear, w.session_id).admitted])
+    sealed = _session(sealed_cfg)
+    sealed.close()
+    assert _gov(sealed_cfg, redis_client).delete(sealed.session_id).warnings == []
+
+
 def test_deleting_an_unknown_session_is_a_clear_error(
         sealed_cfg: WriterConfig, redis_client: redis.Redis) -> None:
     with pytest.raises(SessionUnknown, match="nothing to delete"):
@@ -412,6 +427,24 @@ def test_the_cli_deletes_refuses_under_hold_and_runs_retention(
     assert json.loads(rotated.output)["version"] == 2
     cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
     assert read_log(cfg, w.session_id).admitted == log  # still readable after rotation
+    unknown = runner.invoke(main, ["delete", "no-such-session"], env=env)
+    assert unknown.exit_code == 2 and "nothing to delete" in unknown.output
+    # the surface shred above (under version 1; the rotation came after) is completed by
+    # destroying version 1: no new version is needed for it
+    retired = runner.invoke(main, ["keys", "retire", "--json"], env=env)
+    assert retired.exit_code == 0, retired.output
+    done = json.loads(retired.output)
+    assert (done["complete"], done["rotated"], done["destroyed"], done["version"]) == (
+        True, False, [1], 2)
+    complete = runner.invoke(main, ["delete", w.session_id, "--class", "raw", "--complete",
+                                    "--json"], env=env)
+    assert complete.exit_code == 0, complete.output
+    report = json.loads(complete.output)
+    assert report["shredded"] == ["raw"] and report["retirement"]["complete"]
+    assert report["retirement"]["destroyed"] == [2]  # raw was wrapped by 2: now on 3
+    cfg = dataclasses.replace(cfg, cipher=content_cipher(settings))
+    goal = next(e for e in read_log(cfg, w.session_id).admitted if e.type == "goal/set")
+    assert goal.data["goal"] == f"{CANARY} goal"  # business survived both retirements
 
 
 def test_diagnose_and_explain_say_which_requests_are_no_longer_reconstructable(

@@ -181,3 +181,89 @@ def test_a_shred_racing_a_key_creation_wins(make_store: Factory) -> None:
     with pytest.raises(ContentKeyShredded):
         store.data_key("t1", "racy", DataClass.RAW)
     assert make_store().lookup("t1", "racy", DataClass.RAW).state is KeyState.SHREDDED
+
+
+def _opens(store: KeyStore, tenant: str, session_id: str, cls: DataClass,
+           record: dict[str, Any]) -> bytes | None:
+    """The data key a copied record opens with every tenant key version ``store`` holds
+    (None: none opens it) — what someone holding an old copy could do."""
+    from sessionstream.core.errors import MovedCiphertext
+    from sessionstream.governance.crypto import unwrap, wrap_ad
+
+    ring = store.tenant_keys.ring(tenant, fresh=True)
+    assert ring is not None
+    for kek in ring.versions.values():
+        try:
+            return unwrap(kek, base64.b64decode(record["nonce"]),
+                          base64.b64decode(record["wrapped"]),
+                          wrap_ad(tenant, session_id, cls.value, int(record["kek"])))
+        except MovedCiphertext:
+            continue
+    return None
+
+
+def test_retire_makes_an_old_copy_of_a_shredded_key_open_nothing(make_store: Factory) -> None:
+    a = make_store()
+    gone = a.data_key("t1", "gone", DataClass.RAW)
+    kept = a.data_key("t1", "kept", DataClass.RAW)
+    copy = a._get("t1", "gone", DataClass.RAW)  # a backup taken before the delete
+    assert copy is not None and _opens(a, "t1", "gone", DataClass.RAW, copy) == gone
+    a.shred("t1", "gone", (DataClass.RAW,), principal="ops", reason="erasure")
+    assert a.deletion_pending("t1") == [1]
+    assert _opens(a, "t1", "gone", DataClass.RAW, copy) == gone  # shredded, not yet complete
+    done = a.retire("t1", grace_s=0)
+    assert (done.rotated, done.version, done.destroyed, done.pending, done.complete) == (
+        True, 2, [1], [], True)
+    assert done.rewrapped == 1  # "kept" only
+    b = make_store()  # another node, after the retirement
+    assert _opens(b, "t1", "gone", DataClass.RAW, copy) is None
+    assert b.data_key("t1", "kept", DataClass.RAW) == kept
+    assert b.deletion_pending("t1") == []
+    again = b.retire("t1", grace_s=0)  # nothing shredded since: no new version
+    assert (again.rotated, again.version, again.destroyed) == (False, 2, [])
+
+
+def test_retire_waits_for_other_processes_to_see_the_new_version_before_rewrapping(
+        make_store: Factory) -> None:
+    a = make_store()
+    a.data_key("t1", "s1", DataClass.RAW)
+    a.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="erasure")
+    waits: list[tuple[float, int]] = []
+    ring_then = a.tenant_keys
+
+    def sleep(seconds: float) -> None:  # the new version is on disk while it waits
+        found = ring_then.ring("t1", fresh=True)
+        assert found is not None
+        waits.append((seconds, found.current))
+
+    a.retire("t1", sleep=sleep)
+    assert waits == [(2 * ring_then.RELOAD_S, 2)]
+
+
+def test_a_rewrap_racing_a_shred_does_not_bring_the_key_back(make_store: Factory) -> None:
+    a = make_store()
+    a.data_key("t1", "s1", DataClass.RAW)
+    a.rotate("t1")
+    record = a._get("t1", "s1", DataClass.RAW)
+    assert record is not None
+    a.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="erasure")
+    assert a._replace_live("t1", "s1", DataClass.RAW, record) is False
+    assert a._get("t1", "s1", DataClass.RAW) is None
+
+
+def test_a_ring_from_the_environment_reports_the_versions_to_remove(
+        make_store: Factory, tmp_path: Path) -> None:
+    ring = "1:" + base64.b64encode(b"k" * 32).decode()
+    a = make_store()
+    a.tenant_keys = TenantKeys(None, env={"t1": ring}, create=False)
+    a.data_key("t1", "s1", DataClass.RAW)
+    a.shred("t1", "s1", (DataClass.RAW,), principal="ops", reason="erasure")
+    done = a.retire("t1", grace_s=0)
+    assert (done.complete, done.pending, done.rotated, done.destroyed) == (False, [1], False, [])
+    a.tenant_keys = TenantKeys(None, env={"t1": "2:" + base64.b64encode(b"n" * 32).decode()
+                                         + "," + ring}, create=False)
+    done = a.retire("t1", grace_s=0)  # the operator put version 2 in front on every node
+    assert (done.complete, done.pending, done.version) == (False, [1], 2)
+    a.tenant_keys = TenantKeys(None, env={"t1": "2:" + base64.b64encode(b"n" * 32).decode()},
+                               create=False)
+    assert a.deletion_pending("t1") == []  # and then removed version 1 everywhere

@@ -189,7 +189,7 @@ def test_the_native_and_the_python_decoder_read_back_the_same_log(
     from sessionstream.producers.readback import NativeDecoder
 
     if not NativeDecoder.available():
-        pytest.skip("the sessionstream_native extension is not built")
+        pytest.skip("the native extension is not built")
     sid = three_runs(cfg)
     p = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": cfg.bootstrap, "log_level": 3})
     p.produce(cfg.topic, b"\xc3\x01 not avro", sid.encode())  # corrupt, under the key

@@ -351,8 +351,13 @@ def test_dockerfile_builds_one_non_root_image_with_the_cli_as_entrypoint() -> No
     assert lines[-1] == 'CMD ["--help"]'
     assert 'ENTRYPOINT ["sessionstream"]' in lines
     assert re.search(r"^USER 10001$", text, re.M)
-    # Every package directory the distribution ships is copied into the build stage.
-    for pkg in ("sessionstream", "producers", "streams", "dashboard"):
+    # Every folder the distribution ships (package-dir) and the native crate are copied
+    # into the build stage.
+    from tests.unit.layout import ROOT as REPO
+    from tests.unit.layout import package_dirs
+
+    for folder in [*package_dirs().values(), REPO / "native"]:
+        pkg = folder.relative_to(REPO).as_posix()
         assert f"COPY {pkg} ./{pkg}" in text, pkg
 
 
@@ -394,3 +399,107 @@ def test_declared_series_include_a_labelled_gauge_before_its_first_sample() -> N
           registry=registry)
     assert not [s for fam in registry.collect() for s in fam.samples]
     assert declared_series(registry) == {"x_lag"}
+
+
+# -- Redis: no anonymous access, each process as its role's user ------------------------------
+
+def _env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _app_containers() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for dep in by_kind("Deployment") + by_kind("StatefulSet"):
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            if c["image"].startswith("sessionstream"):
+                out.append((dep["metadata"]["name"], c))
+    return out
+
+
+#: The Redis role each long-running process connects as (docs/operations.md, "Principals").
+APP_REDIS_ROLES = {"worker": "worker", "compactor": "writer", "dashboard": "reader"}
+
+
+def _secret(name: str) -> dict[str, str]:
+    [doc] = [d for d in by_kind("Secret") if d["metadata"]["name"] == name]
+    data: dict[str, str] = doc["stringData"]
+    return data
+
+
+def test_k8s_redis_has_no_anonymous_user_and_the_acl_file_grants_what_the_code_grants() -> None:
+    from urllib.parse import unquote, urlsplit
+
+    from sessionstream.core.rows import KeySpace
+    from sessionstream.governance.access import acl_password_hash, redis_acl_lines
+
+    [redis_set] = [d for d in by_kind("StatefulSet") if d["metadata"]["name"] == "redis"]
+    pod = redis_set["spec"]["template"]["spec"]
+    [server] = pod["containers"]
+    args = server["args"]
+    acl_path = args[args.index("--aclfile") + 1]
+    [mount] = [m for m in server["volumeMounts"] if acl_path.startswith(m["mountPath"] + "/")]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    acl = _secret(volume["secret"]["secretName"])[acl_path.rsplit("/", 1)[1]]
+    lines = [ln.strip() for ln in acl.splitlines() if ln.strip()]
+    assert lines[0] == "user default off"
+    assert not [ln for ln in lines if ">" in ln.split("#")[0]]  # hashes only, no password
+    [cm] = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "sessionstream"]
+    tenant = cm["data"]["SESSIONSTREAM_TENANT"]
+    passwords = {}
+    for role in ("writer", "worker", "reader"):
+        url = urlsplit(_secret(f"sessionstream-redis-{role}")["url"])
+        assert unquote(url.username or "") == f"sessionstream.{tenant}.{role}"
+        passwords[role] = unquote(url.password or "")
+    # the file's tenant users are the code's rules, with the hash of each URL's password
+    tenant_lines = [ln for ln in lines if ln.startswith(f"user sessionstream.{tenant}.")]
+    assert tenant_lines == redis_acl_lines(KeySpace(tenant, "ss"), passwords)
+    assert acl_password_hash(passwords["reader"]) in acl
+
+
+def test_every_k8s_process_connects_to_redis_as_its_role_with_the_tenant_key_from_a_secret(
+) -> None:
+    [cm] = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "sessionstream"]
+    assert "SESSIONSTREAM_REDIS_URL" not in cm["data"]  # no shared, anonymous URL
+    assert cm["data"]["SESSIONSTREAM_KEY_STORE"] == "redis"
+    seen = set()
+    for name, container in _app_containers():
+        if name not in APP_REDIS_ROLES:
+            continue
+        env = _env_of(container)
+        ref = env["SESSIONSTREAM_REDIS_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == f"sessionstream-redis-{APP_REDIS_ROLES[name]}", name
+        assert "url" in _secret(ref["name"])
+        ring = env["SESSIONSTREAM_TENANT_KEY"]["valueFrom"]["secretKeyRef"]
+        assert ring["key"] in _secret(ring["name"])
+        seen.add(name)
+    assert seen == set(APP_REDIS_ROLES)
+
+
+def test_the_k8s_placeholders_are_accepted_by_the_settings_so_the_pods_start() -> None:
+    from sessionstream.core.settings import Settings
+    from sessionstream.governance.keys import TenantKeyRing
+
+    token = _secret("sessionstream-dashboard")["token"]
+    Settings.from_env({"SESSIONSTREAM_DASHBOARD_TOKEN": token})  # >= 16 characters
+    TenantKeyRing.from_env_value(_secret("sessionstream-tenant-key")["ring"], "ring")
+    for role in ("writer", "worker", "reader"):
+        Settings.from_env({"SESSIONSTREAM_REDIS_URL": _secret(f"sessionstream-redis-{role}")[
+            "url"]})
+
+
+def test_compose_redis_has_no_anonymous_user_and_each_process_its_role() -> None:
+    spec = yaml.safe_load(COMPOSE.read_text())
+    services = spec["services"]
+    redis_cmd = services["redis"]["command"]
+    acl_path = redis_cmd[redis_cmd.index("--aclfile") + 1]
+    assert acl_path == "/run/secrets/redis_users"
+    assert services["redis"]["secrets"] == ["redis_users"]
+    assert "file" in spec["secrets"]["redis_users"]
+    assert "SESSIONSTREAM_REDIS_URL" not in spec["x-sessionstream-env"]
+    assert spec["x-sessionstream-env"]["SESSIONSTREAM_KEY_STORE"] == "redis"
+    assert ":?" in spec["x-sessionstream-env"]["SESSIONSTREAM_TENANT_KEY"]  # required
+    for name, role in APP_REDIS_ROLES.items():
+        url = services[name]["environment"]["SESSIONSTREAM_REDIS_URL"]
+        assert url.startswith(f"redis://sessionstream.${{SESSIONSTREAM_TENANT:-default}}.{role}:"
+                              f"${{REDIS_{role.upper()}_PASSWORD:?"), name
+    assert ":?" in services["dashboard"]["environment"]["SESSIONSTREAM_DASHBOARD_TOKEN"]

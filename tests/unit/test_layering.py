@@ -119,3 +119,9 @@ def test_no_module_imports_a_top_level_edge_name() -> None:
                                              "integrations"})
             for m, p in modules().items()}
     assert {k: v for k, v in bare.items() if v} == {}
+
+
+def test_one_module_imports_the_native_extension() -> None:
+    importers = {m for m, p in modules().items()
+                 if {"sessionstream._native", "sessionstream_native"} & imports_of(p)}
+    assert importers == {"sessionstream.native"}

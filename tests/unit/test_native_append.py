@@ -311,7 +311,7 @@ def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
     from sessionstream.core.events import uuid4_ids
 
     uuid4_ids()  # the parent now holds unused random pieces
-    from sessionstream_native import Appender  # and so does the extension's id buffer
+    from sessionstream._native import Appender  # and so does the extension's id buffer
 
     Appender.uuid4()
     r, w = os.pipe()

@@ -34,7 +34,7 @@ from sessionstream.producers.readback import NativeDecoder
 if not NativeDecoder.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 def _schema(version: int) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from tests.unit.test_streams_processor import TOPIC, processor
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 WRITER = Writer("w1", 2)
 
@@ -525,7 +525,7 @@ def test_the_fold_setting_selects_python_or_native(monkeypatch: pytest.MonkeyPat
         fold_driver(proc, "fast")
     monkeypatch.setattr(native_fold, "_native", None)
     assert fold_driver(proc, "auto") is proc  # the pure-Python fallback
-    with pytest.raises(NativeUnavailable, match=r"not installed.*make install"):
+    with pytest.raises(NativeUnavailable, match=r"not available.*make install"):
         fold_driver(proc, "native")
 
 

@@ -41,7 +41,7 @@ from tests.unit.test_streams_processor import processor
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 def _batches(records: list[Record], sizes: list[int]) -> list[list[Record]]:
@@ -86,7 +86,7 @@ class _Message:
 def message_batch(batch: list[Record], errors: int = 0) -> MessageBatch:
     """``batch`` as the kafka engine hands it on: its messages, read by the extension
     (with ``errors`` error messages in front, which the scan leaves out)."""
-    import sessionstream_native
+    from sessionstream import _native as sessionstream_native
 
     msgs = [_Message(None, error="eof")] * errors + [_Message(r) for r in batch]
     good, bad, high, first = sessionstream_native.scan_messages(msgs)

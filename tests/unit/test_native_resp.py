@@ -15,9 +15,9 @@ from sessionstream.streams import native_fold
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
-from sessionstream_native import pack_session_writes
+from sessionstream._native import pack_session_writes
 
 
 def _redis_py(command: str, script: str, maxlen: int, calls: list[tuple],  # type: ignore[type-arg]

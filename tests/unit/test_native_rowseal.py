@@ -1,4 +1,4 @@
-"""Row fields sealed by the extension (``sessionstream_native.seal_row``) are the Python
+"""Row fields sealed by the extension (``sessionstream._native.seal_row``) are the Python
 row cipher's format, byte for byte: the Python codec opens them, and the extension's
 choice of what to seal (per unit class, shredded or disabled keys) is the Python one's."""
 
@@ -22,9 +22,9 @@ from sessionstream.streams import native_fold
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
-import sessionstream_native as native
+from sessionstream import _native as native
 
 CLASSES = {u: None if (c := unit_class(u)) is None else c.value for u in UNIT_CLASSES}
 

@@ -41,7 +41,7 @@ from tests.unit.test_streams_processor import processor
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 def _sealed(cipher: ContentCipher, events: list[Event],

@@ -24,7 +24,7 @@ from sessionstream.streams import native_fold
 from tests.unit.test_native_fold import Counting, _assert_same, _records, _run
 
 if not native_fold.available():
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 class FailsOn(Counting):

@@ -20,3 +20,12 @@ def test_every_package_folder_is_in_the_wheel() -> None:
 
 def test_one_import_name() -> None:
     assert {name.split(".")[0] for name in package_dirs()} == {"sessionstream"}
+
+
+def test_the_install_built_the_native_extension() -> None:
+    """`pip install` builds the native fold into the package: a checkout or wheel without it
+    would silently run the ~7x slower Python reference."""
+    from sessionstream import native
+
+    assert native.available(), native.WHY_NOT
+    assert native.member("Folder") is not None and native.member("Appender") is not None

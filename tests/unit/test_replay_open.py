@@ -20,7 +20,7 @@ from sessionstream.streams import native_fold, replay
 if not native_fold.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
-    pytest.skip("the sessionstream_native extension is not built", allow_module_level=True)
+    pytest.skip("the native extension is not built", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

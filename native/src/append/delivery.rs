@@ -25,7 +25,7 @@ enum Report {
     Failed { delivery: Py<PyAny>, state: String },
 }
 
-#[pyclass(module = "sessionstream_native")]
+#[pyclass(module = "sessionstream._native")]
 pub struct DeliveryLog {
     header: Vec<u8>,
     reports: HashMap<String, Report>,
