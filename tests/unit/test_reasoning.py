@@ -28,6 +28,10 @@ from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import httpx, send, validate
 
 THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+def _request(s: Session) -> Any:
+    return cases.request_of(s, header=cases.THINKING_HEADER)
 LOOP = [Reply("Let me query.", [("c1", "run_sql", {"q": "select 1"})], thinking="I need data.",
               response_id="r1"),
         Reply("", [("c2", "read_file", {"path": "a"})], thinking="Now the file.",
@@ -141,7 +145,7 @@ class SdkClient:
 
 def _harness(api: str, server: EnforcingServer, stream: bool, **options: Any) -> Harness:
     return Harness(cases.new_session(f"think-{api}"), SdkClient(api, server), api,
-                   cases.HEADER, cases.registry(), providers=[cases.TOOLS],
+                   cases.THINKING_HEADER, cases.registry(), providers=[cases.TOOLS],
                    tools={"run_sql": lambda a, c: ToolOutcome("1 row"),
                           "read_file": lambda a, c: "x"},
                    variables={"agent": "Ada"}, stream=stream, options=options)
@@ -188,7 +192,7 @@ def test_the_server_refuses_a_loop_without_the_replayed_thinking() -> None:
 
 def _thinking_session(api: str) -> Session:
     h = Harness(cases.new_session(f"s-{api}"), ScriptedClient(api, LOOP), api,
-                cases.HEADER, cases.registry(), providers=[cases.TOOLS],
+                cases.THINKING_HEADER, cases.registry(), providers=[cases.TOOLS],
                 tools={"run_sql": lambda a, c: "1", "read_file": lambda a, c: "x"},
                 variables={"agent": "Ada"})
     h.session.append("turn/start")
@@ -201,7 +205,7 @@ def test_reasoning_is_not_shown_to_another_api_and_the_note_says_so() -> None:
     for source, target in [("anthropic", "openai-responses"), ("anthropic", "openai-chat"),
                            ("openai-responses", "anthropic")]:
         s = _thinking_session(source)
-        built = build(target, cases.request_of(s))
+        built = build(target, _request(s))
         validate(target, built.body)
         text = json.dumps(built.body)
         assert "I need data." not in text and LOOP[0].signature not in text
@@ -225,11 +229,11 @@ def _with_reasoning_deleted(s: Session) -> Session:
 
 def test_deleted_reasoning_turns_thinking_off_for_the_open_round_with_a_note() -> None:
     s = _thinking_session("anthropic")
-    whole = build("anthropic", cases.request_of(s), thinking=THINKING)
+    whole = build("anthropic", _request(s), thinking=THINKING)
     assert whole.body["thinking"] == THINKING
     assert whole.body["messages"][-2]["content"][0]["signature"] == LOOP[0].signature
     shredded = _with_reasoning_deleted(s)
-    built = build("anthropic", cases.request_of(shredded), thinking=THINKING)
+    built = build("anthropic", _request(shredded), thinking=THINKING)
     validate("anthropic", built.body)
     assert "thinking" not in built.body
     assert any("thinking turned off" in n.note for n in built.notes)
@@ -239,7 +243,7 @@ def test_deleted_reasoning_turns_thinking_off_for_the_open_round_with_a_note() -
 def test_a_compacted_message_takes_its_reasoning_with_it() -> None:
     s = _thinking_session("openai-responses")
     s.append("turn/end", {"reason": "completed"})
-    before = build("openai-responses", cases.request_of(s), stateless=True)
+    before = build("openai-responses", _request(s), stateless=True)
     assert [i["id"] for i in before.body["input"] if i["type"] == "reasoning"] == ["rs_r1"]
     seqs = [e.seq for e in s.events if e.surface_op is not SurfaceOp.NONE]
     s.append("compaction/start", {"compaction_id": "k1", "trigger": "manual"})
@@ -250,7 +254,7 @@ def test_a_compacted_message_takes_its_reasoning_with_it() -> None:
     s.append("user/message", {"content": "summary: it queried"}, surface_op="replace",
              source_event_seqs=seqs)
     s.append("compaction/end", {"compaction_id": "k1", "outcome": "completed"})
-    built = build("openai-responses", cases.request_of(s), stateless=True)
+    built = build("openai-responses", _request(s), stateless=True)
     assert not [i for i in built.body["input"] if i["type"] == "reasoning"]
 
 
@@ -258,7 +262,7 @@ def test_a_compacted_message_takes_its_reasoning_with_it() -> None:
 @pytest.mark.parametrize("api", ["anthropic", "openai-responses"])
 def test_scripted_reasoning_parses_through_the_sdk(api: str, stream: bool) -> None:
     """The scripted server's reasoning shapes are the SDK's (its models parse them)."""
-    body = build(api, cases.request_of(_thinking_session(api)), stream=stream).body
+    body = build(api, _request(_thinking_session(api)), stream=stream).body
     _sent, parsed = send(api, body, render(api, LOOP[0], stream=stream))
     kinds = json.dumps(parsed)
     assert ("signature_delta" in kinds or LOOP[0].signature in kinds) if api == "anthropic" \

@@ -46,6 +46,7 @@ from sessionstream.core.providers.output import (
     reasoning_item,
     usage_of,
 )
+from sessionstream.core.providers.rules import ANTHROPIC_ID, anthropic_id, check
 from sessionstream.core.request import Request
 
 API = "anthropic"
@@ -58,9 +59,19 @@ def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
     parts = content_parts(m.content)
     if any(p.serialised for p in parts):
         c.note(path, "non-text content part serialised as JSON text", m.seqs)
-    if any(not p.text for p in parts):
-        c.note(path, "empty text part omitted (Anthropic refuses empty text blocks)", m.seqs)
-    return [{"type": "text", "text": p.text} for p in parts if p.text]
+    if any(not p.text.strip() for p in parts):
+        c.note(path, "empty or whitespace-only text part omitted (Anthropic refuses such "
+               "text blocks)", m.seqs)
+    return [{"type": "text", "text": p.text} for p in parts if p.text.strip()]
+
+
+def _id(call_id: str | None, c: Collector, path: str, seqs: tuple[int, ...]) -> str:
+    """A call id in Anthropic's form (``rules.anthropic_id``), with a note when mapped."""
+    sent = anthropic_id(call_id or "")
+    if sent != call_id:
+        c.note(path, f"call id {call_id!r} sent as {sent!r} (Anthropic ids match "
+               f"{ANTHROPIC_ID.pattern}; an import maps it back)", seqs)
+    return sent
 
 
 #: The block types of Anthropic's reasoning (recorded as class ``reasoning``).
@@ -131,9 +142,14 @@ def build(request: Request, *, stream: bool = False,
     if request.header.reasoning_effort is not None:
         c.note("/", f"reasoning_effort {request.header.reasoning_effort!r} not sent: the "
                "Messages API has no such field (configure extended thinking instead)")
-    if request.system:
-        body["system"] = [{"type": "text", "text": p.text} for p in request.system]
-        for i, p in enumerate(request.system):
+    system = [p for p in request.system if p.text.strip()]
+    if len(system) < len(request.system):
+        c.note("/system", "empty or whitespace-only system section(s) "
+               f"{', '.join(p.section_id for p in request.system if not p.text.strip())} "
+               "omitted (Anthropic refuses such text blocks)")
+    if system:
+        body["system"] = [{"type": "text", "text": p.text} for p in system]
+        for i, p in enumerate(system):
             c.origin(f"/system/{i}", part="system", sections=[p.section_id],
                      variables=list(p.variables))
     messages: list[dict[str, Any]] = []
@@ -145,9 +161,13 @@ def build(request: Request, *, stream: bool = False,
                 text, why = tool_result_text(m)
                 if why:
                     c.note(f"{path}/content/{j}", why, m.seqs)
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id}
-                if text:
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _id(
+                    m.call_id, c, f"{path}/content/{j}/tool_use_id", m.seqs)}
+                if text.strip():
                     block["content"] = text
+                elif text:
+                    c.note(f"{path}/content/{j}", "whitespace-only tool result sent without "
+                           "content (Anthropic refuses whitespace-only text)", m.seqs)
                 if m.status == "error":
                     block["is_error"] = True
                 blocks.append(block)
@@ -161,8 +181,9 @@ def build(request: Request, *, stream: bool = False,
             for tc in m.tool_calls:
                 c.origin(f"{path}/content/{len(content)}", part="tool_call",
                          call_id=tc.call_id, seqs=list(m.seqs))
-                content.append({"type": "tool_use", "id": tc.call_id, "name": tc.name,
-                                "input": thaw(tc.arguments)})
+                content.append({"type": "tool_use", "id": _id(
+                    tc.call_id, c, f"{path}/content/{len(content)}/id", m.seqs),
+                    "name": tc.name, "input": thaw(tc.arguments)})
             if len(content) == len(reasoning):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue
@@ -189,6 +210,7 @@ def build(request: Request, *, stream: bool = False,
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 

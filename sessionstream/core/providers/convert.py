@@ -40,6 +40,7 @@ from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
 from sessionstream.core.providers.errors import ConversationImportError
 from sessionstream.core.providers.openai_responses import REASONING_KEYS
 from sessionstream.core.providers.output import reasoning_item
+from sessionstream.core.providers.rules import from_anthropic_id
 from sessionstream.core.request import (
     PromptRegistry,
     RequestHeader,
@@ -332,7 +333,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                 elif kind == "text":
                     texts.append({"type": "text", "text": block.get("text", "")})
                 elif kind == "tool_use":
-                    calls.append((_require_str(conv, block, "id", p),
+                    calls.append((from_anthropic_id(_require_str(conv, block, "id", p)),
                                   _require_str(conv, block, "name", p),
                                   _args(conv, block.get("input", {}), f"{p}/input")))
                 else:
@@ -358,8 +359,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                     else:
                         conv.note(p, "non-text tool_result blocks kept as a list")
                 status = "error" if block.get("is_error") else "ok"
-                conv.items.append(("result", p, (_require_str(conv, block, "tool_use_id", p),
-                                                 status, result)))
+                conv.items.append(("result", p, (from_anthropic_id(
+                    _require_str(conv, block, "tool_use_id", p)), status, result)))
             else:
                 others += [_text_parts(conv, [dict(block)], p, ("text",))[0]]
         if others:

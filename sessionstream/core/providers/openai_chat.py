@@ -32,6 +32,7 @@ from sessionstream.core.providers.common import (
 )
 from sessionstream.core.providers.errors import IncompleteStream
 from sessionstream.core.providers.output import ModelOutput, fail, finish_calls, get, usage_of
+from sessionstream.core.providers.rules import check
 from sessionstream.core.request import Request
 
 API = "openai-chat"
@@ -110,6 +111,7 @@ def build(request: Request, *, stream: bool = False) -> Built:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 

@@ -48,6 +48,7 @@ from sessionstream.core.providers.output import (
     reasoning_item,
     usage_of,
 )
+from sessionstream.core.providers.rules import check
 from sessionstream.core.request import Request
 
 API = "openai-responses"
@@ -169,6 +170,7 @@ def build(request: Request, *, stream: bool = False, stateless: bool = False) ->
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 
