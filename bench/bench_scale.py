@@ -83,14 +83,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=600_000)
     ap.add_argument("--quick", action="store_true",
-                    help="100k events and 3 rounds (unless given): quick figures, marked")
+                    help="60k events and 3 rounds (unless given): quick figures, marked")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--results", help="append the result rows (JSON lines) to this file")
     args = ap.parse_args()
     if args.quick:
         if "--events" not in sys.argv:
-            args.events = 100_000
+            args.events = 60_000
         if "--rounds" not in sys.argv:
             args.rounds = 3
     s = Settings.from_env()

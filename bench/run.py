@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 #: name -> (the full run's arguments, the quick run's)
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "streams": ([], ["--quick", "--seconds", "5"]),
-    "producer": (["--no-flush"], ["--events", "3000", "--sessions", "40", "--append", "native",
+    "producer": (["--no-flush"], ["--events", "2000", "--sessions", "40", "--append", "native",
                                   "--rounds", "3", "--no-flush"]),
     "resume": ([], ["--session-events", "2000", "--others", "100000"]),
     "delta": (["--native-only"], ["--native-only", "--events", "20000", "--window", "30"]),

@@ -67,6 +67,7 @@ from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
 from sessionstream.core.rows import (
     CHUNK_ITEMS,
+    SEALED_PREFIX,
     MetaFields,
     SessionRow,
     Stored,
@@ -930,7 +931,6 @@ class _Previous:
 
 
 #: How a sealed row field value starts (sessionstream.governance.rows.PREFIX).
-SEALED_PREFIX = "ss-aead1:"
 #: How :func:`sealed_ref` starts.
 SEALED_REF = SEALED_PREFIX + "sha1:"
 

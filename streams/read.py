@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from sessionstream.core.rows import KeySpace, SessionRow, generation_of
+from sessionstream.core.rows import SEALED_PREFIX, KeySpace, SessionRow, generation_of
 from sessionstream.core.rows import MetaFields as M
 
 
@@ -38,9 +38,6 @@ class LiveSnapshot:
                 "as_of_seq": self.as_of_seq, "as_of_offset": self.as_of_offset,
                 "quarantine": self.quarantine, "views": self.views}
 
-
-#: How a sealed row value starts (sessionstream.governance.rows.PREFIX).
-SEALED_PREFIX = "ss-aead1:"
 
 
 async def current_generation(redis: Redis, keys: KeySpace) -> int:

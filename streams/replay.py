@@ -41,13 +41,19 @@ from sessionstream import native
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.privacy import UNAVAILABLE_TEXT
-from sessionstream.core.rows import FIRST_GENERATION, KeySpace, SessionRow, assemble, lua
+from sessionstream.core.rows import (
+    FIRST_GENERATION,
+    SEALED_PREFIX,
+    KeySpace,
+    SessionRow,
+    assemble,
+    lua,
+)
 from sessionstream.producers.kafka_clients import consumer_config, private_group
 from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.errors import GenerationError
 from sessionstream.streams.kafka_io import KafkaLogReader
 from sessionstream.streams.native_fold import (
-    SEALED_PREFIX,
     SEALED_REF,
     NativeFold,
     field_digest,
@@ -725,7 +731,7 @@ def _opened(row: dict[Any, Any], sid: str = "", sealed: Any = None) -> dict[str,
         if v is not None:
             clear[k.decode() if isinstance(k, bytes) else k] = (
                 v.decode() if isinstance(v, bytes) else v)
-    if any(v.startswith("ss-aead1:") for v in clear.values()):
+    if any(v.startswith(SEALED_PREFIX) for v in clear.values()):
         from sessionstream.governance.rows import open_fields
 
         fast = _open_natively(sealed, sid, clear)

@@ -28,6 +28,7 @@ mod chunks;
 mod crypto;
 mod decode;
 mod json;
+mod layout;
 mod load;
 mod undo;
 mod messages;
@@ -542,8 +543,8 @@ impl Folder {
         for (k, v) in fields {
             d.set_item(k, v)?;
         }
-        d.del_item("as_of_seq")?;
-        d.del_item("as_of_offset")?;
+        d.del_item(layout::AS_OF_SEQ)?;
+        d.del_item(layout::AS_OF_OFFSET)?;
         Ok(Some((d, changed, deletes, counts)))
     }
 
@@ -979,13 +980,13 @@ impl Folder {
         let get = |k: &str| f.get(k).map(String::as_str);
         for key in NATIVE_UNITS {
             let want = self.versions.get(key).copied().unwrap_or(1).to_string();
-            if get(&format!("sv:{key}"))? != want {
+            if get(&format!("{}{key}", layout::STATE_VERSION))? != want {
                 return None; // stale: the Python processor rebuilds it from the log
             }
         }
-        let state = |k: &str| get(&format!("state:{k}"));
-        let adm = load::admission(get("admission")?, sid)?;
-        let meta = load::meta(get("meta")?, sid)?;
+        let state = |k: &str| get(&format!("{}{k}", layout::STATE));
+        let adm = load::admission(get(layout::ADMISSION)?, sid)?;
+        let meta = load::meta(get(layout::META)?, sid)?;
         let mut s = Sess::new(sid, meta.partition, self.window);
         s.adm = adm;
         s.as_of_seq = meta.as_of_seq;
@@ -1001,13 +1002,13 @@ impl Folder {
         s.rejections = load::rejections(state("rejections")?)?;
         s.more = load::more(|k| state(k).map(str::to_string))?;
         s.surface = surface::Surface::load(state("surface")?)?;
-        if s.adm.text() != get("admission")? || s.meta() != get("meta")? {
+        if s.adm.text() != get(layout::ADMISSION)? || s.meta() != get(layout::META)? {
             return None;
         }
         // every unit's view and state must come out exactly as stored
         for (bit, key) in BITS {
             let (view, dump) = s.encode(bit);
-            if get(&format!("view:{key}"))? != view || state(key)? != dump {
+            if get(&format!("{}{key}", layout::VIEW))? != view || state(key)? != dump {
                 return None;
             }
         }
@@ -1066,14 +1067,14 @@ impl Folder {
                 (SURFACE, _) => (s.surface.view(), s.surface.dump()),
                 (_, None) => s.more.encode(bit).unwrap_or_default(),
             };
-            d.set_item(format!("view:{key}"), view)?;
-            d.set_item(format!("state:{key}"), state)?;
-            d.set_item(format!("sv:{key}"), self.versions.get(key).copied().unwrap_or(1).to_string())?;
+            d.set_item(format!("{}{key}", layout::VIEW), view)?;
+            d.set_item(format!("{}{key}", layout::STATE), state)?;
+            d.set_item(format!("{}{key}", layout::STATE_VERSION), self.versions.get(key).copied().unwrap_or(1).to_string())?;
         }
-        d.set_item("admission", s.adm.text())?;
-        d.set_item("meta", s.meta())?;
-        d.set_item("as_of_seq", s.as_of_seq.to_string())?;
-        d.set_item("as_of_offset", s.as_of_offset.to_string())?;
+        d.set_item(layout::ADMISSION, s.adm.text())?;
+        d.set_item(layout::META, s.meta())?;
+        d.set_item(layout::AS_OF_SEQ, s.as_of_seq.to_string())?;
+        d.set_item(layout::AS_OF_OFFSET, s.as_of_offset.to_string())?;
         s.changed = 0;
         Ok(Some((d, changed, parts)))
     }

@@ -18,7 +18,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::crypto::{cipher, Aes256Gcm, NONCE_BYTES};
 
-pub const PREFIX: &str = "ss-aead1:";
+pub const PREFIX: &str = crate::layout::SEALED_PREFIX;
 pub const ROW_MAGIC: &[u8] = b"sessionstream-row-v1";
 /// A unit the class table does not name (a plugin's) is surface content.
 const DEFAULT_CLASS: &str = "surface";
@@ -67,10 +67,10 @@ pub fn seal_text(c: &Aes256Gcm, nonce: &[u8], tenant: &str, session_id: &str, fi
 
 /// The unit owning a view, state or chunk field (None: a field never sealed).
 pub fn unit_of(field: &str) -> Option<&str> {
-    if let Some(rest) = field.strip_prefix("part:") {
+    if let Some(rest) = field.strip_prefix(crate::layout::PART) {
         return Some(rest.split(':').next().unwrap_or(rest));
     }
-    field.strip_prefix("view:").or_else(|| field.strip_prefix("state:"))
+    field.strip_prefix(crate::layout::VIEW).or_else(|| field.strip_prefix(crate::layout::STATE))
 }
 
 /// Seal, in place, every view/state/chunk field of `fields` whose unit's class has a

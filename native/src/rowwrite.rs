@@ -89,16 +89,16 @@ pub fn unit_chunks(key: &str, shapes: &[Shape], parts: &[(&str, usize, usize, &[
                 }
                 text.push_str(t);
             }
-            fields.push((format!("part:{key}:{name}:{i}"), text));
+            fields.push((format!("{}{key}:{name}:{i}", crate::layout::PART), text));
         }
         for i in k..had.get(*name).copied().unwrap_or(0) {
-            deletes.push(format!("part:{key}:{name}:{i}"));
+            deletes.push(format!("{}{key}:{name}:{i}", crate::layout::PART));
         }
         let kind = shapes.iter().find(|s| s.name == *name).map(|s| s.kind.as_str())
             .ok_or_else(|| format!("native fold: {key} has no collection {name:?}"))?;
         lists.insert(name, (kind, n, k));
         counts.insert(name.to_string(), k);
     }
-    fields.push((format!("parts:{key}"), manifest(shapes, &lists, chunk)));
+    fields.push((format!("{}{key}", crate::layout::PARTS), manifest(shapes, &lists, chunk)));
     Ok(counts)
 }

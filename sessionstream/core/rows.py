@@ -179,6 +179,10 @@ def generation_of(raw: str | bytes | None) -> int:
 
 # -- hash fields --------------------------------------------------------------------------
 
+#: How a sealed row value starts (sessionstream.governance.rows seals and opens them).
+SEALED_PREFIX = "ss-aead1:"
+
+
 class SessionRow:
     """Fields of the session row ``<p>:{<t>/<s>}:g<N>``."""
 

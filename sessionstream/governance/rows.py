@@ -28,11 +28,11 @@ from sessionstream.core.privacy import (
     KeyState,
     unit_class,
 )
-from sessionstream.core.rows import SessionRow
+from sessionstream.core.rows import SEALED_PREFIX, SessionRow
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import NONCE_BYTES
 
-PREFIX = "ss-aead1:"
+PREFIX = SEALED_PREFIX
 ROW_MAGIC = b"sessionstream-row-v1"
 
 

@@ -107,3 +107,25 @@ def test_every_quoted_name_in_a_script_is_a_command_or_a_declared_field(name: st
 def test_an_unknown_field_in_a_script_template_fails_at_render_time() -> None:
     with pytest.raises(KeyError):
         lua("redis.call('HGET', KEYS[1], $NO_SUCH_FIELD)")
+
+
+def test_the_extension_spells_no_row_field_of_its_own() -> None:
+    """native/src/layout.rs is generated from this module (tools/native_layout.py), and no
+    other Rust source spells a row field or the sealed prefix as a literal."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("native_layout", root / "tools/native_layout.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (root / "native/src/layout.rs").read_text("utf-8") == gen.render(), \
+        "native/src/layout.rs is stale: run python tools/native_layout.py"
+    spelled = re.compile(r'"(view:|state:|sv:|parts?:|ss-aead1:)')
+    offenders = [f"{p.name}:{n}" for p in (root / "native/src").rglob("*.rs")
+                 if p.name != "layout.rs"
+                 for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
+                 if spelled.search(line) and "assert" not in line]
+    assert offenders == []

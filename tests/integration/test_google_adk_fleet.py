@@ -1,0 +1,58 @@
+"""The ADK session-service contract over the fleet backend (real Kafka + Redis, the fenced
+SessionWriter), and what only the fleet has: a second process's writer gets ADK's
+StaleSessionError while the first holds the session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.adk.errors import StaleSessionError
+
+from sessionstream.integrations.google_adk import EVENT_TYPES, SessionstreamSessionService
+from sessionstream.integrations.store import FleetStore
+from sessionstream.producers.writer import WriterConfig
+from tests.contract.adk_contract import AdkServiceContract, texts, user_says
+from tests.integration.writers import writer_cfg
+
+__all__ = ["writer_cfg"]
+
+pytestmark = pytest.mark.integration
+
+
+class TestFleetService(AdkServiceContract):
+    @pytest.fixture
+    def make_service(self, writer_cfg: WriterConfig) -> Any:
+        made: list[FleetStore] = []
+
+        def make() -> SessionstreamSessionService:
+            store = FleetStore(writer_cfg, EVENT_TYPES)  # a new store: another process's
+            made.append(store)
+            return SessionstreamSessionService(store)
+
+        yield make
+        for s in made:
+            s.close()
+
+
+async def test_a_writer_on_another_store_gets_stale_session_error_and_one_history(
+        writer_cfg: WriterConfig) -> None:
+    a = SessionstreamSessionService(FleetStore(writer_cfg, EVENT_TYPES))
+    b = SessionstreamSessionService(FleetStore(writer_cfg, EVENT_TYPES))
+    await a.create_session(app_name="race", user_id="u", session_id="s")
+    sa = await a.get_session(app_name="race", user_id="u", session_id="s")
+    sb = await b.get_session(app_name="race", user_id="u", session_id="s")
+    assert sa is not None and sb is not None
+    await a.append_event(sa, user_says("from a"))
+    with pytest.raises(StaleSessionError):
+        await b.append_event(sb, user_says("from b"))
+    # a fresh copy is current, but a still holds the session's lease: still refused
+    sb = await b.get_session(app_name="race", user_id="u", session_id="s")
+    assert sb is not None and texts(sb) == ["from a"]
+    with pytest.raises(StaleSessionError, match="another writer"):
+        await b.append_event(sb, user_says("from b"))
+    await a.close()  # a gives the session up: b writes on after it
+    await b.append_event(sb, user_says("from b"))
+    got = await a.get_session(app_name="race", user_id="u", session_id="s")
+    assert got is not None and texts(got) == ["from a", "from b"]
+    await b.close()

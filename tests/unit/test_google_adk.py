@@ -1,0 +1,42 @@
+"""The ADK session-service contract over the in-process backends (memory, JSONL files),
+and the adapter's own rules: the session id mapping, a store without the ADK types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessionstream.integrations.google_adk import (
+    EVENT_TYPES,
+    SessionstreamSessionService,
+    stream_id,
+)
+from sessionstream.integrations.store import JsonlStore, MemoryStore
+from tests.contract.adk_contract import AdkServiceContract, MakeService
+
+
+class TestMemoryService(AdkServiceContract):
+    @pytest.fixture
+    def make_service(self) -> MakeService:
+        store = MemoryStore(EVENT_TYPES)  # one process's memory: every service shares it
+        return lambda: SessionstreamSessionService(store)
+
+
+class TestJsonlService(AdkServiceContract):
+    @pytest.fixture
+    def make_service(self, tmp_path: Path) -> MakeService:
+        return lambda: SessionstreamSessionService(JsonlStore(tmp_path, EVENT_TYPES))
+
+
+def test_session_ids_are_readable_when_plain_and_a_digest_otherwise() -> None:
+    assert stream_id("app", "u-1", "s_2") == "adk.app.u-1.s_2"
+    odd = stream_id("my app", "u", "s")
+    assert odd.startswith("adk-h.") and odd != stream_id("my app", "u", "t")
+    # a dot inside a part cannot make two triples one id
+    assert stream_id("a.b", "c", "d") != stream_id("a", "b.c", "d")
+
+
+def test_a_store_without_the_adk_types_is_refused_naming_them() -> None:
+    with pytest.raises(ValueError, match="google-adk/session"):
+        SessionstreamSessionService(MemoryStore())
