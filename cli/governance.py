@@ -71,7 +71,7 @@ def _print(value: Any) -> None:
 @click.command("delete")
 @click.argument("session")
 @click.option("--class", "classes", multiple=True, default=("all",), show_default=True,
-              type=click.Choice(["raw", "surface", "business", "all"]),
+              type=click.Choice(["raw", "surface", "business", "reasoning", "all"]),
               help="Which data classes to delete (repeatable).")
 @click.option("--complete", is_flag=True,
               help="Then run `keys retire`: no copy of the keys taken before (a backup, "

@@ -450,7 +450,7 @@ class SessionWriter:
                 ids=self.session.ids,
                 writer=Writer(lease.writer_id, lease.epoch),
                 tenant=cfg.tenant,
-                inherit=(DataClass.SURFACE, DataClass.BUSINESS)
+                inherit=(DataClass.SURFACE, DataClass.BUSINESS, DataClass.REASONING)
                 + ((DataClass.RAW,) if inherit_raw else ()),
             )
             seed = child.events[1:-1]  # the parent's events, re-stamped (fork.py)

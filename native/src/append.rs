@@ -604,7 +604,7 @@ fn pointer(toks: &[Tok]) -> String {
 }
 
 /// The data classes in `privacy.ALL_CLASSES` order (the parts' order).
-const CLASS_ORDER: [&str; 3] = ["raw", "surface", "business"];
+const CLASS_ORDER: [&str; 4] = ["raw", "surface", "business", "reasoning"];
 
 #[pymethods]
 impl Appender {

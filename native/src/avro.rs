@@ -66,7 +66,7 @@ pub struct SealedRef<'a> {
 
 /// The data classes a sealed part may name (`sessionstream.core.sealed.DataClass`);
 /// another is a malformed part, which the Python codec dead-letters.
-pub const DATA_CLASSES: [&str; 3] = ["raw", "surface", "business"];
+pub const DATA_CLASSES: [&str; 4] = ["raw", "surface", "business", "reasoning"];
 
 pub struct Schemas {
     by_fp: HashMap<[u8; 8], Layout>,

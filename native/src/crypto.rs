@@ -281,7 +281,8 @@ pub fn class_index(data_class: &str) -> usize {
     match data_class {
         "raw" => 0,
         "surface" => 1,
-        _ => 2,
+        "business" => 2,
+        _ => 3, // reasoning (avro.rs DATA_CLASSES refuses any other class)
     }
 }
 
@@ -301,8 +302,8 @@ pub struct Held {
 /// Without an epoch (`begin` never called) nothing is reused across batches.
 #[derive(Default)]
 pub struct Cache {
-    /// key session -> the lookup of each class (raw, surface, business)
-    pub keys: HashMap<String, [Option<Held>; 3]>,
+    /// key session -> the lookup of each class (raw, surface, business, reasoning)
+    pub keys: HashMap<String, [Option<Held>; 4]>,
     pub placeholders: HashMap<(String, String, &'static str), Value>,
     /// The batch being folded (`next_batch`), and whether `begin` was called in it.
     pub batch: u64,

@@ -142,7 +142,7 @@ TURN_END_REASONS = ("completed", "refused", "cancelled", "failed", "interrupted"
 COMPACTION_OUTCOMES = ("completed", "failed", "abandoned")
 COMPACTION_TRIGGERS = ("pressure", "overflow", "manual")
 SEED_REASONS = ("resume", "fork", "replay")
-DATA_CLASSES = ("raw", "surface", "business")  # sessionstream.core.sealed.DataClass
+DATA_CLASSES = ("raw", "surface", "business", "reasoning")  # sessionstream.core.sealed.DataClass
 SHRED_SCOPES = ("delete", "retention")
 HOLD_ACTIONS = ("placed", "released")
 
@@ -260,11 +260,13 @@ CORE_TYPES: tuple[EventType, ...] = (
                 "usage": F("obj", required=False, obj=_USAGE),
                 "provider": F("str", required=False),
                 "model": F("str", required=False),
+                "reasoning": F("list", required=False, items=F("obj")),
             }
         ),
         scope=Scope.STEP,
         surface_ops=_APPEND,
-        description="The completed assistant message with its tool calls.",
+        description="The completed assistant message with its tool calls (and the "
+        "model's reasoning as its API returned it, class reasoning).",
     ),
     EventType(
         "tool/call",

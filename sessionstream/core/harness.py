@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
-from sessionstream.core.providers import build, check_api
+from sessionstream.core.providers import build, check_api, stream_parser
 from sessionstream.core.providers.common import Built
-from sessionstream.core.providers.errors import ToolResultError
+from sessionstream.core.providers.errors import StreamInterrupted, ToolResultError
 from sessionstream.core.providers.output import ModelOutput
 from sessionstream.core.recorder import parse, record
 from sessionstream.core.request import (
@@ -32,6 +32,7 @@ from sessionstream.core.request import (
     ToolProvider,
     assemble,
     context_snapshot_ids,
+    reasoning_of,
     replaced_seqs,
 )
 from sessionstream.core.session import Session
@@ -73,7 +74,10 @@ class StepResult:
 
     @property
     def tool_calls(self) -> int:
-        return len(self.output.tool_calls)
+        """The calls the step declared (answered calls whose arguments did not parse
+        included: the model was told and takes another step)."""
+        return sum(len(e.data.get("tool_calls", ())) for e in self.events
+                   if e.type == "assistant/message")
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class Harness:
     providers: Sequence[ToolProvider] = ()
     variables: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
+    #: builder options of the API (``thinking`` for Anthropic, ``stateless`` for Responses)
+    options: Mapping[str, Any] = field(default_factory=dict)
     flush_timeout: float = 30.0
     max_steps: int = 8
 
@@ -130,7 +136,7 @@ class Harness:
         return assemble(self.session.derive_messages(), self.registry, self.scope,
                         header=self.header, providers=self.providers,
                         variables=self.variables, snapshot_ids=context_snapshot_ids(events),
-                        replaced=replaced_seqs(events))
+                        replaced=replaced_seqs(events), reasoning=reasoning_of(events))
 
     def step(self, *, run_tools: bool = True) -> StepResult:
         """step/start, the model call and its record, the tools, step/end.
@@ -143,15 +149,38 @@ class Harness:
         """
         start = len(self.session.events)
         self._append(Draft("step/start"))
-        built = build(self.api, self.request(), stream=self.stream)
-        output = parse(self.api, self.client.create(built.body))
+        built = build(self.api, self.request(), stream=self.stream, **self.options)
+        output = self._answer(built)
         record(self.log, output, self.header, session=self.session)
         message = self.session.events[-1]
-        if run_tools:
-            for call in message.data.get("tool_calls", ()):
+        invalid = {w["call_id"] for w in message.data.get("withheld_tool_calls", ())
+                   if w["reason"] == "invalid-arguments"}
+        for call in message.data.get("tool_calls", ()):
+            if call["call_id"] in invalid:  # told, never run (ADR 0010)
+                self._answer_invalid(call["call_id"], call["name"])
+            elif run_tools:
                 self._run_tool(call["call_id"], call["name"], thaw(call["arguments"]))
+        if run_tools:
             self.end_step()
         return StepResult(output, built, tuple(self.session.events[start:]))
+
+    def _answer(self, built: Built) -> ModelOutput:
+        """The client's answer parsed; a stream the transport broke off (the SDK's
+        connection error, a read error mid-stream) is :class:`StreamInterrupted`."""
+        raw = self.client.create(built.body)
+        if isinstance(raw, Mapping):
+            return parse(self.api, raw)
+        parser = stream_parser(self.api)
+        events = iter(raw)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration:
+                break
+            except Exception as exc:  # the transport's own error type: not ours to import
+                raise StreamInterrupted(self.api, f"{type(exc).__name__}: {exc}") from exc
+            parser.feed(event)
+        return parser.finish()
 
     def end_step(self) -> None:
         self._append(Draft("step/end"))
@@ -199,6 +228,16 @@ class Harness:
             data["version"] = result.version
         return self._append(Draft("tool/result", data))
 
+    def _answer_invalid(self, call_id: str, name: str) -> None:
+        """A call whose arguments did not parse: not run; an error result tells the model."""
+        self._append(Draft("tool/call", {"call_id": call_id, "name": name, "arguments": {},
+                                         "idempotency_key": None,
+                                         "skipped": "invalid-arguments"}))
+        self._append(Draft("tool/result", {
+            "call_id": call_id, "status": "error",
+            "content": f"the arguments of this {name} call were not valid JSON, so it was "
+                       "not run; call it again with a JSON object as its arguments"}))
+
     def _run_tool(self, call_id: str, name: str, arguments: Any) -> None:
         ctx = self.start_tool(call_id)
         tool = self.tools.get(name)
@@ -233,7 +272,7 @@ class Harness:
                 result = self.step()
                 steps.append(result)
                 out = result.output
-                if out.tool_calls:
+                if result.tool_calls:
                     continue
                 if out.stop_reason == "refusal":
                     return self._end("refused", steps, None)

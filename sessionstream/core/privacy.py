@@ -9,7 +9,11 @@ class with its own retention:
 * ``surface``: what a model saw: user and assistant messages, tool results as shown
   (with attachment head/tail), compaction summaries, dynamic-context snapshots;
 * ``business``: structured business state values (todo text, plan steps, goal, metric,
-  filters, time range, ambiguities).
+  filters, time range, ambiguities);
+* ``reasoning``: a model's own reasoning as its API returned it (Anthropic thinking
+  blocks with their signatures, redacted thinking, OpenAI Responses reasoning items
+  with their encrypted content and summaries): replayed only to the API that produced
+  it, never shown to another provider, a summarizer or a fork that did not inherit it.
 
 The table is :data:`CLASSIFICATION`; ``python -m sessionstream.core.privacy`` renders
 it into docs/operations.md (sync-tested), and a unit test checks that every field the
@@ -51,7 +55,8 @@ from sessionstream.core.jsonvalue import (
 )
 from sessionstream.core.sealed import DataClass, SealedPart
 
-ALL_CLASSES: tuple[DataClass, ...] = (DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS)
+ALL_CLASSES: tuple[DataClass, ...] = (DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS,
+                                     DataClass.REASONING)
 
 #: Placeholder text of sealed content on the wire (what a reader that does not open
 #: content, e.g. an older build, shows).
@@ -64,7 +69,7 @@ UNAVAILABLE_TEXT = "[content unavailable]"
 NOT_INHERITED_TEXT = "[content not inherited]"
 
 _M = None  # metadata, in the table below
-_R, _S, _B = DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS
+_R, _S, _B, _Z = DataClass.RAW, DataClass.SURFACE, DataClass.BUSINESS, DataClass.REASONING
 
 #: Every data field the catalog declares, by type: ``None`` = metadata, else its class.
 #: Nested fields are named ``parent.child`` (an object) and ``parent[].child`` (each item
@@ -92,7 +97,7 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
     "assistant/message": {
         "content": _S, "tool_calls": _M, "tool_calls[].call_id": _M, "tool_calls[].name": _M,
         "tool_calls[].arguments": _S, "stop_reason": _M, "usage": _M, "usage.input_tokens": _M,
-        "usage.output_tokens": _M, "provider": _M, "model": _M,
+        "usage.output_tokens": _M, "provider": _M, "model": _M, "reasoning": _Z,
     },
     "tool/call": {"call_id": _M, "name": _M, "arguments": _R, "idempotency_key": _M},
     "tool/result": {
@@ -134,6 +139,9 @@ LOSS: Mapping[DataClass, str] = {
     "different text",
     DataClass.BUSINESS: "business-state values (todo text, plan, goal, metric, filters, "
     "time range) read as placeholders; their status, versions and approval stay",
+    DataClass.REASONING: "the model's recorded reasoning reads as an empty list: requests "
+    "are rebuilt without it (an Anthropic thinking tool loop continues with thinking "
+    "off for the open round, with a note); messages, calls and results stay",
 }
 
 

@@ -5,8 +5,12 @@ the model the provider reports, the API, the response id), one ``assistant/chunk
 streamed text delta, and ``assistant/message`` with content, tool calls, stop reason,
 usage and refusal. Everything goes through the session's rules (``Session.append`` or a
 ``SessionWriter``). Tool calls the output withheld (cut at max_tokens, unparseable
-arguments) are kept on the message as ``withheld_tool_calls`` and never declared, so
-nothing can execute a truncated call.
+arguments) are kept on the message as ``withheld_tool_calls`` with their raw text. A
+truncated call is never declared, so nothing can execute it; a call whose arguments do
+not parse is declared with empty arguments so the model can be told (the harness
+answers it with an error result and never runs the tool, ADR 0010). The model's
+reasoning (thinking blocks with their
+signatures, reasoning items) is kept as ``reasoning``, content of its own data class.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Protocol
 from sessionstream.core.catalog import Catalog, default_catalog
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.providers import parse_response, stream_parser
-from sessionstream.core.providers.output import ModelOutput
+from sessionstream.core.providers.output import ModelOutput, OutputCall, WithheldCall
 from sessionstream.core.request import RequestHeader
 from sessionstream.core.session import Session
 
@@ -58,8 +62,12 @@ def message_data(output: ModelOutput,
         return call_id in used or is_used(call_id)
 
     calls = []
-    for c in output.tool_calls:
-        call: dict[str, Any] = {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+    invalid = [w for w in output.withheld if w.reason == "invalid-arguments"]
+    withheld_ids: dict[int, str] = {}
+    declared: list[OutputCall | WithheldCall] = [*output.tool_calls, *invalid]
+    for c in declared:
+        call: dict[str, Any] = {"call_id": c.call_id, "name": c.name,
+                                "arguments": c.arguments if isinstance(c, OutputCall) else {}}
         if taken(c.call_id):
             n = 2
             while taken(f"{c.call_id}~{n}"):
@@ -68,6 +76,8 @@ def message_data(output: ModelOutput,
             call["provider_call_id"] = c.call_id
         used.add(call["call_id"])
         calls.append(call)
+        if not isinstance(c, OutputCall):
+            withheld_ids[id(c)] = call["call_id"]
     content = output.text or (output.refusal or "")
     data: dict[str, Any] = {"content": content, "tool_calls": calls,
                             "stop_reason": output.stop_reason}
@@ -81,9 +91,13 @@ def message_data(output: ModelOutput,
     if output.refusal:
         data["refusal"] = output.refusal
     if output.withheld:
-        data["withheld_tool_calls"] = [w.to_json() for w in output.withheld]
+        data["withheld_tool_calls"] = [
+            {**w.to_json(), "call_id": withheld_ids.get(id(w), w.call_id)}
+            for w in output.withheld]
     if output.omitted:
         data["omitted_output"] = dict(output.omitted)
+    if output.reasoning:
+        data["reasoning"] = [dict(r) for r in output.reasoning]
     if output.response_id:
         data["response_id"] = output.response_id
     return data

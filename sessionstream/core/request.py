@@ -304,6 +304,18 @@ def context_snapshot_ids(events: Iterable[Event]) -> dict[int, str]:
     return {e.seq: e.data["snapshot_id"] for e in events if e.type == "context/snapshot"}
 
 
+def reasoning_of(events: Iterable[Event]) -> dict[int, tuple[JsonValue, ...]]:
+    """seq → the recorded reasoning (class ``reasoning``) of every ``assistant/message``
+    that has some: what a builder replays to the API that produced it."""
+    out: dict[int, tuple[JsonValue, ...]] = {}
+    for e in events:
+        if e.type == "assistant/message":
+            items = e.data.get("reasoning")
+            if items:
+                out[e.seq] = tuple(items)
+    return out
+
+
 def replaced_seqs(events: Iterable[Event]) -> dict[int, tuple[int, ...]]:
     """seq → ``source_event_seqs`` of every replace event: what each summary shadows
     (for :func:`explain`)."""
@@ -337,6 +349,15 @@ class Request:
     messages: tuple[Message, ...]
     snapshot_ids: tuple[tuple[int, str], ...] = ()  # seq → id of context snapshots
     replaced: tuple[tuple[int, tuple[int, ...]], ...] = ()  # summary seq → seqs it shadows
+    #: assistant message seq → its recorded reasoning items (each names its ``api``)
+    reasoning: tuple[tuple[int, tuple[JsonValue, ...]], ...] = ()
+
+    def reasoning_for(self, seq: int) -> tuple[JsonValue, ...]:
+        """The recorded reasoning of the assistant message from ``seq`` (may be empty)."""
+        for s, items in self.reasoning:
+            if s == seq:
+                return items
+        return ()
 
     @property
     def system_prompt(self) -> str:
@@ -368,13 +389,16 @@ def assemble(
     variables: Mapping[str, Any] | None = None,
     snapshot_ids: Mapping[int, str] | None = None,
     replaced: Mapping[int, Sequence[int]] | None = None,
+    reasoning: Mapping[int, Sequence[JsonValue]] | None = None,
 ) -> Request:
     """Assemble the request for the surface ``messages`` in ``scope``.
 
     Refuses with :class:`PendingToolCalls` while an assistant tool call on the
     surface has no result. ``tools`` None means every tool visible in ``scope``.
     ``snapshot_ids`` (:func:`context_snapshot_ids`) and ``replaced``
-    (:func:`replaced_seqs`) only feed :func:`explain`.
+    (:func:`replaced_seqs`) only feed :func:`explain`; ``reasoning``
+    (:func:`reasoning_of`) is kept for the assistant messages still on the surface (a
+    compacted one's reasoning goes with it).
     """
     pending = pending_calls(messages)
     if pending:
@@ -389,6 +413,7 @@ def assemble(
         system.append(SystemPart(s.id, s.scope, s.order, s.complete, text, names))
     ctx_seqs = {m.seqs[0] for m in messages if m.kind is Kind.CONTEXT}
     summary_seqs = {m.seqs[0] for m in messages if m.kind is Kind.SUMMARY}
+    assistant_seqs = {m.seqs[0] for m in messages if m.kind is Kind.ASSISTANT}
     return Request(
         scope=scope,
         header=header,
@@ -401,6 +426,10 @@ def assemble(
         )),
         replaced=tuple(sorted(
             (seq, tuple(src)) for seq, src in (replaced or {}).items() if seq in summary_seqs
+        )),
+        reasoning=tuple(sorted(
+            (seq, tuple(freeze(i) for i in items)) for seq, items in (reasoning or {}).items()
+            if seq in assistant_seqs and items
         )),
     )
 

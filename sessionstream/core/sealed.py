@@ -22,6 +22,7 @@ class DataClass(StrEnum):
     RAW = "raw"
     SURFACE = "surface"
     BUSINESS = "business"
+    REASONING = "reasoning"  # a model's own reasoning (thinking blocks, reasoning items)
 
 
 class MalformedSealedPart(ValueError):

@@ -253,7 +253,8 @@ class Settings:
             if cls not in DATA_CLASSES or ms <= 0:
                 raise SettingsError(
                     f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
-                    "<class>=<n>d|h|m|s with class raw, surface or business, e.g. raw=30d")
+                    "<class>=<n>d|h|m|s with class raw, surface, business or reasoning, "
+                    "e.g. raw=30d")
         if self.fold not in FOLDS:
             raise SettingsError(
                 f"{Env.FOLD}={self.fold!r} is not a fold path: use "
@@ -454,7 +455,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 KEY_STORES = ("file", "redis")
 FOLDS = ("auto", "native", "python")
-DATA_CLASSES = ("raw", "surface", "business")
+DATA_CLASSES = ("raw", "surface", "business", "reasoning")
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 
 
@@ -467,7 +468,7 @@ def _retention(value: str) -> tuple[tuple[str, int], ...]:
         if not sep or unit not in _UNITS or not number.isdigit() or cls not in DATA_CLASSES:
             raise SettingsError(
                 f"SESSIONSTREAM_RETENTION={value!r}: {item!r} is not <class>=<n>d|h|m|s "
-                "(class raw, surface or business), e.g. raw=30d,surface=365d")
+                "(class raw, surface, business or reasoning), e.g. raw=30d,surface=365d")
         out.append((cls, int(number) * _UNITS[unit]))
     return tuple(out)
 

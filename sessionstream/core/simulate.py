@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from sessionstream.core.events import CountingClock, Event, Writer
 from sessionstream.core.providers import APIS, build
@@ -228,8 +229,11 @@ def _options(s: Session, choose: Choose) -> list[Callable[[], object]]:
                     for i in range(k)
                 ]
                 content = "" if k and choose(2) else f"a{n}"
-                opts.append(lambda: a("assistant/message",
-                                      {"content": content, "tool_calls": calls}))
+                message: dict[str, Any] = {"content": content, "tool_calls": calls}
+                if n % 3 == 0:  # a reasoning model's thinking (class reasoning), no draw
+                    message["reasoning"] = [{"api": "anthropic", "type": "thinking",
+                                             "thinking": f"t{n}", "signature": f"sig{n}"}]
+                opts.append(lambda: a("assistant/message", message))
             for call in pending:
                 if call.executed_seq is None:
                     c = call

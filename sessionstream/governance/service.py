@@ -118,7 +118,8 @@ def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
             wanted.add(DataClass(name))
         except ValueError:
             raise SessionStreamError(
-                f"--class {name!r} is not a data class: use raw, surface, business or all"
+                f"--class {name!r} is not a data class: use raw, surface, business, "
+                "reasoning or all"
             ) from None
     return tuple(c for c in ALL_CLASSES if c in wanted) or ALL_CLASSES
 

@@ -74,7 +74,7 @@ def test_a_fork_inherits_sealed_seed_and_parent_deletion_reaches_it(
     child.flush(10)
     parent.close()
     child.close()
-    assert list(child.session.lineage["inherited_classes"]) == ["surface", "business"]
+    assert list(child.session.lineage["inherited_classes"]) == ["surface", "business", "reasoning"]
     log = read_log(sealed_cfg, child.session_id).admitted
     chunk = next(e for e in log if e.type == "assistant/chunk")
     assert chunk.data["text"] == NOT_INHERITED_TEXT  # raw is not copied by default

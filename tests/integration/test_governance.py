@@ -69,7 +69,7 @@ def test_delete_shreds_content_keeps_metadata_order_pairing_and_audit(
     a.close()
     b.close()
     report = _gov(sealed_cfg, redis_client).delete(a.session_id, reason="user asked")
-    assert report.shredded == ["raw", "surface", "business"]
+    assert report.shredded == ["raw", "surface", "business", "reasoning"]
     assert report.operation_ids == ["op-0", "op-1"] and "does not undo" in report.note
     assert report.attachments_deleted == 2  # both spilled tool results of session a
     after = read_log(sealed_cfg, a.session_id).admitted

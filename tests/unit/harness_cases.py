@@ -24,6 +24,7 @@ from sessionstream.core.request import (
     ToolSchema,
     assemble,
     context_snapshot_ids,
+    reasoning_of,
     replaced_seqs,
     resolve_header,
 )
@@ -50,12 +51,17 @@ def new_session(sid: str) -> Session:
     return Session.create(sid, clock=CountingClock(1_000), ids=SequentialIds(sid))
 
 
-def request_of(session: Session, messages: Any = None) -> Request:
+#: A header with room for Anthropic's smallest thinking budget (max_tokens above 1024).
+THINKING_HEADER = resolve_header(("call", {"provider": "acme", "model": "model-x",
+                                           "max_tokens": 4096}))
+
+
+def request_of(session: Session, messages: Any = None, header: Any = HEADER) -> Request:
     events = session.events
     return assemble(messages if messages is not None else session.derive_messages(),
-                    registry(), header=HEADER, providers=[TOOLS],
+                    registry(), header=header, providers=[TOOLS],
                     variables={"agent": "Ada"}, snapshot_ids=context_snapshot_ids(events),
-                    replaced=replaced_seqs(events))
+                    replaced=replaced_seqs(events), reasoning=reasoning_of(events))
 
 
 def manual() -> Session:

@@ -84,15 +84,53 @@ def test_the_system_prompt_tools_and_params_travel_in_session_start() -> None:
 def test_what_the_log_cannot_carry_is_reported_on_import() -> None:
     body = {"model": "m", "input": [
         {"type": "message", "role": "user", "content": "hi"},
-        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
         {"type": "message", "role": "assistant", "content": "hello"}]}
     imp = _import("openai-responses", body)
     assert [n.path for n in imp.report] == ["/input/1"]
     anth = {"model": "m", "max_tokens": 5, "messages": [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm",
-                                           "signature": "s"}, {"type": "text", "text": "yo"}]}]}
-    assert [n.path for n in _import("anthropic", anth).report] == ["/messages/1/content/0"]
+        {"role": "assistant", "content": [{"type": "text", "text": "yo"},
+                                          {"type": "thinking", "thinking": "hmm",
+                                           "signature": "s"}]}]}
+    assert [n.path for n in _import("anthropic", anth).report] == ["/messages/1/content/1"]
+
+
+REASONING_BODIES = {
+    "anthropic": {"model": "m", "max_tokens": 4096,
+                  "thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": [
+                      {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                      {"role": "assistant", "content": [
+                          {"type": "thinking", "thinking": "hmm", "signature": "sig1"},
+                          {"type": "redacted_thinking", "data": "opaque"},
+                          {"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]},
+                      {"role": "user", "content": [
+                          {"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]}],
+                  "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+    "openai-responses": {"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "enc",
+         "summary": [{"type": "summary_text", "text": "thinking"}], "status": "completed"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"},
+                   "strict": False}]},
+}
+
+
+@pytest.mark.parametrize("api", sorted(REASONING_BODIES))
+def test_reasoning_is_imported_as_its_class_and_exported_back_unchanged(api: str) -> None:
+    body = REASONING_BODIES[api]
+    imp = _import(api, body)
+    assert not imp.report
+    msg = next(e for e in imp.events if e.type == "assistant/message")
+    assert msg.data["reasoning"] and all(r["api"] == api for r in msg.data["reasoning"])
+    built, _notes = export_session(api, list(imp.events))
+    assert built.body == body
+    other = "openai-chat" if api == "anthropic" else "anthropic"
+    foreign, notes = export_session(other, list(imp.events))
+    assert "sig1" not in str(foreign.body) and "enc" not in str(foreign.body["messages"])
+    assert any(f"reasoning of {api} not sent" in n.note for n in notes)
 
 
 def test_an_error_result_and_a_refusal_survive_an_openai_round_trip() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from sessionstream.core.events import Draft, Event
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
 from sessionstream.core.providers import APIS
-from sessionstream.core.providers.errors import IncompleteStream
+from sessionstream.core.providers.errors import IncompleteStream, StreamInterrupted
 from sessionstream.core.providers.scripted import Reply, ScriptedClient, render
 from sessionstream.core.session import Session
 from tests.unit import harness_cases as cases
@@ -172,3 +173,115 @@ def test_a_harness_can_run_the_calls_itself_and_a_result_for_an_unknown_call_is_
     assert h.step().output.text == "Both done."
     results = [e.data for e in s.events if e.type == "tool/result"]
     assert [r["content"] for r in results] == [{"rows": 2}, "7"]
+
+
+class BadArgsClient:
+    """Answers first with a call whose arguments are not JSON, then as scripted."""
+
+    def __init__(self, api: str, then: list[Reply]) -> None:
+        self.api = api
+        self.inner = ScriptedClient(api, then)
+        self.first = True
+        self.bodies: list[Any] = []
+
+    def create(self, body: Any) -> Any:
+        self.bodies.append(body)
+        if not self.first:
+            return self.inner.create(body)
+        self.first = False
+        out = render(self.api, Reply("", [("b1", "run_sql", {"q": "x"})]))
+        if self.api == "openai-chat":
+            out["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "{not json"
+        elif self.api == "openai-responses":
+            out["output"][-1]["arguments"] = "{not json"
+        else:
+            out["content"][-1]["input"] = "{not json"
+        return out
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_unparseable_arguments_are_answered_as_an_error_the_model_sees_never_run(
+        api: str) -> None:
+    ran: list[Any] = []
+    s = cases.new_session("bad")
+    client = BadArgsClient(api, [Reply("Retried.", [("b2", "run_sql", {"q": "y"})]),
+                                 Reply("Done.")])
+    h = Harness(s, client, api, cases.HEADER, cases.registry(), providers=[cases.TOOLS],
+                tools={"run_sql": lambda a, c: ran.append(a) or "1 row"},
+                variables={"agent": "Ada"})
+    r = h.turn("go")
+    assert r.reason == "completed" and len(r.steps) == 3
+    assert ran == [{"q": "y"}]  # the unparseable call never ran
+    first = next(e for e in s.events if e.type == "assistant/message")
+    assert first.data["withheld_tool_calls"][0]["arguments_text"] == "{not json"
+    skipped = next(e for e in s.events if e.type == "tool/call")
+    assert skipped.data["skipped"] == "invalid-arguments"
+    result = next(e for e in s.events if e.type == "tool/result")
+    assert result.data["status"] == "error" and "not valid JSON" in result.data["content"]
+    validate(api, client.bodies[1])
+    assert "not valid JSON" in json.dumps(client.bodies[1])  # the model was told
+
+
+class BrokenStream:
+    """A stream whose transport fails after a few events (as the SDKs raise it)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def create(self, body: Any) -> Any:
+        def events() -> Any:
+            yield from render("anthropic", PARALLEL[0], stream=True)[:4]
+            raise self.exc
+        return events()
+
+
+def test_a_transport_error_mid_stream_is_the_named_stream_error_and_records_nothing() -> None:
+    import anthropic
+
+    from tests.unit.sdk_check import httpx
+
+    request = httpx.Request("POST", "http://provider.test/v1/messages")
+    for exc in (anthropic.APIConnectionError(request=request),
+                httpx.ReadError("connection reset", request=request)):
+        s = cases.new_session("reset")
+        h = Harness(s, BrokenStream(exc), "anthropic", cases.HEADER, cases.registry(),
+                    variables={"agent": "Ada"}, stream=True)
+        with pytest.raises(StreamInterrupted, match="connection broke mid-stream") as info:
+            h.turn("go")
+        assert info.value.__cause__ is exc
+        types = [e.type for e in s.events]
+        assert "assistant/message" not in types and "request/header" not in types
+        assert "assistant/chunk" not in types
+        assert s.events[-1].data["reason"] == "failed"
+
+
+def test_a_read_error_through_the_sdk_client_is_the_named_stream_error() -> None:
+    import anthropic
+
+    from tests.unit.sdk_check import httpx
+
+    events = render("anthropic", PARALLEL[0], stream=True)
+    head = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events[:3])
+
+    class Cut(httpx.SyncByteStream):
+        def __iter__(self) -> Any:
+            yield head.encode()
+            raise httpx.ReadError("connection reset by peer")
+
+    def handler(request: Any) -> Any:
+        return httpx.Response(200, stream=Cut(), headers={"content-type": "text/event-stream"})
+
+    sdk = anthropic.Anthropic(api_key="k", base_url="http://provider.test", max_retries=0,
+                              http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+
+    class Client:
+        def create(self, body: Any) -> Any:
+            return (e.model_dump(mode="json") for e in sdk.messages.create(**body))
+
+    s = cases.new_session("sdk-reset")
+    h = Harness(s, Client(), "anthropic", cases.HEADER, cases.registry(),
+                variables={"agent": "Ada"}, stream=True)
+    with pytest.raises(StreamInterrupted):
+        h.turn("go")
+    assert [e.type for e in s.events][-1] == "turn/end"
+    assert "assistant/message" not in [e.type for e in s.events]

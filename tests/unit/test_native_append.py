@@ -278,10 +278,13 @@ def test_native_sealed_record_opens_with_the_python_opener() -> None:
     na.append(path, session, Draft("request/header", {"provider": "p", "model": "m"}))
     ev = na.append(path, session, Draft("assistant/message", {
         "content": "secret ✓", "stop_reason": "tool_use", "surprise": [1, 2],
+        "reasoning": [{"api": "anthropic", "type": "thinking", "thinking": "hidden",
+                       "signature": "sig"}],
         "tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"q": "x/y~z"}}]}))
     record = path.record(ev)
     wire = codec.decode(record)
-    assert wire.sealed and "secret" not in wire.data_json()
+    assert wire.sealed and "secret" not in wire.data_json() and "hidden" not in wire.data_json()
+    assert [p.data_class.value for p in wire.sealed] == ["surface", "reasoning"]
     reference = c.seal_event(ev)
     assert [(p.data_class, p.paths) for p in wire.sealed] == [
         (p.data_class, p.paths) for p in reference.sealed]

@@ -8,6 +8,7 @@ import pytest
 
 from sessionstream.core.errors import SchemaViolation
 from sessionstream.core.events import Event
+from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.providers import APIS, parse_response, parse_stream
 from sessionstream.core.providers.errors import IncompleteStream, ProviderResponseError
 from sessionstream.core.providers.scripted import Reply, render
@@ -190,17 +191,23 @@ def test_recording_checks_the_schema_before_appending_anything() -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_thinking_and_reasoning_parts_are_counted_not_silently_dropped(stream: bool) -> None:
+def test_thinking_and_reasoning_are_recorded_and_server_tool_parts_counted(stream: bool) -> None:
     body = render("anthropic", REPLIES["text"], stream=stream)
     thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    server = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
     if stream:
-        body[1:1] = [{"type": "content_block_start", "index": 9, "content_block": thinking},
+        body[1:1] = [{"type": "content_block_start", "index": 8, "content_block": thinking},
+                     {"type": "content_block_stop", "index": 8},
+                     {"type": "content_block_start", "index": 9, "content_block": server},
                      {"type": "content_block_stop", "index": 9}]
     else:
-        body["content"].insert(0, thinking)
+        body["content"][:0] = [thinking, server]
     msg = _recorded(parse("anthropic", body))[-1]
-    assert msg.data["omitted_output"] == {"thinking": 1}
+    assert thaw(msg.data["reasoning"]) == [{"api": "anthropic", **thinking}]
+    assert msg.data["omitted_output"] == {"server_tool_use": 1}
     resp = render("openai-responses", REPLIES["text"])
     resp["output"].insert(0, {"type": "reasoning", "id": "rs_1", "summary": []})
-    assert _recorded(parse("openai-responses", resp))[-1].data["omitted_output"] == {
-        "reasoning": 1}
+    recorded = _recorded(parse("openai-responses", resp))[-1].data
+    assert thaw(recorded["reasoning"]) == [{"api": "openai-responses", "type": "reasoning",
+                                      "id": "rs_1", "summary": []}]
+    assert "omitted_output" not in recorded

@@ -7,7 +7,14 @@ results of one call round → ONE ``user`` message right after the assistant mes
 ``tool_result`` blocks with ``is_error`` for an error (a user message that arrived
 during the round follows it). Tool schemas carry ``input_schema``. ``max_tokens`` is
 required: without one in the header the builder sends :data:`DEFAULT_MAX_TOKENS` (and
-says so). ``reasoning_effort`` has no Messages field: it is reported, not sent.
+says so). ``reasoning_effort`` has no Messages field: it is reported, not sent; extended
+thinking is the ``thinking`` option (the body's ``thinking`` as is).
+
+Recorded thinking (``thinking`` blocks with their signatures, ``redacted_thinking``)
+goes back first in its assistant message, unmodified and in its order, as the API
+requires; with thinking on, an open tool round whose assistant message has no thinking
+(compacted, deleted, recorded from another API) would be refused, so the request turns
+thinking off (a note) rather than send it.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    reasoning_parts,
     tool_result_text,
     tools_of,
 )
@@ -35,8 +43,10 @@ from sessionstream.core.providers.output import (
     fail,
     finish_calls,
     get,
+    reasoning_item,
     usage_of,
 )
+from sessionstream.core.providers.rules import ANTHROPIC_ID, anthropic_id, check
 from sessionstream.core.request import Request
 
 API = "anthropic"
@@ -49,13 +59,76 @@ def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
     parts = content_parts(m.content)
     if any(p.serialised for p in parts):
         c.note(path, "non-text content part serialised as JSON text", m.seqs)
-    if any(not p.text for p in parts):
-        c.note(path, "empty text part omitted (Anthropic refuses empty text blocks)", m.seqs)
-    return [{"type": "text", "text": p.text} for p in parts if p.text]
+    if any(not p.text.strip() for p in parts):
+        c.note(path, "empty or whitespace-only text part omitted (Anthropic refuses such "
+               "text blocks)", m.seqs)
+    return [{"type": "text", "text": p.text} for p in parts if p.text.strip()]
 
 
-def build(request: Request, *, stream: bool = False) -> Built:
-    """The Messages body for ``request`` (pure; validated against the SDK in tests)."""
+def _id(call_id: str | None, c: Collector, path: str, seqs: tuple[int, ...]) -> str:
+    """A call id in Anthropic's form (``rules.anthropic_id``), with a note when mapped."""
+    sent = anthropic_id(call_id or "")
+    if sent != call_id:
+        c.note(path, f"call id {call_id!r} sent as {sent!r} (Anthropic ids match "
+               f"{ANTHROPIC_ID.pattern}; an import maps it back)", seqs)
+    return sent
+
+
+#: The block types of Anthropic's reasoning (recorded as class ``reasoning``).
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
+def _thinking_blocks(request: Request, m: Message, c: Collector, path: str
+                     ) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for item in reasoning_parts(request, m, API, c, path):
+        kind = item.get("type")
+        if kind == "thinking" and isinstance(item.get("thinking"), str) and isinstance(
+                item.get("signature"), str):
+            blocks.append({"type": "thinking", "thinking": item["thinking"],
+                           "signature": item["signature"]})
+        elif kind == "redacted_thinking" and isinstance(item.get("data"), str):
+            blocks.append({"type": "redacted_thinking", "data": item["data"]})
+        else:
+            c.note(path, f"recorded reasoning part {kind!r} without its signature or data "
+                   "not sent", m.seqs)
+    return blocks
+
+
+def thinking_enabled(body: Mapping[str, Any]) -> bool:
+    """Whether a Messages body turns extended thinking on."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _thinking_first(body: dict[str, Any], c: Collector) -> None:
+    """With thinking on, the last assistant message, when it opened a tool round, must
+    start with its thinking: without one recorded, thinking goes off for this request."""
+    if not thinking_enabled(body):
+        return
+    for i in range(len(body["messages"]) - 1, -1, -1):
+        msg = body["messages"][i]
+        if msg["role"] != "assistant":
+            continue
+        blocks = msg["content"]
+        if any(b["type"] == "tool_use" for b in blocks) and blocks[0]["type"] not in \
+                THINKING_TYPES:
+            del body["thinking"]
+            c.origins[:] = [o for o in c.origins if o.path != "/thinking"]
+            c.note("/thinking", f"thinking turned off for this request: the assistant "
+                   f"message /messages/{i} of the open tool round has no recorded thinking "
+                   "of this API (compacted, deleted or from another API), and the API "
+                   "requires it first")
+        return
+
+
+def build(request: Request, *, stream: bool = False,
+          thinking: Mapping[str, Any] | None = None) -> Built:
+    """The Messages body for ``request`` (pure; validated against the SDK in tests).
+
+    ``thinking``: the body's ``thinking`` configuration (e.g. ``{"type": "enabled",
+    "budget_tokens": 2048}``), sent as is.
+    """
     c = Collector()
     body: dict[str, Any] = {"model": request.header.model}
     c.origin("/model", part="header", field="model",
@@ -69,9 +142,14 @@ def build(request: Request, *, stream: bool = False) -> Built:
     if request.header.reasoning_effort is not None:
         c.note("/", f"reasoning_effort {request.header.reasoning_effort!r} not sent: the "
                "Messages API has no such field (configure extended thinking instead)")
-    if request.system:
-        body["system"] = [{"type": "text", "text": p.text} for p in request.system]
-        for i, p in enumerate(request.system):
+    system = [p for p in request.system if p.text.strip()]
+    if len(system) < len(request.system):
+        c.note("/system", "empty or whitespace-only system section(s) "
+               f"{', '.join(p.section_id for p in request.system if not p.text.strip())} "
+               "omitted (Anthropic refuses such text blocks)")
+    if system:
+        body["system"] = [{"type": "text", "text": p.text} for p in system]
+        for i, p in enumerate(system):
             c.origin(f"/system/{i}", part="system", sections=[p.section_id],
                      variables=list(p.variables))
     messages: list[dict[str, Any]] = []
@@ -83,9 +161,13 @@ def build(request: Request, *, stream: bool = False) -> Built:
                 text, why = tool_result_text(m)
                 if why:
                     c.note(f"{path}/content/{j}", why, m.seqs)
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id}
-                if text:
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _id(
+                    m.call_id, c, f"{path}/content/{j}/tool_use_id", m.seqs)}
+                if text.strip():
                     block["content"] = text
+                elif text:
+                    c.note(f"{path}/content/{j}", "whitespace-only tool result sent without "
+                           "content (Anthropic refuses whitespace-only text)", m.seqs)
                 if m.status == "error":
                     block["is_error"] = True
                 blocks.append(block)
@@ -94,15 +176,19 @@ def build(request: Request, *, stream: bool = False) -> Built:
             continue
         m = item.messages[0]
         if item.kind == "assistant":
-            content = _text_blocks(m, c, path)
+            reasoning = _thinking_blocks(request, m, c, path)
+            content = reasoning + _text_blocks(m, c, path)
             for tc in m.tool_calls:
                 c.origin(f"{path}/content/{len(content)}", part="tool_call",
                          call_id=tc.call_id, seqs=list(m.seqs))
-                content.append({"type": "tool_use", "id": tc.call_id, "name": tc.name,
-                                "input": thaw(tc.arguments)})
-            if not content:
+                content.append({"type": "tool_use", "id": _id(
+                    tc.call_id, c, f"{path}/content/{len(content)}/id", m.seqs),
+                    "name": tc.name, "input": thaw(tc.arguments)})
+            if len(content) == len(reasoning):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue
+            for j in range(len(reasoning)):
+                c.origin(f"{path}/content/{j}", part="reasoning", seqs=list(m.seqs))
             messages.append({"role": "assistant", "content": content})
             c.origin(path, **message_source(m))
             continue
@@ -117,9 +203,14 @@ def build(request: Request, *, stream: bool = False) -> Built:
     body["messages"] = messages
     if request.tools:
         body["tools"] = tools_of(request, c, "/tools", API)
+    if thinking is not None:
+        body["thinking"] = dict(thinking)
+        c.origin("/thinking", part="builder", option="thinking")
+        _thinking_first(body, c)
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 
@@ -144,10 +235,11 @@ def _usage(u: Any) -> dict[str, int] | None:
 
 
 def _fold(blocks: list[Any], path: str
-          ) -> tuple[str, list[tuple[str, str, Any]], list[str]]:
+          ) -> tuple[str, list[tuple[str, str, Any]], list[str], list[dict[str, Any]]]:
     omitted: list[str] = []
     text: list[str] = []
     raw: list[tuple[str, str, Any]] = []
+    reasoning: list[dict[str, Any]] = []
     for i, block in enumerate(blocks):
         p = f"{path}[{i}]"
         kind = get(API, block, "type", p, str)
@@ -156,21 +248,28 @@ def _fold(blocks: list[Any], path: str
         elif kind == "tool_use":
             raw.append((get(API, block, "id", p, str), get(API, block, "name", p, str),
                         get(API, block, "input", p, (dict, str))))
-        else:  # thinking / server-tool blocks: counted on the message
+        elif kind == "thinking":
+            get(API, block, "thinking", p, str)
+            get(API, block, "signature", p, str)
+            reasoning.append(reasoning_item(API, block, ("type", "thinking", "signature")))
+        elif kind == "redacted_thinking":
+            get(API, block, "data", p, str)
+            reasoning.append(reasoning_item(API, block, ("type", "data")))
+        else:  # server-tool blocks and unknown ones: counted on the message
             omitted.append(kind)
-    return "".join(text), raw, omitted
+    return "".join(text), raw, omitted, reasoning
 
 
 def _output(msg: Mapping[str, Any], blocks: list[Any], path: str, usage: Any,
             chunks: tuple[str, ...] = ()) -> ModelOutput:
-    text, raw, omitted = _fold(blocks, path)
+    text, raw, omitted, reasoning = _fold(blocks, path)
     provider_stop = get(API, msg, "stop_reason", "$", str, optional=True)
     stop = _STOPS.get(provider_stop or "", "other")
     calls, withheld = finish_calls(raw, stop == "max_tokens")
     return ModelOutput(API, get(API, msg, "model", "$", str, optional=True),
                        get(API, msg, "id", "$", str, optional=True), text, calls, stop,
                        provider_stop, _usage(usage), text if stop == "refusal" else None,
-                       withheld, chunks, count_kinds(omitted))
+                       withheld, chunks, count_kinds(omitted), tuple(reasoning))
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelOutput:
@@ -228,6 +327,11 @@ class AnthropicStreamParser:
             if dk == "input_json_delta":
                 self._json.setdefault(index, []).append(
                     get(API, delta, "partial_json", f"{path}.delta", str))
+            elif dk in ("thinking_delta", "signature_delta"):
+                key = "thinking" if dk == "thinking_delta" else "signature"
+                piece = get(API, delta, key, f"{path}.delta", str)
+                block = self._blocks[index]
+                block[key] = (block.get(key) or "") + piece
         elif kind == "content_block_stop":
             self._stopped.add(get(API, event, "index", path, int))
         elif kind == "message_delta":

@@ -271,3 +271,23 @@ def group(messages: Sequence[Message]) -> list[Item]:
 
 
 MOVED = "user message sent after the call round's results (it arrived during the round)"
+
+
+# ------------------------------------------------------------------------- reasoning
+
+
+def reasoning_parts(request: Request, m: Message, api: str, c: Collector, path: str
+                    ) -> list[Mapping[str, Any]]:
+    """The recorded reasoning of assistant message ``m`` that ``api`` can take back (its
+    own); another API's reasoning is never sent and says so (a note)."""
+    mine: list[Mapping[str, Any]] = []
+    foreign: set[str] = set()
+    for item in request.reasoning_for(m.seqs[0]):
+        if isinstance(item, Mapping) and item.get("api") == api:
+            mine.append(item)
+        else:
+            foreign.add(str(item.get("api")) if isinstance(item, Mapping) else "?")
+    if foreign:
+        c.note(path, f"reasoning of {', '.join(sorted(foreign))} not sent: only the API that "
+               "produced it may see it", m.seqs)
+    return mine

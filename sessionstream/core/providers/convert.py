@@ -6,8 +6,10 @@ each user message opens a turn (or steers the open one while calls are pending),
 assistant message is one step (``request/header`` + ``assistant/message``), each tool
 result becomes ``tool/call`` + ``tool/result`` in that step. The system prompt, the tool
 schemas, the model and other request parameters are kept in ``session/start`` under
-``imported``, so an export can send them again. Anything the log does not carry
-(reasoning items, thinking blocks, unknown item types) is listed in the report.
+``imported``, so an export can send them again. Thinking blocks (with their
+signatures) and Responses reasoning items become the assistant message's ``reasoning``
+(class ``reasoning``), sent back only to the same API. Anything the log does not carry
+(unknown item types, thinking after a text block) is listed in the report.
 
 :func:`export_session` builds the body for the session's next request with the
 builders, and reports what the format could not carry (the builder's notes, plus the
@@ -36,6 +38,9 @@ from sessionstream.core.messages import Kind
 from sessionstream.core.providers import build, check_api
 from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
 from sessionstream.core.providers.errors import ConversationImportError
+from sessionstream.core.providers.openai_responses import REASONING_KEYS
+from sessionstream.core.providers.output import reasoning_item
+from sessionstream.core.providers.rules import from_anthropic_id
 from sessionstream.core.request import (
     PromptRegistry,
     RequestHeader,
@@ -45,6 +50,7 @@ from sessionstream.core.request import (
     assemble,
     context_snapshot_ids,
     header_from_event,
+    reasoning_of,
     replaced_seqs,
 )
 from sessionstream.core.session import Session
@@ -170,7 +176,7 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
                 calls.append((_require_str(conv, tc, "id", p), _require_str(conv, fn, "name",
                               f"{p}/function"), _args(conv, fn.get("arguments"),
                                                       f"{p}/function/arguments")))
-            conv.items.append(("assistant", path, (text, calls, m.get("refusal"))))
+            conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [])))
         elif role == "tool":
             call_id = _require_str(conv, m, "tool_call_id", path)
             content = m.get("content")
@@ -203,14 +209,22 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         conv.system.append(body["instructions"])
     pending_text: tuple[str, Any] | None = None  # an assistant message waiting for its calls
     calls: list[tuple[str, str, Any]] = []
+    thoughts: list[tuple[str, dict[str, Any]]] = []  # reasoning items before their output
 
     def flush_assistant() -> None:
-        nonlocal pending_text, calls
+        nonlocal pending_text, calls, thoughts
         if pending_text is not None or calls:
             path = pending_text[0] if pending_text else f"/input/{len(conv.items)}"
             conv.items.append(("assistant", path,
-                               (pending_text[1] if pending_text else "", calls, None)))
+                               (pending_text[1] if pending_text else "", calls, None,
+                                [r for _p, r in thoughts])))
+            thoughts = []
         pending_text, calls = None, []
+
+    def orphan_thoughts() -> None:
+        for p, _r in thoughts:
+            conv.note(p, "reasoning item not imported: no assistant output follows it")
+        thoughts.clear()
 
     for i, item in enumerate(items):
         path = f"/input/{i}"
@@ -230,24 +244,33 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             pending_text = (path, _text_parts(conv, content, f"{path}/content",
                                               ("output_text", "text")))
             if refusal:
-                conv.items.append(("assistant", path, (pending_text[1], [], refusal)))
+                conv.items.append(("assistant", path, (pending_text[1], [], refusal,
+                                                       [r for _p, r in thoughts])))
+                thoughts.clear()
                 pending_text = None
         elif kind == "function_call":
             calls.append((_require_str(conv, item, "call_id", path),
                           _require_str(conv, item, "name", path),
                           _args(conv, item.get("arguments"), f"{path}/arguments")))
+        elif kind == "reasoning":
+            flush_assistant()
+            _require_str(conv, item, "id", path)
+            thoughts.append((path, reasoning_item(conv.api, item, REASONING_KEYS)))
         elif kind == "message" and role in ("system", "developer"):
             flush_assistant()
+            orphan_thoughts()
             text = item.get("content")
             if isinstance(text, list):
                 text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
             conv.system.append(str(text))
         elif kind == "message" and role == "user":
             flush_assistant()
+            orphan_thoughts()
             conv.items.append(("user", path, _text_parts(conv, item.get("content"),
                                                          f"{path}/content", ("input_text",))))
         elif kind == "function_call_output":
             flush_assistant()
+            orphan_thoughts()
             output = item.get("output")
             if not isinstance(output, str):
                 raise conv.fail(f"{path}/output", "function_call_output output must be text")
@@ -257,6 +280,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             flush_assistant()
             conv.note(path, f"{kind} item not imported: the session log has no event for it")
     flush_assistant()
+    orphan_thoughts()
     conv.max_tokens = body.get("max_output_tokens")
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping):
@@ -293,21 +317,31 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             raise conv.fail(f"{path}/content", "content must be a string or a list of blocks")
         if m["role"] == "assistant":
             texts: list[Any] = []
-            calls = []
+            calls: list[tuple[str, str, Any]] = []
+            thinking: list[dict[str, Any]] = []
             for j, block in enumerate(content):
                 p = f"{path}/content/{j}"
                 kind = block.get("type") if isinstance(block, Mapping) else None
-                if kind == "text":
+                if kind == "thinking" and not texts and not calls:
+                    _require_str(conv, block, "signature", p)
+                    _require_str(conv, block, "thinking", p)
+                    thinking.append(reasoning_item(conv.api, block,
+                                                   ("type", "thinking", "signature")))
+                elif kind == "redacted_thinking" and not texts and not calls:
+                    _require_str(conv, block, "data", p)
+                    thinking.append(reasoning_item(conv.api, block, ("type", "data")))
+                elif kind == "text":
                     texts.append({"type": "text", "text": block.get("text", "")})
                 elif kind == "tool_use":
-                    calls.append((_require_str(conv, block, "id", p),
+                    calls.append((from_anthropic_id(_require_str(conv, block, "id", p)),
                                   _require_str(conv, block, "name", p),
                                   _args(conv, block.get("input", {}), f"{p}/input")))
                 else:
                     conv.note(p, f"{kind} block not imported: the session log has no event "
                               "for it")
             text: Any = texts[0]["text"] if len(texts) == 1 else texts
-            conv.items.append(("assistant", path, (text if texts else "", calls, None)))
+            conv.items.append(("assistant", path, (text if texts else "", calls, None,
+                                                   thinking)))
             continue
         others: list[Any] = []
         for j, block in enumerate(content):
@@ -325,8 +359,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                     else:
                         conv.note(p, "non-text tool_result blocks kept as a list")
                 status = "error" if block.get("is_error") else "ok"
-                conv.items.append(("result", p, (_require_str(conv, block, "tool_use_id", p),
-                                                 status, result)))
+                conv.items.append(("result", p, (from_anthropic_id(
+                    _require_str(conv, block, "tool_use_id", p)), status, result)))
             else:
                 others += [_text_parts(conv, [dict(block)], p, ("text",))[0]]
         if others:
@@ -399,7 +433,7 @@ def _write(conv: _Conv, s: Session) -> None:
                                                             if steering else {})})
             last_answered = False
         elif kind == "assistant":
-            text, calls, refusal = value
+            text, calls, refusal, reasoning = value
             if declared:
                 raise conv.fail(path, f"an assistant message while tool call(s) "
                                 f"{', '.join(sorted(declared))} have no result")
@@ -417,6 +451,8 @@ def _write(conv: _Conv, s: Session) -> None:
             }
             if refusal:
                 data["refusal"] = refusal
+            if reasoning:
+                data["reasoning"] = reasoning
             for c, _n, _a in calls:
                 if c in declared or c in answered:
                     raise conv.fail(path, f"call id {c!r} is used twice")
@@ -482,9 +518,14 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     messages = session.derive_messages()
     request = assemble(messages, registry, header=header,
                        providers=[StaticTools("export", list(tools))],
-                       snapshot_ids=context_snapshot_ids(events), replaced=replaced_seqs(events))
-    built = build(api, request)
+                       snapshot_ids=context_snapshot_ids(events), replaced=replaced_seqs(events),
+                       reasoning=reasoning_of(events))
     params = imported.get("params") or {}
+    options: dict[str, Any] = {}
+    if imported.get("format") == api == "anthropic" and isinstance(params.get("thinking"),
+                                                                    Mapping):
+        options["thinking"] = params["thinking"]  # the builder checks the open round
+    built = build(api, request, **options)
     if params and imported.get("format") == api:
         built.body.update({k: v for k, v in params.items() if k not in built.body})
     else:

@@ -5,6 +5,7 @@
         ├── ProviderMappingError     the request cannot be expressed in the provider format
         ├── ProviderResponseError    a response or stream event of the wrong shape (names where)
         ├── IncompleteStream         a stream ended before its final event (nothing recorded)
+        │   └── StreamInterrupted    the transport broke the stream off (connection, read)
         ├── ConversationImportError  a provider conversation that cannot become a session
         └── ToolResultError          a tool result for a call the step did not make
 """
@@ -43,6 +44,14 @@ class IncompleteStream(ProviderError):
                  if open_tool_calls else "")
         super().__init__(f"{api} stream incomplete: {reason}{calls}; nothing was recorded "
                          "(retry the step)")
+
+
+class StreamInterrupted(IncompleteStream):
+    """The transport broke a stream off (the SDK's connection error, a read error): the
+    harness's one error for it, whatever the client library; nothing was recorded."""
+
+    def __init__(self, api: str, cause: str) -> None:
+        super().__init__(api, f"the connection broke mid-stream ({cause})")
 
 
 class ConversationImportError(ProviderError):

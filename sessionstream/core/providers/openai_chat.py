@@ -5,7 +5,8 @@ context and summary messages → ``user`` messages; assistant messages → ``ass
 with ``tool_calls`` (``id``, ``type: function``, arguments as a JSON string); tool
 results → one ``tool`` message each, right after the assistant message
 (``tool_call_id``; an error result's text starts with ``ERROR: ``). ``max_tokens`` →
-``max_completion_tokens``; ``reasoning_effort`` is sent as is.
+``max_completion_tokens``; ``reasoning_effort`` is sent as is. Recorded reasoning is
+never sent (the format has no field for it; a note says so).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    reasoning_parts,
     system_origin,
     tool_result_text,
     tools_of,
 )
 from sessionstream.core.providers.errors import IncompleteStream
 from sessionstream.core.providers.output import ModelOutput, fail, finish_calls, get, usage_of
+from sessionstream.core.providers.rules import check
 from sessionstream.core.request import Request
 
 API = "openai-chat"
@@ -68,6 +71,7 @@ def build(request: Request, *, stream: bool = False) -> Built:
         m = item.messages[0]
         path = f"/messages/{len(messages)}"
         if item.kind == "assistant":
+            reasoning_parts(request, m, API, c, path)  # Chat takes no reasoning back: notes
             text, serialised = _assistant_text(m)
             if not text and not m.tool_calls:
                 c.note(path, "empty assistant message omitted", m.seqs)
@@ -107,6 +111,7 @@ def build(request: Request, *, stream: bool = False) -> Built:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 

@@ -8,6 +8,12 @@ each tool call → a ``function_call`` item (arguments as a JSON string) and eac
 → a ``function_call_output`` item right after (an error's text starts with ``ERROR: ``).
 ``max_tokens`` → ``max_output_tokens``; ``reasoning_effort`` → ``reasoning.effort``.
 The request is stateless (the whole surface is sent; no ``previous_response_id``).
+
+Recorded ``reasoning`` items go back right before their assistant message's items, as
+returned (id, summary, encrypted content). With ``stateless=True`` the body says
+``store: false`` and asks for ``reasoning.encrypted_content`` (so the next request can
+carry the reasoning without server-side state); a recorded item without encrypted
+content cannot be resolved then and is not sent (a note).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.messages import Message
 from sessionstream.core.providers.common import (
     ERROR_PREFIX,
@@ -26,6 +33,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    reasoning_parts,
     system_origin,
     tool_result_text,
     tools_of,
@@ -37,8 +45,10 @@ from sessionstream.core.providers.output import (
     fail,
     finish_calls,
     get,
+    reasoning_item,
     usage_of,
 )
+from sessionstream.core.providers.rules import check
 from sessionstream.core.request import Request
 
 API = "openai-responses"
@@ -52,8 +62,34 @@ def _user_content(m: Message) -> tuple[Any, bool]:
             any(p.serialised for p in parts))
 
 
-def build(request: Request, *, stream: bool = False) -> Built:
-    """The Responses body for ``request`` (pure; validated against the SDK in tests)."""
+#: What a reasoning item keeps when recorded and sent back.
+REASONING_KEYS = ("type", "id", "summary", "content", "encrypted_content", "status")
+
+
+def _reasoning_items(request: Request, m: Message, c: Collector, path: str, stateless: bool
+                     ) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in reasoning_parts(request, m, API, c, path):
+        if item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
+            c.note(path, f"recorded reasoning part {item.get('type')!r} without an id not "
+                   "sent", m.seqs)
+            continue
+        if stateless and not item.get("encrypted_content"):
+            c.note(path, f"reasoning item {item['id']} not sent: it has no encrypted content "
+                   "and a stateless request (store false) cannot resolve its id", m.seqs)
+            continue
+        sent = {k: thaw(item[k]) for k in REASONING_KEYS if item.get(k) is not None}
+        sent.setdefault("summary", [])
+        out.append(sent)
+    return out
+
+
+def build(request: Request, *, stream: bool = False, stateless: bool = False) -> Built:
+    """The Responses body for ``request`` (pure; validated against the SDK in tests).
+
+    ``stateless``: ``store: false`` and ``include: ["reasoning.encrypted_content"]``, so
+    reasoning items can be replayed without the provider keeping the response.
+    """
     c = Collector()
     body: dict[str, Any] = {"model": request.header.model}
     c.origin("/model", part="header", field="model",
@@ -79,6 +115,10 @@ def build(request: Request, *, stream: bool = False) -> Built:
         m = item.messages[0]
         if item.kind == "assistant":
             parts = [p for p in content_parts(m.content) if p.text]
+            if parts or m.tool_calls:  # a reasoning item must be followed by its output
+                for r in _reasoning_items(request, m, c, f"/input/{len(items)}", stateless):
+                    c.origin(f"/input/{len(items)}", part="reasoning", seqs=list(m.seqs))
+                    items.append(r)
             if any(p.serialised for p in parts):
                 c.note(f"/input/{len(items)}",
                        "non-text assistant content serialised as JSON text", m.seqs)
@@ -122,9 +162,15 @@ def build(request: Request, *, stream: bool = False) -> Built:
         body["reasoning"] = {"effort": effort}
         c.origin("/reasoning/effort", part="header", field="reasoning_effort",
                  source=request.header.source_of("reasoning_effort") or "request/header")
+    if stateless:
+        body["store"] = False
+        body["include"] = ["reasoning.encrypted_content"]
+        c.origin("/store", part="builder", option="stateless")
+        c.origin("/include", part="builder", option="stateless")
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
+    check(API, body)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 
@@ -145,11 +191,13 @@ def _usage(u: Any) -> dict[str, int] | None:
 
 
 def _fold_items(items: list[Any], path: str
-                ) -> tuple[str, str | None, list[tuple[str, str, str]], list[str]]:
+                ) -> tuple[str, str | None, list[tuple[str, str, str]], list[str],
+                           list[dict[str, Any]]]:
     omitted: list[str] = []
     text: list[str] = []
     refusal: list[str] = []
     raw: list[tuple[str, str, str]] = []
+    reasoning: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         p = f"{path}[{i}]"
         kind = get(API, item, "type", p, str)
@@ -163,9 +211,14 @@ def _fold_items(items: list[Any], path: str
         elif kind == "function_call":
             raw.append((get(API, item, "call_id", p, str), get(API, item, "name", p, str),
                         get(API, item, "arguments", p, str)))
-        else:  # reasoning and built-in tool items: counted on the message
+        elif kind == "reasoning":
+            get(API, item, "id", p, str)
+            get(API, item, "summary", p, list, optional=True)
+            get(API, item, "encrypted_content", p, str, optional=True)
+            reasoning.append(reasoning_item(API, item, REASONING_KEYS))
+        else:  # built-in tool items and unknown ones: counted on the message
             omitted.append(kind)
-    return "".join(text), "".join(refusal) or None, raw, omitted
+    return "".join(text), "".join(refusal) or None, raw, omitted, reasoning
 
 
 def _stop(status: str | None, details: Any, has_calls: bool, refusal: str | None,
@@ -191,14 +244,14 @@ def _output(resp: Mapping[str, Any], items: list[Any], path: str,
     if status == "failed":
         err = resp.get("error") or {}
         fail(API, "$.status", f"the response failed: {err.get('code')}: {err.get('message')}")
-    text, refusal, raw, omitted = _fold_items(items, path)
+    text, refusal, raw, omitted, reasoning = _fold_items(items, path)
     details = resp.get("incomplete_details")
     stop = _stop(status, details, bool(raw), refusal, text)
     calls, withheld = finish_calls(raw, stop == "max_tokens")
     return ModelOutput(API, get(API, resp, "model", "$", str, optional=True),
                        get(API, resp, "id", "$", str, optional=True), text, calls, stop,
                        _provider_stop(status, details), _usage(resp.get("usage")), refusal,
-                       withheld, chunks, count_kinds(omitted))
+                       withheld, chunks, count_kinds(omitted), tuple(reasoning))
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelOutput:

@@ -57,9 +57,13 @@ class ModelOutput:
     refusal: str | None = None
     withheld: tuple[WithheldCall, ...] = ()
     chunks: tuple[str, ...] = field(default=(), compare=False)  # streamed text deltas
-    #: output parts the log has no field for (reasoning items, thinking blocks, built-in
-    #: tool calls), counted by kind so the message says they existed
+    #: output parts the log has no field for (built-in tool calls, unknown blocks),
+    #: counted by kind so the message says they existed
     omitted: tuple[tuple[str, int], ...] = ()
+    #: the model's reasoning as the API returned it (thinking blocks with signatures,
+    #: redacted thinking, reasoning items), each with its ``api``: recorded as content
+    #: of class ``reasoning`` and replayed only to that API
+    reasoning: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -123,6 +127,13 @@ def usage_of(pairs: Mapping[str, Any]) -> dict[str, int] | None:
     out = {k: v for k, v in pairs.items() if isinstance(v, int) and not isinstance(v, bool)}
     if "input_tokens" not in out or "output_tokens" not in out:
         return None
+    return out
+
+
+def reasoning_item(api: str, block: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """One recorded reasoning part: its ``api`` and the block's ``keys`` that are set."""
+    out: dict[str, Any] = {"api": api}
+    out.update({k: block[k] for k in keys if block.get(k) is not None})
     return out
 
 

@@ -8,6 +8,7 @@ shapes the official SDKs parse (the unit tests validate them against the SDK mod
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,16 @@ class Reply:
     model: str = "scripted-1"
     response_id: str = "resp_scripted"
     chunk_words: int = 3  # words per streamed text delta
+    #: the model's reasoning: an Anthropic thinking block (with a signature) or a
+    #: Responses reasoning item (summary and encrypted content); Chat has no such part
+    thinking: str = ""
+    redacted: bool = False  # Anthropic: a redacted_thinking block instead
+
+    @property
+    def signature(self) -> str:
+        """The opaque token the scripted API signs this reply's reasoning with."""
+        digest = hashlib.sha256(f"{self.response_id}\0{self.thinking}".encode()).hexdigest()
+        return "sig_" + digest[:24]
 
     @property
     def stop_reason(self) -> str:
@@ -100,8 +111,15 @@ def chat_stream(r: Reply) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------ openai responses
 
 
+def reasoning_of(r: Reply) -> dict[str, Any]:
+    """The Responses reasoning item of ``r`` (with ``r.thinking``)."""
+    return {"type": "reasoning", "id": f"rs_{r.response_id}",
+            "summary": [{"type": "summary_text", "text": r.thinking}],
+            "encrypted_content": "enc_" + r.signature, "status": "completed"}
+
+
 def _resp_items(r: Reply) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = [reasoning_of(r)] if r.thinking else []
     content: list[dict[str, Any]] = []
     if r.text:
         content.append({"type": "output_text", "text": r.text, "annotations": []})
@@ -166,6 +184,13 @@ def responses_stream(r: Reply) -> list[dict[str, Any]]:
                        content_index=ci, refusal=part["refusal"])
                 ev("response.content_part.done", item_id=item["id"], output_index=index,
                    content_index=ci, part=part)
+        elif item["type"] == "reasoning":
+            ev("response.output_item.added", output_index=index,
+               item={**item, "summary": [], "encrypted_content": None,
+                     "status": "in_progress"})
+            for p in _pieces(r.thinking, r.chunk_words):
+                ev("response.reasoning_summary_text.delta", item_id=item["id"],
+                   output_index=index, summary_index=0, delta=p)
         else:
             ev("response.output_item.added", output_index=index,
                item={**item, "arguments": "", "status": "in_progress"})
@@ -187,6 +212,10 @@ def responses_stream(r: Reply) -> list[dict[str, Any]]:
 
 def _anthropic_blocks(r: Reply) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if r.thinking and r.redacted:
+        blocks.append({"type": "redacted_thinking", "data": "redacted_" + r.signature})
+    elif r.thinking:
+        blocks.append({"type": "thinking", "thinking": r.thinking, "signature": r.signature})
     text = r.text or r.refusal
     if text:
         blocks.append({"type": "text", "text": text, "citations": None})
@@ -215,6 +244,16 @@ def anthropic_stream(r: Reply) -> list[dict[str, Any]]:
             out += [{"type": "content_block_delta", "index": index,
                      "delta": {"type": "text_delta", "text": p}}
                     for p in _pieces(block["text"], r.chunk_words)]
+        elif block["type"] == "thinking":
+            out.append({"type": "content_block_start", "index": index,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+            out += [{"type": "content_block_delta", "index": index,
+                     "delta": {"type": "thinking_delta", "thinking": p}}
+                    for p in _pieces(block["thinking"], r.chunk_words)]
+            out.append({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]}})
+        elif block["type"] == "redacted_thinking":
+            out.append({"type": "content_block_start", "index": index, "content_block": block})
         else:
             out.append({"type": "content_block_start", "index": index,
                         "content_block": {**block, "input": {}}})
