@@ -19,7 +19,9 @@ A leaf module (the core and click only), so the edges' command modules (``produc
 
 from __future__ import annotations
 
+import sys
 from enum import IntEnum
+from typing import NoReturn
 
 import click
 
@@ -79,6 +81,13 @@ def command_error(exc: BaseException, message: str | None = None) -> CommandErro
     return CommandError(message or str(exc), exit_code_of(exc))
 
 
+def die(message: str, code: int = ExitCode.FAILED) -> NoReturn:
+    """Print ``message`` on stderr and exit with ``code`` (commands that print their own
+    prefix, e.g. ``refused:``, instead of click's ``Error:``)."""
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
 def bad_input(message: str) -> CommandError:
     return CommandError(message, ExitCode.BAD_INPUT)
 
@@ -121,5 +130,5 @@ class GuardedGroup(click.Group):
             raise command_error(exc) from exc
 
 
-__all__ = ["CommandError", "ExitCode", "GuardedGroup", "bad_input", "command_error",
+__all__ = ["CommandError", "ExitCode", "GuardedGroup", "bad_input", "command_error", "die",
            "exit_code_of", "settings", "unreachable"]

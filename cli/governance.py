@@ -12,22 +12,17 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from sessionstream.cli.context import ExitCode, exit_code_of, settings
+from sessionstream.cli.context import ExitCode, die, exit_code_of, settings
 from sessionstream.core.errors import LegalHold, SessionStreamError
 from sessionstream.core.settings import Env
 from sessionstream.governance.audit import SessionUnknown
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 _REASON = click.option("--reason", default="", help="Why (recorded in the audit event).")
-
-
-def _die(message: str, code: int = 1) -> NoReturn:
-    click.echo(message, err=True)
-    sys.exit(code)
 
 
 @contextmanager
@@ -37,14 +32,14 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except LegalHold as exc:
-        _die(f"refused: {exc}")
+        die(f"refused: {exc}")
     except SessionUnknown as exc:  # docs/cli.md: an unknown session is bad input
-        _die(f"error: {exc}", ExitCode.BAD_INPUT)
+        die(f"error: {exc}", ExitCode.BAD_INPUT)
     except RedisConnectionError as exc:
-        _die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
+        die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
              f"{Env.REDIS_URL}", ExitCode.UNREACHABLE)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", exit_code_of(exc))
+        die(f"error: {exc}", exit_code_of(exc))
 
 
 def _governance() -> Any:
@@ -129,7 +124,7 @@ def hold_group() -> None:
 def hold_place(session: str | None, tenant_wide: bool, reason: str, as_json: bool) -> None:
     """Place a hold on SESSION (audited in its log) or on the whole tenant."""
     if (session is None) == (not tenant_wide):
-        _die("error: name a SESSION or pass --tenant (one of them)", 2)
+        die("error: name a SESSION or pass --tenant (one of them)", 2)
     with _errors():
         hold = _governance().place_hold(None if tenant_wide else session, reason=reason)
     if as_json:
@@ -146,11 +141,11 @@ def hold_place(session: str | None, tenant_wide: bool, reason: str, as_json: boo
 def hold_release(session: str | None, tenant_wide: bool, reason: str, as_json: bool) -> None:
     """Release a hold (audited in the session's log)."""
     if (session is None) == (not tenant_wide):
-        _die("error: name a SESSION or pass --tenant (one of them)", 2)
+        die("error: name a SESSION or pass --tenant (one of them)", 2)
     with _errors():
         hold = _governance().release_hold(None if tenant_wide else session, reason=reason)
     if hold is None:
-        _die("error: no hold to release there")
+        die("error: no hold to release there")
     if as_json:
         _print(hold.to_json())
     else:
@@ -184,7 +179,7 @@ def retention_run(dry_run: bool, as_json: bool) -> None:
     with _errors():
         gov = _governance()
         if not gov.retention:
-            _die(f"error: no retention configured: set {Env.RETENTION}, "
+            die(f"error: no retention configured: set {Env.RETENTION}, "
                  "e.g. raw=30d,surface=365d", ExitCode.BAD_INPUT)
         report = gov.run_retention(dry_run=dry_run)
     if as_json:

@@ -10,14 +10,13 @@ and the place; other failures exit 1.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from sessionstream.cli.context import ExitCode, exit_code_of, settings
+from sessionstream.cli.context import ExitCode, die, exit_code_of, settings
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.providers.common import APIS
@@ -26,11 +25,6 @@ BAD_INPUT = ExitCode.BAD_INPUT
 
 _API = click.Choice(APIS)
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-
-
-def _die(message: str, code: int) -> NoReturn:
-    click.echo(message, err=True)
-    sys.exit(code)
 
 
 def _print_json(value: Any) -> None:
@@ -50,11 +44,11 @@ def _read_json(file: Path) -> Any:
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        _die(f"{file}: cannot read the file: {exc}", BAD_INPUT)
+        die(f"{file}: cannot read the file: {exc}", BAD_INPUT)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        _die(f"{file}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}",
+        die(f"{file}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}",
              BAD_INPUT)
 
 
@@ -64,7 +58,7 @@ def _load(file: Path) -> Any:
     try:
         return read_jsonl(file)
     except LogFileError as exc:
-        _die(str(exc), BAD_INPUT)
+        die(str(exc), BAD_INPUT)
 
 
 @click.command("import")
@@ -91,9 +85,9 @@ def import_cmd(api: str, file: Path, output: Path | None, session_id: str | None
         imported = import_conversation(api, body, session_id=session_id or str(uuid.uuid4()),
                                        source=str(file), tenant=tenant)
     except ConversationImportError as exc:
-        _die(str(exc), BAD_INPUT)
+        die(str(exc), BAD_INPUT)
     except SessionStreamError as exc:  # a rule of the session refused the conversation
-        _die(f"{file}: cannot be written as a session: {exc}", BAD_INPUT)
+        die(f"{file}: cannot be written as a session: {exc}", BAD_INPUT)
     events = list(imported.events)
     if output is not None:
         write_jsonl(events, output)
@@ -127,7 +121,7 @@ def export_cmd(api: str, file: Path, output: Path | None, as_json: bool) -> None
     try:
         built, notes = export_session(api, events)
     except SessionStreamError as exc:
-        _die(f"{file}: {exc}", BAD_INPUT)
+        die(f"{file}: {exc}", BAD_INPUT)
     text = json.dumps(built.body, ensure_ascii=False, indent=2)
     if output is not None:
         with atomic_write(output) as out:
@@ -161,7 +155,7 @@ def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
         result = publish(WriterConfig.from_settings(settings()), events,
                          session_id=session_id, progress=progress)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", exit_code_of(exc))
+        die(f"error: {exc}", exit_code_of(exc))
     if as_json:
         _print_json(result.to_json())
         return
@@ -184,7 +178,7 @@ def fetch_cmd(session: str, output: Path | None, as_json: bool) -> None:
     try:
         events, rejected = fetch(WriterConfig.from_settings(settings()), session)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", exit_code_of(exc))
+        die(f"error: {exc}", exit_code_of(exc))
     if output is not None:
         write_jsonl(events, output)
     if as_json:

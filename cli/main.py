@@ -9,16 +9,15 @@ nothing is written unless the command succeeds (outputs are written atomically).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from sessionstream._version import __version__
-from sessionstream.cli.context import ExitCode, GuardedGroup, exit_code_of
+from sessionstream.cli.context import ExitCode, GuardedGroup, die, exit_code_of
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.events import Event
@@ -42,20 +41,15 @@ def main() -> None:
     """
 
 
-def _die(message: str, code: int) -> NoReturn:
-    click.echo(message, err=True)
-    sys.exit(code)
-
-
 @contextmanager
 def _errors() -> Iterator[None]:
     """Map our errors to exit codes (``sessionstream.cli.context.exit_code_of``)."""
     try:
         yield
     except LogFileError as exc:
-        _die(str(exc), BAD_INPUT)
+        die(str(exc), BAD_INPUT)
     except SessionStreamError as exc:
-        _die(f"error: {exc}", exit_code_of(exc))
+        die(f"error: {exc}", exit_code_of(exc))
 
 
 def _load(file: Path) -> list[Event]:
@@ -100,7 +94,7 @@ def validate_cmd(file: Path, as_json: bool) -> None:
     except LogFileError as exc:
         if as_json:
             _print_json({"file": str(file), "ok": False, "line": exc.line, "reason": exc.reason})
-        _die(str(exc), BAD_INPUT)
+        die(str(exc), BAD_INPUT)
     types: dict[str, int] = {}
     for e in events:
         types[e.type] = types.get(e.type, 0) + 1
@@ -156,7 +150,7 @@ def projections_cmd(file: Path, as_json: bool, keys: tuple[str, ...]) -> None:
         views = snapshot.views()
     unknown = [k for k in keys if k not in views]
     if unknown:
-        _die(f"error: unknown projection {', '.join(unknown)} "
+        die(f"error: unknown projection {', '.join(unknown)} "
              f"(known: {', '.join(views)})", BAD_INPUT)
     if keys:
         views = {k: views[k] for k in keys}
@@ -206,7 +200,7 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | No
         events = _load(file)
         header = next((e for e in reversed(events) if e.type == "request/header"), None)
         if header is None:
-            _die(f"{file}: no request/header in the log, so nothing says how the next "
+            die(f"{file}: no request/header in the log, so nothing says how the next "
                  "request is routed; append one first", BAD_INPUT)
         request = assemble(
             Session.from_events(events).derive_messages(), PromptRegistry(), scope,
