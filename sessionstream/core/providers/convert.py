@@ -102,6 +102,8 @@ class _Conv:
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: fields kept verbatim of each tool call, by call id
     kept_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: fields kept verbatim of each text part (None: none), by the item's content path
+    kept_parts: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
     imported: dict[str, Any] = field(default_factory=dict)  # extra session/start.imported keys
 
     def fail(self, path: str, reason: str) -> ConversationImportError:
@@ -139,16 +141,20 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
         raise conv.fail(path, f"content must be a string or a list of parts, got "
                         f"{type(content).__name__}")
     parts: list[Any] = []
+    kept: list[dict[str, Any] | None] = []
     for i, part in enumerate(content):
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise conv.fail(f"{path}/{i}", "a content part must be an object with a type")
+        kept.append(None)
         if part["type"] in text_types and isinstance(part.get("text"), str):
-            conv.take(table, part, f"{path}/{i}")
+            kept[-1] = conv.take(table, part, f"{path}/{i}") or None
             parts.append({"type": "text", "text": part["text"]})
         else:
             parts.append(dict(part))
             conv.note(f"{path}/{i}", f"{part['type']} part kept as it is; the builders "
                       "send non-text parts as JSON text")
+    if any(kept):
+        conv.kept_parts[path] = kept
     return parts
 
 
@@ -158,7 +164,9 @@ def _joined(conv: _Conv, content: Any, path: str, what: str, table: str = "part"
         return content
     for i, part in enumerate(content):
         if isinstance(part, Mapping):
-            conv.take(table, part, f"{path}/{i}")
+            for key in conv.take(table, part, f"{path}/{i}"):
+                conv.note(f"{path}/{i}/{key}", f"field {key!r} not imported: the log keeps "
+                          f"{what} as one text")
     if len(content) > 1:
         conv.note(path, f"{what} parts joined into one text (the log keeps it as text)")
     return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
@@ -428,12 +436,26 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         if kept:
             conv.params["reasoning"] = kept  # an export merges it with the effort
     for p, t in _read_tools(conv, body):
-        if t.get("type") != "function":
-            conv.note(p, "a non-function tool is not imported")
+        if t.get("type") != "function":  # a built-in tool: kept for the same API
+            conv.imported.setdefault("other_tools", []).append({"at": int(p.rsplit("/", 1)[1]),
+                                                                "tool": dict(t)})
             continue
         kept = conv.take("tools", t, p)
         _tool(conv, _require_str(conv, t, "name", p), t.get("description"),
               t.get("parameters"), kept)
+
+
+def _user_run(conv: _Conv, path: str, parts: list[Any], kept: list[dict[str, Any] | None],
+              whole: bool) -> None:
+    """One user item of an Anthropic user message's blocks (between tool results); a
+    message of one text block is a string."""
+    if not parts:
+        return
+    single = parts[0]["text"] if whole and len(parts) == 1 and parts[0].get("type") == \
+        "text" else parts
+    conv.items.append(("user", path, single))
+    if any(kept):
+        conv.kept_parts[f"{path}/content"] = kept
 
 
 def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
@@ -448,11 +470,13 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
         for i, b in enumerate(system):
             if not isinstance(b, Mapping):
                 raise conv.wrong_kind(f"/system/{i}", ("object",), kind_of(b))
-            conv.take("system", b, f"/system/{i}")
+            kept = conv.take("system", b, f"/system/{i}")
             if b.get("type") != "text":
                 conv.note(f"/system/{i}", f"system block of type {b.get('type')!r} not "
                           "imported: system sections are text")
                 continue
+            if kept:  # by section number: an export finds the block by its section
+                conv.imported.setdefault("system_fields", {})[str(len(conv.system))] = kept
             conv.system.append(b["text"])
     for i, m in enumerate(messages):
         path = f"/messages/{i}"
@@ -469,6 +493,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             raise conv.fail(f"{path}/content", "content must be a string or a list of blocks")
         if m["role"] == "assistant":
             texts: list[Any] = []
+            text_kept: list[dict[str, Any] | None] = []
             calls: list[tuple[str, str, Any]] = []
             thinking: list[dict[str, Any]] = []
             for j, block in enumerate(content):
@@ -487,7 +512,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                     _require_str(conv, block, "data", p)
                     thinking.append(reasoning_item(conv.api, block, ("type", "data")))
                 elif kind == "text":
-                    conv.take("text", block, p)
+                    text_kept.append(conv.take("text", block, p) or None)
                     texts.append({"type": "text", "text": block.get("text", "")})
                 elif kind == "tool_use":
                     kept = conv.take("tool_use", block, p)
@@ -500,21 +525,26 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                     conv.note(p, f"{kind} block not imported: the session log has no event "
                               "for it")
             text: Any = texts[0]["text"] if len(texts) == 1 else texts
+            if any(text_kept):
+                conv.kept_parts[f"{path}/content"] = text_kept
             conv.items.append(("assistant", path, (text if texts else "", calls, None,
                                                    thinking)))
             continue
         others: list[Any] = []
+        others_kept: list[dict[str, Any] | None] = []
+        run = path  # a run of blocks after a tool_result is an item of its own
         for j, block in enumerate(content):
             p = f"{path}/content/{j}"
+            if not others:
+                run = path if j == 0 else p
             if not isinstance(block, Mapping):
                 raise conv.fail(p, "a content block must be an object")
             if block.get("type") == "tool_result":
                 kept = conv.take("tool_result", block, p)
                 if kept:
                     conv.kept[p] = kept
-                if others:
-                    conv.items.append(("user", path, others))
-                    others = []
+                _user_run(conv, run, others, others_kept, len(content) == 1)
+                others, others_kept = [], []
                 result = block.get("content", "")
                 if isinstance(result, list):
                     if all(isinstance(b, Mapping) and b.get("type") == "text" for b in result):
@@ -526,22 +556,21 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                 conv.items.append(("result", p, (from_anthropic_id(
                     _require_str(conv, block, "tool_use_id", p)), status, result)))
             elif block.get("type") == "text" and isinstance(block.get("text"), str):
-                conv.take("text", block, p)
+                others_kept.append(conv.take("text", block, p) or None)
                 others.append({"type": "text", "text": block["text"]})
             else:
                 if not isinstance(block.get("type"), str):
                     raise conv.fail(p, "a content block must be an object with a type")
+                others_kept.append(None)
                 others.append(dict(block))
                 conv.note(p, f"{block['type']} part kept as it is; the builders send "
                           "non-text parts as JSON text")
-        if others:
-            single = others[0]["text"] if len(others) == 1 and others[0].get("type") == "text" \
-                and len(content) == 1 else others
-            conv.items.append(("user", path, single))
+        _user_run(conv, run, others, others_kept, len(content) == 1)
     conv.max_tokens = body.get("max_tokens")
     for p, t in _read_tools(conv, body):
-        if "input_schema" not in t:
-            conv.note(p, "a server tool (no input_schema) is not imported")
+        if "input_schema" not in t:  # a server tool: kept for the same API
+            conv.imported.setdefault("other_tools", []).append({"at": int(p.rsplit("/", 1)[1]),
+                                                                "tool": dict(t)})
             continue
         kept = conv.take("tools", t, p)
         _tool(conv, _require_str(conv, t, "name", p), t.get("description"),
@@ -591,6 +620,8 @@ def _provider_fields(conv: _Conv, path: str, call_ids: Sequence[str] = ()) -> di
     calls = {c: conv.kept_calls[c] for c in call_ids if conv.kept_calls.get(c)}
     if calls:
         out["calls"] = calls
+    if conv.kept_parts.get(f"{path}/content"):
+        out["parts"] = conv.kept_parts[f"{path}/content"]
     return {"provider_fields": {"api": conv.api, **out}} if out else {}
 
 
@@ -682,6 +713,7 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     report: list[Note] = []
     imported = events[0].data.get("imported") if events else None
     imported = thaw(imported) if imported is not None else {}
+    from_registry = registry is None
     if registry is None:
         registry = PromptRegistry(Section(f"imported-{i}", text.replace("{", "{{").replace(
             "}", "}}"), order=i) for i, text in enumerate(imported.get("system") or ()))
@@ -726,6 +758,8 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
         built.body["max_tokens"] = built.body.pop("max_completion_tokens")
     if from_import:
         _carry_tools(api, imported, built, report)
+    if from_registry:
+        _carry_system(api, imported, built, report)
     _carry_fields(api, events, built, report)
     for m in messages:
         if m.kind is Kind.CONTEXT:
@@ -749,19 +783,75 @@ def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[
             continue  # none, or sealed (a placeholder)
         kept = carried.get("fields") if part == "message" else \
             (carried.get("calls") or {}).get(o.source.get("call_id"))
-        if not isinstance(kept, Mapping) or not kept:
-            continue
         target = at(built.body, o.path)
-        if carried["api"] == api and isinstance(target, dict):
-            overlay(target, kept)
+        same = carried["api"] == api and isinstance(target, dict)
+        if isinstance(kept, Mapping) and kept:
+            if same:
+                overlay(target, kept)
+            else:
+                report.append(Note(o.path, f"field(s) {', '.join(sorted(kept))} of "
+                                   f"{carried['api']} not carried into {api}", tuple(seqs)))
+        parts = carried.get("parts") if part == "message" else None
+        if isinstance(parts, Sequence) and any(parts):
+            lost = _carry_parts(target, event.data.get("content"), parts) if same else \
+                sorted({k for p in parts if isinstance(p, Mapping) for k in p})
+            if lost:
+                report.append(Note(o.path, f"text-part field(s) {', '.join(lost)} of "
+                                   f"{carried['api']} not carried into {api}", tuple(seqs)))
+
+
+def _carry_parts(target: Any, content: Any, parts: Sequence[Any]) -> list[str]:
+    """Put kept text-part fields back on the built text blocks, pairing the log's text
+    parts with them in order by their text (a builder may omit a blank one or put
+    reasoning first); the names of the fields that found no block."""
+    blocks = target.get("content") if isinstance(target, dict) else None
+    blocks = [b for b in blocks if isinstance(b, dict) and b.get("type") in (
+        "text", "input_text", "output_text")] if isinstance(blocks, list) else []
+    texts = [content] if isinstance(content, str) else [
+        p.get("text") if isinstance(p, Mapping) else None for p in content or ()]
+    lost: set[str] = set()
+    pos = 0
+    for text, kept in zip(texts, parts, strict=False):
+        found = next((i for i in range(pos, len(blocks)) if blocks[i].get("text") == text),
+                     None) if text is not None else None
+        if found is not None:
+            pos = found + 1
+        if not isinstance(kept, Mapping):
+            continue
+        if found is None:
+            lost.update(kept)
         else:
-            report.append(Note(o.path, f"field(s) {', '.join(sorted(kept))} of "
-                               f"{carried['api']} not carried into {api}", tuple(seqs)))
+            overlay(blocks[found], kept)
+    return sorted(lost)
+
+
+def _carry_system(api: str, imported: Mapping[str, Any], built: Built,
+                  report: list[Note]) -> None:
+    """Kept fields of imported system blocks (e.g. ``cache_control``), by section."""
+    kept = imported.get("system_fields") or {}
+    if not kept:
+        return
+    placed: set[str] = set()
+    if imported.get("format") == api:
+        for o in built.origins:
+            for section in o.source.get("sections") or () if o.source.get("part") == "system" \
+                    else ():
+                number = section.removeprefix("imported-")
+                target = at(built.body, o.path)
+                if number in kept and isinstance(target, dict) and len(
+                        o.source["sections"]) == 1:
+                    overlay(target, kept[number])
+                    placed.add(number)
+    for number in sorted(set(kept) - placed, key=int):
+        report.append(Note("/system", f"field(s) {', '.join(sorted(kept[number]))} of system "
+                           f"section {number} ({imported.get('format')}) not carried into "
+                           f"{api}"))
 
 
 def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
                  report: list[Note]) -> None:
-    """Kept fields of the imported tool schemas (e.g. ``strict``), by tool name."""
+    """Kept fields of the imported tool schemas (e.g. ``strict``), by tool name, and the
+    built-in tools the builders do not know, at their place."""
     sent = {(t.get("function") or {}).get("name") if api == "openai-chat" else t.get("name"): t
             for t in built.body.get("tools") or ()}
     for t in imported.get("tools") or ():
@@ -775,6 +865,13 @@ def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
             report.append(Note("/tools", f"field(s) {', '.join(sorted(carried['fields']))} "
                                f"of tool {t['name']!r} ({carried.get('api')}) not carried "
                                f"into {api}"))
+    for other in imported.get("other_tools") or ():
+        if imported.get("format") == api:
+            tools = built.body.setdefault("tools", [])
+            tools.insert(min(other["at"], len(tools)), thaw(other["tool"]))
+        else:
+            report.append(Note("/tools", f"built-in tool {other['tool'].get('type')!r} of "
+                               f"{imported.get('format')} not carried into {api}"))
 
 
 def surface_of(events: Sequence[Event]) -> list[dict[str, Any]]:

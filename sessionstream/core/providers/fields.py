@@ -9,11 +9,12 @@ input item of one role or type, a content block, a tool, a tool call). A field i
   ``user/message``, ``assistant/message`` and ``tool/result``; ``params`` and the tool
   entries in ``session/start.imported``) and sent back, where it was, by an export to the
   same API; an export to another API notes each one;
-* **noted**: the log has no place for it (a field of a content part or a system block,
-  which the log stores as text): the import report names it.
+* **noted**: the log has no place for it (a field of a system message, or of a part the
+  log joins into one text): the import report names it.
 
 A field a table does not name is handled by the table's ``rest``: kept where the object is
-one event's own (a provider adds fields faster than these tables), noted where it is not.
+one event's own or one of its text parts (a provider adds fields faster than these
+tables), noted where it is not.
 Every named field has the JSON kinds it accepts; :func:`take` checks them, so a wrong kind
 is a :class:`~sessionstream.core.providers.errors.FieldTypeError` naming the JSON pointer,
 never a body that no provider accepts. :func:`check_depth` bounds the nesting first.
@@ -97,7 +98,7 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
             "id": ("string",), "type": ("string",), "function": ("object",)}),
         "call_function": Table("/messages/*/tool_calls/*/function", {
             "name": ("string",), "arguments": ("string",)}),
-        "part": Table("/messages/*/content/* (text)", _TEXT_PART, rest="noted"),
+        "part": Table("/messages/*/content/* (text)", _TEXT_PART),
         "tools": Table("/tools/*", {"type": ("string",), "function": ("object",)}),
         "tool_function": Table("/tools/*/function", {
             "name": ("string",), "description": ("string",), "parameters": ("object",)},
@@ -132,7 +133,7 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
             "content": ("array", "null"), "encrypted_content": ("string", "null"),
             "status": ("string", "null")}, rest="noted"),
         "part": Table("/input/*/content/* (input_text, output_text)", _TEXT_PART,
-                      rest="noted"),
+                      {"annotations": ("array",), "logprobs": ("array",)}),
         "tools": Table("/tools/* (function)", {
             "type": ("string",), "name": ("string",), "description": ("string", "null"),
             "parameters": ("object", "null")}, {"strict": ("boolean", "null")}),
@@ -142,10 +143,11 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
             "model": ("string",), "messages": ("array",),
             "system": ("string", "array", "null"), "tools": ("array", "null"),
             "max_tokens": ("integer",)}, _ANTHROPIC_PARAMS),
-        "system": Table("/system/*", _TEXT_PART, rest="noted"),
+        "system": Table("/system/*", _TEXT_PART, {"cache_control": ("object", "null")}),
         "message": Table("/messages/*", {"role": ("string",),
                                          "content": ("string", "array")}, rest="noted"),
-        "text": Table("/messages/*/content/* (text)", _TEXT_PART, rest="noted"),
+        "text": Table("/messages/*/content/* (text)", _TEXT_PART,
+                      {"cache_control": ("object", "null"), "citations": ("array", "null")}),
         "tool_use": Table("/messages/*/content/* (tool_use)", {
             "type": ("string",), "id": ("string",), "name": ("string",),
             "input": ("object",)}),
