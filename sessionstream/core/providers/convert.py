@@ -778,7 +778,9 @@ def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[
     for o in built.origins:
         part, seqs = o.source.get("part"), o.source.get("seqs") or ()
         event = by_seq.get(seqs[0]) if part in ("message", "tool_call") and seqs else None
-        carried = event.data.get("provider_fields") if event is not None else None
+        if event is None:
+            continue
+        carried = event.data.get("provider_fields")
         if not isinstance(carried, Mapping) or not isinstance(carried.get("api"), str):
             continue  # none, or sealed (a placeholder)
         kept = carried.get("fields") if part == "message" else \
