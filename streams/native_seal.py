@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sessionstream.core.jsonvalue import canonical_dumps
@@ -33,9 +32,6 @@ from sessionstream.streams.ports import SessionWrite
 
 #: Sealing with the digests replay keeps (an older build: hashed in Python instead).
 _digested_seal = getattr(_native, "seal_row_digested", None)
-#: Threads that create new sessions' row keys ahead of the seal (each key: a file
-#: written and fsynced; concurrent ones share journal commits).
-KEY_THREADS = 8
 #: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
 #: past it the compare opens both rows of the others (ADR 0015).
 DIGEST_SESSIONS = 200_000
@@ -59,7 +55,6 @@ class RowSealer:
         #: the classes a row's sealed fields need keys of (asked ahead for new sessions)
         self._row_classes = sorted({c for k in keys if (c := unit_class(k)) is not None},
                                    key=lambda c: c.value)
-        self._key_pool: ThreadPoolExecutor | None = None  # creates new sessions' row keys
         #: With ``keep_digests`` (replay): per session, per sealed field written by this
         #: fold, (:func:`sealed_ref` of the value stored, the digest of its clear text).
         self.keep_digests = False
@@ -68,29 +63,15 @@ class RowSealer:
         self.pending: dict[str, dict[str, tuple[str, bytes]]] = {}
 
     def prefetch_keys(self, sids: list[str]) -> None:
-        """Look up (or create) the row keys of ``sids`` into the key store's cache (the
-        same ``row_key`` the seal calls, only earlier; a shred reaches that cache as it
-        reaches any). An error is left to the seal, which asks again and raises it."""
+        """Look up (or create) the row keys of ``sids`` into the key store's cache, in
+        one batch (the same keys the seal asks for, only earlier; a shred reaches that
+        cache as it reaches any). An error is left to the seal, which asks again."""
         rows = self.row_cipher
         if rows is None or not rows.cipher.enabled:
             return
-        store, tenant = rows.cipher.store, rows.tenant
-        try:
-            missing = [(sid, cls) for sid in sids for cls in self._row_classes
-                       if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
-        except Exception:  # the seal asks again and raises it
-            return
-        if not missing:
-            return
-
-        def create(pair: tuple[str, DataClass]) -> None:
-            with contextlib.suppress(Exception):  # the seal asks again and raises it
-                rows.row_key(*pair)
-        # each new key is a file written and fsynced (~4.5 ms here): several at once
-        # share the file system's journal commits
-        if self._key_pool is None:
-            self._key_pool = ThreadPoolExecutor(KEY_THREADS, thread_name_prefix="row-keys")
-        list(self._key_pool.map(create, missing))
+        with contextlib.suppress(Exception):  # the seal asks again and raises it
+            rows.cipher.store.data_keys(rows.tenant, [(sid, cls) for sid in sids
+                                                      for cls in self._row_classes])
 
     def sealed(self, w: SessionWrite) -> SessionWrite:
         """``w`` with its content-bearing fields sealed in place (and, with
