@@ -356,7 +356,7 @@ def test_a_gemini_body_survives_import_then_export_unchanged() -> None:
         ("ssg-1-0", "ok", {"rows": 1}), ("ssg-1-1", "error", "timeout")]
 
 
-def test_a_rest_body_in_camel_case_imports_as_the_same_session() -> None:
+def test_a_camel_case_or_rest_layout_body_imports_as_the_same_session() -> None:
     def camel(value: Any, key: str = "") -> Any:
         if isinstance(value, dict) and key not in ("args", "output", "response"):
             return {(k if k == "parameters_json_schema" else "".join(
@@ -366,11 +366,21 @@ def test_a_rest_body_in_camel_case_imports_as_the_same_session() -> None:
             return [camel(v, key) for v in value]
         return value
 
+    sdk = _import(BODY)
+    camel_case = {"model": BODY["model"], "contents": camel(BODY["contents"]),
+                  "config": camel(BODY["config"])}
+    assert camel_case["contents"][1]["parts"][1]["thoughtSignature"] == SIG1
+    config = camel(BODY["config"])
     rest = {"model": BODY["model"], "contents": camel(BODY["contents"]),
-            "config": camel(BODY["config"])}
-    assert rest["contents"][1]["parts"][1]["thoughtSignature"] == SIG1
-    assert [e.data for e in _import(rest).events][1:] == [e.data for e in
-                                                         _import(BODY).events][1:]
+            "systemInstruction": config.pop("systemInstruction"), "tools": config.pop("tools"),
+            "safetySettings": config.pop("safetySettings"), "generationConfig": config}
+    for body in (camel_case, rest):
+        imported = _import(body)
+        assert [e.data for e in imported.events] == [e.data for e in sdk.events]
+        assert [n.note[:16] for n in imported.report] == (
+            ["REST layout read"] if body is rest else [])
+        built, _notes = export_session("gemini", imported.events)
+        assert built.body == BODY  # the SDK form, whatever was read
 
 
 def test_what_the_log_cannot_carry_is_reported_on_import_and_export() -> None:

@@ -57,14 +57,19 @@ from sessionstream.core.request import (
 )
 from sessionstream.core.session import Session
 
-#: Body keys the importer maps itself; any other key is kept as a request parameter.
+#: The REST layout's top-level keys a Gemini import moves into ``config``.
+_GEMINI_REST_KEYS = ("systemInstruction", "system_instruction", "tools", "toolConfig",
+                     "tool_config", "safetySettings", "safety_settings", "generationConfig",
+                     "generation_config", "cachedContent", "cached_content")
+#: Body keys the importer maps itself; any other key is kept as a request parameter
+#: (a Gemini body's unmapped ``config`` fields are kept as ``params.config``).
 _MAPPED = {
     "openai-chat": {"model", "messages", "tools", "max_tokens", "max_completion_tokens",
                     "reasoning_effort", "stream", "stream_options"},
     "openai-responses": {"model", "input", "instructions", "tools", "max_output_tokens",
                          "reasoning", "stream"},
     "anthropic": {"model", "messages", "system", "tools", "max_tokens", "stream"},
-    "gemini": {"model", "contents", "config", "stream"},  # config's rest: params.config
+    "gemini": {"model", "contents", "config", "stream", *_GEMINI_REST_KEYS},
 }
 
 
@@ -380,6 +385,10 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                            "parameters": t["input_schema"]})
 
 
+def _snake(key: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
+
+
 def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
     """A generateContent body in the builder's (the SDK's) form; camelCase keys are read
     too (an export writes snake_case)."""
@@ -392,6 +401,19 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
     config = body.get("config") or {}
     if not isinstance(config, Mapping):
         raise conv.fail("/config", "config must be an object")
+    rest_layout = [key for key in _GEMINI_REST_KEYS if key in body]
+    if rest_layout:  # the REST request: its generation config and tools sit at the top
+        generation = body.get("generationConfig") or body.get("generation_config") or {}
+        if not isinstance(generation, Mapping):
+            raise conv.fail("/generationConfig", "generationConfig must be an object")
+        config = {**config, **generation, **{key: body[key] for key in rest_layout
+                                             if not key.startswith("generation")}}
+        conv.note("/", "REST layout read (top-level " + ", ".join(rest_layout) + "); an "
+                  "export writes the SDK form, with all of it in config")
+    config = {_snake(key): v for key, v in config.items()}  # the SDK form's spelling
+    if isinstance(config.get("thinking_config"), Mapping):
+        config["thinking_config"] = {_snake(key): v for key, v in
+                                     config["thinking_config"].items()}
     system = k(config, "system_instruction")
     if isinstance(system, str):
         conv.system.append(system)
