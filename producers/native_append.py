@@ -1,4 +1,6 @@
-"""The append path of a session writer: the Python reference and the native one.
+"""How one event is checked, stamped and recorded: the Python reference and the extension.
+
+The writer's append path (:mod:`producers.append_path`) is built on these stampers.
 
 Per append the writer checks and freezes ``data``, renders its canonical JSON, runs the
 session rules, seals the content (when the tenant encrypts) and writes the Avro
@@ -220,9 +222,9 @@ def writer_header() -> bytes:
     return codec.MAGIC + codec.default_codec().writer.fingerprint
 
 
-def append_path(setting: str, encode: Callable[[Event], bytes], cipher: ContentCipher | None,
-                session_id: str) -> PythonAppend:
-    """The append path ``setting`` selects for one session's writer."""
+def select(setting: str, encode: Callable[[Event], bytes], cipher: ContentCipher | None,
+           session_id: str) -> PythonAppend:
+    """The stamper of the append path ``setting`` selects for one session's writer."""
     if setting not in APPEND_PATHS:
         raise NativeAppendUnavailable(
             f"{Env.APPEND}={setting!r} is not an append path: use " + ", ".join(APPEND_PATHS))
@@ -259,4 +261,4 @@ def append(path: PythonAppend, session: Session, draft: Draft) -> Event:
 
 
 __all__ = ["APPEND_PATHS", "STATEFUL_TYPES", "NativeAppend", "NativeAppendUnavailable",
-           "PythonAppend", "append", "append_path", "rules_for", "why_not"]
+           "PythonAppend", "append", "rules_for", "select", "why_not"]

@@ -23,7 +23,8 @@ it at a new epoch, which fences the dead attempt; open() raises SessionNotFound 
 create()).
 
 Beside this module: :mod:`producers.config` (WriterConfig), :mod:`producers.edges` (the
-clients), :mod:`producers.limits` (record size), :mod:`producers.resume` (read-back, proofs).
+clients), :mod:`producers.append_path` (the append path: stamp, record, produce),
+:mod:`producers.limits` (record size), :mod:`producers.resume` (read-back, proofs).
 """
 
 from __future__ import annotations
@@ -46,17 +47,17 @@ from sessionstream.core.events import (
     system_clock,
     uuid4_ids,
 )
-from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.jsonvalue import JsonValue
 from sessionstream.core.sealed import DataClass
 from sessionstream.core.session import Session
 from sessionstream.governance.opener import SealedAttachmentStore
-from sessionstream.producers.attachments import AttachmentStore, spill_tool_result
+from sessionstream.producers.append_path import AppendPath, append_path
+from sessionstream.producers.attachments import AttachmentStore
 from sessionstream.producers.config import WriterConfig, default_writer_id
 from sessionstream.producers.edges import WriterEdges
 from sessionstream.producers.errors import (
     Fenced,
     LeaseExpired,
-    MessageTooLarge,
     ProducerError,
     RedisUnavailable,
     ResumeRaceLost,
@@ -65,10 +66,7 @@ from sessionstream.producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
-from sessionstream.producers.kafka import POLL_EVERY
 from sessionstream.producers.lease import Lease
-from sessionstream.producers.limits import ENVELOPE_OVERHEAD, size_bound
-from sessionstream.producers.native_append import append_path
 from sessionstream.producers.readback import ReadBack, Rejection, read_session
 from sessionstream.producers.resume import AdmissionProof, read_back, read_log
 
@@ -172,33 +170,21 @@ class SessionWriter:
             sid = session.session_id
             self._origins.update({seq: o for (s, seq), o in edges.opener.origins.items()
                                   if s == sid})
-        self._store: AttachmentStore | None = edges.store
+        store: AttachmentStore | None = edges.store
         cipher = edges.cfg.cipher
         if cipher is not None and cipher.enabled and edges.cfg.attachment_dir is not None:
-            self._store = SealedAttachmentStore(edges.cfg.attachment_dir, cipher,
-                                                session.session_id)
-        self._limit = edges.limit()
-        #: The append path (native or the Python reference; producers.native_append).
-        self._path = append_path(edges.cfg.append, edges.encode, edges.cfg.cipher,
-                                 session.session_id)
-        self._path.bind(self._limit)
-        #: The native append of a whole draft, its record included (None on the
-        #: reference path), and what it seals with (None: clear content).
-        self._stamp = self._path.stamp
-        self._seal = self._path.seal_args
-        self._sender = edges.sender
-        if self._path.native:
-            # Deliveries kept natively, taken in once per flush (producers.kafka.use_log).
-            self._sender.use_log(self._path.delivery_log())  # type: ignore[attr-defined]
+            store = SealedAttachmentStore(edges.cfg.attachment_dir, cipher, session.session_id)
+        #: The append path, chosen once (native or the Python reference): every append
+        #: and produce goes through it, with the records until acknowledged, the events
+        #: produced (``mine``) and the sender (producers.append_path).
+        self._path: AppendPath = append_path(
+            edges.cfg.append, edges.encode, cipher, session, edges.sender, edges.limit(),
+            self._origins, store, edges.cfg.spill_threshold)
         stats = edges.cfg.stats
         if stats is not None:
-            self._sender.on_error = lambda d: stats.delivery_error(d.state.value)
-        self._key = session.session_id.encode()
-        self._bytes: dict[str, bytes] = {}  # event_id -> record, until acknowledged
-        self._mine: list[Event] = []  # every event this writer produced, in seq order
+            edges.sender.on_error = lambda d: stats.delivery_error(d.state.value)
+        self._mine = self._path.mine  # every event this writer produced, in seq order
         self._offsets: dict[str, int] = {}  # acknowledged event_id -> offset
-        #: Produced, acknowledgement not yet taken in (by _harvest), in produce order.
-        self._unharvested: list[str] = []
         self._partition: int | None = readback.partition if readback else None
         self._idx_lo: int | None = None
         self._idx_hi: int | None = None
@@ -226,7 +212,7 @@ class SessionWriter:
         #: Fault injection (create's ``fault``): called with each step of the start.
         self._fault = fault
         for event in seeded:
-            self._produce(event)
+            self._path.produce(event)
         if seeded and fault is not None:
             fault("produced")
         if seeded:
@@ -487,7 +473,7 @@ class SessionWriter:
         """Whether this writer still holds the session's lease, live (one Redis read):
         while it does, no other writer can be admitted, so its session is the history.
         False when fenced, closed, or Redis cannot say."""
-        if self._fenced or self._closed is not None:
+        if self._fenced or self._stopped is not None:
             return False
         try:
             return self._e.leases.check(self.lease)
@@ -512,49 +498,8 @@ class SessionWriter:
         """
         self._check_usable()
         self._maybe_renew()
-        stamp = self._stamp
-        if stamp is not None:
-            # The native path: the session rules, the event and its record in one call,
-            # for the types it holds the rules of (else None, nothing changed).
-            if type(type_or_draft) is str:
-                done = stamp(self.session, type_or_draft, {} if data is None else data,
-                             surface_op, source_event_seqs, turn_id, step_id, True,
-                             self._seal)
-            elif isinstance(type_or_draft, Draft):
-                d = type_or_draft
-                done = stamp(self.session, d.type, d.data, d.surface_op,
-                             d.source_event_seqs, d.turn_id, d.step_id, True, self._seal)
-            else:
-                done = None
-            if done is not None:
-                self._produce(done[0], done[1])
-                return done[0]
-        if isinstance(type_or_draft, Draft):
-            draft = type_or_draft
-        else:
-            draft = Draft(
-                type=type_or_draft,
-                data={} if data is None else data,
-                surface_op=SurfaceOp(surface_op) if surface_op is not None else None,
-                source_event_seqs=tuple(source_event_seqs),
-                turn_id=turn_id,
-                step_id=step_id,
-            )
-        draft = self._spill(draft)
-        prepared = self._path.freeze(draft.data)
-        if prepared is None:  # the reference path (or data the native one declines)
-            self._precheck_size(draft)
-            event = self.session.append(draft)
-        else:
-            frozen, text, size = prepared  # checked, frozen and rendered in one walk
-            if size + ENVELOPE_OVERHEAD > self._limit:
-                raise MessageTooLarge(
-                    f"{draft.type} data of session {self.session_id} is {size} bytes; the "
-                    f"topic accepts at most {self._limit} per record",
-                )
-            event = self.session.append_checked(draft, frozen, text)
-        self._produce(event)
-        return event
+        return self._path.append(type_or_draft, data, surface_op, source_event_seqs, turn_id,
+                                 step_id)
 
     def append_many(self, items: Sequence[Draft | tuple[str, JsonValue]]) -> list[Event]:
         """Append ``items`` in order, each a :class:`Draft` or a ``(type, data)`` pair;
@@ -565,95 +510,18 @@ class SessionWriter:
         On the native path one call of the extension validates, stamps, encodes (seals)
         and produces every item whose type's rules it holds (docs/adr/0016); an item it
         declines (a type with state effects, data it does not take, a rule that would
-        fail) is appended by ``append`` and the batch goes on natively after it. An item
-        refused raises as ``append`` does: the items before it are appended (and
+        fail) is appended the one-append way and the batch goes on natively after it. An
+        item refused raises as ``append`` does: the items before it are appended (and
         produced), it and those after it are not.
         """
         self._check_usable()
         self._maybe_renew()
-        many = self._path.append_many
-        produce_native = getattr(self._sender, "produce_native", None)
-        mark = len(self._mine)
-        i, n = 0, len(items)
-        while i < n:
-            if many is not None and produce_native is not None:
-                run = self._batch_run(many, items, i)
-                ran, result = produce_native(run)
-                if ran:
-                    i, left = result
-                    if left is not None:  # stamped, not produced: the one-append way
-                        self._produce(left[0], left[1])
-                        i += 1
-                    if i >= n:
-                        break
-            item = items[i]
-            if isinstance(item, Draft):
-                self.append(item)
-            else:
-                etype, data = item
-                self.append(etype, data)
-            i += 1
-        return self._mine[mark:]
+        return self._path.append_many(items)
 
-    def _batch_run(self, many: Any, items: Sequence[Any], start: int
-                   ) -> Callable[..., tuple[Any, int]]:
-        """The native batch from ``items[start]`` on, as KafkaSender.produce_native runs
-        it: the writer's record limit and bookkeeping handed to the extension."""
-        session, seal, key, limit = self.session, self._seal, self._key, self._limit
-        records, mine, waiting = self._bytes, self._mine, self._unharvested
-
-        def run(produce: Any, poll: Any, topic: str, log: Any, sent: list[str],
-                since: int) -> tuple[Any, int]:
-            j, left, since = many(session, items, start, Draft, seal, produce, poll, topic,
-                                  log, sent, since, POLL_EVERY, key, limit, records, mine,
-                                  waiting)
-            return (j, left), since
-
-        return run
-
-    def _spill(self, draft: Draft) -> Draft:
-        store = self._store
-        if draft.type != "tool/result" or store is None or not isinstance(draft.data, Mapping):
-            return draft
-        spilled = spill_tool_result(draft.data, store, self._e.cfg.spill_threshold)
-        if spilled is None:
-            return draft
-        return Draft(
-            draft.type, spilled, draft.surface_op, draft.source_event_seqs,
-            draft.turn_id, draft.step_id,
-        )
-
-    def _precheck_size(self, draft: Draft) -> None:
-        # A cheap upper bound first (~1 µs for a chunk): most events are far below the
-        # limit, and the codec serializes data anyway. The check after encoding in
-        # _produce stays the authority.
-        if size_bound(draft.data) + ENVELOPE_OVERHEAD <= self._limit:
-            return
-        try:
-            size = len(canonical_dumps(draft.data).encode())
-        except Exception:
-            return  # not lossless JSON: the session's own check names the path
-        if size + ENVELOPE_OVERHEAD > self._limit:
-            raise MessageTooLarge(
-                f"{draft.type} data of session {self.session_id} is {size} bytes; the "
-                f"topic accepts at most {self._limit} per record",
-            )
-
-    def _produce(self, event: Event, value: bytes | None = None) -> None:
-        if value is None:
-            value = self._path.record(event, self._origins.get(event.seq) if self._origins
-                                      else None)
-        if len(value) + len(self._key) > self._limit:
-            # The session already holds the event: this writer cannot continue safely.
-            self._closed = f"event seq {event.seq} encoded to {len(value)} bytes (over the limit)"
-            raise MessageTooLarge(
-                f"{event.type} seq {event.seq} of session {self.session_id} encodes to "
-                f"{len(value)} bytes; the topic accepts at most {self._limit}"
-            )
-        self._bytes[event.event_id] = value
-        self._mine.append(event)
-        self._sender.produce(self._key, value, event.event_id)
-        self._unharvested.append(event.event_id)
+    @property
+    def _sender(self) -> Any:
+        """The Kafka sender (the append path holds it)."""
+        return self._path.sender
 
     def _mark_fenced(self, reason: str) -> None:
         if not self._fenced and self._e.cfg.stats is not None:
@@ -664,15 +532,16 @@ class SessionWriter:
         """Take in the acknowledgements reported since the last call: offsets, partition,
         the index range; returns the event ids taken in (done here, once per flush, rather
         than in a callback per record)."""
-        taken, waiting, partition, lo, hi = self._sender.harvest(
-            self._unharvested, self._offsets, self._bytes)
+        path = self._path
+        taken, waiting, partition, lo, hi = path.sender.harvest(
+            path.waiting, self._offsets, path.records)
         if partition is not None:
             self._partition = partition
         if lo is not None and (self._idx_lo is None or lo < self._idx_lo):
             self._idx_lo = lo
         if hi is not None and (self._idx_hi is None or hi > self._idx_hi):
             self._idx_hi = hi
-        self._unharvested = waiting
+        path.waiting = waiting
         return taken
 
     def _maybe_renew(self) -> None:
@@ -711,11 +580,17 @@ class SessionWriter:
         self._last_renew = now
         self._renew_retry_at = 0.0
 
+    @property
+    def _stopped(self) -> str | None:
+        """Why this writer takes no more appends (closed, abandoned, broken), or None."""
+        return self._closed if self._closed is not None else self._path.broken
+
     def _check_usable(self) -> None:
         if self._fenced:
             raise Fenced(self.session_id, self.lease.epoch, "fenced earlier")
-        if self._closed is not None:
-            raise WriterClosed(self.session_id, self._closed)
+        stopped = self._stopped
+        if stopped is not None:
+            raise WriterClosed(self.session_id, stopped)
 
     # -- durability -----------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> None:
@@ -739,8 +614,9 @@ class SessionWriter:
         session: those events are not part of it; the writer is fenced). On success the
         session index and the lease's next-seq hand-off are updated.
         """
-        if self._closed is not None and self._closed != "closed":
-            raise WriterClosed(self.session_id, self._closed)
+        stopped = self._stopped
+        if stopped is not None and stopped != "closed":
+            raise WriterClosed(self.session_id, stopped)
         self._flush_acks(timeout)
         if self._settle():
             return
@@ -860,10 +736,7 @@ class SessionWriter:
         """
         if self._fenced:
             raise Fenced(self.session_id, self.lease.epoch, "fenced earlier")
-        todo = [e for e in self._mine if e.event_id in self._bytes]
-        for event in todo:
-            self._sender.produce(self._key, self._bytes[event.event_id], event.event_id)
-        return [e.event_id for e in todo]
+        return self._path.resend()
 
     def unconfirmed(self) -> dict[str, str]:
         return self._sender.unconfirmed()

@@ -222,7 +222,7 @@ def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConf
     w = SessionWriter.create(writer_cfg)
     healthy = w._sender
     # Records sent where no broker listens time out (message.timeout.ms) unconfirmed.
-    w._sender = KafkaSender("127.0.0.1:9", writer_cfg.topic,
+    w._path.sender = KafkaSender("127.0.0.1:9", writer_cfg.topic,
                             config={"message.timeout.ms": 300, "linger.ms": 1})
     w.append("turn/start", {})
     w.append("user/message", {"content": "hello"})
@@ -231,7 +231,7 @@ def test_resend_after_delivery_timeout_does_not_duplicate(writer_cfg: WriterConf
     assert list(err.value.event_ids) == [e.event_id for e in w.session.events[1:]]
     assert set(err.value.states.values()) == {"possibly-persisted"}
     # Back on a healthy producer the writer resends: same event_ids, same bytes.
-    w._sender = healthy
+    w._path.sender = healthy
     resent = w.resend_unconfirmed()
     assert resent == [e.event_id for e in w.session.events[1:]]
     w.flush(10)
@@ -268,13 +268,13 @@ def test_timed_out_records_are_unconfirmed_exactly_and_resent_on_either_append_p
                        config={"message.timeout.ms": 300, "linger.ms": 1})
     if append == "native":
         assert dead.use_log(w._path.delivery_log())  # type: ignore[attr-defined]
-    w._sender = dead
+    w._path.sender = dead
     lost = [w.append("assistant/chunk", {"text": f"lost {i}"}) for i in range(3)]
     with pytest.raises(UnconfirmedEvents) as err:
         w.flush(5)
     assert list(err.value.event_ids) == [e.event_id for e in lost]
     assert set(err.value.states.values()) == {"possibly-persisted"}
-    w._sender = healthy
+    w._path.sender = healthy
     assert w.resend_unconfirmed() == [e.event_id for e in lost]
     w.flush(10)
     assert w.unconfirmed() == {}
@@ -309,7 +309,7 @@ def test_append_many_writes_what_single_appends_write_and_stops_at_a_refused_ite
 
     cfg = dataclasses.replace(writer_cfg, append=append)
     w = SessionWriter.create(cfg)
-    assert (w._path.append_many is not None) == (append == "native")
+    assert w._path.native == (append == "native")
     items: list[Any] = [("turn/start", {}), Draft("step/start", {}),
                         ("request/header", {"provider": "p", "model": "m"})]
     items += [("assistant/chunk", {"text": f"t{i}", "index": i}) for i in range(40)]
@@ -355,13 +355,13 @@ def test_append_many_records_that_time_out_are_unconfirmed_exactly_and_resent(
     dead = KafkaSender("127.0.0.1:9", writer_cfg.topic,
                        config={"message.timeout.ms": 300, "linger.ms": 1})
     assert dead.use_log(w._path.delivery_log())  # type: ignore[attr-defined]
-    w._sender = dead
+    w._path.sender = dead
     lost = w.append_many([("assistant/chunk", {"text": f"lost {i}"}) for i in range(20)])
     assert dead._produced == 20  # produced by the batch itself, counted by the sender
     with pytest.raises(UnconfirmedEvents) as err:
         w.flush(5)
     assert list(err.value.event_ids) == [e.event_id for e in lost]
-    w._sender = healthy
+    w._path.sender = healthy
     assert w.resend_unconfirmed() == [e.event_id for e in lost]
     w.flush(10)
     w.close()

@@ -299,12 +299,12 @@ def test_native_setting_refuses_another_codec_and_python_setting_is_the_referenc
         return b""
 
     with pytest.raises(na.NativeAppendUnavailable, match="another codec"):
-        na.append_path("native", other, None, "s")
-    assert not na.append_path("auto", other, None, "s").native
-    assert not na.append_path("python", codec.encode, None, "s").native
-    assert na.append_path("auto", codec.encode, None, "s").native
+        na.select("native", other, None, "s")
+    assert not na.select("auto", other, None, "s").native
+    assert not na.select("python", codec.encode, None, "s").native
+    assert na.select("auto", codec.encode, None, "s").native
     with pytest.raises(na.NativeAppendUnavailable, match="not an append path"):
-        na.append_path("fast", codec.encode, None, "s")
+        na.select("fast", codec.encode, None, "s")
 
 
 def test_event_ids_of_a_forked_child_never_repeat_the_parents() -> None:
