@@ -19,6 +19,7 @@ import click
 from sessionstream.cli.context import ExitCode, die, exit_code_of, settings
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
+from sessionstream.core.jsonvalue import MAX_DEPTH
 from sessionstream.core.providers.common import APIS
 
 BAD_INPUT = ExitCode.BAD_INPUT
@@ -50,6 +51,9 @@ def _read_json(file: Path) -> Any:
     except json.JSONDecodeError as exc:
         die(f"{file}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}",
              BAD_INPUT)
+    except RecursionError:  # the parser recurses per level: far deeper than a log stores
+        die(f"{file}: the JSON is nested too deeply to read (a session log stores at most "
+            f"{MAX_DEPTH} levels)", BAD_INPUT)
 
 
 def _load(file: Path) -> Any:
@@ -74,7 +78,8 @@ def import_cmd(api: str, file: Path, output: Path | None, session_id: str | None
 
     System prompt, tools, model and other parameters are kept in session/start
     (``imported``); each assistant message becomes a step, each tool result a
-    tool/call + tool/result. Reasoning items and thinking blocks are reported.
+    tool/call + tool/result. Fields the log has no place for are reported; a field of
+    the wrong type or a body nested too deep exits 2 naming the JSON pointer.
     """
     from sessionstream.core.jsonl import dumps_line, write_jsonl
     from sessionstream.core.providers.convert import import_conversation

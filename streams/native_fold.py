@@ -43,7 +43,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +52,7 @@ from sessionstream.core.admission import WINDOW
 from sessionstream.core.events import FORMAT_VERSION
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.pipeline import ReaderPipeline, Record, Undecodable
-from sessionstream.core.privacy import DataClass, KeyState, unit_class
+from sessionstream.core.privacy import DataClass, unit_class
 from sessionstream.core.projections import Registry
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.projections.business import BusinessUnit
@@ -94,9 +93,6 @@ NATIVE_UNITS: dict[str, type] = {
 log = logging.getLogger("sessionstream.streams.worker")
 
 FOLDS = ("auto", "native", "python")
-#: Threads that create new sessions' row keys ahead of the seal (each key: a file
-#: written and fsynced; concurrent ones share journal commits).
-KEY_THREADS = 8
 #: Sessions per slice of a deferred flush (the sink's call size).
 FLUSH_SLICE = 256
 #: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
@@ -177,7 +173,6 @@ class NativeFold:
                                     is not None}, key=lambda c: c.value)
         #: sessions started without a row load (their first event was in the batch)
         self.fresh_starts = 0
-        self._key_pool: ThreadPoolExecutor | None = None  # creates new sessions' row keys
         # Chunked units (ADR 0013), per session, as last written: the Python units'
         # states, every chunked unit's chunk counts. The extension hands the native
         # ones' heads and the items from the first chunk its batches changed.
@@ -594,29 +589,15 @@ class NativeFold:
         return report_now
 
     def _prefetch_keys(self, sids: list[str]) -> None:
-        """Look up (or create) the row keys of ``sids`` into the key store's cache (the
-        same ``row_key`` the seal calls, only earlier; a shred reaches that cache as it
-        reaches any). An error is left to the seal, which asks again and raises it."""
+        """Look up (or create) the row keys of ``sids`` into the key store's cache, in
+        one batch (the same keys the seal asks for, only earlier; a shred reaches that
+        cache as it reaches any). An error is left to the seal, which asks again."""
         rows = self._row_cipher
         if not rows.cipher.enabled:
             return
-        store, tenant = rows.cipher.store, rows.tenant
-        try:
-            missing = [(sid, cls) for sid in sids for cls in self._row_classes
-                       if store.lookup(tenant, sid, cls).state is KeyState.MISSING]
-        except Exception:  # the seal asks again and raises it
-            return
-        if not missing:
-            return
-
-        def create(pair: tuple[str, DataClass]) -> None:
-            with contextlib.suppress(Exception):  # the seal asks again and raises it
-                rows.row_key(*pair)
-        # each new key is a file written and fsynced (~4.5 ms here): several at once
-        # share the file system's journal commits
-        if self._key_pool is None:
-            self._key_pool = ThreadPoolExecutor(KEY_THREADS, thread_name_prefix="row-keys")
-        list(self._key_pool.map(create, missing))
+        with contextlib.suppress(Exception):  # the seal asks again and raises it
+            rows.cipher.store.data_keys(rows.tenant, [(sid, cls) for sid in sids
+                                                      for cls in self._row_classes])
 
     async def _finish(self, flight: InFlight) -> tuple[BatchReport, set[str] | bool]:
         """Wait for the batch's write, then its bookkeeping: the sessions whose write did

@@ -23,6 +23,7 @@ Replay only folds projections: it never executes a tool or any other side effect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import queue
@@ -460,6 +461,12 @@ class _KeysAhead:
         from sessionstream.core.privacy import unit_class
 
         self._row_key: Callable[..., Any] | None = getattr(rows, "row_key", None)
+        cipher = getattr(rows, "cipher", None)
+        #: the key store's batch call (new keys made together: one sync, not one each)
+        self._batch: Callable[[list[Any]], Any] | None = None
+        if cipher is not None and cipher.enabled and hasattr(cipher.store, "data_keys"):
+            store, tenant = cipher.store, rows.tenant
+            self._batch = lambda pairs: store.data_keys(tenant, pairs)
         self._classes = sorted({c for u in units if (c := unit_class(u)) is not None},
                                key=lambda c: c.value)
         self._seen: set[str] = set()
@@ -481,6 +488,10 @@ class _KeysAhead:
 
     def _read(self, sids: list[str]) -> None:
         assert self._row_key is not None
+        if self._batch is not None:
+            with contextlib.suppress(Exception):  # the flush asks again and reports it
+                self._batch([(sid, cls) for sid in sids for cls in self._classes])
+            return
         for sid in sids:
             for cls in self._classes:
                 try:

@@ -158,6 +158,10 @@ _ATTACHMENT = Obj(
 _TOOL_CALL = Obj({"call_id": F("str"), "name": F("str"), "arguments": F("obj")})
 _USAGE = Obj({"input_tokens": F("int"), "output_tokens": F("int")})
 _CONTENT = F(("str", "list"))
+#: Fields of the provider format a message came from that the event does not model (a
+#: Chat ``name``, Responses item ids and statuses), kept by an import so an export to the
+#: same API sends them back: ``{"api", "fields": {…}, "calls": {call_id: {…}}}``.
+_PROVIDER_FIELDS = F("obj", required=False)
 
 _APPEND = (SurfaceOp.APPEND,)
 _USER_OPS = (SurfaceOp.APPEND, SurfaceOp.REPLACE)
@@ -226,7 +230,8 @@ CORE_TYPES: tuple[EventType, ...] = (
     EventType("step/end", Obj({}), scope=Scope.STEP, description="Closes the open step."),
     EventType(
         "user/message",
-        Obj({"content": _CONTENT, "steering": F("bool", required=False)}),
+        Obj({"content": _CONTENT, "steering": F("bool", required=False),
+             "provider_fields": _PROVIDER_FIELDS}),
         surface_ops=_USER_OPS,
         description="A user message; with surface_op=replace, a compaction summary.",
     ),
@@ -261,6 +266,7 @@ CORE_TYPES: tuple[EventType, ...] = (
                 "provider": F("str", required=False),
                 "model": F("str", required=False),
                 "reasoning": F("list", required=False, items=F("obj")),
+                "provider_fields": _PROVIDER_FIELDS,
             }
         ),
         scope=Scope.STEP,
@@ -291,6 +297,7 @@ CORE_TYPES: tuple[EventType, ...] = (
                 "attachment": F("obj", required=False, obj=_ATTACHMENT),
                 "operation_id": F(("str", "null"), required=False),
                 "version": F(("str", "int", "null"), required=False),
+                "provider_fields": _PROVIDER_FIELDS,
             }
         ),
         scope=Scope.STEP,

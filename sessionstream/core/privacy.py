@@ -88,7 +88,7 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
     "turn/end": {"reason": _M, "detail": _R},
     "step/start": {},
     "step/end": {},
-    "user/message": {"content": _S, "steering": _M},
+    "user/message": {"content": _S, "steering": _M, "provider_fields": _S},
     "request/header": {
         "provider": _M, "model": _M, "reasoning_effort": _M, "max_tokens": _M,
         "defaults_source": _M,
@@ -98,12 +98,13 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
         "content": _S, "tool_calls": _M, "tool_calls[].call_id": _M, "tool_calls[].name": _M,
         "tool_calls[].arguments": _S, "stop_reason": _M, "usage": _M, "usage.input_tokens": _M,
         "usage.output_tokens": _M, "provider": _M, "model": _M, "reasoning": _Z,
+        "provider_fields": _S,
     },
     "tool/call": {"call_id": _M, "name": _M, "arguments": _R, "idempotency_key": _M},
     "tool/result": {
         "call_id": _M, "status": _M, "content": _S, "attachment": _M, "attachment.sha256": _M,
         "attachment.size": _M, "attachment.media_type": _M, "attachment.head": _S,
-        "attachment.tail": _S, "operation_id": _M, "version": _M,
+        "attachment.tail": _S, "operation_id": _M, "version": _M, "provider_fields": _S,
     },
     "context/snapshot": {"snapshot_id": _M, "content": _S, "sources": _M},
     "compaction/start": {"compaction_id": _M, "trigger": _M},

@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -575,9 +577,14 @@ class KeyStore(ABC):
 
     def _lookup(self, tenant: str, session_id: str, cls: DataClass) -> KeyLookup:
         tomb = self._tombstone(tenant, session_id, cls)
+        return self._answer(tenant, session_id, cls, tomb,
+                            None if tomb is not None else self._get(tenant, session_id, cls))
+
+    def _answer(self, tenant: str, session_id: str, cls: DataClass,
+                tomb: dict[str, Any] | None, record: dict[str, Any] | None) -> KeyLookup:
+        """The lookup answered by a tombstone and a stored record (either may be None)."""
         if tomb is not None:
             return KeyLookup(KeyState.SHREDDED, None, int(tomb.get("at", 0)))
-        record = self._get(tenant, session_id, cls)
         if record is None:
             return KeyLookup(KeyState.MISSING)
         ring = self.tenant_keys.ring(tenant)
@@ -630,6 +637,108 @@ class KeyStore(ABC):
         with self._lock:
             self._remember(ck, self._monotonic(), KeyLookup(KeyState.ACTIVE, key))
         return key
+
+    def data_keys(self, tenant: str, pairs: Iterable[tuple[str, DataClass]]
+                  ) -> dict[tuple[str, DataClass], bytes]:
+        """:meth:`data_key` of many (session, class) pairs at once, creating the missing
+        ones in one batch (the file store: one fsync for the batch; the Redis store: one
+        round trip to read, one to create), and caching them as ``data_key`` does. The
+        answer holds the active keys; a shredded pair is left out (``data_key`` raises
+        for it), so is one this call could not settle (asked again one by one)."""
+        wanted = list(dict.fromkeys(pairs))
+        out: dict[tuple[str, DataClass], bytes] = {}
+        todo: list[tuple[str, DataClass]] = []
+        with self._lock:
+            now = self._monotonic()
+            self._follow_shreds(tenant, now)
+            for sid, cls in wanted:
+                hit = self._cache.get((tenant, sid, cls))
+                if hit is not None:  # a missing one is read again: it is to be made
+                    at, found = hit
+                    if now - at < self._max_age and found.state is not KeyState.MISSING:
+                        self._cache.move_to_end((tenant, sid, cls))
+                        if found.key is not None:
+                            out[(sid, cls)] = found.key
+                        continue
+                todo.append((sid, cls))
+        if not todo:
+            return out
+        stored = self._get_many(tenant, todo)
+        missing: list[tuple[str, DataClass]] = []
+        with self._lock:
+            now = self._monotonic()
+            for pair in todo:
+                tomb, record = stored[pair]
+                found = self._answer(tenant, pair[0], pair[1], tomb, record)
+                self._remember((tenant, *pair), now, found)
+                if found.key is not None:
+                    out[pair] = found.key
+                elif found.state is KeyState.MISSING and tomb is None and record is None:
+                    missing.append(pair)
+        if missing:
+            out.update(self._create_many(tenant, missing))
+        return out
+
+    def _create_many(self, tenant: str, pairs: list[tuple[str, DataClass]]
+                     ) -> dict[tuple[str, DataClass], bytes]:
+        """New data keys for ``pairs`` (none stored, none shredded when read), stored in
+        one batch; the ones this call created or another creator won (read back)."""
+        ring = self.tenant_keys.ring(tenant, create=True)
+        if ring is None:
+            return {}  # data_key raises the error naming the setting, pair by pair
+        made: dict[tuple[str, DataClass], tuple[bytes, dict[str, Any]]] = {}
+        for sid, cls in pairs:
+            key = new_key()
+            nonce, wrapped = wrap(ring.versions[ring.current], key,
+                                  wrap_ad(tenant, sid, cls.value, ring.current))
+            made[(sid, cls)] = (key, {"kek": ring.current, "nonce": _b64(nonce),
+                                      "wrapped": _b64(wrapped), "created": self._clock()})
+        stored = self._put_many_if_absent(tenant, [(sid, cls, rec)
+                                                   for (sid, cls), (_, rec) in made.items()])
+        with self._lock:
+            self.generation += 1
+            for sid, cls in pairs:
+                self._cache.pop((tenant, sid, cls), None)
+        # As in data_key: a shred that ran before the keys were in place left its
+        # tombstone; those keys are never used.
+        shredded = self._tombstoned(tenant, pairs)
+        out: dict[tuple[str, DataClass], bytes] = {}
+        with self._lock:
+            now = self._monotonic()
+            for (pair, (key, record)), kept in zip(made.items(), stored, strict=True):
+                if pair in shredded:
+                    continue
+                if (kept.get("nonce"), kept.get("wrapped")) != (record["nonce"],
+                                                                 record["wrapped"]):
+                    continue  # another creator won: looked up on its first use
+                self._remember((tenant, *pair), now, KeyLookup(KeyState.ACTIVE, key))
+                out[pair] = key
+        return out
+
+    def _get_many(self, tenant: str, pairs: list[tuple[str, DataClass]]
+                  ) -> dict[tuple[str, DataClass], tuple[dict[str, Any] | None,
+                                                        dict[str, Any] | None]]:
+        """(tombstone, record) of each pair (the record is not read under a tombstone);
+        a backend reads them in one go where it can."""
+        out: dict[tuple[str, DataClass], tuple[dict[str, Any] | None,
+                                               dict[str, Any] | None]] = {}
+        for sid, cls in pairs:
+            tomb = self._tombstone(tenant, sid, cls)
+            out[(sid, cls)] = (tomb, None if tomb is not None else self._get(tenant, sid, cls))
+        return out
+
+    def _put_many_if_absent(self, tenant: str,
+                            items: list[tuple[str, DataClass, dict[str, Any]]]
+                            ) -> list[dict[str, Any]]:
+        """``_put_if_absent`` of each item, in order (a backend stores them in one batch:
+        every record is durable before this returns)."""
+        return [self._put_if_absent(tenant, sid, cls, rec) for sid, cls, rec in items]
+
+    def _tombstoned(self, tenant: str, pairs: list[tuple[str, DataClass]]
+                    ) -> set[tuple[str, DataClass]]:
+        """The pairs that have a tombstone."""
+        return {(sid, cls) for sid, cls in pairs
+                if self._tombstone(tenant, sid, cls) is not None}
 
     def _remember(self, ck: tuple[str, str, DataClass], at: float, found: KeyLookup) -> None:
         """Cache ``found`` for ``ck`` as of ``at``, the newest entry, within the bound
@@ -802,6 +911,144 @@ def _session_file(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8")).hexdigest()
 
 
+#: The directory (under a tenant's key directory) of batch files not yet settled.
+PENDING = "pending"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link_unsynced(directory: Path, target: str, data: bytes) -> bool:
+    """Create ``target`` (0600) with ``data`` unless it exists, without a sync (a batch
+    file holds the durable copy): written beside it, then linked, so a reader sees it
+    whole or not at all. True if this call created it."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+        fd = -1
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(tmp)
+
+
+def _batch_records(batch: Path) -> Iterator[tuple[str, DataClass, dict[str, Any]]]:
+    """The records of a batch file up to its first unreadable line (a torn write)."""
+    try:
+        raw = batch.read_bytes()
+    except FileNotFoundError:
+        return
+    for line in raw.split(b"\n"):
+        try:
+            obj = json.loads(line)
+            record = obj["record"]
+            sid, cls = str(record["session_id"]), DataClass(obj["class"])
+            if not isinstance(record.get("wrapped"), str):
+                return
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return
+        yield sid, cls, record
+
+
+class _Settler:
+    """Makes a batch's key files durable off the caller's path, then removes its batch
+    file: one ``syncfs`` of the key directory's file system (Linux; it writes what the
+    kernel would write back anyway, sooner), else an fsync per file. A daemon thread,
+    started on first use; what it has not settled when the process ends is recovered
+    by the next process (:meth:`FileKeyStore._recover`)."""
+
+    #: Seconds a settle waits for more batches to share its sync.
+    GATHER_S = 0.5
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[Path, list[str]]] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, batch: Path, files: list[str]) -> None:
+        with self._cond:
+            self._queue.append((batch, files))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="key-settler",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def drain(self) -> None:
+        """Settle everything queued now (tests; a clean shutdown)."""
+        with self._cond:
+            work, self._queue = self._queue, []
+        self._settle_batches(work)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+            time.sleep(self.GATHER_S)
+            self.drain()
+
+    def _settle_batches(self, work: list[tuple[Path, list[str]]]) -> None:
+        if not work:
+            return
+        try:
+            self.settle([f for _, files in work for f in files])
+        except OSError:
+            return  # the batch files stay: the next process recovers from them
+        for batch, _ in work:
+            batch.unlink(missing_ok=True)
+
+    @staticmethod
+    def settle(files: list[str]) -> None:
+        """Make ``files`` durable (a missing one is skipped: shredded meanwhile)."""
+        if not files:
+            return
+        if _syncfs(os.path.dirname(files[0])):
+            return
+        for path in files:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _syncfs(directory: str) -> bool:
+    """``syncfs(2)`` on the file system holding ``directory``; False where it is not
+    available (then the caller syncs file by file)."""
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return False
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return bool(call(fd) == 0)
+    finally:
+        os.close(fd)
+
+
 class FileKeyStore(KeyStore):
     """Wrapped data keys as 0600 files: ``<root>/<tenant>/<sha256(session)>.<class>.key``.
 
@@ -815,15 +1062,129 @@ class FileKeyStore(KeyStore):
         super().__init__(tenant_keys or TenantKeys(Path(f"{self.root}-tenant-keys"),
                                                    legacy=self.root / "tenants"), **kw)
         self._secured: set[str] = set()
+        self._settler = _Settler()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_secured"] = set()  # the new process recovers what is pending, too
+        state["_settler"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._settler = _Settler()
 
     def _secure(self, tenant: str) -> None:
-        """Once per tenant and process: the key directories of an older tree to 0700."""
+        """Once per tenant and process: the key directories of an older tree to 0700,
+        and the batches a crash left pending recovered (:meth:`_recover`)."""
         if tenant in self._secured:
             return
         for directory in (self.root, self.root / "data", self.root / "data" / tenant,
                           self.root / "holds"):
             _tighten(directory)
+        if (self.root / "data" / tenant / PENDING).is_dir():
+            with self._creating(tenant):
+                self._recover(tenant)
         self._secured.add(tenant)
+
+    # creating keys: one at a time, or a batch with one sync --------------------
+    @contextlib.contextmanager
+    def _creating(self, tenant: str) -> Iterator[None]:
+        """The tenant's creation lock (flock, across processes): a new key's file is
+        made by one creator at a time, so every batch record is its key's first one."""
+        import fcntl
+
+        base = self.root / "data" / tenant
+        make_private_dirs(base)
+        fd = os.open(base / ".create.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _put_many_if_absent(self, tenant: str,
+                            items: list[tuple[str, DataClass, dict[str, Any]]]
+                            ) -> list[dict[str, Any]]:
+        """Store a batch of new keys with one sync: the records go to a batch file in
+        ``pending/`` (written, fsynced, its directory fsynced: the keys are durable from
+        here), then each key's own file is linked in place unsynced (readers see it whole
+        or not at all). A settler thread syncs the file system and removes the batch
+        file; after a crash, the next process to use the tenant restores from the batch
+        files left what a key file lost (:meth:`_recover`)."""
+        self._secure(tenant)
+        base = self.root / "data" / tenant
+        out: list[dict[str, Any]] = []
+        with self._creating(tenant):
+            new: list[tuple[int, str, DataClass, dict[str, Any]]] = []
+            for sid, cls, record in items:
+                there = self._read(self._file(tenant, sid, cls, "key"))
+                out.append(there if there is not None else {**record, "session_id": sid})
+                if there is None:
+                    new.append((len(out) - 1, sid, cls, out[-1]))
+            if not new:
+                return out
+            pending = base / PENDING
+            make_private_dirs(pending)
+            batch = pending / f"{time.time_ns()}-{os.getpid()}-{new_key().hex()[:8]}.keys"
+            lines = b"".join(json.dumps({"class": cls.value, "record": rec}).encode() + b"\n"
+                             for _, _, cls, rec in new)
+            fd = os.open(batch, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                view = memoryview(lines)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(pending)
+            made = []
+            for i, sid, cls, rec in new:
+                target = self._file(tenant, sid, cls, "key")
+                if not _link_unsynced(base, target, json.dumps(rec).encode()):
+                    out[i] = self._read(target) or rec  # an older release's creator won
+                made.append(target)
+        self._settler.add(batch, made)
+        return out
+
+    def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        self._secure(tenant)
+        path = self._path(tenant, session_id, cls, "key")
+        mine = {**record, "session_id": session_id}
+        with self._creating(tenant):
+            if _create_private(path, json.dumps(mine)):
+                return mine  # created by this call: what it wrote (no read-back)
+        return self._read(path) or record
+
+    def _recover(self, tenant: str) -> None:
+        """Restore, from the batch files a crash left in ``pending/``, each key whose own
+        file is missing or unreadable and that has no tombstone (a shred since stays a
+        shred), synced; then sync the file system and remove those batch files. A torn
+        batch file gives its readable prefix (each record is one whole line). The
+        caller holds the creation lock."""
+        pending = self.root / "data" / tenant / PENDING
+        batches = sorted(pending.glob("*.keys"))
+        if not batches:
+            return
+        made: list[str] = []
+        for batch in batches:
+            for sid, cls, record in _batch_records(batch):
+                target = self._file(tenant, sid, cls, "key")
+                made.append(target)
+                if self._tombstone(tenant, sid, cls) is not None:
+                    continue
+                try:
+                    there = self._read(target)
+                except KeyConfigError:
+                    there = None  # linked before the crash, its bytes never written
+                if there is None or "wrapped" not in there:
+                    _write_private(Path(target), json.dumps(record))
+        _Settler.settle(made)
+        for batch in batches:
+            batch.unlink(missing_ok=True)
 
     def _path(self, tenant: str, session_id: str, cls: DataClass, suffix: str) -> Path:
         return Path(self._file(tenant, session_id, cls, suffix))
@@ -859,15 +1220,6 @@ class FileKeyStore(KeyStore):
         if tenant not in self._secured:
             self._secure(tenant)
         return self._read(self._file(tenant, session_id, cls, "key"))
-
-    def _put_if_absent(self, tenant: str, session_id: str, cls: DataClass,
-                       record: dict[str, Any]) -> dict[str, Any]:
-        self._secure(tenant)
-        path = self._path(tenant, session_id, cls, "key")
-        mine = {**record, "session_id": session_id}
-        if _create_private(path, json.dumps(mine)):
-            return mine  # created by this call: what it wrote (no read-back)
-        return self._read(path) or record
 
     def _replace(self, tenant: str, session_id: str, cls: DataClass,
                  record: dict[str, Any]) -> None:
@@ -1044,6 +1396,43 @@ class RedisKeyStore(KeyStore):
         self._r.hsetnx(self._key(tenant, session_id), cls.value, json.dumps(record))
         self._r.sadd(KeySpace(tenant, self._prefix).data_key_sessions(), session_id)
         return self._get(tenant, session_id, cls) or record
+
+    def _get_many(self, tenant: str, pairs: list[tuple[str, DataClass]]
+                  ) -> dict[tuple[str, DataClass], tuple[dict[str, Any] | None,
+                                                        dict[str, Any] | None]]:
+        """Every pair's key and tombstone in one round trip (a pipeline of HMGETs)."""
+        pipe = self._r.pipeline(transaction=False)
+        for sid, cls in pairs:
+            pipe.hmget(self._key(tenant, sid), [f"{cls.value}:shredded", cls.value])
+        out: dict[tuple[str, DataClass], tuple[dict[str, Any] | None,
+                                               dict[str, Any] | None]] = {}
+        for pair, (tomb, raw) in zip(pairs, pipe.execute(), strict=True):
+            out[pair] = (None if tomb is None else json.loads(tomb),
+                         None if raw is None or tomb is not None else json.loads(raw))
+        return out
+
+    def _put_many_if_absent(self, tenant: str,
+                            items: list[tuple[str, DataClass, dict[str, Any]]]
+                            ) -> list[dict[str, Any]]:
+        """One round trip: HSETNX each, the tenant's key list, then each stored value
+        (the winner's when another creator was first)."""
+        pipe = self._r.pipeline(transaction=False)
+        for sid, cls, record in items:
+            pipe.hsetnx(self._key(tenant, sid), cls.value, json.dumps(record))
+        pipe.sadd(KeySpace(tenant, self._prefix).data_key_sessions(),
+                  *sorted({sid for sid, _, _ in items}))
+        for sid, cls, _ in items:
+            pipe.hget(self._key(tenant, sid), cls.value)
+        stored = pipe.execute()[len(items) + 1:]
+        return [record if raw is None else json.loads(raw)
+                for (_, _, record), raw in zip(items, stored, strict=True)]
+
+    def _tombstoned(self, tenant: str, pairs: list[tuple[str, DataClass]]
+                    ) -> set[tuple[str, DataClass]]:
+        pipe = self._r.pipeline(transaction=False)
+        for sid, cls in pairs:
+            pipe.hexists(self._key(tenant, sid), f"{cls.value}:shredded")
+        return {pair for pair, there in zip(pairs, pipe.execute(), strict=True) if there}
 
     def _replace(self, tenant: str, session_id: str, cls: DataClass,
                  record: dict[str, Any]) -> None:

@@ -267,3 +267,115 @@ def test_a_ring_from_the_environment_reports_the_versions_to_remove(
     a.tenant_keys = TenantKeys(None, env={"t1": "2:" + base64.b64encode(b"n" * 32).decode()},
                                create=False)
     assert a.deletion_pending("t1") == []  # and then removed version 1 everywhere
+
+
+# ---------------------------------------------------------------- batches (issue 25)
+
+PAIRS = [(f"b{i}", cls) for i in range(6) for cls in (DataClass.RAW, DataClass.SURFACE)]
+
+
+def test_a_batch_creates_the_keys_every_node_then_reads(make_store: Factory) -> None:
+    a, b = make_store(), make_store()
+    first = a.data_key("t1", "b0", DataClass.RAW)  # one existed before the batch
+    keys = a.data_keys("t1", PAIRS)
+    assert sorted(keys) == sorted(PAIRS) and keys[("b0", DataClass.RAW)] == first
+    assert len(set(keys.values())) == len(PAIRS)
+    assert {p: b.data_key("t1", *p) for p in PAIRS} == keys
+    assert b.data_keys("t1", PAIRS) == keys  # a batch over existing keys creates none
+    assert sorted({s for s, _, _ in b.sessions("t1")}) == [f"b{i}" for i in range(6)]
+
+
+def test_a_batch_leaves_out_a_shredded_key_and_does_not_revive_it(make_store: Factory
+                                                                  ) -> None:
+    a = make_store()
+    a.shred("t1", "b1", (DataClass.RAW,), principal="ops", reason="erasure")
+    keys = a.data_keys("t1", PAIRS)
+    assert ("b1", DataClass.RAW) not in keys and len(keys) == len(PAIRS) - 1
+    for store in (a, make_store()):
+        assert store.lookup("t1", "b1", DataClass.RAW).state is KeyState.SHREDDED
+
+
+def test_a_shred_racing_a_batch_creation_wins(make_store: Factory) -> None:
+    store, shredder = make_store(), make_store()
+    put = store._put_many_if_absent
+
+    def racing(tenant: str, items: list[tuple[str, DataClass, dict[str, Any]]]
+               ) -> list[dict[str, Any]]:
+        shredder.shred(tenant, "b2", (DataClass.SURFACE,), principal="ops", reason="race")
+        return put(tenant, items)
+
+    store._put_many_if_absent = racing  # type: ignore[method-assign]
+    keys = store.data_keys("t1", PAIRS)
+    assert ("b2", DataClass.SURFACE) not in keys and len(keys) == len(PAIRS) - 1
+    assert make_store().lookup("t1", "b2", DataClass.SURFACE).state is KeyState.SHREDDED
+
+
+def test_two_nodes_racing_a_batch_get_the_same_keys(make_store: Factory) -> None:
+    a, b = make_store(), make_store()
+    put = a._put_many_if_absent
+
+    def beaten(tenant: str, items: list[tuple[str, DataClass, dict[str, Any]]]
+               ) -> list[dict[str, Any]]:
+        b.data_keys(tenant, PAIRS[:4])  # b creates some between a's read and a's put
+        return put(tenant, items)
+
+    a._put_many_if_absent = beaten  # type: ignore[method-assign]
+    mine = a.data_keys("t1", PAIRS)
+    theirs = {p: make_store().data_key("t1", *p) for p in PAIRS}
+    assert {p: a.data_key("t1", *p) for p in PAIRS} == theirs
+    assert {p: k for p, k in mine.items()} == {p: theirs[p] for p in mine}
+
+
+def _crashed_batch(root: Path) -> tuple[FileKeyStore, dict[tuple[str, DataClass], bytes]]:
+    """A batch whose process died before its settler ran (the batch file is still in
+    pending/, the key files were never synced)."""
+    store = FileKeyStore(root, cache_ttl_s=0)
+    store._settler.add = lambda batch, files: None  # type: ignore[method-assign]
+    return store, store.data_keys("t1", PAIRS)
+
+
+def test_keys_created_in_one_batch_all_survive_a_crash_and_reopen(tmp_path: Path) -> None:
+    store, keys = _crashed_batch(tmp_path / "keys")
+    files = {p: Path(store._file("t1", p[0], p[1], "key")) for p in PAIRS}
+    # what the crash did to the unsynced key files: one lost its bytes, one its link
+    files[PAIRS[0]].write_bytes(b"")
+    files[PAIRS[1]].unlink()
+    pending = tmp_path / "keys" / "data" / "t1" / "pending"
+    assert len(list(pending.glob("*.keys"))) == 1
+    reopened = FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
+    assert {p: reopened.data_key("t1", *p) for p in PAIRS} == keys
+    assert list(pending.glob("*.keys")) == []  # recovered and settled
+    assert json.loads(files[PAIRS[0]].read_bytes())["wrapped"]
+
+
+def test_a_torn_batch_file_gives_its_readable_prefix_never_a_corrupt_store(
+        tmp_path: Path) -> None:
+    store, keys = _crashed_batch(tmp_path / "keys")
+    for p in PAIRS:  # the crash lost every unsynced key file
+        Path(store._file("t1", p[0], p[1], "key")).unlink()
+    [batch] = (tmp_path / "keys" / "data" / "t1" / "pending").glob("*.keys")
+    raw = batch.read_bytes()
+    cut = raw.index(b"\n", raw.index(b"\n") + 1) + 1 + 40  # two records and a torn third
+    batch.write_bytes(raw[:cut])
+    reopened = FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
+    assert [reopened.lookup("t1", *p).key for p in PAIRS[:2]] == [keys[p] for p in PAIRS[:2]]
+    for p in PAIRS[2:]:  # never acknowledged durable: missing, and made anew on use
+        assert reopened.lookup("t1", *p).state is KeyState.MISSING
+    again = reopened.data_keys("t1", PAIRS)
+    assert sorted(again) == sorted(PAIRS)
+
+
+def test_a_key_shredded_after_its_batch_stays_shredded_after_a_crash(tmp_path: Path) -> None:
+    store, keys = _crashed_batch(tmp_path / "keys")
+    store.shred("t1", "b3", (DataClass.RAW,), principal="ops", reason="erasure")
+    reopened = FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
+    assert reopened.lookup("t1", "b3", DataClass.RAW).state is KeyState.SHREDDED
+    assert not Path(reopened._file("t1", "b3", DataClass.RAW, "key")).exists()
+    assert reopened.lookup("t1", "b3", DataClass.SURFACE).key == keys[("b3", DataClass.SURFACE)]
+
+
+def test_the_settler_syncs_a_batch_and_removes_its_file(tmp_path: Path) -> None:
+    store = FileKeyStore(tmp_path / "keys")
+    store.data_keys("t1", PAIRS)
+    store._settler.drain()
+    assert list((tmp_path / "keys" / "data" / "t1" / "pending").glob("*")) == []

@@ -56,6 +56,8 @@ DEFAULT_MAX_TOKENS = 4096
 
 
 def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
+    if m.content == "":  # no text at all (a message of tool calls): nothing omitted
+        return []
     parts = content_parts(m.content)
     if any(p.serialised for p in parts):
         c.note(path, "non-text content part serialised as JSON text", m.seqs)

@@ -8,14 +8,20 @@ result becomes ``tool/call`` + ``tool/result`` in that step. The system prompt, 
 schemas, the model and other request parameters are kept in ``session/start`` under
 ``imported``, so an export can send them again. Thinking blocks (with their
 signatures) and Responses reasoning items become the assistant message's ``reasoning``
-(class ``reasoning``), sent back only to the same API. Anything the log does not carry
-(unknown item types, thinking after a text block) is listed in the report.
+(class ``reasoning``), sent back only to the same API. Every field goes by its field
+table (:mod:`~sessionstream.core.providers.fields`): mapped into the events, kept
+verbatim (``provider_fields`` on the message's event: a Chat ``name``, Responses item ids
+and statuses), or listed in the report (unknown item types, thinking after a text block,
+a field of a text part); a field of the wrong JSON kind is a ``FieldTypeError`` and a body
+nested too deep a ``NestingTooDeep``, both naming the JSON pointer.
 
 :func:`export_session` builds the body for the session's next request with the
 builders, and reports what the format could not carry (the builder's notes, plus the
 kinds a provider does not know: context snapshots and compaction summaries are sent as
-user messages). Both directions keep the surface: importing an exported body gives the
-same messages, calls, results and statuses (tests check it per format).
+user messages), and puts the kept fields back for the same API (notes them for another).
+Both directions keep the surface: importing an exported body gives the same messages,
+calls, results and statuses, and exporting an imported body gives it back except what the
+report names (tests check it per format and per field table).
 """
 
 from __future__ import annotations
@@ -33,11 +39,24 @@ from sessionstream.core.events import (
     system_clock,
     uuid4_ids,
 )
-from sessionstream.core.jsonvalue import thaw
+from sessionstream.core.jsonvalue import MAX_DEPTH, thaw
 from sessionstream.core.messages import Kind
 from sessionstream.core.providers import build, check_api
 from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
-from sessionstream.core.providers.errors import ConversationImportError
+from sessionstream.core.providers.errors import (
+    ConversationImportError,
+    FieldTypeError,
+    NestingTooDeep,
+)
+from sessionstream.core.providers.fields import (
+    MAX_BODY_DEPTH,
+    TABLES,
+    at,
+    check_depth,
+    kind_of,
+    overlay,
+    take,
+)
 from sessionstream.core.providers.gemini import THINKING_LEVELS as GEMINI_LEVELS
 from sessionstream.core.providers.gemini import gemini_key
 from sessionstream.core.providers.openai_responses import REASONING_KEYS
@@ -65,11 +84,11 @@ _GEMINI_REST_KEYS = ("systemInstruction", "system_instruction", "tools", "toolCo
 #: (a Gemini body's unmapped ``config`` fields are kept as ``params.config``).
 _MAPPED = {
     "openai-chat": {"model", "messages", "tools", "max_tokens", "max_completion_tokens",
-                    "reasoning_effort", "stream", "stream_options"},
+                    "reasoning_effort"},
     "openai-responses": {"model", "input", "instructions", "tools", "max_output_tokens",
-                         "reasoning", "stream"},
-    "anthropic": {"model", "messages", "system", "tools", "max_tokens", "stream"},
-    "gemini": {"model", "contents", "config", "stream", *_GEMINI_REST_KEYS},
+                         "reasoning"},
+    "anthropic": {"model", "messages", "system", "tools", "max_tokens"},
+    "gemini": {"model", "contents", "config", *_GEMINI_REST_KEYS},
 }
 
 
@@ -87,12 +106,27 @@ class _Conv:
     reasoning_effort: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     report: list[Note] = field(default_factory=list)
+    #: fields kept verbatim (field tables), by the path of the item they belong to
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: fields kept verbatim of each tool call, by call id
+    kept_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    imported: dict[str, Any] = field(default_factory=dict)  # extra session/start.imported keys
 
     def fail(self, path: str, reason: str) -> ConversationImportError:
         return ConversationImportError(self.source, path, reason)
 
     def note(self, path: str, note: str) -> None:
         self.report.append(Note(path, note))
+
+    def wrong_kind(self, path: str, expected: tuple[str, ...], got: str) -> FieldTypeError:
+        return FieldTypeError(self.source, path, expected, got)
+
+    def take(self, table: str, obj: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """Type-check ``obj`` by its field table; the fields to keep verbatim."""
+        tables = TABLES.get(self.api)
+        if tables is None or table not in tables:
+            return {}
+        return take(tables[table], obj, path, self.wrong_kind, self.note)
 
 
 @dataclass(frozen=True)
@@ -104,7 +138,8 @@ class Imported:
 # ----------------------------------------------------------------------------- reading
 
 
-def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str]) -> Any:
+def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
+                table: str = "part") -> Any:
     """A user/assistant content as log content: a string, or a list of parts."""
     if isinstance(content, str):
         return content
@@ -116,12 +151,25 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str])
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise conv.fail(f"{path}/{i}", "a content part must be an object with a type")
         if part["type"] in text_types and isinstance(part.get("text"), str):
+            conv.take(table, part, f"{path}/{i}")
             parts.append({"type": "text", "text": part["text"]})
         else:
             parts.append(dict(part))
             conv.note(f"{path}/{i}", f"{part['type']} part kept as it is; the builders "
                       "send non-text parts as JSON text")
     return parts
+
+
+def _joined(conv: _Conv, content: Any, path: str, what: str, table: str = "part") -> Any:
+    """A content the log keeps as one text (system, tool output): parts joined."""
+    if not isinstance(content, list):
+        return content
+    for i, part in enumerate(content):
+        if isinstance(part, Mapping):
+            conv.take(table, part, f"{path}/{i}")
+    if len(content) > 1:
+        conv.note(path, f"{what} parts joined into one text (the log keeps it as text)")
+    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
 
 
 def _args(conv: _Conv, text: Any, path: str) -> Any:
@@ -131,11 +179,20 @@ def _args(conv: _Conv, text: Any, path: str) -> Any:
         raise conv.fail(path, "tool-call arguments must be a JSON string or an object")
     try:
         value = json.loads(text) if text.strip() else {}
+    except RecursionError:
+        raise NestingTooDeep(conv.source, path, _ARGS_DEPTH) from None
     except ValueError as exc:
         raise conv.fail(path, f"tool-call arguments are not JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise conv.fail(path, "tool-call arguments must be a JSON object")
+    check_depth(value, lambda p: NestingTooDeep(conv.source, f"{path} (parsed){p}",
+                                                _ARGS_DEPTH), _ARGS_DEPTH)
     return value
+
+
+#: Nesting of parsed tool-call arguments: they sit three levels deep in
+#: ``assistant/message`` (``tool_calls[i].arguments``).
+_ARGS_DEPTH = MAX_DEPTH - 3
 
 
 def _result(text: str) -> tuple[str, str]:
@@ -152,7 +209,46 @@ def _require_str(conv: _Conv, obj: Mapping[str, Any], key: str, path: str) -> st
     return value
 
 
+def _system(conv: _Conv, path: str, role: Any, text: str) -> None:
+    """A system or developer message of the conversation: one system section, with a
+    note for what the sections cannot say (role, position, a separate message)."""
+    if role == "developer":
+        conv.note(path, "developer message imported as a system section (an export sends "
+                  "system sections with role system)")
+    if conv.items:
+        conv.note(path, "system message moved before the conversation (the log keeps "
+                  "system sections apart from the messages)")
+    if conv.system:
+        conv.note(path, "system message imported as one more system section (an export "
+                  "sends the sections as one text, joined by a blank line)")
+    conv.system.append(text)
+
+
+def _read_tools(conv: _Conv, body: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    tools = body.get("tools") or ()
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise conv.wrong_kind(f"/tools/{i}", ("object",), kind_of(t))
+        out.append((f"/tools/{i}", t))
+    return out
+
+
+def _tool(conv: _Conv, name: str, description: Any, parameters: Any,
+          kept: dict[str, Any]) -> None:
+    tool = {"name": name, "description": description if description is not None else "",
+            "parameters": parameters if parameters is not None else {"type": "object"}}
+    if kept:
+        tool["provider_fields"] = {"api": conv.api, "fields": kept}
+    conv.tools.append(tool)
+
+
+_REFUSAL = ("refusal imported as the message's content with stop reason refusal (an "
+            "export sends it as the content)")
+
+
 def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
+    conv.params.update(conv.take("body", body, ""))
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise conv.fail("/messages", "an OpenAI chat body needs a messages list")
@@ -162,52 +258,79 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
             raise conv.fail(path, "a message must be an object")
         role = m.get("role")
         if role in ("system", "developer"):
-            text = m.get("content")
-            if isinstance(text, list):
-                text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
+            conv.take("system", m, path)
+            text = _joined(conv, m.get("content"), f"{path}/content", "system content")
             if not isinstance(text, str):
                 raise conv.fail(f"{path}/content", "system content must be text")
-            conv.system.append(text)
+            _system(conv, path, role, text)
         elif role == "user":
+            kept = conv.take("user", m, path)
+            if kept:
+                conv.kept[path] = kept
             conv.items.append(("user", path, _text_parts(conv, m.get("content"),
                                                          f"{path}/content", ("text",))))
         elif role == "assistant":
+            kept = conv.take("assistant", m, path)
+            if kept:
+                conv.kept[path] = kept
             content = m.get("content")
             text = "" if content is None else _text_parts(conv, content, f"{path}/content",
                                                           ("text",))
             calls = []
             for j, tc in enumerate(m.get("tool_calls") or ()):
                 p = f"{path}/tool_calls/{j}"
-                fn = tc.get("function") if isinstance(tc, Mapping) else None
+                if not isinstance(tc, Mapping):
+                    raise conv.wrong_kind(p, ("object",), kind_of(tc))
+                kept_call = conv.take("tool_call", tc, p)
+                fn = tc.get("function")
                 if not isinstance(fn, Mapping):
                     raise conv.fail(p, "a tool call needs a function object")
-                calls.append((_require_str(conv, tc, "id", p), _require_str(conv, fn, "name",
-                              f"{p}/function"), _args(conv, fn.get("arguments"),
-                                                      f"{p}/function/arguments")))
+                kept_fn = conv.take("call_function", fn, f"{p}/function")
+                call_id = _require_str(conv, tc, "id", p)
+                if kept_fn:
+                    kept_call["function"] = kept_fn
+                if kept_call:
+                    conv.kept_calls[call_id] = kept_call
+                calls.append((call_id, _require_str(conv, fn, "name", f"{p}/function"),
+                              _args(conv, fn.get("arguments"), f"{p}/function/arguments")))
+            if m.get("refusal"):
+                conv.note(path, _REFUSAL)
             conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [])))
         elif role == "tool":
+            kept = conv.take("tool", m, path)
+            if kept:
+                conv.kept[path] = kept
             call_id = _require_str(conv, m, "tool_call_id", path)
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+            content = _joined(conv, m.get("content"), f"{path}/content", "tool content")
             if not isinstance(content, str):
                 raise conv.fail(f"{path}/content", "tool content must be text")
             conv.items.append(("result", path, (call_id, *_result(content))))
         else:
             raise conv.fail(f"{path}/role", f"role {role!r} is not one of system, developer, "
                             "user, assistant, tool")
-    conv.max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if body.get("max_completion_tokens") is not None:
+        conv.max_tokens = body["max_completion_tokens"]
+        if body.get("max_tokens") is not None:
+            conv.params["max_tokens"] = body["max_tokens"]  # both given: kept as sent
+    else:
+        conv.max_tokens = body.get("max_tokens")
+        if conv.max_tokens is not None:
+            conv.imported["max_tokens_key"] = "max_tokens"  # an export sends it back so
     conv.reasoning_effort = body.get("reasoning_effort")
-    for i, t in enumerate(body.get("tools") or ()):
-        fn = t.get("function") if isinstance(t, Mapping) else None
+    for p, t in _read_tools(conv, body):
+        kept = conv.take("tools", t, p)
+        fn = t.get("function")
         if not isinstance(fn, Mapping):
-            raise conv.fail(f"/tools/{i}", "a tool needs a function object")
-        conv.tools.append({"name": _require_str(conv, fn, "name", f"/tools/{i}/function"),
-                           "description": fn.get("description", ""),
-                           "parameters": fn.get("parameters", {"type": "object"})})
+            raise conv.fail(p, "a tool needs a function object")
+        kept_fn = conv.take("tool_function", fn, f"{p}/function")
+        if kept_fn:
+            kept["function"] = kept_fn
+        _tool(conv, _require_str(conv, fn, "name", f"{p}/function"), fn.get("description"),
+              fn.get("parameters"), kept)
 
 
 def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
+    conv.params.update(conv.take("body", body, ""))
     items = body.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
@@ -217,12 +340,13 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         conv.system.append(body["instructions"])
     pending_text: tuple[str, Any] | None = None  # an assistant message waiting for its calls
     calls: list[tuple[str, str, Any]] = []
+    calls_path = ""  # the first function_call item of an assistant output without text
     thoughts: list[tuple[str, dict[str, Any]]] = []  # reasoning items before their output
 
     def flush_assistant() -> None:
         nonlocal pending_text, calls, thoughts
         if pending_text is not None or calls:
-            path = pending_text[0] if pending_text else f"/input/{len(conv.items)}"
+            path = pending_text[0] if pending_text else calls_path
             conv.items.append(("assistant", path,
                                (pending_text[1] if pending_text else "", calls, None,
                                 [r for _p, r in thoughts])))
@@ -242,6 +366,9 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         role = item.get("role")
         if kind == "message" and role == "assistant":
             flush_assistant()
+            kept = conv.take("assistant", item, path)
+            if kept:
+                conv.kept[path] = kept
             content = item.get("content")
             refusal = None
             if isinstance(content, list) and any(isinstance(p, Mapping) and
@@ -249,6 +376,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
                 refusal = "".join(p.get("refusal", "") for p in content
                                   if isinstance(p, Mapping) and p.get("type") == "refusal")
                 content = [p for p in content if p.get("type") != "refusal"] or refusal
+                conv.note(f"{path}/content", _REFUSAL)
             pending_text = (path, _text_parts(conv, content, f"{path}/content",
                                               ("output_text", "text")))
             if refusal:
@@ -257,28 +385,39 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
                 thoughts.clear()
                 pending_text = None
         elif kind == "function_call":
-            calls.append((_require_str(conv, item, "call_id", path),
-                          _require_str(conv, item, "name", path),
+            kept = conv.take("function_call", item, path)
+            call_id = _require_str(conv, item, "call_id", path)
+            if kept:
+                conv.kept_calls[call_id] = kept
+            if not calls:
+                calls_path = path
+            calls.append((call_id, _require_str(conv, item, "name", path),
                           _args(conv, item.get("arguments"), f"{path}/arguments")))
         elif kind == "reasoning":
             flush_assistant()
+            conv.take("reasoning_item", item, path)
             _require_str(conv, item, "id", path)
             thoughts.append((path, reasoning_item(conv.api, item, REASONING_KEYS)))
         elif kind == "message" and role in ("system", "developer"):
             flush_assistant()
             orphan_thoughts()
-            text = item.get("content")
-            if isinstance(text, list):
-                text = "".join(p.get("text", "") for p in text if isinstance(p, Mapping))
-            conv.system.append(str(text))
+            conv.take("system", item, path)
+            text = _joined(conv, item.get("content"), f"{path}/content", "system content")
+            _system(conv, path, role, str(text))
         elif kind == "message" and role == "user":
             flush_assistant()
             orphan_thoughts()
+            kept = conv.take("user", item, path)
+            if kept:
+                conv.kept[path] = kept
             conv.items.append(("user", path, _text_parts(conv, item.get("content"),
                                                          f"{path}/content", ("input_text",))))
         elif kind == "function_call_output":
             flush_assistant()
             orphan_thoughts()
+            kept = conv.take("function_call_output", item, path)
+            if kept:
+                conv.kept[path] = kept
             output = item.get("output")
             if not isinstance(output, str):
                 raise conv.fail(f"{path}/output", "function_call_output output must be text")
@@ -293,16 +432,20 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping):
         conv.reasoning_effort = reasoning.get("effort")
-    for i, t in enumerate(body.get("tools") or ()):
-        if not isinstance(t, Mapping) or t.get("type") != "function":
-            conv.note(f"/tools/{i}", "a non-function tool is not imported")
+        kept = conv.take("reasoning", reasoning, "/reasoning")
+        if kept:
+            conv.params["reasoning"] = kept  # an export merges it with the effort
+    for p, t in _read_tools(conv, body):
+        if t.get("type") != "function":
+            conv.note(p, "a non-function tool is not imported")
             continue
-        conv.tools.append({"name": _require_str(conv, t, "name", f"/tools/{i}"),
-                           "description": t.get("description", ""),
-                           "parameters": t.get("parameters", {"type": "object"})})
+        kept = conv.take("tools", t, p)
+        _tool(conv, _require_str(conv, t, "name", p), t.get("description"),
+              t.get("parameters"), kept)
 
 
 def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
+    conv.params.update(conv.take("body", body, ""))
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise conv.fail("/messages", "an Anthropic body needs a messages list")
@@ -310,11 +453,20 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
     if isinstance(system, str):
         conv.system.append(system)
     elif isinstance(system, list):
-        conv.system += [b.get("text", "") for b in system if isinstance(b, Mapping)]
+        for i, b in enumerate(system):
+            if not isinstance(b, Mapping):
+                raise conv.wrong_kind(f"/system/{i}", ("object",), kind_of(b))
+            conv.take("system", b, f"/system/{i}")
+            if b.get("type") != "text":
+                conv.note(f"/system/{i}", f"system block of type {b.get('type')!r} not "
+                          "imported: system sections are text")
+                continue
+            conv.system.append(b["text"])
     for i, m in enumerate(messages):
         path = f"/messages/{i}"
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
             raise conv.fail(path, "a message must be an object with role user or assistant")
+        conv.take("message", m, path)
         content = m.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}] if m["role"] == "assistant" else content
@@ -329,20 +481,28 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             thinking: list[dict[str, Any]] = []
             for j, block in enumerate(content):
                 p = f"{path}/content/{j}"
-                kind = block.get("type") if isinstance(block, Mapping) else None
+                if not isinstance(block, Mapping):
+                    raise conv.wrong_kind(p, ("object",), kind_of(block))
+                kind = block.get("type")
                 if kind == "thinking" and not texts and not calls:
+                    conv.take("thinking", block, p)
                     _require_str(conv, block, "signature", p)
                     _require_str(conv, block, "thinking", p)
                     thinking.append(reasoning_item(conv.api, block,
                                                    ("type", "thinking", "signature")))
                 elif kind == "redacted_thinking" and not texts and not calls:
+                    conv.take("redacted_thinking", block, p)
                     _require_str(conv, block, "data", p)
                     thinking.append(reasoning_item(conv.api, block, ("type", "data")))
                 elif kind == "text":
+                    conv.take("text", block, p)
                     texts.append({"type": "text", "text": block.get("text", "")})
                 elif kind == "tool_use":
-                    calls.append((from_anthropic_id(_require_str(conv, block, "id", p)),
-                                  _require_str(conv, block, "name", p),
+                    kept = conv.take("tool_use", block, p)
+                    call_id = from_anthropic_id(_require_str(conv, block, "id", p))
+                    if kept:
+                        conv.kept_calls[call_id] = kept
+                    calls.append((call_id, _require_str(conv, block, "name", p),
                                   _args(conv, block.get("input", {}), f"{p}/input")))
                 else:
                     conv.note(p, f"{kind} block not imported: the session log has no event "
@@ -357,32 +517,43 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             if not isinstance(block, Mapping):
                 raise conv.fail(p, "a content block must be an object")
             if block.get("type") == "tool_result":
+                kept = conv.take("tool_result", block, p)
+                if kept:
+                    conv.kept[p] = kept
                 if others:
                     conv.items.append(("user", path, others))
                     others = []
                 result = block.get("content", "")
                 if isinstance(result, list):
                     if all(isinstance(b, Mapping) and b.get("type") == "text" for b in result):
-                        result = "".join(b.get("text", "") for b in result)
+                        result = _joined(conv, result, f"{p}/content", "tool_result text",
+                                         "text")
                     else:
                         conv.note(p, "non-text tool_result blocks kept as a list")
                 status = "error" if block.get("is_error") else "ok"
                 conv.items.append(("result", p, (from_anthropic_id(
                     _require_str(conv, block, "tool_use_id", p)), status, result)))
+            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                conv.take("text", block, p)
+                others.append({"type": "text", "text": block["text"]})
             else:
-                others += [_text_parts(conv, [dict(block)], p, ("text",))[0]]
+                if not isinstance(block.get("type"), str):
+                    raise conv.fail(p, "a content block must be an object with a type")
+                others.append(dict(block))
+                conv.note(p, f"{block['type']} part kept as it is; the builders send "
+                          "non-text parts as JSON text")
         if others:
             single = others[0]["text"] if len(others) == 1 and others[0].get("type") == "text" \
                 and len(content) == 1 else others
             conv.items.append(("user", path, single))
     conv.max_tokens = body.get("max_tokens")
-    for i, t in enumerate(body.get("tools") or ()):
-        if not isinstance(t, Mapping) or "input_schema" not in t:
-            conv.note(f"/tools/{i}", "a server tool (no input_schema) is not imported")
+    for p, t in _read_tools(conv, body):
+        if "input_schema" not in t:
+            conv.note(p, "a server tool (no input_schema) is not imported")
             continue
-        conv.tools.append({"name": _require_str(conv, t, "name", f"/tools/{i}"),
-                           "description": t.get("description", ""),
-                           "parameters": t["input_schema"]})
+        kept = conv.take("tools", t, p)
+        _tool(conv, _require_str(conv, t, "name", p), t.get("description"),
+              t["input_schema"], kept)
 
 
 def _snake(key: str) -> str:
@@ -548,19 +719,32 @@ def import_conversation(api: str, body: Any, *, session_id: str, source: str = "
     if not isinstance(body, Mapping):
         raise conv.fail("/", f"expected a request body object or a message list, got "
                         f"{type(body).__name__}")
+    check_depth(body, lambda path: NestingTooDeep(source, path, MAX_BODY_DEPTH))
     _READERS[api](conv, body)
     model = body.get("model")
     conv.model = model if isinstance(model, str) else None
-    conv.params.update({k: v for k, v in body.items() if k not in _MAPPED[api]})
+    conv.params = {**{k: v for k, v in body.items() if k not in _MAPPED[api]}, **conv.params}
     session = Session(session_id, clock=clock, ids=ids)
     imported: dict[str, Any] = {"format": api, "system": conv.system, "tools": conv.tools,
                                 "model": conv.model, "max_tokens": conv.max_tokens,
                                 "reasoning_effort": conv.reasoning_effort,
-                                "params": conv.params}
+                                "params": conv.params, **conv.imported}
     session.append("session/start", {"format_version": FORMAT_VERSION, "tenant": tenant,
                                      "lineage": None, "imported": imported})
     _write(conv, session)
     return Imported(session.events, tuple(conv.report))
+
+
+def _provider_fields(conv: _Conv, path: str, call_ids: Sequence[str] = ()) -> dict[str, Any]:
+    """``provider_fields`` of the event written for the item at ``path``: the fields the
+    field tables keep verbatim, with the API they belong to (empty when there are none)."""
+    out: dict[str, Any] = {}
+    if conv.kept.get(path):
+        out["fields"] = conv.kept[path]
+    calls = {c: conv.kept_calls[c] for c in call_ids if conv.kept_calls.get(c)}
+    if calls:
+        out["calls"] = calls
+    return {"provider_fields": {"api": conv.api, **out}} if out else {}
 
 
 def _write(conv: _Conv, s: Session) -> None:
@@ -583,7 +767,8 @@ def _write(conv: _Conv, s: Session) -> None:
             if s.open_turn is None:
                 s.append("turn/start")
             s.append("user/message", {"content": value, **({"steering": True}
-                                                            if steering else {})})
+                                                            if steering else {}),
+                                      **_provider_fields(conv, path)})
             last_answered = False
         elif kind == "assistant":
             text, calls, refusal, reasoning = value
@@ -606,6 +791,7 @@ def _write(conv: _Conv, s: Session) -> None:
                 data["refusal"] = refusal
             if reasoning:
                 data["reasoning"] = reasoning
+            data.update(_provider_fields(conv, path, [c for c, _n, _a in calls]))
             for c, _n, _a in calls:
                 if c in declared or c in answered:
                     raise conv.fail(path, f"call id {c!r} is used twice")
@@ -621,7 +807,8 @@ def _write(conv: _Conv, s: Session) -> None:
                 raise conv.fail(path, f"a tool result for call {call_id!r}, which {why}")
             name, args = declared.pop(call_id)
             s.append("tool/call", {"call_id": call_id, "name": name, "arguments": args})
-            s.append("tool/result", {"call_id": call_id, "status": status, "content": content})
+            s.append("tool/result", {"call_id": call_id, "status": status, "content": content,
+                                     **_provider_fields(conv, path)})
             answered.add(call_id)
             last_answered = False
     if declared:
@@ -654,6 +841,7 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
         if not imported.get("system"):
             report.append(Note("/", "no system prompt: the log carries none (a harness "
                                "registers its prompt sections; pass them to export)"))
+    from_import = tools is None
     if tools is None:
         tools = [ToolSchema(t["name"], t.get("description", ""), t.get("parameters",
                                                                        {"type": "object"}))
@@ -682,11 +870,19 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             (params.get("config") or {}).get("thinking_config"), Mapping):
         options["thinking"] = params["config"]["thinking_config"]
     built = build(api, request, **options)
-    if params and imported.get("format") == api:
-        _merge(built.body, params)
+    same = imported.get("format") == api
+    if params and same:  # the builder decides on its options (thinking may go off)
+        overlay(built.body, {k: v for k, v in params.items() if k not in options})
     else:
         report += [Note(f"/{k}", f"request parameter {k!r} of {imported.get('format')} is "
                         f"not carried into {api}") for k in params]
+    if (same and imported.get("max_tokens_key") == "max_tokens"
+            and "max_completion_tokens" in built.body and "max_tokens" not in built.body):
+        # Chat has two names for it: the import's body used the older one
+        built.body["max_tokens"] = built.body.pop("max_completion_tokens")
+    if from_import:
+        _carry_tools(api, imported, built, report)
+    _carry_fields(api, events, built, report)
     for m in messages:
         if m.kind is Kind.CONTEXT:
             report.append(Note("", "context snapshot sent as a user message (its snapshot "
@@ -697,14 +893,44 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     return built, tuple(built.notes) + tuple(report)
 
 
-def _merge(body: dict[str, Any], params: Mapping[str, Any]) -> None:
-    """Imported parameters the body does not set, object values merged key by key (a
-    Gemini body's ``config`` holds both built and imported fields)."""
-    for k, v in params.items():
-        if k not in body:
-            body[k] = v
-        elif isinstance(body[k], dict) and isinstance(v, Mapping):
-            _merge(body[k], v)
+def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[Note]) -> None:
+    """Put each message's, call's and result's kept fields back where the builder put
+    them (same API), or note them (another API)."""
+    by_seq = {e.seq: e for e in events}
+    for o in built.origins:
+        part, seqs = o.source.get("part"), o.source.get("seqs") or ()
+        event = by_seq.get(seqs[0]) if part in ("message", "tool_call") and seqs else None
+        carried = event.data.get("provider_fields") if event is not None else None
+        if not isinstance(carried, Mapping) or not isinstance(carried.get("api"), str):
+            continue  # none, or sealed (a placeholder)
+        kept = carried.get("fields") if part == "message" else \
+            (carried.get("calls") or {}).get(o.source.get("call_id"))
+        if not isinstance(kept, Mapping) or not kept:
+            continue
+        target = at(built.body, o.path)
+        if carried["api"] == api and isinstance(target, dict):
+            overlay(target, kept)
+        else:
+            report.append(Note(o.path, f"field(s) {', '.join(sorted(kept))} of "
+                               f"{carried['api']} not carried into {api}", tuple(seqs)))
+
+
+def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
+                 report: list[Note]) -> None:
+    """Kept fields of the imported tool schemas (e.g. ``strict``), by tool name."""
+    sent = {(t.get("function") or {}).get("name") if api == "openai-chat" else t.get("name"): t
+            for t in built.body.get("tools") or ()}
+    for t in imported.get("tools") or ():
+        carried = t.get("provider_fields")
+        if not isinstance(carried, Mapping) or not carried.get("fields"):
+            continue
+        target = sent.get(t["name"])
+        if carried.get("api") == api and target is not None:
+            overlay(target, carried["fields"])
+        else:
+            report.append(Note("/tools", f"field(s) {', '.join(sorted(carried['fields']))} "
+                               f"of tool {t['name']!r} ({carried.get('api')}) not carried "
+                               f"into {api}"))
 
 
 def surface_of(events: Sequence[Event]) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@
         ├── IncompleteStream         a stream ended before its final event (nothing recorded)
         │   └── StreamInterrupted    the transport broke the stream off (connection, read)
         ├── ConversationImportError  a provider conversation that cannot become a session
+        │   ├── FieldTypeError       a body field of the wrong JSON kind (names the pointer)
+        │   └── NestingTooDeep       a body nested deeper than the log can store
         └── ToolResultError          a tool result for a call the step did not make
 """
 
@@ -62,6 +64,27 @@ class ConversationImportError(ProviderError):
         self.path = path
         self.reason = reason
         super().__init__(f"{source}: at {path}: {reason}")
+
+
+class FieldTypeError(ConversationImportError):
+    """A field of an imported body has a JSON kind its API does not accept (a string
+    ``max_tokens``, a numeric ``reasoning_effort``): refused, never exported invalid."""
+
+    def __init__(self, source: str, path: str, expected: tuple[str, ...], got: str) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(source, path, f"expected {' or '.join(expected)}, got {got}")
+
+
+class NestingTooDeep(ConversationImportError):
+    """An imported body nests deeper than event data may (checked before anything is
+    read, so a pathological body cannot exhaust the stack)."""
+
+    def __init__(self, source: str, path: str, limit: int) -> None:
+        self.limit = limit
+        shown = path if path.count("/") <= 12 else "/".join(path.split("/")[:13]) + "/…"
+        super().__init__(source, shown, f"nested deeper than {limit} levels (the session "
+                         "log stores at most that)")
 
 
 class ToolResultError(ProviderError):

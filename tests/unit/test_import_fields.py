@@ -1,0 +1,404 @@
+"""Import/export keeps every field its table carries and notes every other one; wrong kinds
+and deep nesting are named errors (the field tables of sessionstream.core.providers.fields)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionstream.cli.main import main
+from sessionstream.core.events import CountingClock, SequentialIds
+from sessionstream.core.providers.convert import export_session, import_conversation
+from sessionstream.core.providers.errors import FieldTypeError, NestingTooDeep
+from sessionstream.core.providers.fields import MAX_BODY_DEPTH, TABLES, render_tables
+from sessionstream.core.session import Session
+from tests.unit import harness_cases as cases
+from tests.unit.sdk_check import validate
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _import(api: str, body: Any) -> Any:
+    return import_conversation(api, body, session_id="imp", clock=CountingClock(),
+                               ids=SequentialIds("imp"))
+
+
+def _round_trip(api: str, body: Any) -> tuple[dict[str, Any], list[str]]:
+    """export(import(body)) and the pointers both reports name."""
+    imp = _import(api, body)
+    built, notes = export_session(api, list(imp.events))
+    return built.body, [n.path for n in imp.report] + [n.path for n in notes]
+
+
+#: One body per API that uses every field its tables name as mapped or kept (each valid
+#: for the official SDK's request types), so a round trip must give it back exactly.
+FULL: dict[str, dict[str, Any]] = {
+    "openai-chat": {
+        "model": "gpt-x", "max_completion_tokens": 300, "max_tokens": 250,
+        "reasoning_effort": "low",
+        "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.5,
+        "top_p": 0.9, "n": 1, "stop": ["END"], "seed": 7, "tool_choice": "auto",
+        "parallel_tool_calls": False, "response_format": {"type": "text"}, "user": "u-1",
+        "metadata": {"k": "v"}, "store": False, "logprobs": False, "top_logprobs": 0,
+        "presence_penalty": 0.0, "frequency_penalty": 0.1, "logit_bias": {"42": -1},
+        "modalities": ["text"], "audio": None, "prediction": None, "service_tier": "auto",
+        "verbosity": "low", "web_search_options": {}, "prompt_cache_key": "pk",
+        "safety_identifier": "sid",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "name": "alice", "content": "weather?"},
+            {"role": "assistant", "name": "bot", "content": None, "audio": None,
+             "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                 "name": "weather", "arguments": '{"city":"Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
+            {"role": "assistant", "content": [{"type": "text", "text": "It rains."}]},
+            {"role": "user", "content": [{"type": "text", "text": "thanks"}]}],
+        "tools": [{"type": "function", "function": {
+            "name": "weather", "description": "Weather of a city", "strict": True,
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+    },
+    "openai-responses": {
+        "model": "o-x", "instructions": "Be brief.", "max_output_tokens": 500,
+        "reasoning": {"effort": "high", "summary": "auto", "generate_summary": None},
+        "stream": True, "stream_options": {"include_obfuscation": False}, "store": False,
+        "include": ["reasoning.encrypted_content"], "previous_response_id": None,
+        "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "parallel_tool_calls": True,
+        "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "metadata": {"k": "v"}, "user": "u-1", "service_tier": "auto", "background": False,
+        "max_tool_calls": 3, "prompt": None, "prompt_cache_key": "pk",
+        "safety_identifier": "sid", "top_logprobs": 0, "conversation": None,
+        "input": [
+            {"type": "message", "role": "user", "content": "weather?"},
+            {"type": "message", "role": "user", "status": "completed",
+             "content": [{"type": "input_text", "text": "in Oslo"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [
+                {"type": "summary_text", "text": "look it up"}], "encrypted_content": "enc",
+             "status": "completed"},
+            {"type": "function_call", "id": "fc_1", "status": "completed", "call_id": "call_1",
+             "name": "weather", "arguments": '{"city":"Oslo"}'},
+            {"type": "function_call_output", "id": "fco_1", "status": "completed",
+             "call_id": "call_1", "output": "rain"},
+            {"type": "message", "role": "assistant", "id": "msg_abc", "status": "completed",
+             "content": [{"type": "output_text", "text": "It rains.", "annotations": []}]},
+            {"type": "message", "role": "user", "content": "thanks"}],
+        "tools": [{"type": "function", "name": "weather", "description": "Weather of a city",
+                   "strict": True, "parameters": {"type": "object", "properties": {
+                       "city": {"type": "string"}}}}],
+    },
+    "anthropic": {
+        "model": "claude-x", "max_tokens": 2048, "stream": True,
+        "thinking": {"type": "enabled", "budget_tokens": 1024}, "temperature": 1.0,
+        "top_p": 0.9, "top_k": 5, "stop_sequences": ["END"], "metadata": {"user_id": "u-1"},
+        "tool_choice": {"type": "auto"}, "service_tier": "auto", "container": None,
+        "mcp_servers": [],
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "look it up", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "tool_use", "id": "call_1", "name": "weather",
+                 "input": {"city": "Oslo"}, "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "rain",
+                 "is_error": True, "cache_control": {"type": "ephemeral"}}]}],
+        "tools": [{"name": "weather", "description": "Weather of a city",
+                   "cache_control": {"type": "ephemeral"},
+                   "input_schema": {"type": "object", "properties": {
+                       "city": {"type": "string"}}}}],
+    },
+}
+
+
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+@pytest.mark.parametrize("api", sorted(FULL))
+def test_the_full_body_uses_every_field_its_tables_map_or_keep(api: str) -> None:
+    """Guards the next test: a field added to a table without a use here fails."""
+    named = {k for t in TABLES[api].values() for k in (*t.mapped, *t.kept)}
+    assert named - _keys(FULL[api]) - _keys(NOTED[api][0]) == set()
+    validate(api, FULL[api])
+
+
+@pytest.mark.parametrize("api", sorted(FULL))
+def test_import_then_export_gives_back_every_mapped_and_kept_field(api: str) -> None:
+    body, noted = _round_trip(api, FULL[api])
+    assert body == FULL[api]
+    assert noted == []
+
+
+def test_chat_max_tokens_comes_back_under_the_name_the_body_used() -> None:
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}]}
+    assert _round_trip("openai-chat", body)[0] == body
+    newer = {**body, "max_completion_tokens": 64}
+    del newer["max_tokens"]
+    assert _round_trip("openai-chat", newer)[0] == newer
+
+
+def test_an_exported_responses_message_id_survives_a_round_trip() -> None:
+    """msg_ss<seq> is derived from the seq; after an import the seqs differ, the id not."""
+    s = cases.manual()
+    s.append("todo/add", {"id": "t1", "text": "check", "status": "open"})  # not imported
+    s.append("turn/start")
+    s.append("user/message", {"content": "more"})
+    s.append("step/start")
+    s.append("request/header", {"provider": "p", "model": "m"})
+    s.append("assistant/message", {"content": [{"type": "text", "text": "a"},
+                                               {"type": "text", "text": "b"}]})
+    built, _ = export_session("openai-responses", s.events)
+    ids = [i["id"] for i in built.body["input"] if i.get("id", "").startswith("msg_ss")]
+    assert ids
+    imp = _import("openai-responses", built.body)
+    seqs = {f"msg_ss{e.seq}" for e in imp.events if e.type == "assistant/message"}
+    assert set(ids) - seqs, "the case must renumber the message, or it shows nothing"
+    again, _ = export_session("openai-responses", list(imp.events))
+    assert [i["id"] for i in again.body["input"] if i.get("id", "").startswith("msg_")] == ids
+    assert again.body == built.body
+
+
+@pytest.mark.parametrize(("api", "other"), [("openai-chat", "anthropic"),
+                                            ("openai-responses", "openai-chat"),
+                                            ("anthropic", "openai-responses")])
+def test_an_export_to_another_api_notes_every_kept_field(api: str, other: str) -> None:
+    events = list(_import(api, FULL[api]).events)
+    kept = [e for e in events if "provider_fields" in e.data]
+    assert kept
+    built, notes = export_session(other, events)
+    noted = {s for n in notes if f"of {api} not carried into {other}" in n.note for s in n.seqs}
+    assert {e.seq for e in kept} <= noted
+    assert "fc_1" not in json.dumps(built.body) and "alice" not in json.dumps(built.body)
+
+
+#: Fields the log has no place for: each must be named by the import report.
+NOTED: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "openai-chat": ({"model": "m", "messages": [
+        {"role": "developer", "name": "ops", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "a", "extra": 1}]},
+        {"role": "assistant", "content": None, "refusal": "No."}]},
+        {"/messages/0", "/messages/0/name", "/messages/1/content/0/extra",
+         "/messages/2"}),
+    "openai-responses": ({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "x", "logprobs": [{"token": "x"}],
+                      "annotations": [{"type": "url_citation", "url": "u", "title": "t",
+                                       "start_index": 0, "end_index": 1}]}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        {"type": "message", "role": "assistant", "id": "msg_2", "status": "completed",
+         "content": [{"type": "refusal", "refusal": "No."}]}]},
+        {"/input/1/content/0/logprobs", "/input/1/content/0/annotations", "/input/2",
+         "/input/3/content"}),
+    "anthropic": ({"model": "m", "max_tokens": 9, "system": [
+        {"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}], "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hi",
+                                      "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "yo", "citations": [
+            {"type": "char_location", "cited_text": "c", "document_index": 0,
+             "start_char_index": 0, "end_char_index": 1}]}]}]},
+        {"/system/0/cache_control", "/messages/0/content/0/cache_control",
+         "/messages/1/content/0/citations"}),
+}
+
+
+def _diff(a: Any, b: Any, path: str = "") -> set[str]:
+    """JSON pointers where ``a`` and ``b`` differ (the shallowest differing ones)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {p for k in a.keys() | b.keys() for p in _diff(a.get(k), b.get(k),
+                                                                f"{path}/{k}")}
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return {p for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for p in _diff(x, y, f"{path}/{i}")}
+    return set() if a == b else {path}
+
+
+@pytest.mark.parametrize("api", sorted(NOTED))
+def test_a_field_the_log_cannot_carry_is_named_by_the_report(api: str) -> None:
+    body, expected = NOTED[api]
+    imp = _import(api, body)
+    reported = {n.path for n in imp.report}
+    assert expected <= reported
+    built, _ = export_session(api, list(imp.events))
+    for changed in _diff(body, built.body):
+        assert any(changed == r or changed.startswith(r + "/") or r.startswith(changed + "/")
+                   for r in reported), f"{changed} changed without a note"
+
+
+def test_a_system_message_inside_the_conversation_is_noted_as_moved() -> None:
+    body = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "system", "content": "Now be formal."}]}
+    notes = [n for n in _import("openai-chat", body).report if n.path == "/messages/1"]
+    assert notes and "moved" in notes[0].note
+
+
+# Property: message-level objects are one event's own, so any extra field on them (a
+# field a newer API version adds) comes back from an export to the same API.
+_SLOTS = {
+    "openai-chat": ["/messages/1", "/messages/2", "/messages/2/tool_calls/0",
+                    "/messages/2/tool_calls/0/function", "/messages/3", "/messages/4",
+                    "/tools/0", "/tools/0/function"],
+    "openai-responses": ["/input/1", "/input/3", "/input/4", "/input/5", "/tools/0"],
+    "anthropic": ["/messages/1/content/2", "/messages/2/content/0", "/tools/0"],
+}
+_NAMES = st.sampled_from(["x_new", "cache_key", "label"])  # none a table names
+_VALUES = st.one_of(st.text(max_size=5), st.integers(-5, 5), st.booleans(),
+                    st.lists(st.integers(0, 3), max_size=2))
+
+
+def _slot(body: dict[str, Any], pointer: str) -> dict[str, Any]:
+    node: Any = body
+    for token in pointer.split("/")[1:]:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node  # type: ignore[no-any-return]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_extra_field_of_a_message_item_or_tool_round_trips(data: Any) -> None:
+    api = data.draw(st.sampled_from(sorted(_SLOTS)))
+    body = copy.deepcopy(FULL[api])
+    for pointer in data.draw(st.lists(st.sampled_from(_SLOTS[api]), min_size=1, unique=True)):
+        obj = _slot(body, pointer)
+        for name, value in data.draw(st.dictionaries(_NAMES, _VALUES, min_size=1,
+                                                     max_size=2)).items():
+            if name not in obj:  # a mapped field keeps its own meaning
+                obj[name] = value
+    again, noted = _round_trip(api, body)
+    assert again == body
+    assert noted == []
+
+
+# ------------------------------------------------------------------------- type checks
+
+
+def _wrong(kinds: tuple[str, ...]) -> Any:
+    """A value of a JSON kind not in ``kinds``."""
+    for value, kind in (("text", "string"), ({"a": 1}, "object"), (1.5, "number"),
+                        (True, "boolean")):
+        if kind not in kinds:
+            return value
+    return None  # pragma: no cover - every table names a narrower kind set
+
+
+@pytest.mark.parametrize(("api", "key"), [(api, key) for api in sorted(TABLES)
+                                          for key in (*TABLES[api]["body"].mapped,
+                                                      *TABLES[api]["body"].kept)])
+def test_a_body_field_of_the_wrong_kind_is_a_named_error(api: str, key: str) -> None:
+    table = TABLES[api]["body"]
+    body = {**FULL[api], key: _wrong(table.mapped.get(key) or table.kept[key])}
+    with pytest.raises(FieldTypeError) as info:
+        _import(api, body)
+    assert info.value.path == f"/{key}"
+
+
+@pytest.mark.parametrize(("api", "body", "pointer"), [
+    ("openai-chat", {"max_tokens": "100", "messages": []}, "/max_tokens"),
+    ("openai-chat", {"max_completion_tokens": 1.5, "messages": []}, "/max_completion_tokens"),
+    ("openai-chat", {"reasoning_effort": 3, "messages": []}, "/reasoning_effort"),
+    ("openai-chat", {"messages": [{"role": "user", "name": 5, "content": "x"}]},
+     "/messages/0/name"),
+    ("openai-chat", {"messages": [], "tools": [{"type": "function", "function": {
+        "name": "f", "strict": "yes"}}]}, "/tools/0/function/strict"),
+    ("anthropic", {"max_tokens": 1.0, "messages": []}, "/max_tokens"),
+    ("anthropic", {"system": 5, "messages": []}, "/system"),
+    ("anthropic", {"system": ["be brief"], "messages": []}, "/system/0"),
+    ("anthropic", {"messages": [{"role": "assistant", "content": ["x"]}]},
+     "/messages/0/content/0"),
+    ("openai-responses", {"input": [], "reasoning": {"effort": 2}}, "/reasoning/effort"),
+    ("openai-responses", {"input": [{"type": "function_call", "call_id": "c", "name": "f",
+                                     "arguments": "{}", "status": 1}]}, "/input/0/status"),
+])
+def test_the_reported_bad_inputs_are_named_errors_with_their_pointer(
+        api: str, body: Any, pointer: str) -> None:
+    with pytest.raises(FieldTypeError) as info:
+        _import(api, body)
+    assert info.value.path == pointer
+    assert pointer in str(info.value) and "expected" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- nesting
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_a_body_at_the_depth_limit_imports_and_one_level_more_is_a_named_error() -> None:
+    """The limit keeps every imported value storable: the deepest a body's value lands in
+    the log is a request parameter, two levels deeper (session/start imported.params)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "metadata": _nested(MAX_BODY_DEPTH - 1)}
+    Session.from_events(_import("openai-chat", body).events)  # valid event data
+    body["metadata"] = _nested(MAX_BODY_DEPTH)
+    with pytest.raises(NestingTooDeep) as info:
+        _import("openai-chat", body)
+    assert info.value.path.startswith("/metadata/a/a")
+
+
+def test_deeply_nested_tool_arguments_are_a_named_error() -> None:
+    args = "[" * 5000 + "]" * 5000
+    body = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}]}]}
+    with pytest.raises(NestingTooDeep) as info:
+        _import("openai-chat", body)
+    assert info.value.path == "/messages/1/tool_calls/0/function/arguments"
+
+
+# -------------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"model": "m", "max_tokens": "100", "messages": []}',
+     "at /max_tokens: expected integer or null, got string"),
+    ('{"model": "m", "reasoning_effort": 3, "messages": []}',
+     "at /reasoning_effort: expected string or null, got integer"),
+    ('{"model": "m", "messages": [{"role": "user", "content": "x"}], "metadata": '
+     + json.dumps(_nested(200)) + "}", "nested deeper than"),
+    ('{"messages": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply to read"),
+])
+def test_bad_field_kinds_and_deep_nesting_exit_2_on_the_command_line(
+        tmp_path: Path, content: str, message: str) -> None:
+    src = tmp_path / "body.json"
+    src.write_text(content)
+    dest = tmp_path / "out.jsonl"
+    out = CliRunner().invoke(main, ["log", "import", "--from", "openai-chat", str(src),
+                                    "-o", str(dest)])
+    assert out.exit_code == 2, out.output
+    assert message in out.output and str(src) in out.output
+    assert "Traceback" not in out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    assert not dest.exists()
+
+
+def test_a_kept_field_travels_through_the_command_line(tmp_path: Path) -> None:
+    src = tmp_path / "body.json"
+    src.write_text(json.dumps(FULL["openai-responses"]))
+    log = tmp_path / "s.jsonl"
+    runner = CliRunner()
+    assert runner.invoke(main, ["log", "import", "--from", "openai-responses", str(src),
+                                "-o", str(log)]).exit_code == 0
+    out = runner.invoke(main, ["log", "export", "--to", "openai-responses", str(log),
+                               "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["body"] == FULL["openai-responses"]
+
+
+def test_harness_md_shows_the_field_tables() -> None:
+    text = (DOCS / "harness.md").read_text(encoding="utf-8")
+    assert render_tables() in text, "docs/harness.md's field tables are stale: paste " \
+        "sessionstream.core.providers.fields.render_tables()"
