@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import dataclasses
 import secrets
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -264,7 +263,6 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
             raise StoreError(
                 f"the store does not know the LangGraph event types {missing}: build it with "
                 "event_types=sessionstream.integrations.langgraph.EVENT_TYPES")
-        _seal_with_catalog(store)
         self.store = store
         self.session_prefix = session_prefix
         self.durable = durable
@@ -555,18 +553,6 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-
-def _seal_with_catalog(store: SessionStore) -> None:
-    """Make a fleet store's cipher seal by the store's catalog: with the default one it
-    knows no ``langgraph/`` type and seals every field (ids and versions too) as raw
-    content, so a shredded thread would lose its structure along with its values."""
-    if not isinstance(store, FleetStore):
-        return
-    cipher = store.cfg.cipher
-    if cipher is not None and cipher.catalog is not store.catalog:
-        store.cfg = dataclasses.replace(
-            store.cfg, cipher=dataclasses.replace(cipher, catalog=store.catalog))
 
 
 def _thread_of(config: RunnableConfig | None) -> str:

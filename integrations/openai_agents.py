@@ -143,12 +143,17 @@ class _Writer:
         self.s: Session | None = handle.session()
 
     def _append(self, drafts: list[Draft]) -> None:
+        """Append through the handle (its rules refuse here, nothing appended), then
+        follow in the mirror; a mirror that does not continue into what the handle
+        wrote (another writer's events came in when the handle took the session) is
+        read again, never taken for a refusal."""
         events = self.h.append_many(drafts)
-        if self.s is None:
+        s = self.s
+        if s is None or (events and events[0].seq != s.next_seq):
             self.s = self.h.session()
-        else:
-            for e in events:
-                self.s.admit(e)
+            return
+        for e in events:
+            s.admit(e)
 
     def _try(self, drafts: list[Draft]) -> bool:
         """Append the drafts in order; False at the first one the session's rules refuse
@@ -262,6 +267,7 @@ class SessionstreamSession(SessionABC):
     def _add_sync(self, items: list[Any]) -> None:
         h = self._handle
         with h._lock:
+            h.acquire()  # the session the items continue is the history (the fleet: leased)
             w = _Writer(h)
             for item in items:
                 w.add(item)

@@ -52,6 +52,7 @@ session as it does an unknown required type. Their data is content (sealed at re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -403,6 +404,13 @@ class FleetStore(SessionStore):
 
     def __init__(self, cfg: WriterConfig, event_types: Iterable[EventType] = ()) -> None:
         super().__init__(event_types)
+        if cfg.cipher is not None and cfg.cipher.catalog is not self.catalog:
+            # Seal by this store's catalog (plugin types registered later included: it is
+            # the same object): the default one knows no plugin type and would seal every
+            # field of one, ids and versions too, as raw content, so a shredded session
+            # would lose its structure along with its values.
+            cfg = dataclasses.replace(
+                cfg, cipher=dataclasses.replace(cfg.cipher, catalog=self.catalog))
         self.cfg = cfg
         self._leases: tuple[Any, LeaseStore] | None = None
 

@@ -40,7 +40,8 @@ from sessionstream.core.settings import Env, Settings
 from sessionstream.producers.kafka_clients import KafkaClients
 from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.errors import TopicMissing
-from sessionstream.streams.native_fold import InFlight, NativeFold, NativeUnavailable, live_driver
+from sessionstream.streams.native_flush import InFlight
+from sessionstream.streams.native_fold import NativeFold, NativeUnavailable, live_driver
 from sessionstream.streams.processor import BatchReport, Processor
 from sessionstream.streams.trace import StageTrace
 

@@ -54,12 +54,8 @@ from sessionstream.producers.kafka_clients import consumer_config, private_group
 from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.errors import GenerationError
 from sessionstream.streams.kafka_io import KafkaLogReader
-from sessionstream.streams.native_fold import (
-    SEALED_REF,
-    NativeFold,
-    field_digest,
-    fold_driver,
-)
+from sessionstream.streams.native_fold import NativeFold, fold_driver
+from sessionstream.streams.native_seal import SEALED_REF, field_digest
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink, Retry, Script
 
@@ -108,7 +104,7 @@ _ALLOCATE = Script(ALLOCATE_GENERATION_LUA)
 # both rows' compared fields and as_of_seq (field/value lists) for the caller's exact
 # compare of the views, the new row's sealed values as the marker and their SHA-1 when
 # ARGV[1] is not '' (the caller holds the digests of their clear texts,
-# streams.native_fold.sealed_ref); then, when both rows hold the same field names, only
+# streams.native_seal.sealed_ref); then, when both rows hold the same field names, only
 # the fields whose stored values differ come back. Sealed fields use random nonces: such
 # rows always come back.
 COMPARE_ROWS_LUA = lua("""

@@ -1,8 +1,8 @@
 """LangGraph's own graph tests, from its sdist, with SessionStreamSaver on the fleet as
 their checkpointer (real Kafka + Redis).
 
-The sdist is fetched at test time with pip (cached in ``~/.cache/sessionstream``; never
-committed) and run in a subprocess with ``tests/frameworks/sessionstream_lg_plugin.py``,
+The sdist is fetched at test time with pip (cached in the cache dir; never committed)
+and run in a subprocess with ``tests/frameworks/sessionstream_lg_plugin.py``,
 which puts our saver in the suite's ``sync_checkpointer`` / ``async_checkpointer``
 fixtures. ``-k sessionstream`` keeps the tests that take those fixtures. Chosen files
 and what is left out (with the reason) are listed below and in docs/frameworks/langgraph.md.
@@ -13,18 +13,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+
+from sessionstream.core.settings import Settings
+from tests.integration.sdists import unpacked_sdist
 
 pytestmark = pytest.mark.integration
 
 LANGGRAPH = "1.2.22"
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("SESSIONSTREAM_CACHE_DIR", Path.home() / ".cache" / "sessionstream"))
 
 #: The suite's files whose tests take the checkpointer fixtures and exercise what a
 #: saver does: time travel and forks, subgraph persistence, interrupts and resume,
@@ -50,25 +52,11 @@ FILES = [
 EXCLUDED: dict[str, str] = {}
 
 
-def _sdist() -> Path:
-    """The extracted sdist (downloaded once with pip into the cache)."""
-    where = CACHE / f"langgraph-{LANGGRAPH}"
-    if (where / "tests" / "conftest.py").exists():
-        return where
-    CACHE.mkdir(parents=True, exist_ok=True)
-    archive = CACHE / f"langgraph-{LANGGRAPH}.tar.gz"
-    if not archive.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--no-binary", ":all:", f"langgraph=={LANGGRAPH}", "-d", str(CACHE)],
-                       check=True, timeout=300)
-    with tarfile.open(archive) as tar:
-        tar.extractall(CACHE, filter="data")
-    return where
-
-
 def test_langgraph_graph_suite_passes_with_our_saver_on_the_fleet(
-        unique_topic: Callable[..., str], redis_prefix: str, tmp_path: Path) -> None:
-    suite = _sdist()
+        settings: Settings, unique_topic: Callable[..., str], redis_prefix: str,
+        tmp_path: Path) -> None:
+    assert version("langgraph") == LANGGRAPH, "the pinned langgraph is the suite's version"
+    suite = unpacked_sdist("langgraph", settings.cache_dir)
     report = tmp_path / "junit.xml"
     deselect = [f"--deselect=tests/{t}" for t in EXCLUDED]
     env = {**os.environ, "NO_DOCKER": "true", "SESSIONSTREAM_LG_BACKEND": "fleet",

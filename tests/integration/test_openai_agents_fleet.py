@@ -32,9 +32,6 @@ RACER = Path(__file__).with_name("openai_agents_racer.py")
 CANARY = "canary-sdk-7f3c"
 
 
-@pytest.mark.xfail(reason="known bug, open in issue 23: when the race interleaves, the adapter's "
-                   "local session mirror raises InvariantViolation (seq-contiguous) in the loser "
-                   "instead of mapping it to WriterConflict", strict=False)
 def test_two_processes_racing_through_the_sdk_api_leave_one_history(
         writer_cfg: WriterConfig, tmp_path: Path) -> None:
     go = tmp_path / "go"

@@ -15,14 +15,13 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 from collections.abc import Callable
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from sessionstream.core.settings import Settings
+from tests.integration.sdists import unpacked_sdist
 
 pytestmark = pytest.mark.integration
 
@@ -48,30 +47,9 @@ SUITE = [
 SUITE_TIMEOUT_S = 900
 
 
-def sdk_tests(cache_dir: Path) -> Path:
-    """The unpacked sdist of the installed openai-agents (fetched with pip once)."""
-    v = version("openai-agents")
-    root = cache_dir / "frameworks"
-    tree = root / f"openai_agents-{v}"
-    if (tree / ".unpacked").exists():
-        return tree
-    root.mkdir(parents=True, exist_ok=True)
-    sdist = root / f"openai_agents-{v}.tar.gz"
-    if not sdist.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--no-binary", ":all:", f"openai-agents=={v}", "-d", str(root)],
-                       check=True, timeout=300)
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers()
-                   if m.name.split("/", 1)[-1].startswith(("tests/", "pyproject.toml"))]
-        tar.extractall(root, members=members, filter="data")
-    (tree / ".unpacked").touch()
-    return tree
-
-
 def test_the_agents_sdk_session_tests_pass_on_the_fleet_backend(
         settings: Settings, unique_topic: Callable[..., str], redis_prefix: str) -> None:
-    tree = sdk_tests(settings.cache_dir)
+    tree = unpacked_sdist("openai-agents", settings.cache_dir)
     env = {**os.environ,
            "PYTHONPATH": str(PLUGIN_DIR),
            "SESSIONSTREAM_SDK_BACKEND": "fleet",

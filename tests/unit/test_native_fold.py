@@ -35,7 +35,7 @@ from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.rows import CHUNK_ITEMS, assemble
 from sessionstream.core.simulate import simulate_session
-from sessionstream.streams import native_fold
+from sessionstream.streams import native_fold, native_handover
 from sessionstream.streams.memory import MemoryDeadLetters as MemoryDLQ
 from sessionstream.streams.memory import MemorySink
 from sessionstream.streams.native_fold import NativeFold, NativeUnavailable, fold_driver
@@ -390,8 +390,8 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets(
     import random
 
     built: list[Any] = []  # Python events the native path builds (none: every unit is native)
-    real_event = native_fold._event
-    monkeypatch.setattr(native_fold, "_event", lambda t: built.append(t) or real_event(t))
+    real_event = native_handover._event
+    monkeypatch.setattr(native_handover, "_event", lambda t: built.append(t) or real_event(t))
 
     rng = random.Random(3)
     logs = {f"lab{i}": simulate_session(rng, f"lab{i}", turns=4, compact_every=2,

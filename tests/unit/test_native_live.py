@@ -29,10 +29,11 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
-from sessionstream.streams import native_fold
+from sessionstream.streams import native_flush, native_fold
 from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
-from sessionstream.streams.native_fold import NativeFold, _unit_of, live_driver
+from sessionstream.streams.native_fold import NativeFold, live_driver
+from sessionstream.streams.native_seal import unit_of
 from sessionstream.streams.processor import BatchReport, Processor
 from tests.unit.test_native_fold import _assert_same, _records, fleets
 from tests.unit.test_native_sealed import _sealed
@@ -334,7 +335,7 @@ def test_live_sealed_content_and_sealed_rows_fold_as_in_python(tmp_path: Path) -
     def opened(sink: MemorySink) -> dict[Any, dict[str, str | None]]:
         out: dict[Any, dict[str, str | None]] = {}
         for (gen, sid), h in sink.hashes.items():
-            out[(gen, sid)] = {k: rows.open(sid, _unit_of(k), k, v) if _unit_of(k) else v
+            out[(gen, sid)] = {k: rows.open(sid, unit_of(k), k, v) if unit_of(k) else v
                                for k, v in h.items()}
         return out
     assert opened(na_sink) == opened(py_sink)
@@ -419,7 +420,7 @@ def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> N
             for key, name, n, start, items in parts:
                 by_unit.setdefault(key, []).append((name, n, start, items))
             for key, unit_parts in by_unit.items():
-                counts[key] = native_fold.native_chunks(
+                counts[key] = native_flush.native_chunks(
                     a._native_chunked[key], unit_parts, stored.get(sid, {}).get(key),
                     fields, deletes, chunk)
             assert b.folder.write_fields(sid, not first, chunk, stored.get(sid, {})) == (
@@ -555,7 +556,7 @@ def test_new_sessions_row_keys_are_created_off_the_hot_path_in_batches_and_shred
     assert all(name != threading.main_thread().name for name, _ in created_on)
 
     def opened(s: MemorySink) -> dict[Any, dict[str, str | None]]:
-        return {k: {f: rows.open(k[1], _unit_of(f), f, v) if _unit_of(f) else v
+        return {k: {f: rows.open(k[1], unit_of(f), f, v) if unit_of(f) else v
                     for f, v in h.items()} for k, h in s.hashes.items()}
     assert opened(sink) == opened(py_sink)
     row = sink.hashes[(1, "w1")]

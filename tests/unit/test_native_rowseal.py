@@ -17,7 +17,7 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import NONCE_BYTES, TAG_BYTES
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, is_sealed
-from sessionstream.streams import native_fold
+from sessionstream.streams import native_fold, native_seal
 
 if not native_fold.available():
     if os.environ.get("CI"):
@@ -39,7 +39,7 @@ def _native_seal(rows: RowCipher, sid: str, fields: dict[str, str]) -> dict[str,
 def _python_seal(rows: RowCipher, sid: str, fields: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, text in fields.items():
-        unit = native_fold._unit_of(name)
+        unit = native_seal.unit_of(name)
         out[name] = text if unit is None else rows.seal(sid, unit, name, text)
     return out
 
@@ -68,7 +68,7 @@ def test_native_sealed_fields_open_in_python_and_seal_the_same_fields(
     assert sealed.keys() == fields.keys()
     for name, value in sealed.items():
         assert is_sealed(value) == is_sealed(reference[name]), name
-        unit = native_fold._unit_of(name)
+        unit = native_seal.unit_of(name)
         if is_sealed(value):
             assert unit is not None
             blob = base64.b64decode(value[len(PREFIX):], validate=True)
@@ -117,7 +117,7 @@ def test_the_digested_seal_seals_as_seal_row_and_digests_as_replay_does(
     assert {n for n, v in out.items() if is_sealed(v)} == \
         {n for n, v in plain.items() if is_sealed(v)} == {n for n, _, _ in got}
     for name, sha, digest in got:
-        unit = native_fold._unit_of(name)
+        unit = native_seal.unit_of(name)
         assert unit is not None and rows.open(sid, unit, name, out[name]) == fields[name]
-        assert native_fold.SEALED_REF + sha == native_fold.sealed_ref(out[name])
-        assert digest == native_fold.field_digest(fields[name])
+        assert native_seal.SEALED_REF + sha == native_seal.sealed_ref(out[name])
+        assert digest == native_seal.field_digest(fields[name])

@@ -147,3 +147,24 @@ async def test_a_non_dict_item_is_refused_with_a_clear_error() -> None:
     s = SessionstreamSession("bad", MemoryStore())
     with pytest.raises(TypeError, match="item is a dict"):
         await s.add_items(["not an item"])  # type: ignore[list-item]
+
+
+def test_a_mirror_behind_the_handle_is_read_again_not_taken_for_a_refusal(
+        store: SessionStore) -> None:
+    # Another writer's events land between the adapter reading the session and its
+    # append (on the fleet: the events the writer reads when it takes the lease).
+    from sessionstream.integrations.openai_agents import _Writer
+
+    s = SessionstreamSession("behind", store)
+    h = s.handle
+    h.append("user/message", {"content": "first"})
+    w = _Writer(h)
+    h.append("user/message", {"content": "from another writer"})
+    w.add({"role": "user", "content": "mine"})
+    w.add({"role": "assistant", "content": "answer"})
+    w.end_batch()
+    types = [e.type for e in h.events()]
+    assert types.count("openai-agents/item") == 0  # no duplicate as a plugin item
+    assert [e.data.get("content") for e in h.events() if e.type == "user/message"] == [
+        "first", "from another writer", "mine"]
+    assert types[-4:] == ["step/start", "assistant/message", "step/end", "turn/end"]

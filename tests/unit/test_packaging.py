@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 
 from tests.unit.layout import ROOT, package_dirs
@@ -29,3 +31,11 @@ def test_the_install_built_the_native_extension() -> None:
 
     assert native.available(), native.WHY_NOT
     assert native.member("Folder") is not None and native.member("Appender") is not None
+
+
+def test_the_installed_extras_resolve_together() -> None:
+    # the test extra pulls in every optional extra (faust, the three frameworks, the
+    # provider SDKs): their pins must hold together, as a user installing them would need
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -15,7 +15,7 @@ from sessionstream.core.rows import SessionRow
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, open_fields
-from sessionstream.streams import native_fold, replay
+from sessionstream.streams import native_fold, native_seal, replay
 
 if not native_fold.available():
     if os.environ.get("CI"):
@@ -31,7 +31,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> RowCipher:
 def _seal(rows: RowCipher, sid: str, fields: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, text in fields.items():
-        unit = native_fold._unit_of(name)
+        unit = native_seal.unit_of(name)
         out[name] = text if unit is None else rows.seal(sid, unit, name, text)
     return out
 
@@ -84,13 +84,13 @@ def _verdict(fresh: dict[str, str], old: dict[str, str]) -> list[list[str]]:
     SHA-1 reference (as COMPARE_ROWS_LUA gives them), the live row whole."""
     def flat(row: dict[str, str], hashed: bool) -> list[str]:
         return [x for k, v in row.items()
-                for x in (k, native_fold.sealed_ref(v) if hashed and v.startswith(PREFIX)
+                for x in (k, native_seal.sealed_ref(v) if hashed and v.startswith(PREFIX)
                           else v)]
     return [flat(fresh, True), flat(old, False)]
 
 
 def _kept(clear: dict[str, str], sealed: dict[str, str]) -> dict[str, tuple[str, bytes]]:
-    return {k: (native_fold.sealed_ref(v), native_fold.field_digest(clear[k]))
+    return {k: (native_seal.sealed_ref(v), native_seal.field_digest(clear[k]))
             for k, v in sealed.items() if v.startswith(PREFIX)}
 
 
@@ -124,10 +124,10 @@ def test_a_digest_not_of_the_stored_value_decides_nothing(rows: RowCipher) -> No
     other = _seal(rows, "s-1", _ROW)
     assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, other))
     kept = _kept(_ROW, fresh)
-    kept["view:todo"] = (kept["view:todo"][0], native_fold.field_digest('{"items":[]}'))
+    kept["view:todo"] = (kept["view:todo"][0], native_seal.field_digest('{"items":[]}'))
     assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, kept)
 
 
 def test_the_fold_and_the_compare_know_the_sealed_prefix_of_the_row_cipher() -> None:
-    assert native_fold.SEALED_PREFIX == PREFIX
-    assert native_fold.sealed_ref(PREFIX + "abc").startswith(native_fold.SEALED_REF)
+    assert native_seal.SEALED_PREFIX == PREFIX
+    assert native_seal.sealed_ref(PREFIX + "abc").startswith(native_seal.SEALED_REF)
