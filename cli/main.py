@@ -19,6 +19,7 @@ from sessionstream.cli.context import ExitCode, GuardedGroup, command_errors, di
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError
 from sessionstream.core.events import Event
+from sessionstream.core.providers.common import APIS
 
 BAD_INPUT = ExitCode.BAD_INPUT
 
@@ -154,7 +155,7 @@ def projections_cmd(file: Path, as_json: bool, keys: tuple[str, ...]) -> None:
 @_JSON
 @click.option("--scope", default=None, help="Agent scope of the request (default: global).")
 @click.option("--provider", "provider", default=None,
-              type=click.Choice(("openai-chat", "openai-responses", "anthropic")),
+              type=click.Choice(APIS),
               help="Explain the provider request body instead: every JSON path of the body "
                    "and its source, plus what the format could not carry.")
 def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | None) -> None:

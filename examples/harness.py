@@ -1,12 +1,15 @@
-"""A runnable agent harness on sessionstream, for any OpenAI-compatible or Anthropic endpoint.
+"""A runnable agent harness on sessionstream, for OpenAI-compatible, Anthropic or Gemini endpoints.
 
     OPENAI_BASE_URL=http://localhost:8000/v1 OPENAI_API_KEY=... \\
         python examples/harness.py --model my-model "What is 17 + 25?"
     ANTHROPIC_API_KEY=... python examples/harness.py --api anthropic \\
         --model claude-sonnet-4-5 --stream "What is 17 + 25?"
+    GEMINI_API_KEY=... python examples/harness.py --api gemini --model gemini-2.5-flash \\
+        "What is 17 + 25?"
 
 The official SDKs read their base URL and key from the environment (OPENAI_BASE_URL /
-OPENAI_API_KEY, ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY). Each model step is built from
+OPENAI_API_KEY, ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY, GOOGLE_GEMINI_BASE_URL /
+GEMINI_API_KEY). Each model step is built from
 the session's surface by sessionstream's request builders, and the answer (whole or
 streamed) is recorded through the session's rules; tools run after their tool/call is
 flushed. Offline (default) the session is kept in memory and written to ``-o`` as JSONL;
@@ -70,9 +73,31 @@ class AnthropicClient:
         return result.model_dump(mode="json")
 
 
+class GeminiClient:
+    """The provider port over ``google.genai.Client().models``: the body is the SDK call's
+    keyword arguments; ``stream`` (ours) picks ``generate_content_stream``."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def create(self, body: Mapping[str, Any]) -> Any:
+        kwargs = {k: v for k, v in body.items() if k != "stream"}
+        if body.get("stream"):
+            return (chunk.model_dump(mode="json", exclude_none=True)
+                    for chunk in self.client.models.generate_content_stream(**kwargs))
+        result = self.client.models.generate_content(**kwargs)
+        return result.model_dump(mode="json", exclude_none=True)
+
+
 def make_client(api: str, http_client: Any = None) -> Any:
     """The SDK client for ``api`` (base URL and key from the environment)."""
     kw = {} if http_client is None else {"http_client": http_client}
+    if api == "gemini":
+        from google import genai
+        from google.genai import types
+
+        options = types.HttpOptions(httpx_client=http_client) if http_client else None
+        return GeminiClient(genai.Client(http_options=options))
     if api == "anthropic":
         import anthropic
 
@@ -112,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("prompt")
     p.add_argument("--api", default="openai-chat",
-                   choices=("openai-chat", "openai-responses", "anthropic"))
+                   choices=("openai-chat", "openai-responses", "anthropic", "gemini"))
     p.add_argument("--model", required=True)
     p.add_argument("--stream", action="store_true")
     p.add_argument("--kafka", action="store_true", help="write the session to the fleet")

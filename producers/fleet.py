@@ -31,7 +31,7 @@ from typing import Any
 
 from sessionstream.core.events import Draft
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
-from sessionstream.core.providers import APIS
+from sessionstream.core.providers.common import SIMULATED_APIS
 from sessionstream.core.providers.scripted import Reply, ScriptedClient
 from sessionstream.core.request import (
     PromptRegistry,
@@ -156,7 +156,7 @@ def run_turn(
     with the answer. ``crash_at``: die after that many events.
     """
     log = _Log(w, crash_at, on_crash)
-    api = APIS[rng.randrange(len(APIS))]
+    api = SIMULATED_APIS[rng.randrange(len(SIMULATED_APIS))]
     calls = [(f"c{turn}-{i}-{uuid.uuid4().hex[:6]}", rng.choice(TOOLS),
               {"q": f"item {i}", "limit": rng.randint(1, 50)}) for i in range(rng.randint(1, 2))]
     script = [

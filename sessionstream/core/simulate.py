@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sessionstream.core.events import CountingClock, Event, Writer
-from sessionstream.core.providers import APIS, build
+from sessionstream.core.providers import build
+from sessionstream.core.providers.common import SIMULATED_APIS
 from sessionstream.core.providers.scripted import Reply, ScriptedClient
 from sessionstream.core.recorder import parse, record
 from sessionstream.core.request import PromptRegistry, RequestHeader, Section, assemble
@@ -132,7 +133,7 @@ def _model_step(
     reply = Reply(" ".join(texts), calls, input_tokens=100 + rng.randrange(900),
                   output_tokens=10 + len(texts), model=SIM_HEADER.model,
                   response_id=f"resp-{session.next_seq}")
-    api = APIS[session.next_seq % len(APIS)]
+    api = SIMULATED_APIS[session.next_seq % len(SIMULATED_APIS)]
     client = ScriptedClient(api, [reply])
     messages = session.derive_messages()
     if len(messages) <= BUILD_LIMIT:

@@ -12,11 +12,14 @@ parsed response (or the list of its stream events, dumped to JSON).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anthropic
 import openai
+from google import genai
+from google.genai import types as gtypes
 
 try:  # the SDKs' HTTP client: httpx2 in current releases, httpx before
     import httpx2 as httpx
@@ -52,8 +55,26 @@ def check(t: Any, item: Any, where: str) -> None:
     assert out == item, f"{where}: the SDK type drops or changes parts:\n{out}\n!=\n{item}"
 
 
+def check_model(model: type[Any], item: Any, where: str) -> None:
+    """``item`` is a google-genai model's JSON form exactly (python and JSON validation)."""
+    for value in (model.model_validate(item), model.model_validate_json(json.dumps(item))):
+        out = value.model_dump(mode="json", exclude_none=True)
+        assert out == item, f"{where}: the SDK type drops or changes parts:\n{out}\n!=\n{item}"
+
+
+def _validate_gemini(body: dict[str, Any]) -> None:
+    assert set(body) <= {"model", "contents", "config", "stream"}, sorted(body)
+    assert isinstance(body["model"], str)
+    for i, c in enumerate(body["contents"]):
+        check_model(gtypes.Content, c, f"/contents/{i}")
+    if "config" in body:
+        check_model(gtypes.GenerateContentConfig, body["config"], "/config")
+
+
 def validate(api: str, body: dict[str, Any]) -> None:
-    if api == "openai-chat":
+    if api == "gemini":
+        _validate_gemini(body)
+    elif api == "openai-chat":
         for i, m in enumerate(body["messages"]):
             check(ChatCompletionMessageParam, m, f"/messages/{i}")
         for i, t in enumerate(body.get("tools", ())):
@@ -102,8 +123,76 @@ def _sse(events: list[dict[str, Any]], api: str) -> bytes:
     return "".join(lines).encode()
 
 
+def gemini_client(handler: Callable[[httpx.Request], httpx.Response]) -> genai.Client:
+    """The google-genai client over an ``httpx`` mock transport (no retries)."""
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    return genai.Client(api_key="test-key", http_options=gtypes.HttpOptions(
+        base_url="http://provider.test", httpx_client=http,
+        retry_options=gtypes.HttpRetryOptions(attempts=1)))
+
+
+def gemini_call(client: genai.Client, body: dict[str, Any]) -> Any:
+    """``body`` sent as the SDK call it is (``stream`` picks the streaming method);
+    the answer dumped to JSON (a list of chunks for a stream)."""
+    kwargs = {k: v for k, v in body.items() if k != "stream"}
+    if body.get("stream"):
+        return [e.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"})
+                for e in client.models.generate_content_stream(**kwargs)]
+    result = client.models.generate_content(**kwargs)
+    return result.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"})
+
+
+_GEMINI_URL = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)")
+
+
+def gemini_wire_to_body(request: httpx.Request) -> dict[str, Any]:
+    """The REST request the SDK sent, read back into the builder's form with the SDK's
+    own models (so ``== body`` means the SDK carried every part unchanged)."""
+    wire = json.loads(request.content)
+    found = _GEMINI_URL.search(request.url.path)
+    assert found, request.url
+    dump = {"mode": "json", "exclude_none": True}
+    back: dict[str, Any] = {"model": found.group(1), "contents": [
+        gtypes.Content.model_validate(c).model_dump(**dump) for c in wire.pop("contents")]}
+    config: dict[str, Any] = {}
+    if "systemInstruction" in wire:
+        config["system_instruction"] = gtypes.Content.model_validate(
+            wire.pop("systemInstruction")).model_dump(**dump)
+    if "tools" in wire:
+        config["tools"] = [gtypes.Tool.model_validate(t).model_dump(**dump)
+                           for t in wire.pop("tools")]
+    if "generationConfig" in wire:
+        config.update(gtypes.GenerationConfig.model_validate(
+            wire.pop("generationConfig")).model_dump(**dump))
+    assert not wire, f"the SDK sent fields the builder's form has no place for: {wire}"
+    if config:
+        back["config"] = config
+    if found.group(2) == "streamGenerateContent":
+        back["stream"] = True
+    return back
+
+
+def gemini_sse(chunks: list[dict[str, Any]]) -> bytes:
+    return "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in chunks).encode()
+
+
+def _send_gemini(body: dict[str, Any], reply: Any) -> tuple[dict[str, Any], Any]:
+    sent: dict[str, Any] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.update(gemini_wire_to_body(request))
+        if isinstance(reply, list):
+            return httpx.Response(200, content=gemini_sse(reply),
+                                  headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json=reply)
+
+    return sent, gemini_call(gemini_client(handler), body)
+
+
 def send(api: str, body: dict[str, Any], reply: Any) -> tuple[dict[str, Any], Any]:
     """(the JSON the SDK sent, the SDK's response or stream events dumped to JSON)."""
+    if api == "gemini":
+        return _send_gemini(body, reply)
     sent: dict[str, Any] = {}
 
     def handler(request: httpx.Request) -> httpx.Response:

@@ -11,7 +11,7 @@ from examples.harness import harness, make_client
 from sessionstream.core.providers import APIS
 from sessionstream.core.providers.scripted import Reply, render
 from sessionstream.core.session import Session
-from tests.unit.sdk_check import _sse, httpx, validate
+from tests.unit.sdk_check import _sse, gemini_sse, gemini_wire_to_body, httpx, validate
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -22,15 +22,19 @@ def test_the_example_harness_runs_a_tool_turn_through_the_sdk(api: str, stream: 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://provider.test/v1")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://provider.test")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", "http://provider.test")
     replies = iter([Reply("", [("c1", "add", {"a": 17, "b": 25})]), Reply("It is 42.")])
     sent: list[dict[str, Any]] = []
 
     def handler(request: Any) -> Any:
-        body = json.loads(request.content)
+        body = gemini_wire_to_body(request) if api == "gemini" else json.loads(request.content)
         sent.append(body)
         reply = render(api, next(replies), stream=stream)
         if stream:
-            return httpx.Response(200, content=_sse(reply, api),
+            wire = gemini_sse(reply) if api == "gemini" else _sse(reply, api)
+            return httpx.Response(200, content=wire,
                                   headers={"content-type": "text/event-stream"})
         return httpx.Response(200, json=reply)
 

@@ -65,7 +65,9 @@ def test_a_turn_runs_tools_and_every_request_body_is_valid(api: str, stream: boo
     assert types.count("tool/result") == 2 and types[-1] == "turn/end"
     assert ("assistant/chunk" in types) is stream
     second = h.client.bodies[1]  # type: ignore[attr-defined]
-    assert "2 rows" in str(second) and '{"lines":3}' in str(second)
+    # a JSON result is JSON text in the other formats; Gemini's response takes the object
+    lines = "{'output': {'lines': 3}}" if api == "gemini" else '{"lines":3}'
+    assert "2 rows" in str(second) and lines in str(second)
 
 
 def test_each_tool_call_is_flushed_before_the_tool_runs() -> None:
@@ -199,9 +201,10 @@ class BadArgsClient:
         return out
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", [a for a in APIS if a != "gemini"])
 def test_unparseable_arguments_are_answered_as_an_error_the_model_sees_never_run(
         api: str) -> None:
+    """(Gemini's call arguments are always an object: it has no unparseable ones.)"""
     ran: list[Any] = []
     s = cases.new_session("bad")
     client = BadArgsClient(api, [Reply("Retried.", [("b2", "run_sql", {"q": "y"})]),

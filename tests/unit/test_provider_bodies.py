@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessionstream.core.providers import APIS, build
+from sessionstream.core.providers import APIS, build, parse_response
 from sessionstream.core.providers.errors import ProviderMappingError
 from sessionstream.core.providers.scripted import Reply, render
 from sessionstream.core.request import assemble
@@ -27,7 +27,7 @@ def test_the_sdk_client_sends_the_built_body_unchanged(api: str, case: str) -> N
     body = build(api, REQUESTS[case]).body
     sent, response = send(api, body, render(api, Reply("ok")))
     assert sent == body
-    assert response["model"] == "scripted-1"
+    assert parse_response(api, response).model == "scripted-1"
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -153,8 +153,11 @@ def test_every_top_level_field_and_every_message_has_an_origin(api: str, case: s
     paths = {o.path for o in built.origins}
     tops = {p.split("/")[1] for p in paths}
     assert set(built.body) - {"stream_options"} <= tops | {"reasoning"}
-    seq_key = "input" if api == "openai-responses" else "messages"
+    seq_key = {"openai-responses": "input", "gemini": "contents"}.get(api, "messages")
     for i in range(len(built.body[seq_key])):
         assert any(p == f"/{seq_key}/{i}" or p.startswith(f"/{seq_key}/{i}/") for p in paths), i
-    for i in range(len(built.body.get("tools", ()))):
-        assert f"/tools/{i}" in paths
+    tools = "/config/tools/0/function_declarations" if api == "gemini" else "/tools"
+    body_tools = built.body.get("config", {}).get("tools", [{}])[0].get(
+        "function_declarations", ()) if api == "gemini" else built.body.get("tools", ())
+    for i in range(len(body_tools)):
+        assert f"{tools}/{i}" in paths

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from sessionstream.core.providers import anthropic, openai_chat, openai_responses
+from sessionstream.core.providers import anthropic, gemini, openai_chat, openai_responses
 from sessionstream.core.providers.common import APIS, Built
 from sessionstream.core.providers.errors import ProviderMappingError, ProviderResponseError
 from sessionstream.core.providers.output import ModelOutput
@@ -23,6 +23,7 @@ _BUILDERS = {
     openai_chat.API: openai_chat.build,
     openai_responses.API: openai_responses.build,
     anthropic.API: anthropic.build,
+    gemini.API: gemini.build,
 }
 
 
@@ -30,6 +31,7 @@ _PARSERS = {
     openai_chat.API: openai_chat.parse_response,
     openai_responses.API: openai_responses.parse_response,
     anthropic.API: anthropic.parse_response,
+    gemini.API: gemini.parse_response,
 }
 
 
@@ -47,6 +49,7 @@ _STREAMS: dict[str, type[StreamParser]] = {
     openai_chat.API: openai_chat.ChatStreamParser,
     openai_responses.API: openai_responses.ResponsesStreamParser,
     anthropic.API: anthropic.AnthropicStreamParser,
+    gemini.API: gemini.GeminiStreamParser,
 }
 
 

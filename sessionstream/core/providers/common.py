@@ -1,4 +1,4 @@
-"""What the three provider builders share: the built body with its origins, content
+"""What the provider builders share: the built body with its origins, content
 rendering, and the grouping of tool results into call rounds.
 
 A :class:`Built` body is plain JSON (what the provider's SDK or HTTP API takes) plus,
@@ -20,7 +20,10 @@ from sessionstream.core.providers.errors import ProviderMappingError
 from sessionstream.core.request import Request
 
 #: The provider request/response formats this build maps (``--provider`` values).
-APIS = ("openai-chat", "openai-responses", "anthropic")
+APIS = ("openai-chat", "openai-responses", "anthropic", "gemini")
+#: The APIs the simulators rotate over (their seeded sessions and the committed fixtures
+#: were generated with these three; Gemini has its own tests).
+SIMULATED_APIS = ("openai-chat", "openai-responses", "anthropic")
 
 #: A tool result with status ``error`` for a format without an error flag (OpenAI):
 #: its text starts with this marker; importers read it back as status ``error``.

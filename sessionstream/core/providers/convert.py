@@ -1,6 +1,6 @@
 """Import provider conversations as sessions, and export sessions as provider bodies.
 
-:func:`import_conversation` reads a request body of one of the three APIs (or a bare
+:func:`import_conversation` reads a request body of one of the APIs (or a bare
 list of its messages / input items) and writes it as a session through the real rules:
 each user message opens a turn (or steers the open one while calls are pending), each
 assistant message is one step (``request/header`` + ``assistant/message``), each tool
@@ -57,9 +57,11 @@ from sessionstream.core.providers.fields import (
     overlay,
     take,
 )
+from sessionstream.core.providers.gemini import THINKING_LEVELS as GEMINI_LEVELS
+from sessionstream.core.providers.gemini import gemini_key
 from sessionstream.core.providers.openai_responses import REASONING_KEYS
 from sessionstream.core.providers.output import reasoning_item
-from sessionstream.core.providers.rules import from_anthropic_id
+from sessionstream.core.providers.rules import GEMINI_SYNTH_PREFIX, from_anthropic_id
 from sessionstream.core.request import (
     PromptRegistry,
     RequestHeader,
@@ -74,13 +76,19 @@ from sessionstream.core.request import (
 )
 from sessionstream.core.session import Session
 
-#: Body keys the importer maps itself; any other key is kept as a request parameter.
+#: The REST layout's top-level keys a Gemini import moves into ``config``.
+_GEMINI_REST_KEYS = ("systemInstruction", "system_instruction", "tools", "toolConfig",
+                     "tool_config", "safetySettings", "safety_settings", "generationConfig",
+                     "generation_config", "cachedContent", "cached_content")
+#: Body keys the importer maps itself; any other key is kept as a request parameter
+#: (a Gemini body's unmapped ``config`` fields are kept as ``params.config``).
 _MAPPED = {
     "openai-chat": {"model", "messages", "tools", "max_tokens", "max_completion_tokens",
                     "reasoning_effort"},
     "openai-responses": {"model", "input", "instructions", "tools", "max_output_tokens",
                          "reasoning"},
     "anthropic": {"model", "messages", "system", "tools", "max_tokens"},
+    "gemini": {"model", "contents", "config", *_GEMINI_REST_KEYS},
 }
 
 
@@ -548,8 +556,153 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
               t["input_schema"], kept)
 
 
+def _snake(key: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
+
+
+def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
+    """A generateContent body in the builder's (the SDK's) form; camelCase keys are read
+    too (an export writes snake_case)."""
+    def k(obj: Any, key: str) -> Any:
+        return obj.get(gemini_key(obj, key)) if isinstance(obj, Mapping) else None
+
+    contents = body.get("contents")
+    if not isinstance(contents, list):
+        raise conv.fail("/contents", "a Gemini body needs a contents list")
+    config = body.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise conv.fail("/config", "config must be an object")
+    rest_layout = [key for key in _GEMINI_REST_KEYS if key in body]
+    if rest_layout:  # the REST request: its generation config and tools sit at the top
+        generation = body.get("generationConfig") or body.get("generation_config") or {}
+        if not isinstance(generation, Mapping):
+            raise conv.fail("/generationConfig", "generationConfig must be an object")
+        config = {**config, **generation, **{key: body[key] for key in rest_layout
+                                             if not key.startswith("generation")}}
+        conv.note("/", "REST layout read (top-level " + ", ".join(rest_layout) + "); an "
+                  "export writes the SDK form, with all of it in config")
+    config = {_snake(key): v for key, v in config.items()}  # the SDK form's spelling
+    if isinstance(config.get("thinking_config"), Mapping):
+        config["thinking_config"] = {_snake(key): v for key, v in
+                                     config["thinking_config"].items()}
+    system = k(config, "system_instruction")
+    if isinstance(system, str):
+        conv.system.append(system)
+    elif isinstance(system, Mapping):
+        conv.system += [str(k(p, "text") or "") for p in k(system, "parts") or ()]
+    pending: list[tuple[str, str]] = []  # (call id, name) of the last model content
+    for i, content in enumerate(contents):
+        path = f"/contents/{i}"
+        if not isinstance(content, Mapping) or content.get("role") not in ("user", "model"):
+            raise conv.fail(path, "a content must be an object with role user or model")
+        parts = content.get("parts")
+        if not isinstance(parts, list):
+            raise conv.fail(f"{path}/parts", "parts must be a list")
+        if content["role"] == "model":
+            texts: list[Any] = []
+            calls: list[tuple[str, str, Any]] = []
+            reasoning: list[dict[str, Any]] = []
+            for j, part in enumerate(parts):
+                p = f"{path}/parts/{j}"
+                if not isinstance(part, Mapping):
+                    raise conv.fail(p, "a part must be an object")
+                sig = k(part, "thought_signature")
+                fc = k(part, "function_call")
+                if isinstance(fc, Mapping):
+                    name = _require_str(conv, fc, "name", f"{p}/function_call")
+                    call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
+                    if sig:
+                        reasoning.append({"api": conv.api, "type": "signature",
+                                          "anchor": "call", "index": len(calls),
+                                          "thought_signature": sig})
+                    calls.append((call_id, name, _args(conv, k(fc, "args") or {},
+                                                       f"{p}/function_call/args")))
+                elif k(part, "thought") and isinstance(k(part, "text"), str):
+                    if texts or calls:
+                        conv.note(p, "thought part after the answer: an export sends the "
+                                  "thoughts first")
+                    item = {"api": conv.api, "type": "thought", "text": k(part, "text")}
+                    if sig:
+                        item["thought_signature"] = sig
+                    reasoning.append(item)
+                elif isinstance(k(part, "text"), str):
+                    if k(part, "text"):
+                        texts.append({"type": "text", "text": k(part, "text")})
+                    if sig:
+                        reasoning = [r for r in reasoning if r.get("anchor") != "text"]
+                        reasoning.append({"api": conv.api, "type": "signature",
+                                          "anchor": "text", "thought_signature": sig})
+                else:
+                    conv.note(p, "part not imported: the session log has no event for it")
+            text: Any = texts[0]["text"] if len(texts) == 1 else texts
+            conv.items.append(("assistant", path, (text if texts else "", calls, None,
+                                                   reasoning)))
+            pending = [(c, n) for c, n, _a in calls]
+            continue
+        others: list[Any] = []
+        for j, part in enumerate(parts):
+            p = f"{path}/parts/{j}"
+            if not isinstance(part, Mapping):
+                raise conv.fail(p, "a part must be an object")
+            fr = k(part, "function_response")
+            if isinstance(fr, Mapping):
+                name = _require_str(conv, fr, "name", f"{p}/function_response")
+                call_id = k(fr, "id") or next((c for c, n in pending if n == name), None)
+                if call_id is None:
+                    raise conv.fail(p, f"a function response {name!r} without its call in "
+                                    "the model content before it")
+                pending = [(c, n) for c, n in pending if c != call_id]
+                response = k(fr, "response")
+                if isinstance(response, Mapping) and len(response) == 1 and (
+                        "output" in response or "error" in response):
+                    status = "error" if "error" in response else "ok"
+                    result = response.get("output", response.get("error"))
+                else:
+                    status, result = "ok", response
+                    conv.note(p, "a response object without a single output or error key "
+                              "kept whole as the result: an export sends it under output")
+                conv.items.append(("result", p, (call_id, status, result)))
+            elif isinstance(k(part, "text"), str):
+                others.append({"type": "text", "text": k(part, "text")})
+            else:
+                others.append(dict(part))
+                conv.note(p, "non-text part kept as it is; the builders send non-text parts "
+                          "as JSON text")
+        if others:
+            single = others[0]["text"] if len(others) == 1 and others[0].get("type") == \
+                "text" else others
+            conv.items.append(("user", path, single))
+    conv.max_tokens = k(config, "max_output_tokens")
+    rest = {key: v for key, v in config.items() if gemini_key(config, "max_output_tokens")
+            != key and key not in ("system_instruction", "systemInstruction", "tools")}
+    thinking = rest.get(gemini_key(rest, "thinking_config"))
+    level = k(thinking, "thinking_level")
+    if isinstance(thinking, Mapping) and len(thinking) == 1 and isinstance(level, str) and \
+            level.lower() in GEMINI_LEVELS:
+        conv.reasoning_effort = level.lower()  # the builder sends it back as this level
+        del rest[gemini_key(rest, "thinking_config")]
+    if rest:
+        conv.params["config"] = rest
+    for i, t in enumerate(k(config, "tools") or ()):
+        decls = k(t, "function_declarations")
+        if not isinstance(decls, list) or len(t) != 1:
+            conv.note(f"/config/tools/{i}", "a tool other than function declarations is not "
+                      "imported")
+        for j, d in enumerate(decls or ()):
+            p = f"/config/tools/{i}/function_declarations/{j}"
+            params = k(d, "parameters_json_schema")
+            if params is None and k(d, "parameters") is not None:
+                params = k(d, "parameters")
+                conv.note(p, "parameters (an OpenAPI schema) imported as the tool's JSON "
+                          "schema: an export sends it as parameters_json_schema")
+            conv.tools.append({"name": _require_str(conv, d, "name", p),
+                               "description": k(d, "description") or "",
+                               "parameters": params if params is not None else
+                               {"type": "object"}})
+
+
 _READERS = {"openai-chat": _read_chat, "openai-responses": _read_responses,
-            "anthropic": _read_anthropic}
+            "anthropic": _read_anthropic, "gemini": _read_gemini}
 
 
 # ----------------------------------------------------------------------------- writing
@@ -713,6 +866,9 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     if imported.get("format") == api == "anthropic" and isinstance(params.get("thinking"),
                                                                     Mapping):
         options["thinking"] = params["thinking"]  # the builder checks the open round
+    if imported.get("format") == api == "gemini" and isinstance(
+            (params.get("config") or {}).get("thinking_config"), Mapping):
+        options["thinking"] = params["config"]["thinking_config"]
     built = build(api, request, **options)
     same = imported.get("format") == api
     if params and same:  # the builder decides on its options (thinking may go off)

@@ -19,6 +19,13 @@ breaks (a JSON pointer, the rule's name, what is wrong); the builders run
 * OpenAI Responses: a non-empty ``input``; every ``function_call`` answered by a later
   ``function_call_output`` and no output before or without its call; a ``reasoning``
   item followed by the item it preceded (not another reasoning item, not the end).
+* Gemini generateContent: a non-empty ``contents`` of roles ``user`` and ``model`` only,
+  each with parts, none of them empty (an empty text is refused; a text part that only
+  carries a ``thought_signature`` is what Gemini itself sends); function calls only in
+  ``model`` contents, right after a ``user`` content; every content with function calls
+  answered by the next content, a ``user`` one whose ``function_response`` parts name
+  the calls in their order (and carry their ids when both have one), and no response
+  without its call there; not both ``thinking_budget`` and ``thinking_level``.
 
 Ids: :func:`anthropic_id` maps a call id that breaks Anthropic's pattern (a duplicate
 suffixed ``~2``, an OpenAI-compatible server's ``functions.lookup:0``) to a valid one,
@@ -42,6 +49,8 @@ ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 MAPPED_PREFIX = "ssx-"
 _KEEP = re.compile(r"[a-zA-Z0-9-]")
 _ESCAPE = re.compile(r"_([0-9a-f]{2})")
+#: The prefix of a Gemini call id the parsers made up (Gemini sent none): never sent back.
+GEMINI_SYNTH_PREFIX = "ssg-"
 #: Anthropic's smallest thinking budget.
 MIN_THINKING_BUDGET = 1024
 
@@ -294,7 +303,95 @@ def _responses(body: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
-_RULES = {"anthropic": _anthropic, "openai-chat": _chat, "openai-responses": _responses}
+# ------------------------------------------------------------------------------ gemini
+
+#: The data fields of a Gemini part (one of them makes a part non-empty).
+_GEMINI_DATA = ("text", "function_call", "function_response", "inline_data", "file_data",
+                "executable_code", "code_execution_result", "tool_call", "tool_response")
+
+
+def _gemini_part_problems(part: Any, p: str, role: Any) -> list[Problem]:
+    if not isinstance(part, Mapping) or not any(part.get(k) is not None for k in _GEMINI_DATA):
+        if isinstance(part, Mapping) and part.get("thought_signature"):
+            return []
+        return [Problem(p, "no-empty-part", "a part needs text, a function call or response, "
+                        "or data")]
+    out = []
+    if part.get("text") == "" and not part.get("thought_signature"):
+        out.append(Problem(f"{p}/text", "no-empty-part", "an empty text part is refused"))
+    if part.get("function_call") is not None and role != "model":
+        out.append(Problem(p, "role-parts", "a function call belongs to a model content"))
+    if part.get("function_response") is not None and role != "user":
+        out.append(Problem(p, "role-parts", "a function response belongs to a user content"))
+    return out
+
+
+def _named(parts: Any, key: str) -> list[tuple[int, Any, Any]]:
+    return [(j, x[key].get("name"), x[key].get("id")) for j, x in enumerate(parts or ())
+            if isinstance(x, Mapping) and isinstance(x.get(key), Mapping)]
+
+
+def _gemini(body: Mapping[str, Any]) -> list[Problem]:
+    contents = body.get("contents") or []
+    if not contents:
+        return [Problem("/contents", "non-empty", "the API needs at least one content")]
+    out: list[Problem] = []
+    config = body.get("config") or {}
+    system = config.get("system_instruction") if isinstance(config, Mapping) else None
+    system_parts = system.get("parts") if isinstance(system, Mapping) else None
+    for j, part in enumerate(system_parts or ()):
+        if isinstance(part, Mapping) and _blank(part.get("text")):
+            out.append(Problem(f"/config/system_instruction/parts/{j}", "no-empty-part",
+                               "a system instruction part must contain non-whitespace text"))
+    thinking = config.get("thinking_config") if isinstance(config, Mapping) else None
+    if isinstance(thinking, Mapping) and thinking.get("thinking_budget") is not None and \
+            thinking.get("thinking_level") is not None:
+        out.append(Problem("/config/thinking_config", "thinking-config",
+                           "thinking_budget and thinking_level cannot both be set"))
+    for i, content in enumerate(contents):
+        path = f"/contents/{i}"
+        role = content.get("role") if isinstance(content, Mapping) else None
+        if role not in ("user", "model"):
+            out.append(Problem(f"{path}/role", "role", f"{role!r} is not user or model"))
+        parts = content.get("parts") if isinstance(content, Mapping) else None
+        if not parts:
+            out.append(Problem(f"{path}/parts", "non-empty", "a content needs at least one "
+                               "part"))
+            continue
+        for j, part in enumerate(parts):
+            out += _gemini_part_problems(part, f"{path}/parts/{j}", role)
+        calls = _named(parts, "function_call")
+        prev = contents[i - 1] if i else None
+        prev_role = prev.get("role") if isinstance(prev, Mapping) else None
+        if calls and role == "model" and prev_role != "user":
+            out.append(Problem(path, "call-after-user", "a function call turn must come right "
+                               "after a user turn or a function response turn"))
+        responses = _named(parts, "function_response")
+        prev_calls = _named(prev.get("parts"), "function_call") \
+            if isinstance(prev, Mapping) and prev_role == "model" else []
+        if responses and not prev_calls:
+            out.append(Problem(f"{path}/parts/{responses[0][0]}", "response-after-call",
+                               "a function response without the function call in the content "
+                               "right before it"))
+        if calls and role == "model":
+            nxt = contents[i + 1] if i + 1 < len(contents) else None
+            answers = _named(nxt.get("parts"), "function_response") \
+                if isinstance(nxt, Mapping) and nxt.get("role") == "user" else []
+            want = [(n, c) for _j, n, c in calls]
+            got = [(n, c) for _j, n, c in answers]
+            if [n for n, _ in want] != [n for n, _ in got] or any(
+                    a and b and a != b for (_, a), (_, b) in zip(want, got, strict=False)):
+                out.append(Problem(f"/contents/{i + 1}" if nxt is not None else path,
+                                   "responses-answer-calls",
+                                   f"function call(s) {', '.join(str(n) for n, _ in want)} must "
+                                   "be answered by function responses of the same names, in "
+                                   "order, in the next (user) content; found "
+                                   f"{', '.join(str(n) for n, _ in got) or 'none'}"))
+    return out
+
+
+_RULES = {"anthropic": _anthropic, "openai-chat": _chat, "openai-responses": _responses,
+          "gemini": _gemini}
 
 
 def problems(api: str, body: Mapping[str, Any]) -> list[Problem]:
@@ -308,11 +405,13 @@ def check(api: str, body: Mapping[str, Any]) -> None:
     found = problems(api, body)
     if not found:
         return
-    if all(p.rule == "non-empty" and p.path in ("/messages", "/input") for p in found):
+    if all(p.rule == "non-empty" and p.path in ("/messages", "/input", "/contents")
+           for p in found):
         raise EmptyRequest(f"{api}: nothing to send ({found[0].detail}): the surface has no "
                            "message yet (a session that stopped right after turn/start?)")
     raise BodyRefused(api, found)
 
 
-__all__ = ["ANTHROPIC_ID", "BodyRefused", "EmptyRequest", "Problem", "anthropic_id", "check",
+__all__ = ["ANTHROPIC_ID", "GEMINI_SYNTH_PREFIX", "BodyRefused", "EmptyRequest", "Problem",
+           "anthropic_id", "check",
            "from_anthropic_id", "problems"]

@@ -1,4 +1,4 @@
-"""A scripted provider: renders neutral replies as the three APIs' real response shapes.
+"""A scripted provider: renders neutral replies as the APIs' real response shapes.
 
 Offline tests, ``make demo`` and the fleet simulator run the harness loop against
 :class:`ScriptedClient` instead of a network client: the request bodies are the real
@@ -8,6 +8,7 @@ shapes the official SDKs parse (the unit tests validate them against the SDK mod
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -31,8 +32,9 @@ class Reply:
     model: str = "scripted-1"
     response_id: str = "resp_scripted"
     chunk_words: int = 3  # words per streamed text delta
-    #: the model's reasoning: an Anthropic thinking block (with a signature) or a
-    #: Responses reasoning item (summary and encrypted content); Chat has no such part
+    #: the model's reasoning: an Anthropic thinking block (with a signature), a
+    #: Responses reasoning item (summary and encrypted content) or a Gemini thought part
+    #: (its signature on the first function call, else on the text); Chat has none
     thinking: str = ""
     redacted: bool = False  # Anthropic: a redacted_thinking block instead
 
@@ -270,10 +272,82 @@ def anthropic_stream(r: Reply) -> list[dict[str, Any]]:
     return out
 
 
+# --------------------------------------------------------------------------------- gemini
+#
+# The REST API's JSON (camelCase), as it arrives on the wire; the SDK's own client
+# parses it (the unit tests check), and the parsers read it as well as the SDK's dumps.
+
+_GEMINI_FINISH = {"end_turn": "STOP", "tool_use": "STOP", "max_tokens": "MAX_TOKENS",
+                  "refusal": "SAFETY"}
+
+
+def gemini_signature(r: Reply) -> str:
+    """The base64 thought signature the scripted Gemini gives ``r``'s reasoning."""
+    return base64.b64encode(r.signature.encode()).decode()
+
+
+def _gemini_parts(r: Reply) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"text": r.thinking, "thought": True}] if r.thinking else []
+    if r.text and r.stop_reason != "refusal":
+        parts.append({"text": r.text})
+    parts += [{"functionCall": {"id": cid, "name": name, "args": dict(args)}}
+              for cid, name, args in r.tool_calls]
+    if r.thinking and parts:  # Gemini signs the first call, else the last part
+        signed = next((p for p in parts if "functionCall" in p), parts[-1])
+        signed["thoughtSignature"] = gemini_signature(r)
+    return parts
+
+
+def _gemini_usage(r: Reply) -> dict[str, Any]:
+    return {"promptTokenCount": r.input_tokens, "candidatesTokenCount": r.output_tokens,
+            "totalTokenCount": r.input_tokens + r.output_tokens}
+
+
+def _gemini_chunk(r: Reply, parts: list[dict[str, Any]], finish: str | None = None,
+                  usage: bool = False) -> dict[str, Any]:
+    cand: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        cand["finishReason"] = finish
+    out: dict[str, Any] = {"candidates": [cand], "modelVersion": r.model,
+                           "responseId": r.response_id}
+    if usage:
+        out["usageMetadata"] = _gemini_usage(r)
+    return out
+
+
+def gemini_response(r: Reply) -> dict[str, Any]:
+    return _gemini_chunk(r, _gemini_parts(r), _GEMINI_FINISH[r.stop_reason], usage=True)
+
+
+def gemini_stream(r: Reply) -> list[dict[str, Any]]:
+    """Thought and text in pieces, the calls whole in the last chunk (with the finish),
+    a text's signature alone in an empty text part at the end, as Gemini streams."""
+    parts = _gemini_parts(r)
+    out: list[dict[str, Any]] = []
+    last: list[dict[str, Any]] = []
+    for part in parts:
+        if "functionCall" in part:
+            last.append(part)
+        elif part.get("thought"):
+            out += [_gemini_chunk(r, [{"text": p, "thought": True}])
+                    for p in _pieces(part["text"], r.chunk_words)]
+            if "thoughtSignature" in part:
+                last.append({"text": "", "thought": True,
+                             "thoughtSignature": part["thoughtSignature"]})
+        else:
+            out += [_gemini_chunk(r, [{"text": p}]) for p in _pieces(part["text"],
+                                                                      r.chunk_words)]
+            if "thoughtSignature" in part:
+                last.append({"text": "", "thoughtSignature": part["thoughtSignature"]})
+    out.append(_gemini_chunk(r, last, _GEMINI_FINISH[r.stop_reason], usage=True))
+    return out
+
+
 _RENDER = {
     "openai-chat": (chat_response, chat_stream),
     "openai-responses": (responses_response, responses_stream),
     "anthropic": (anthropic_response, anthropic_stream),
+    "gemini": (gemini_response, gemini_stream),
 }
 
 
