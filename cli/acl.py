@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from sessionstream.cli.context import bad_input, command_error, settings
+from sessionstream.cli.context import bad_input, command_error, command_errors, settings
 from sessionstream.core.access import KAFKA_ROLES, REDIS_ROLES, ROLES, principal
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.settings import Env, Settings
@@ -75,10 +75,8 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
 
     s = settings()
     if tenant:
-        try:
+        with command_errors():
             s = dataclasses.replace(s, tenant=tenant)
-        except SessionStreamError as exc:
-            raise command_error(exc) from exc
     report: dict[str, Any] = {"tenant": s.tenant}
     try:
         secrets = TenantSecrets.load_or_create(s.state_dir, s.tenant)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import command_errors
 
 if TYPE_CHECKING:
     from sessionstream.localstack.cluster import LocalCluster
@@ -35,14 +35,12 @@ def cluster_group() -> None:
 @click.option("--fresh", is_flag=True, help="Stop, wipe the cluster's data, then start.")
 def up_cmd(fresh: bool) -> None:
     """Start every node that is not running; then print the settings that use it."""
-    try:
+    with command_errors():
         cluster = _cluster()
         if fresh:
             cluster.down()
             cluster.wipe()
         cluster.up()
-    except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
     click.echo("\nuse it with:")
     for k, v in cluster.cfg.settings_env().items():
         click.echo(f"  export {k}={shlex.quote(v)}")
@@ -51,10 +49,8 @@ def up_cmd(fresh: bool) -> None:
 @cluster_group.command("down")
 def down_cmd() -> None:
     """Stop the cluster's nodes (only those `cluster up` started)."""
-    try:
+    with command_errors():
         stopped = _cluster().down()
-    except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
     click.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}")
 
 

@@ -12,9 +12,8 @@ from typing import Any
 
 import click
 
-from sessionstream.cli.context import bad_input, command_error, exit_code_of, settings
+from sessionstream.cli.context import bad_input, command_errors, settings
 from sessionstream.cli.paths import output_option
-from sessionstream.core.errors import LogFileError, SessionStreamError
 
 _TRIGGERS = ("auto", "manual", "pressure", "overflow")
 
@@ -69,15 +68,12 @@ def compact_file_cmd(file: Path, output: Path | None, budget: int, trigger: str,
     from sessionstream.core.surface import token_estimate
 
     b = budget_option(budget, keep_recent)
-    try:
+    with command_errors():
         session = Session.from_events(read_jsonl(file))
         before = token_estimate(session.derive_messages())
         read_seq = session.next_seq
         appended = compact_session(session, trigger=None if trigger == "auto" else trigger,
                                    budget=b)
-    except SessionStreamError as exc:
-        click.echo(f"error: {exc}", err=True)  # a file that breaks the rules is bad input
-        raise SystemExit(exit_code_of(exc)) from exc
     end = appended[-1].data if appended else {}
     summary = next((e.data for e in appended if e.type == "compaction/summary"), None)
     report = {
@@ -125,16 +121,11 @@ def report_cmd(target: str, as_json: bool) -> None:
     from sessionstream.core.jsonl import read_jsonl
 
     path = Path(target)
-    try:
+    with command_errors():
         if path.is_file():
             events, source = read_jsonl(path), str(path)
         else:
             events, source = _live_log(target), "live"
-    except LogFileError as exc:
-        click.echo(str(exc), err=True)
-        raise SystemExit(2) from exc
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
     attempts = compaction_report(events)
     session_id = events[0].session_id
     if as_json:

@@ -15,8 +15,7 @@ from typing import Any
 import click
 
 from sessionstream import redisconn
-from sessionstream.cli.context import command_error, settings, unreachable
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import command_errors, settings
 from sessionstream.core.settings import Settings
 
 
@@ -45,10 +44,8 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
         raise click.BadParameter(str(exc)) from exc
     if cooldown < 0:
         raise click.BadParameter("must be >= 0", param_hint="--cooldown")
-    try:
+    with command_errors():
         summary = asyncio.run(_run(settings(), b, cooldown, once))
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -61,8 +58,6 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
 
 async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
                ) -> dict[str, Any]:
-    from redis import exceptions as rexc
-
     from sessionstream.producers.writer import WriterConfig
     from sessionstream.streams.compaction_watch import AttemptLedger, CompactionWatcher
 
@@ -89,9 +84,5 @@ async def _run(settings: Settings, budget: Any, cooldown: float, once: bool
             return (await watcher.run(stop, on_step=metrics.observe_step)).to_json()
         finally:
             await runner.cleanup()
-    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
-        raise unreachable(
-            f"Redis at {settings.redis_url} unavailable ({type(exc).__name__}); "
-            "is it running (`sessionstream status`)?") from exc
     finally:
         await redis.aclose()

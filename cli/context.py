@@ -6,8 +6,10 @@ A leaf module (the core and click only), so the edges' command modules (``produc
 - :func:`settings` returns the process's one :class:`Settings`, built from the
   environment on first use (offline commands never build it, so a bad variable cannot
   break them) and kept on the root click context; a :class:`SettingsError` exits 2.
-- :func:`command_error` is the one map from an error to an exit status, used by every
-  command (docs/cli.md, "Exit status"):
+- :func:`command_errors` is the one map from an error to a command's message and exit
+  status, wrapped around every command's body (``with command_errors(): ...``; the
+  GuardedGroup applies the same map to what escapes); :func:`exit_code_of` gives the
+  status (docs/cli.md, "Exit status"):
 
   ====  ==================================================================
   0     success
@@ -20,18 +22,21 @@ A leaf module (the core and click only), so the edges' command modules (``produc
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import IntEnum
-from typing import NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 
 from sessionstream.core.errors import (
     ForkError,
     InvariantViolation,
+    LegalHold,
     LogFileError,
     SessionStreamError,
 )
-from sessionstream.core.settings import Settings, SettingsError
+from sessionstream.core.settings import Env, Settings, SettingsError
 
 
 class ExitCode(IntEnum):
@@ -44,6 +49,27 @@ class ExitCode(IntEnum):
 #: Errors of the core that mean the input (a file, an option, a variable) is wrong.
 BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
     SettingsError, LogFileError, ForkError, InvariantViolation)
+
+
+def _bad_input_errors() -> tuple[type[BaseException], ...]:
+    """BAD_INPUT_ERRORS and the edges' errors that mean the same (imported when needed)."""
+    from sessionstream.governance.audit import SessionUnknown  # an id not in the log
+
+    return (*BAD_INPUT_ERRORS, SessionUnknown)
+
+
+def _redis_unreachable() -> tuple[type[BaseException], ...]:
+    """The Redis client's own errors for a server that does not answer."""
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError)
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    """Every error of the Redis client (after those above: a refusal, e.g. NOPERM)."""
+    import redis
+
+    return (redis.RedisError,)
 
 
 def _unreachable_errors() -> tuple[type[BaseException], ...]:
@@ -61,7 +87,7 @@ def exit_code_of(exc: BaseException) -> ExitCode:
     """The exit status an error ends a command with."""
     if isinstance(exc, click.ClickException):
         return ExitCode(exc.exit_code) if exc.exit_code in set(ExitCode) else ExitCode.FAILED
-    if isinstance(exc, BAD_INPUT_ERRORS):
+    if isinstance(exc, _bad_input_errors()):
         return ExitCode.BAD_INPUT
     if isinstance(exc, _unreachable_errors()):
         return ExitCode.UNREACHABLE
@@ -69,21 +95,62 @@ def exit_code_of(exc: BaseException) -> ExitCode:
 
 
 class CommandError(click.ClickException):
-    """A one-line ``Error: ...`` and the exit status :func:`exit_code_of` gives."""
+    """A one-line message on stderr (``Error: ...``, or another ``prefix``) and an exit
+    status."""
 
-    def __init__(self, message: str, code: ExitCode = ExitCode.FAILED) -> None:
+    def __init__(self, message: str, code: ExitCode = ExitCode.FAILED, *,
+                 prefix: str = "Error: ") -> None:
         super().__init__(message)
         self.exit_code = int(code)
+        self.prefix = prefix
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"{self.prefix}{self.format_message()}", file=file, err=file is None)
 
 
 def command_error(exc: BaseException, message: str | None = None) -> CommandError:
-    """``raise command_error(exc) from exc``: the error as the command's exit."""
-    return CommandError(message or str(exc), exit_code_of(exc))
+    """``raise command_error(exc) from exc``: the error as the command's exit (``message``
+    instead of the error's own)."""
+    if message is not None:
+        return CommandError(message, exit_code_of(exc))
+    if isinstance(exc, LogFileError):  # already "file:line: what", the place first
+        return CommandError(str(exc), ExitCode.BAD_INPUT, prefix="")
+    if isinstance(exc, LegalHold):  # a refusal, not a failure: the hold says why
+        return CommandError(str(exc), exit_code_of(exc), prefix="refused: ")
+    return CommandError(str(exc), exit_code_of(exc))
+
+
+@contextmanager
+def command_errors() -> Iterator[None]:
+    """Around a command's body: our errors, and a Redis that does not answer (its address
+    named when the command built its settings), end the command with one line on stderr
+    and their exit status; no traceback. Anything else propagates."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except SessionStreamError as exc:
+        raise command_error(exc) from exc
+    except _redis_unreachable() as exc:
+        raise unreachable(f"cannot reach Redis{_redis_at()} ({exc}); start it with "
+                          f"`sessionstream up` or set {Env.REDIS_URL}") from exc
+    except _redis_errors() as exc:  # e.g. a permission the ACL does not grant
+        raise CommandError(f"Redis{_redis_at()} refused the command: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _redis_at() -> str:
+    """`` at <the Redis URL without its password>`` when the command built its settings."""
+    from sessionstream.producers.errors import redacted_url
+
+    built = _built_settings()
+    return f" at {redacted_url(built.redis_url)}" if built is not None else ""
 
 
 def die(message: str, code: int = ExitCode.FAILED) -> NoReturn:
-    """Print ``message`` on stderr and exit with ``code`` (commands that print their own
-    prefix, e.g. ``refused:``, instead of click's ``Error:``)."""
+    """Print ``message`` on stderr and exit with ``code``: a command's own message for a
+    case it decides (e.g. ``error: no hold to release there``); errors raised go through
+    :func:`command_errors`."""
     click.echo(message, err=True)
     sys.exit(code)
 
@@ -111,6 +178,13 @@ class _Runtime:
         return self._settings
 
 
+def _built_settings() -> Settings | None:
+    """The process's settings if a command built them already (never builds them)."""
+    ctx = click.get_current_context(silent=True)
+    runtime = ctx.find_root().obj if ctx is not None else None
+    return runtime._settings if isinstance(runtime, _Runtime) else None
+
+
 def settings() -> Settings:
     """The process's settings (one per ``sessionstream`` invocation)."""
     ctx = click.get_current_context()
@@ -130,5 +204,5 @@ class GuardedGroup(click.Group):
             raise command_error(exc) from exc
 
 
-__all__ = ["CommandError", "ExitCode", "GuardedGroup", "bad_input", "command_error", "die",
-           "exit_code_of", "settings", "unreachable"]
+__all__ = ["CommandError", "ExitCode", "GuardedGroup", "bad_input", "command_error",
+           "command_errors", "die", "exit_code_of", "settings", "unreachable"]

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from sessionstream import redisconn
-from sessionstream.cli.context import ExitCode, command_error, settings, unreachable
+from sessionstream.cli.context import ExitCode, command_errors, settings, unreachable
 from sessionstream.core.diagnosis import (
     MATRIX,
     DiagnosisFacts,
@@ -30,7 +30,6 @@ from sessionstream.core.diagnosis import (
     exit_code,
     implicated,
 )
-from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.rows import KeySpace, MetaFields, SessionRow, generation_of
 from sessionstream.core.settings import Settings
 
@@ -143,7 +142,7 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
     if (session_id is None) == (file is None):
         click.echo("error: give exactly one of SESSION or --file FILE", err=True)
         sys.exit(BAD_INPUT)
-    try:
+    with command_errors():
         if file is not None:
             facts = offline_facts(file)
         else:
@@ -155,11 +154,6 @@ def diagnose_cmd(session_id: str | None, file: Path | None, as_json: bool) -> No
                            "(`sessionstream sessions` lists known ids)", err=True)
                 sys.exit(BAD_INPUT)
             facts = found
-    except LogFileError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(BAD_INPUT)
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
     findings = diagnose(facts)
     if as_json:
         click.echo(json.dumps(report_json(facts, findings), indent=2, ensure_ascii=False))

@@ -11,8 +11,7 @@ import json
 import click
 
 from sessionstream.cli.compaction import budget_option, compaction_options, echo_report
-from sessionstream.cli.context import command_error, settings
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import command_errors, settings
 from sessionstream.core.settings import Settings
 
 
@@ -39,7 +38,7 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float,
     from sessionstream.producers.fleet import run_fleet
     from sessionstream.producers.writer import WriterConfig
 
-    try:
+    with command_errors():
         s = settings()
         _ensure_topics(s)
         summary = run_fleet(
@@ -47,8 +46,6 @@ def fleet_cmd(agents: int, sessions: int, turns: int, crash_rate: float,
             turns=turns, crash_rate=crash_rate, start_crash_rate=start_crash_rate, seed=seed,
             progress=not no_progress,
         )
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
     if as_json:
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:
@@ -85,12 +82,10 @@ def compact_cmd(session_id: str, budget: int, trigger: str, keep_recent: int,
     from sessionstream.producers.writer import WriterConfig
 
     b = budget_option(budget, keep_recent)
-    try:
+    with command_errors():
         cfg = WriterConfig.from_settings(settings())
         report = Compactor(cfg, budget=b).compact(
             session_id, trigger=None if trigger == "auto" else trigger)
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
     echo_report(report.to_json(), as_json)
     if report.outcome in ("failed", "abandoned"):
         raise SystemExit(1)

@@ -10,36 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from sessionstream.cli.context import ExitCode, die, exit_code_of, settings
-from sessionstream.core.errors import LegalHold, SessionStreamError
+from sessionstream.cli.context import ExitCode, command_errors, die, settings
 from sessionstream.core.settings import Env
-from sessionstream.governance.audit import SessionUnknown
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 _REASON = click.option("--reason", default="", help="Why (recorded in the audit event).")
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
-    try:
-        yield
-    except LegalHold as exc:
-        die(f"refused: {exc}")
-    except SessionUnknown as exc:  # docs/cli.md: an unknown session is bad input
-        die(f"error: {exc}", ExitCode.BAD_INPUT)
-    except RedisConnectionError as exc:
-        die(f"error: cannot reach Redis ({exc}); start it with `sessionstream up` or set "
-             f"{Env.REDIS_URL}", ExitCode.UNREACHABLE)
-    except SessionStreamError as exc:
-        die(f"error: {exc}", exit_code_of(exc))
 
 
 def _governance() -> Any:
@@ -85,7 +64,7 @@ def delete_cmd(session: str, classes: tuple[str, ...], complete: bool, reason: s
     """
     from sessionstream.governance.service import parse_classes
 
-    with _errors():
+    with command_errors():
         report = _governance().delete(session, parse_classes(classes), reason=reason,
                                       complete=complete)
     if as_json:
@@ -125,7 +104,7 @@ def hold_place(session: str | None, tenant_wide: bool, reason: str, as_json: boo
     """Place a hold on SESSION (audited in its log) or on the whole tenant."""
     if (session is None) == (not tenant_wide):
         die("error: name a SESSION or pass --tenant (one of them)", 2)
-    with _errors():
+    with command_errors():
         hold = _governance().place_hold(None if tenant_wide else session, reason=reason)
     if as_json:
         _print(hold.to_json())
@@ -142,7 +121,7 @@ def hold_release(session: str | None, tenant_wide: bool, reason: str, as_json: b
     """Release a hold (audited in the session's log)."""
     if (session is None) == (not tenant_wide):
         die("error: name a SESSION or pass --tenant (one of them)", 2)
-    with _errors():
+    with command_errors():
         hold = _governance().release_hold(None if tenant_wide else session, reason=reason)
     if hold is None:
         die("error: no hold to release there")
@@ -156,7 +135,7 @@ def hold_release(session: str | None, tenant_wide: bool, reason: str, as_json: b
 @_JSON
 def hold_list(as_json: bool) -> None:
     """The tenant's holds."""
-    with _errors():
+    with command_errors():
         gov = _governance()
         holds = gov.store.holds(gov.tenant)
     if as_json:
@@ -176,7 +155,7 @@ def retention_group() -> None:
 @_JSON
 def retention_run(dry_run: bool, as_json: bool) -> None:
     """Shred the data keys whose class retention expired (held sessions are skipped)."""
-    with _errors():
+    with command_errors():
         gov = _governance()
         if not gov.retention:
             die(f"error: no retention configured: set {Env.RETENTION}, "
@@ -218,7 +197,7 @@ def keys_group() -> None:
 @_JSON
 def keys_rotate(as_json: bool) -> None:
     """Add a new tenant key version and rewrap every data key with it (Kafka untouched)."""
-    with _errors():
+    with command_errors():
         gov = _governance()
         count = gov.store.rotate(gov.tenant)
         ring = gov.store.tenant_keys.ring(gov.tenant)
@@ -236,7 +215,7 @@ def keys_retire(as_json: bool) -> None:
     key version, destroy the versions that wrapped destroyed keys (docs/operations.md,
     "When a deletion is complete"). Exit 1 while versions held in the environment must
     still be removed by hand."""
-    with _errors():
+    with command_errors():
         done = _governance().retire()
     if as_json:
         _print(done.to_json())

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from sessionstream.cli.context import ExitCode, die, exit_code_of, settings
+from sessionstream.cli.context import ExitCode, command_errors, die, settings
 from sessionstream.cli.paths import output_option
 from sessionstream.core.errors import LogFileError, SessionStreamError
 from sessionstream.core.jsonvalue import MAX_DEPTH
@@ -156,11 +156,9 @@ def publish_cmd(file: Path, session_id: str | None, as_json: bool) -> None:
         if not as_json:
             click.echo(f"published {done}/{total} events", err=True)
 
-    try:
+    with command_errors():
         result = publish(WriterConfig.from_settings(settings()), events,
                          session_id=session_id, progress=progress)
-    except SessionStreamError as exc:
-        die(f"error: {exc}", exit_code_of(exc))
     if as_json:
         _print_json(result.to_json())
         return
@@ -180,10 +178,8 @@ def fetch_cmd(session: str, output: Path | None, as_json: bool) -> None:
     from sessionstream.producers.transfer import fetch
     from sessionstream.producers.writer import WriterConfig
 
-    try:
+    with command_errors():
         events, rejected = fetch(WriterConfig.from_settings(settings()), session)
-    except SessionStreamError as exc:
-        die(f"error: {exc}", exit_code_of(exc))
     if output is not None:
         write_jsonl(events, output)
     if as_json:

@@ -8,16 +8,14 @@ CLI starts without them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sessionstream.cli.context import command_error, settings
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import command_errors, settings
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
@@ -26,15 +24,6 @@ if TYPE_CHECKING:
 
 def _echo(msg: str) -> None:
     click.echo(msg)
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn our errors into a one-line ``Error: ...`` and the mapped exit status."""
-    try:
-        yield
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
 
 
 def _stack(secure: bool = False) -> StackConfig:
@@ -61,7 +50,7 @@ def up_cmd(fresh: bool, started_file: Path | None, secure: bool) -> None:
 
     started: list[str] = []
     try:
-        with _errors():
+        with command_errors():
             services = list(localstack.SERVICES)
             localstack.up(_stack(secure), _echo, fresh=fresh, started=started,
                           services=services)
@@ -77,7 +66,7 @@ def down_cmd(services: tuple[str, ...], secure: bool) -> None:
     """Stop the servers that `up` started (all, or the SERVICES named)."""
     from sessionstream.localstack import stack as localstack
 
-    with _errors():
+    with command_errors():
         localstack.down(_stack(secure), _echo, services or localstack.SERVICES)
 
 
@@ -89,7 +78,7 @@ def status_cmd(as_json: bool, check: bool, secure: bool) -> None:
     """Show whether the local Kafka and Redis are running, their ports and pids."""
     from sessionstream.localstack import stack as localstack
 
-    with _errors():
+    with command_errors():
         rows = localstack.status(_stack(secure))
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows]))
@@ -108,7 +97,7 @@ def logs_cmd(lines: int, follow: bool) -> None:
     """Print the tail of the Kafka and Redis logs."""
     from sessionstream.localstack import stack as localstack
 
-    with _errors(), suppress(KeyboardInterrupt):
+    with command_errors(), suppress(KeyboardInterrupt):
         localstack.logs(_stack(), _echo, lines=lines, follow=follow)
 
 
@@ -134,7 +123,7 @@ def topics_ensure_cmd(tenant: str | None, partitions: int | None,
 
     from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
 
-    with _errors():
+    with command_errors():
         base = settings()
         overrides: dict[str, object] = {}
         if tenant:
@@ -179,7 +168,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
 
     if not 0.0 <= crash_rate < 1.0:
         raise click.BadParameter("must be in [0, 1)", param_hint="--crash-rate")
-    with _errors():
+    with command_errors():
         result = run_demo(settings(), agents=agents, sessions=sessions, turns=turns,
                           crash_rate=crash_rate, seed=seed, timeout_s=timeout_s,
                           echo=_echo)

@@ -9,17 +9,15 @@ nothing is written unless the command succeeds (outputs are written atomically).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
 from sessionstream._version import __version__
-from sessionstream.cli.context import ExitCode, GuardedGroup, die, exit_code_of
+from sessionstream.cli.context import ExitCode, GuardedGroup, command_errors, die
 from sessionstream.cli.paths import output_option
-from sessionstream.core.errors import LogFileError, SessionStreamError
+from sessionstream.core.errors import LogFileError
 from sessionstream.core.events import Event
 from sessionstream.core.providers.common import APIS
 
@@ -40,17 +38,6 @@ def main() -> None:
     The offline commands below read a JSONL session file (one event envelope per
     line, seq 0, 1, 2…) and need no Kafka or Redis.
     """
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Map our errors to exit codes (``sessionstream.cli.context.exit_code_of``)."""
-    try:
-        yield
-    except LogFileError as exc:
-        die(str(exc), BAD_INPUT)
-    except SessionStreamError as exc:
-        die(f"error: {exc}", exit_code_of(exc))
 
 
 def _load(file: Path) -> list[Event]:
@@ -117,7 +104,7 @@ def messages_cmd(file: Path, as_json: bool) -> None:
     """Print the model messages derive_messages() builds from FILE, with their source seqs."""
     from sessionstream.core.session import Session
 
-    with _errors():
+    with command_errors():
         messages = Session.from_events(_load(file)).derive_messages()
     if as_json:
         _print_json([m.to_json() for m in messages])
@@ -146,7 +133,7 @@ def projections_cmd(file: Path, as_json: bool, keys: tuple[str, ...]) -> None:
     """Fold FILE through every projection unit and print the views (one as_of_seq)."""
     from sessionstream.core.projections import default_registry
 
-    with _errors():
+    with command_errors():
         snapshot = default_registry().fold(_load(file))
         views = snapshot.views()
     unknown = [k for k in keys if k not in views]
@@ -183,7 +170,7 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | No
     if provider is not None:
         from sessionstream.cli.harness import explain_provider
 
-        with _errors():
+        with command_errors():
             explain_provider(_load(file), provider, as_json)
         return
     from sessionstream.core.privacy import reconstructability
@@ -197,7 +184,7 @@ def explain_cmd(file: Path, as_json: bool, scope: str | None, provider: str | No
     )
     from sessionstream.core.session import Session
 
-    with _errors():
+    with command_errors():
         events = _load(file)
         header = next((e for e in reversed(events) if e.type == "request/header"), None)
         if header is None:
@@ -261,7 +248,7 @@ def recover_cmd(file: Path, output: Path | None, as_json: bool) -> None:
     from sessionstream.core.recovery import recover
     from sessionstream.core.session import Session
 
-    with _errors():
+    with command_errors():
         events = _load(file)
         session = Session.from_events(events)
         for draft in recover(session):
@@ -309,7 +296,7 @@ def fork_cmd(file: Path, at: int | None, child_id: str | None, output: Path | No
     """
     from sessionstream.core.fork import fork, stable_tail
 
-    with _errors():
+    with command_errors():
         events = _load(file)
         seed = at if at is not None else stable_tail(events)
         child = fork(events, child_id or f"{events[0].session_id}-fork-{seed}", at=seed)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import command_errors
 
 if TYPE_CHECKING:
     from sessionstream.localstack.registry import LocalRegistry
@@ -46,11 +46,9 @@ def up_cmd(port: int, management_port: int, as_json: bool) -> None:
     def progress(line: str) -> None:
         click.echo(line, err=as_json)
 
-    try:
+    with command_errors():
         reg = _registry(port, management_port)
         started = reg.up(progress)
-    except SessionStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps({**reg.status(), "started": started,
                                "env": {Env.WIRE: "confluent",

@@ -18,20 +18,18 @@ from typing import Any, TypeVar
 import click
 
 from sessionstream.cli.compactor import compactor_cmd
-from sessionstream.cli.context import bad_input, command_error, settings, unreachable
-from sessionstream.core.errors import SessionStreamError
+from sessionstream.cli.context import bad_input, command_errors, settings, unreachable
 from sessionstream.core.settings import ENGINES, Env
 
 T = TypeVar("T")
 
 
 def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
+    """Run ``fn`` with an asyncio Redis client of the settings (closed after), its errors
+    mapped as every command's (cli.context.command_errors)."""
     from sessionstream import redisconn
 
     s = settings()
-    url = s.redis_url
 
     async def run() -> T:
         redis = redisconn.from_settings(s, asyncio=True, decode_responses=True)
@@ -40,14 +38,8 @@ def _with_redis(fn: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await redis.aclose()
 
-    try:
+    with command_errors():
         return asyncio.run(run())
-    except RedisConnectionError as exc:
-        raise unreachable(
-            f"cannot reach Redis at {url} ({exc}); start it with "
-            f"`sessionstream up` or set {Env.REDIS_URL}") from exc
-    except SessionStreamError as exc:
-        raise command_error(exc) from exc
 
 
 @click.command("worker")

@@ -202,8 +202,8 @@ class ReplayReport:
     by_digest: int = 0
     #: wall seconds per phase: read (consume), fold, flush (the fold stopped to take
     #: rows out, and the last flush), flush_wait (the fold waiting for a background
-    #: flush to be written, ADR 0015), compare, catch_up (after the switch, all of its
-    #: phases)
+    #: flush to be written, ADR 0015), keys_wait (the end waiting for the keys read
+    #: ahead), compare, catch_up (after the switch, all of its phases)
     phases: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -423,6 +423,7 @@ async def _read_to_end(consumer: Consumer, meta: Consumer, proc: Processor, topi
         t0 = time.monotonic()
         if keys_ahead is not None:
             await keys_ahead.drain()
+            took(report, "keys_wait", t0)
         if isinstance(fold, NativeFold):
             t1 = time.monotonic()
             await fold.settle_flush()  # an earlier flush's rows are final once written
@@ -468,6 +469,10 @@ class _KeysAhead:
         self._seen: set[str] = set()
         self._pool: Any = None
         self._pending: list[Any] = []
+        #: sessions asked and not yet taken by the thread: it takes all there are at
+        #: once, so batches folded while it worked share one key batch (one sync)
+        self._queued: list[str] = []
+        self._queue_lock = threading.Lock()
 
     def add(self, sids: list[str]) -> None:
         if self._row_key is None or not self._classes:
@@ -480,14 +485,23 @@ class _KeysAhead:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-keys")
-        self._pending.append(self._pool.submit(self._read, new))
+        if self._batch is not None:
+            with self._queue_lock:
+                self._queued.extend(new)
+            self._pending.append(self._pool.submit(self._read_queued))
+        else:
+            self._pending.append(self._pool.submit(self._read, new))
+
+    def _read_queued(self) -> None:
+        assert self._batch is not None
+        with self._queue_lock:
+            sids, self._queued = self._queued, []
+        if sids:
+            with contextlib.suppress(Exception):  # the flush asks again and reports it
+                self._batch([(sid, cls) for sid in sids for cls in self._classes])
 
     def _read(self, sids: list[str]) -> None:
         assert self._row_key is not None
-        if self._batch is not None:
-            with contextlib.suppress(Exception):  # the flush asks again and reports it
-                self._batch([(sid, cls) for sid in sids for cls in self._classes])
-            return
         for sid in sids:
             for cls in self._classes:
                 try:

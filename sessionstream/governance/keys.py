@@ -38,9 +38,9 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import itertools
 import json
 import os
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -927,9 +927,8 @@ def _link_unsynced(directory: Path, target: str, data: bytes) -> bool:
     """Create ``target`` (0600) with ``data`` unless it exists, without a sync (a batch
     file holds the durable copy): written beside it, then linked, so a reader sees it
     whole or not at all. True if this call created it."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    fd, tmp = _private_temp(directory)
     try:
-        os.fchmod(fd, 0o600)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -944,6 +943,22 @@ def _link_unsynced(directory: Path, target: str, data: bytes) -> bool:
         if fd >= 0:
             os.close(fd)
         os.unlink(tmp)
+
+
+_TEMP_NAMES = itertools.count()
+
+
+def _private_temp(directory: Path) -> tuple[int, str]:
+    """A new 0600 file in ``directory`` named ``.tmp-<pid>-<n>`` (open fd, path): what
+    ``tempfile.mkstemp`` does, without its random-name machinery (the pid and a counter
+    keep the names of live processes apart)."""
+    while True:
+        tmp = f"{directory}{os.sep}.tmp-{os.getpid()}-{next(_TEMP_NAMES)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                           | getattr(os, "O_CLOEXEC", 0), 0o600), tmp
+        except FileExistsError:  # left by a process that died with this pid
+            continue
 
 
 def _batch_records(batch: Path) -> Iterator[tuple[str, DataClass, dict[str, Any]]]:

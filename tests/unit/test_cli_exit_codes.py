@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from sessionstream.cli.context import ExitCode, GuardedGroup, exit_code_of, settings
+from sessionstream.cli.context import (
+    ExitCode,
+    GuardedGroup,
+    command_errors,
+    exit_code_of,
+    settings,
+)
 from sessionstream.cli.main import main
 from sessionstream.core.errors import (
     InvariantViolation,
+    LegalHold,
     LogFileError,
     SessionStreamError,
     SummarizerError,
 )
 from sessionstream.core.settings import Settings, SettingsError
+from sessionstream.governance.audit import SessionUnknown
 from sessionstream.producers.errors import BrokerUnavailable, RedisUnavailable
 from sessionstream.streams.errors import SinkError
 
@@ -95,3 +104,50 @@ def test_an_uncaught_error_of_ours_ends_with_its_mapped_status() -> None:
     result = CliRunner().invoke(root, ["down"])
     assert result.exit_code == ExitCode.UNREACHABLE
     assert "metadata" in result.output and "Traceback" not in result.output
+
+
+def _failing(exc: BaseException, env: dict[str, str] | None = None) -> Any:
+    """A command whose body raises ``exc`` inside the one error map, run by click."""
+    @click.group(cls=GuardedGroup)
+    def root() -> None:
+        pass
+
+    @root.command()
+    def go() -> None:
+        settings()  # built, as a server command builds them before it fails
+        with command_errors():
+            raise exc
+
+    return CliRunner().invoke(root, ["go"], env=env or {})
+
+
+@pytest.mark.parametrize(("exc", "code", "start"), [
+    (LogFileError("f.jsonl", 3, "not JSON"), ExitCode.BAD_INPUT, "f.jsonl:3: not JSON"),
+    (LegalHold("session s1", "litigation"), ExitCode.FAILED, "refused: "),
+    (SessionUnknown("s1", "tenant default"), ExitCode.BAD_INPUT, "Error: "),
+    (BrokerUnavailable("metadata"), ExitCode.UNREACHABLE, "Error: "),
+    (SummarizerError("no summary"), ExitCode.FAILED, "Error: no summary"),
+])
+def test_every_command_maps_its_errors_once_to_one_line_and_a_status(
+        exc: BaseException, code: ExitCode, start: str) -> None:
+    result = _failing(exc)
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith(start), result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_redis_that_does_not_answer_is_named_without_its_password() -> None:
+    import redis
+
+    env = {"SESSIONSTREAM_REDIS_URL": "redis://ops:s3cret@127.0.0.1:1/0"}
+    down = _failing(redis.ConnectionError("Connection refused"), env)
+    assert down.exit_code == ExitCode.UNREACHABLE
+    assert "127.0.0.1:1" in down.stderr and "s3cret" not in down.stderr, down.stderr
+    refused = _failing(redis.ResponseError("NOPERM this user has no permissions"), env)
+    assert refused.exit_code == ExitCode.FAILED
+    assert "NOPERM" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_an_error_that_is_not_ours_is_not_hidden_by_the_map() -> None:
+    result = _failing(ZeroDivisionError("a bug"))
+    assert isinstance(result.exception, ZeroDivisionError)

@@ -356,6 +356,12 @@ def test_a_gemini_body_survives_import_then_export_unchanged() -> None:
         ("ssg-1-0", "ok", {"rows": 1}), ("ssg-1-1", "error", "timeout")]
 
 
+def test_a_bare_list_of_contents_imports_as_its_body() -> None:
+    alone = {"contents": BODY["contents"]}
+    assert [e.data for e in _import(BODY["contents"]).events][1:] == [
+        e.data for e in _import(alone).events][1:]
+
+
 def test_a_camel_case_or_rest_layout_body_imports_as_the_same_session() -> None:
     def camel(value: Any, key: str = "") -> Any:
         if isinstance(value, dict) and key not in ("args", "output", "response"):
@@ -398,3 +404,19 @@ def test_what_the_log_cannot_carry_is_reported_on_import_and_export() -> None:
     assert any("non-text content part serialised" in n.note for n in notes)
     _other, notes = export_session("openai-chat", imported.events)
     assert any("config" in n.path for n in notes)  # Gemini's own parameters, not carried
+
+
+def test_explain_provider_gemini_maps_body_paths_to_their_sources(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sessionstream.cli.main import main
+    from sessionstream.core.jsonl import write_jsonl
+
+    path = tmp_path / "s.jsonl"
+    write_jsonl(cases.manual().events, path)
+    out = CliRunner().invoke(main, ["explain", "--provider", "gemini", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    by_path = {p["path"]: p for p in json.loads(out.output)["parts"]}
+    assert by_path["/contents/2/parts/1"]["call_id"] == "c2"
+    assert by_path["/contents/3/parts/1"]["seqs"] == [11]  # the error result, in call order
+    assert by_path["/config/thinking_config/thinking_level"]["field"] == "reasoning_effort"

@@ -28,6 +28,7 @@ from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import validate
 
 THINKING = {"type": "enabled", "budget_tokens": 1024}
+GEMINI_THINKING = {"include_thoughts": True, "thinking_budget": 1024}
 
 
 def _request(s: Session) -> Any:
@@ -190,7 +191,8 @@ def test_every_built_body_passes_the_sdk_types_and_the_api_rules(
                          else DataClass.REASONING])
     request = _request(s)
     for api in APIS:
-        options = {"thinking": THINKING} if api == "anthropic" and thinking else {}
+        options = {"thinking": {"anthropic": THINKING, "gemini": GEMINI_THINKING}[api]} \
+            if api in ("anthropic", "gemini") and thinking else {}
         try:
             built = build(api, request, **options)
         except ProviderMappingError as exc:  # named, never a traceback of another kind

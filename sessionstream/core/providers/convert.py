@@ -744,7 +744,8 @@ def import_conversation(api: str, body: Any, *, session_id: str, source: str = "
     check_api(api)
     conv = _Conv(api, source)
     if isinstance(body, list):
-        body = {"input": body} if api == "openai-responses" else {"messages": body}
+        key = {"openai-responses": "input", "gemini": "contents"}.get(api, "messages")
+        body = {key: body}
     if not isinstance(body, Mapping):
         raise conv.fail("/", f"expected a request body object or a message list, got "
                         f"{type(body).__name__}")

@@ -1,6 +1,6 @@
 """The neutral form of one model response, whatever API produced it.
 
-A :class:`ModelOutput` is what the response parsers of the three APIs return, from a
+A :class:`ModelOutput` is what the response parsers of the APIs return, from a
 whole response body or from a stream of deltas, and what
 :mod:`sessionstream.core.recorder` turns into events. Tool calls whose arguments are
 not a complete JSON object — the output was cut at max_tokens, or the model wrote
