@@ -406,6 +406,21 @@ def test_what_the_log_cannot_carry_is_reported_on_import_and_export() -> None:
     assert any("config" in n.path for n in notes)  # Gemini's own parameters, not carried
 
 
+def test_a_field_the_reader_does_not_map_is_named_never_dropped_silently() -> None:
+    body = copy.deepcopy(BODY)
+    body["contents"][0]["x_content_extra"] = 1
+    body["contents"][0]["parts"][0]["media_resolution"] = {"level": "MEDIA_RESOLUTION_LOW"}
+    model = next(i for i, c in enumerate(body["contents"]) if c["role"] == "model")
+    body["contents"][model]["parts"][0]["videoMetadata"] = {"fps": 1}
+    body["config"]["tools"][0]["function_declarations"][0]["behavior"] = "NON_BLOCKING"
+    imported = _import(body)
+    named = {n.path for n in imported.report}
+    assert {"/contents/0/x_content_extra", "/contents/0/parts/0/media_resolution",
+            f"/contents/{model}/parts/0/videoMetadata",
+            "/config/tools/0/function_declarations/0/behavior"} <= named
+    assert not [n for n in _import(BODY).report]  # the mapped fields alone: no note
+
+
 def test_explain_provider_gemini_maps_body_paths_to_their_sources(tmp_path: Any) -> None:
     from click.testing import CliRunner
 

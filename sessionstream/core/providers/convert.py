@@ -589,6 +589,26 @@ def _snake(key: str) -> str:
     return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
 
 
+#: The fields of each kind of Gemini object the reader maps (snake_case); any other
+#: field of one is named in the import report (the log has no place for it).
+_GEMINI_READ = {
+    "content": {"role", "parts"},
+    "model_part": {"text", "thought", "thought_signature", "function_call"},
+    "user_part": {"text", "function_response"},
+    "function_call": {"id", "name", "args"},
+    "function_response": {"id", "name", "response"},
+    "declaration": {"name", "description", "parameters_json_schema", "parameters"},
+}
+
+
+def _gemini_unread(conv: _Conv, obj: Mapping[str, Any], path: str, kind: str) -> None:
+    """Note each field of ``obj`` the reader does not map: nothing is dropped silently."""
+    for key in obj:
+        if _snake(key) not in _GEMINI_READ[kind]:
+            conv.note(f"{path}/{key}", f"field {key!r} not imported: the session log has "
+                      "no place for it, so an export does not send it")
+
+
 def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
     """A generateContent body in the builder's (the SDK's) form; camelCase keys are read
     too (an export writes snake_case)."""
@@ -627,6 +647,7 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
         parts = content.get("parts")
         if not isinstance(parts, list):
             raise conv.fail(f"{path}/parts", "parts must be a list")
+        _gemini_unread(conv, content, path, "content")
         if content["role"] == "model":
             texts: list[Any] = []
             calls: list[tuple[str, str, Any]] = []
@@ -637,7 +658,10 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
                     raise conv.fail(p, "a part must be an object")
                 sig = k(part, "thought_signature")
                 fc = k(part, "function_call")
+                if isinstance(fc, Mapping) or k(part, "text") is not None:
+                    _gemini_unread(conv, part, p, "model_part")
                 if isinstance(fc, Mapping):
+                    _gemini_unread(conv, fc, f"{p}/function_call", "function_call")
                     name = _require_str(conv, fc, "name", f"{p}/function_call")
                     call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
                     if sig:
@@ -674,7 +698,10 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
             if not isinstance(part, Mapping):
                 raise conv.fail(p, "a part must be an object")
             fr = k(part, "function_response")
+            if isinstance(fr, Mapping) or isinstance(k(part, "text"), str):
+                _gemini_unread(conv, part, p, "user_part")
             if isinstance(fr, Mapping):
+                _gemini_unread(conv, fr, f"{p}/function_response", "function_response")
                 name = _require_str(conv, fr, "name", f"{p}/function_response")
                 call_id = k(fr, "id") or next((c for c, n in pending if n == name), None)
                 if call_id is None:
@@ -719,6 +746,8 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
                       "imported")
         for j, d in enumerate(decls or ()):
             p = f"/config/tools/{i}/function_declarations/{j}"
+            if isinstance(d, Mapping):
+                _gemini_unread(conv, d, p, "declaration")
             params = k(d, "parameters_json_schema")
             if params is None and k(d, "parameters") is not None:
                 params = k(d, "parameters")
