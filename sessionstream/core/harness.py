@@ -257,8 +257,8 @@ class Harness:
         """turn/start, the user message, steps until the model stops calling tools, turn/end.
 
         The turn ends ``completed``, ``refused`` (the model refused), or ``failed``
-        (output cut at max_tokens, the step limit, or an error — which is re-raised
-        after the turn/end is written and flushed).
+        (output cut at max_tokens, a tool call the provider could not return, the step
+        limit, or an error — which is re-raised after the turn/end is written and flushed).
         """
         self._append(Draft("turn/start"))
         for draft in before:
@@ -278,6 +278,10 @@ class Harness:
                     return self._end("refused", steps, None)
                 if out.truncated:
                     return self._end("failed", steps, "output cut at max_tokens")
+                if out.lost_call:
+                    return self._end("failed", steps, f"the model's tool call was not "
+                                     f"usable ({out.provider_stop_reason}): the provider "
+                                     "returned no call")
                 return self._end("completed", steps, None)
         except Exception as exc:
             if self.session.open_turn is not None:

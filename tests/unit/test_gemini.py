@@ -421,6 +421,27 @@ def test_a_field_the_reader_does_not_map_is_named_never_dropped_silently() -> No
     assert not [n for n in _import(BODY).report]  # the mapped fields alone: no note
 
 
+class _MalformedCall:
+    """A Gemini endpoint whose model made a call Gemini could not return."""
+
+    def create(self, body: Any) -> dict[str, Any]:
+        return {"response_id": "r-bad", "model_version": "gemini-test", "candidates": [{
+            "content": {"role": "model", "parts": [{"text": "Let me look that up."}]},
+            "finish_reason": "MALFORMED_FUNCTION_CALL"}]}
+
+
+def test_a_malformed_function_call_ends_the_turn_failed_not_completed() -> None:
+    h = Harness(cases.new_session("malformed"), _MalformedCall(), "gemini",
+                cases.THINKING_HEADER, cases.registry(), providers=[cases.TOOLS],
+                tools={"run_sql": lambda a, c: "1 row"}, variables={"agent": "Ada"})
+    result = h.turn("what is it?")
+    assert result.reason == "failed" and "MALFORMED_FUNCTION_CALL" in (result.detail or "")
+    (end,) = [e for e in h.session.events if e.type == "turn/end"]
+    assert end.data["reason"] == "failed"
+    (msg,) = [e for e in h.session.events if e.type == "assistant/message"]
+    assert msg.data["content"] == "Let me look that up."  # what came is still recorded
+
+
 def test_explain_provider_gemini_maps_body_paths_to_their_sources(tmp_path: Any) -> None:
     from click.testing import CliRunner
 

@@ -22,6 +22,12 @@ from sessionstream.core.providers.errors import ProviderResponseError
 STOP_REASONS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal",
                 "content_filter", "pause_turn", "other")
 
+#: Provider stop reasons that mean the model made a tool call the provider could not
+#: return (Gemini: MALFORMED_FUNCTION_CALL and its kin): the answer carries no call, so
+#: the harness ends the turn ``failed`` instead of ``completed`` with whatever text came.
+LOST_CALL_STOPS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL",
+                             "TOO_MANY_TOOL_CALLS"})
+
 
 @dataclass(frozen=True)
 class OutputCall:
@@ -68,6 +74,11 @@ class ModelOutput:
     @property
     def truncated(self) -> bool:
         return self.stop_reason == "max_tokens"
+
+    @property
+    def lost_call(self) -> bool:
+        """The model called a tool but the provider returned no usable call."""
+        return not self.tool_calls and self.provider_stop_reason in LOST_CALL_STOPS
 
 
 def fail(api: str, path: str, reason: str) -> NoReturn:
