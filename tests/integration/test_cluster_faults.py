@@ -267,8 +267,16 @@ class Scenario:
                         return False
                 return True
 
-            wait_until(caught_up, 120, "the worker to fold every admitted event",
-                       alive=self._worker_alive)
+            try:
+                wait_until(caught_up, 120, "the worker to fold every admitted event",
+                           alive=self._worker_alive)
+            except AssertionError as exc:  # say which sessions lag and what the worker did
+                rows = KeySpace(TENANT, self.prefix)
+                lag = {sid: (r.hget(rows.session_row(sid, 1), "as_of_seq"), events[-1].seq)
+                       for sid, events in admitted.items()}
+                raise AssertionError(f"{exc}; (folded as_of_seq, last admitted seq) per "
+                                     f"session: {lag}; worker log:\n"
+                                     f"{self.worker.log_tail(80)}") from None
             for sid, events in admitted.items():
                 # Opened as readers see them (the worker seals content-bearing fields).
                 _, views, _ = stored_views(r, self.prefix, TENANT, sid, 1)
