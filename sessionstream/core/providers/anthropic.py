@@ -28,10 +28,11 @@ from sessionstream.core.providers.common import (
     MOVED,
     Built,
     Collector,
-    content_parts,
     group,
     header_part,
     message_source,
+    nonblank_system,
+    nonblank_texts,
     reasoning_parts,
     tool_result_text,
     tools_of,
@@ -58,13 +59,8 @@ DEFAULT_MAX_TOKENS = 4096
 def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
     if m.content == "":  # no text at all (a message of tool calls): nothing omitted
         return []
-    parts = content_parts(m.content)
-    if any(p.serialised for p in parts):
-        c.note(path, "non-text content part serialised as JSON text", m.seqs)
-    if any(not p.text.strip() for p in parts):
-        c.note(path, "empty or whitespace-only text part omitted (Anthropic refuses such "
-               "text blocks)", m.seqs)
-    return [{"type": "text", "text": p.text} for p in parts if p.text.strip()]
+    return [{"type": "text", "text": t} for t in
+            nonblank_texts(m, c, path, "Anthropic refuses such text blocks")]
 
 
 def _id(call_id: str | None, c: Collector, path: str, seqs: tuple[int, ...]) -> str:
@@ -144,11 +140,7 @@ def build(request: Request, *, stream: bool = False,
     if request.header.reasoning_effort is not None:
         c.note("/", f"reasoning_effort {request.header.reasoning_effort!r} not sent: the "
                "Messages API has no such field (configure extended thinking instead)")
-    system = [p for p in request.system if p.text.strip()]
-    if len(system) < len(request.system):
-        c.note("/system", "empty or whitespace-only system section(s) "
-               f"{', '.join(p.section_id for p in request.system if not p.text.strip())} "
-               "omitted (Anthropic refuses such text blocks)")
+    system = nonblank_system(request, c, "/system", "Anthropic refuses such text blocks")
     if system:
         body["system"] = [{"type": "text", "text": p.text} for p in system]
         for i, p in enumerate(system):

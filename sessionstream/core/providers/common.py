@@ -17,7 +17,7 @@ from typing import Any
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
 from sessionstream.core.messages import Kind, Message, Role
 from sessionstream.core.providers.errors import ProviderMappingError
-from sessionstream.core.request import Request
+from sessionstream.core.request import Request, SystemPart
 
 #: The provider request/response formats this build maps (``--provider`` values).
 APIS = ("openai-chat", "openai-responses", "anthropic", "gemini")
@@ -166,6 +166,28 @@ def content_parts(content: JsonValue) -> list[TextPart]:
     if isinstance(content, list | tuple):
         return [_part_text(item) for item in content]
     return [TextPart(canonical_dumps(content), serialised=True)]
+
+
+def nonblank_texts(m: Message, c: Collector, path: str, refusal: str) -> list[str]:
+    """The texts of ``m``'s content parts that are not blank; a serialised part and any
+    blank part omitted are noted (``refusal``: why the API needs it, for the note)."""
+    parts = content_parts(m.content)
+    if any(p.serialised for p in parts):
+        c.note(path, "non-text content part serialised as JSON text", m.seqs)
+    if any(not p.text.strip() for p in parts):
+        c.note(path, f"empty or whitespace-only text part omitted ({refusal})", m.seqs)
+    return [p.text for p in parts if p.text.strip()]
+
+
+def nonblank_system(request: Request, c: Collector, path: str, refusal: str
+                    ) -> list[SystemPart]:
+    """The request's system sections with text; blank ones omitted with a note naming
+    them (``refusal``: why the API needs it)."""
+    blank = [p.section_id for p in request.system if not p.text.strip()]
+    if blank:
+        c.note(path, f"empty or whitespace-only system section(s) {', '.join(blank)} "
+               f"omitted ({refusal})")
+    return [p for p in request.system if p.text.strip()]
 
 
 def content_text(content: JsonValue) -> tuple[str, bool]:

@@ -41,9 +41,10 @@ from sessionstream.core.providers.common import (
     Built,
     Collector,
     attachment_text,
-    content_parts,
     group,
     message_source,
+    nonblank_system,
+    nonblank_texts,
     reasoning_parts,
 )
 from sessionstream.core.providers.errors import IncompleteStream
@@ -72,13 +73,7 @@ def sent_id(call_id: str | None) -> str | None:
 
 
 def _text_parts(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
-    parts = content_parts(m.content)
-    if any(p.serialised for p in parts):
-        c.note(path, "non-text content part serialised as JSON text", m.seqs)
-    if any(not p.text.strip() for p in parts):
-        c.note(path, "empty or whitespace-only text part omitted (Gemini refuses empty "
-               "parts)", m.seqs)
-    return [{"text": p.text} for p in parts if p.text.strip()]
+    return [{"text": t} for t in nonblank_texts(m, c, path, "Gemini refuses empty parts")]
 
 
 def _reasoning(request: Request, m: Message, c: Collector, path: str
@@ -129,11 +124,8 @@ def build(request: Request, *, stream: bool = False,
     c.origin("/model", part="header", field="model",
              source=request.header.source_of("model") or "request/header")
     config: dict[str, Any] = {}
-    system = [p for p in request.system if p.text.strip()]
-    if len(system) < len(request.system):
-        c.note("/config/system_instruction", "empty or whitespace-only system section(s) "
-               f"{', '.join(p.section_id for p in request.system if not p.text.strip())} "
-               "omitted (Gemini refuses empty parts)")
+    system = nonblank_system(request, c, "/config/system_instruction",
+                             "Gemini refuses empty parts")
     if system:
         config["system_instruction"] = {"parts": [{"text": p.text} for p in system]}
         for i, p in enumerate(system):
