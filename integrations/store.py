@@ -162,12 +162,7 @@ class SessionHandle(ABC):
                source_event_seqs: Sequence[int] = (),
                turn_id: str | None = None, step_id: str | None = None) -> Event:
         """Append one event through the write-time rules (creates the session if new)."""
-        if isinstance(type_or_draft, Draft):
-            draft = type_or_draft
-        else:
-            draft = Draft(type_or_draft, {} if data is None else data,
-                          SurfaceOp(surface_op) if surface_op is not None else None,
-                          tuple(source_event_seqs), turn_id, step_id)
+        draft = Draft.of(type_or_draft, data, surface_op, source_event_seqs, turn_id, step_id)
         return self.append_many([draft])[0]
 
     @abstractmethod

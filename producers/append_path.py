@@ -100,17 +100,7 @@ class ReferencePath:
                source_event_seqs: Sequence[int] = (), turn_id: str | None = None,
                step_id: str | None = None) -> Event:
         """Check, stamp and produce one draft (given whole or by its parts)."""
-        if isinstance(type_or_draft, Draft):
-            draft = type_or_draft
-        else:
-            draft = Draft(
-                type=type_or_draft,
-                data={} if data is None else data,
-                surface_op=SurfaceOp(surface_op) if surface_op is not None else None,
-                source_event_seqs=tuple(source_event_seqs),
-                turn_id=turn_id,
-                step_id=step_id,
-            )
+        draft = Draft.of(type_or_draft, data, surface_op, source_event_seqs, turn_id, step_id)
         event = self._admit(self._spill(draft))
         self.produce(event)
         return event

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time as _time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import FrozenInstanceError, dataclass, field
 from enum import StrEnum
 from typing import Any, final
@@ -411,6 +411,18 @@ class Draft:
     source_event_seqs: tuple[int, ...] = ()
     turn_id: str | None = None  # None: the open turn (or a new id for turn/start)
     step_id: str | None = None
+
+    @classmethod
+    def of(cls, type_or_draft: str | Draft, data: JsonValue = None,
+           surface_op: SurfaceOp | str | None = None, source_event_seqs: Sequence[int] = (),
+           turn_id: str | None = None, step_id: str | None = None) -> Draft:
+        """The draft an ``append(type_or_draft, data, ...)`` call means: a Draft as given,
+        or one built from a type and its parts."""
+        if isinstance(type_or_draft, Draft):
+            return type_or_draft
+        return cls(type_or_draft, {} if data is None else data,
+                   SurfaceOp(surface_op) if surface_op is not None else None,
+                   tuple(source_event_seqs), turn_id, step_id)
 
 
 Clock = Callable[[], int]

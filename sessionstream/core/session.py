@@ -303,17 +303,7 @@ class Session:
         ``step_id`` default to the open turn/step (a new id for turn/start and
         step/start).
         """
-        if isinstance(draft_or_type, Draft):
-            draft = draft_or_type
-        else:
-            draft = Draft(
-                type=draft_or_type,
-                data={} if data is None else data,
-                surface_op=SurfaceOp(surface_op) if surface_op is not None else None,
-                source_event_seqs=tuple(source_event_seqs),
-                turn_id=turn_id,
-                step_id=step_id,
-            )
+        draft = Draft.of(draft_or_type, data, surface_op, source_event_seqs, turn_id, step_id)
         etype = self.catalog.require(draft.type)
         return self._append(draft, etype, check_and_freeze(draft.data), None)
 
