@@ -25,7 +25,6 @@ command line or working directory) are ever signalled.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -54,6 +53,7 @@ from sessionstream.localstack.stack import (
     redis_ready,
     require_java,
     require_redis,
+    secret_file,
     write_acl_users,
 )
 
@@ -90,13 +90,7 @@ class ClusterConfig:
         the nodes are open."""
         if not self.secure:
             return None
-        path = self.admin_secret_file
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        return path.read_text().strip()
+        return secret_file(self.admin_secret_file)
 
     def redis_auth(self) -> dict[str, Any]:
         """The keyword arguments of a redis client that talks to a node as the admin."""

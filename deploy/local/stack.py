@@ -74,6 +74,21 @@ class LocalStackError(SessionStreamError):
     """A local server could not be started or stopped; the message says why and what to do."""
 
 
+def secret_file(path: Path) -> str:
+    """The random secret kept in ``path``: made 0600 on first use (never overwritten, so
+    two processes racing to make it read the one that won), then read."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """Where the local servers live and which loopback ports they use."""
@@ -109,13 +124,7 @@ class StackConfig:
 
     def admin_password(self) -> str:
         """The secure profile's admin password (created, 0600, on first use)."""
-        path = self.admin_secret_file
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
-        return path.read_text().strip()
+        return secret_file(self.admin_secret_file)
 
     def admin_redis_url(self) -> str:
         """The secure profile's Redis as its admin (password only: no anonymous user)."""
