@@ -53,7 +53,7 @@ from sessionstream.localstack.stack import (
     redis_ready,
     require_java,
     require_redis,
-    secret_file,
+    stored_secret,
     write_acl_users,
 )
 
@@ -90,7 +90,7 @@ class ClusterConfig:
         the nodes are open."""
         if not self.secure:
             return None
-        return secret_file(self.admin_secret_file)
+        return stored_secret(self.admin_secret_file)
 
     def redis_auth(self) -> dict[str, Any]:
         """The keyword arguments of a redis client that talks to a node as the admin."""

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.files import create_if_absent
 from sessionstream.core.settings import (
     DEFAULT_KAFKA_CONTROLLER_PORT,
     DEFAULT_KAFKA_PORT,
@@ -74,18 +75,12 @@ class LocalStackError(SessionStreamError):
     """A local server could not be started or stopped; the message says why and what to do."""
 
 
-def secret_file(path: Path) -> str:
-    """The random secret kept in ``path``: made 0600 on first use (never overwritten, so
-    two processes racing to make it read the one that won), then read."""
+def stored_secret(path: Path) -> str:
+    """The random secret kept in ``path``, made on first use: a whole 0600 file linked in
+    place only if absent, so processes racing to make it all read the one that won (never
+    an empty or half-written file)."""
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24) + "\n")
+        create_if_absent(path, (secrets.token_urlsafe(24) + "\n").encode(), private=True)
     return path.read_text().strip()
 
 
@@ -124,7 +119,7 @@ class StackConfig:
 
     def admin_password(self) -> str:
         """The secure profile's admin password (created, 0600, on first use)."""
-        return secret_file(self.admin_secret_file)
+        return stored_secret(self.admin_secret_file)
 
     def admin_redis_url(self) -> str:
         """The secure profile's Redis as its admin (password only: no anonymous user)."""

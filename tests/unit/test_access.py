@@ -110,6 +110,18 @@ def test_the_secure_profile_has_scram_the_standard_authorizer_and_no_anonymous_a
     assert cfg.client_security()["sasl.password"] == cfg.admin_password()
 
 
+def test_racing_first_uses_of_the_admin_secret_all_read_the_one_whole_secret(
+        tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "kafka" / "admin.secret"
+    with ThreadPoolExecutor(16) as pool:
+        seen = set(pool.map(lambda _: devstack.stored_secret(path), range(64)))
+    assert len(seen) == 1 and len(seen.pop()) >= 32  # one secret, never an empty read
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["admin.secret"]  # no staging left
+
+
 def test_the_secure_profile_cannot_share_the_plaintext_stacks_ports(tmp_path: Path) -> None:
     s = Settings(state_dir=tmp_path, secure_kafka_port=19092)
     with pytest.raises(devstack.LocalStackError, match="must differ"):
