@@ -47,10 +47,16 @@ _field = st.one_of(
     st.sampled_from(["as_of_seq", "parts:surface", "parts:turns"]))
 
 
+# A stored value that starts with the sealed prefix is read as sealed by both openers (a
+# field of a class that is kept clear, like view:tools, included); row values are JSON or
+# integers, which never do. How such a value that does not open is handled is the next test.
+_value = st.text(max_size=300).filter(lambda t: not t.startswith(PREFIX))
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sid=st.text(min_size=1, max_size=12),
-       fields=st.dictionaries(_field, st.text(max_size=300), max_size=12))
+       fields=st.dictionaries(_field, _value, max_size=12))
 def test_sealed_fields_open_natively_to_what_the_python_opener_gives(
         rows: RowCipher, sid: str, fields: dict[str, str]) -> None:
     sealed = _seal(rows, sid, fields)
