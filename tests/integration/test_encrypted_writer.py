@@ -89,3 +89,21 @@ def test_a_fork_inherits_sealed_seed_and_parent_deletion_reaches_it(
     contents = [e.data["content"] for e in log if e.type == "user/message"]
     assert contents == [DELETED_TEXT, "the child's own words"]
     Session.from_events(log)  # still a valid session: pairing holds
+
+
+def test_create_makes_the_sessions_data_keys_so_a_sealed_append_creates_none(
+        sealed_cfg: WriterConfig) -> None:
+    cipher = sealed_cfg.cipher
+    assert cipher is not None
+    w = SessionWriter.create(sealed_cfg)
+    try:
+        made = {cls for sid, cls, _ in cipher.store.sessions("default") if sid == w.session_id}
+        assert made == set(DataClass)  # one batch while the broker acknowledged the start
+        generation = cipher.store.generation
+        _turn(w, 1)
+        w.flush(10)
+        assert cipher.store.generation == generation  # no key was created by the appends
+        written = list(w.session.events)
+    finally:
+        w.close()
+    assert read_log(sealed_cfg, w.session_id).admitted == written  # opened with those keys
