@@ -138,21 +138,6 @@ def _lost_start(sid: str, lost: _LostRace) -> ProducerError:
         "acknowledgement (nothing was started); create() it again")
 
 
-def _prefetch_keys(cipher: Any, session_id: str) -> None:
-    """Make (or read) the session's data keys of every class in one batch while the
-    broker acknowledges the start: the file store then pays one fsync per session, here,
-    not one per class on the first sealed append of each. Only a warm-up: what fails
-    here is met again, with its own error, where a key is needed."""
-    many = getattr(cipher.store, "data_keys", None)
-    if many is None:
-        return
-    try:
-        many(cipher.tenant, [(session_id, cls) for cls in DataClass])
-    except Exception as exc:  # the append that needs the key reports it
-        log.debug("data keys of session %s not prefetched: %s", session_id,
-                  type(exc).__name__)
-
-
 class SessionWriter:
     """Append-only writer of one session, holding its lease (fencing epoch).
 
@@ -230,9 +215,11 @@ class SessionWriter:
             self._path.produce(event)
         if seeded and fault is not None:
             fault("produced")
-        if seeded and cipher is not None and cipher.enabled:
-            _prefetch_keys(cipher, session.session_id)
         if seeded:
+            if cipher is not None:
+                # Made in one batch while the broker acknowledges the start: the first
+                # sealed append of each class then finds its key cached, not to be made.
+                cipher.prefetch_keys([session.session_id])
             # A new lifecycle's first events (session/start, or the repairs and the
             # end-seed of a resume) are made durable and proven admitted before the
             # writer is handed out: from here on any zombie of an older epoch is

@@ -19,7 +19,6 @@ still answer it (a missing key is asked again each batch).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -66,12 +65,8 @@ class RowSealer:
         """Look up (or create) the row keys of ``sids`` into the key store's cache, in
         one batch (the same keys the seal asks for, only earlier; a shred reaches that
         cache as it reaches any). An error is left to the seal, which asks again."""
-        rows = self.row_cipher
-        if rows is None or not rows.cipher.enabled:
-            return
-        with contextlib.suppress(Exception):  # the seal asks again and raises it
-            rows.cipher.store.data_keys(rows.tenant, [(sid, cls) for sid in sids
-                                                      for cls in self._row_classes])
+        if self.row_cipher is not None:
+            self.row_cipher.cipher.prefetch_keys(sids, self._row_classes)
 
     def sealed(self, w: SessionWrite) -> SessionWrite:
         """``w`` with its content-bearing fields sealed in place (and, with

@@ -4,6 +4,7 @@ a principal's credentials, and the secure Kafka profile's broker config."""
 from __future__ import annotations
 
 import fnmatch
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,6 @@ def test_the_secure_profile_has_scram_the_standard_authorizer_and_no_anonymous_a
 
 def test_racing_first_uses_of_the_admin_secret_all_read_the_one_whole_secret(
         tmp_path: Path) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
     path = tmp_path / "kafka" / "admin.secret"
     with ThreadPoolExecutor(16) as pool:
         seen = set(pool.map(lambda _: devstack.stored_secret(path), range(64)))
