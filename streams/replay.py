@@ -23,7 +23,6 @@ Replay only folds projections: it never executes a tool or any other side effect
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 import queue
@@ -459,13 +458,14 @@ class _KeysAhead:
 
         self._row_key: Callable[..., Any] | None = getattr(rows, "row_key", None)
         cipher = getattr(rows, "cipher", None)
-        #: the key store's batch call (new keys made together: one sync, not one each)
-        self._batch: Callable[[list[Any]], Any] | None = None
-        if cipher is not None and cipher.enabled and hasattr(cipher.store, "data_keys"):
-            store, tenant = cipher.store, rows.tenant
-            self._batch = lambda pairs: store.data_keys(tenant, pairs)
         self._classes = sorted({c for u in units if (c := unit_class(u)) is not None},
                                key=lambda c: c.value)
+        #: the cipher's one warm-up of many sessions' keys (new keys made together: one
+        #: sync, not one each; an error is left to the flush, which asks again)
+        self._batch: Callable[[list[str]], None] | None = None
+        if cipher is not None and cipher.enabled:
+            classes = self._classes
+            self._batch = lambda sids: cipher.prefetch_keys(sids, classes)
         self._seen: set[str] = set()
         self._pool: Any = None
         self._pending: list[Any] = []
@@ -497,8 +497,7 @@ class _KeysAhead:
         with self._queue_lock:
             sids, self._queued = self._queued, []
         if sids:
-            with contextlib.suppress(Exception):  # the flush asks again and reports it
-                self._batch([(sid, cls) for sid in sids for cls in self._classes])
+            self._batch(sids)
 
     def _read(self, sids: list[str]) -> None:
         assert self._row_key is not None

@@ -18,7 +18,7 @@
 //! do exactly as Python does (a field of an unexpected type, nested sealed paths, a
 //! key that is not 32 bytes) is `None`: the caller uses the Python reference.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::aead::Aes256Gcm;
 use pyo3::prelude::*;

@@ -247,6 +247,27 @@ def test_native_rules_cover_the_stateless_types_and_stamp_them_whole() -> None:
     assert all(na.rules_for(nat, t) is None for t in na.STATEFUL_TYPES)
 
 
+def test_a_stamped_event_keeps_no_second_copy_of_its_content_once_its_record_is_written(
+) -> None:
+    """The record carries the data's text, so the event the session keeps for its life
+    holds the value only; data_json renders the same canonical text on demand. Without
+    a record (Python encodes it next) the event keeps the text the walk rendered."""
+    session = Session.create("text")
+    path = native(None, "text")
+    for d in (Draft("turn/start", {}), Draft("step/start", {})):
+        na.append(path, session, d)
+    data = {"text": "héllo " * 50, "index": 7}
+    done = path.stamp(session, "assistant/chunk", data, None, (), None, None, True)
+    assert done is not None and done[1] is not None
+    ev, record = done
+    assert ev._text is None  # no copy of the content beside the value
+    carried = codec.decode(record).data_json()  # the text the record carries
+    assert ev.data_json() == carried == canonical_dumps(check_and_freeze(data))
+    no_record = path.stamp(session, "assistant/chunk", data, None, (), None, None, False)
+    assert no_record is not None and no_record[1] is None
+    assert no_record[0]._text == carried  # rendered once, for the encode that follows
+
+
 def test_native_stamp_uses_its_own_ids_and_clock_for_the_defaults() -> None:
     import re
     import time

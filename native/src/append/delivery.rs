@@ -15,7 +15,7 @@
 //! producers/kafka.py uses it for writers on the native append path; the Delivery
 //! object per record stays the reference (SESSIONSTREAM_APPEND=python).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};

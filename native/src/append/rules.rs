@@ -334,7 +334,13 @@ impl Appender {
         // is checked and frozen, with its text (plain slot stores in Python, far cheaper
         // than attribute calls from here).
         let raise = |e: PyErr| Stop::Raise(e);
-        let text_obj = PyString::new(py, &text).into_any();
+        // The text is kept on the event only when Python encodes it (no record here):
+        // a record carries it, and Event.data_json renders it again on demand (the
+        // same canonical text). A second copy of every event's content held for the
+        // session's life was a third of the writer's memory growth per event, and
+        // fresh pages were a third of its CPU (docs/adr/0016).
+        let text_obj = if record { py.None().into_bound(py) }
+                       else { PyString::new(py, &text).into_any() };
         let seq_obj = seq.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
         let fv_obj = b.format_version.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
         let ign_obj = PyBool::new(py, rules.ignorable).to_owned().into_any();
