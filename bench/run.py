@@ -8,8 +8,11 @@ from the same run, the figure the target is about (a ratio, or seconds / k event
 where the target is absolute), the target and whether it was met. ``--quick``
 (``make bench-quick``) sizes everything down to finish in under 5 minutes on a 2-core
 box; its figures are marked quick (a short raw read measures start-up as much as
-reading). Run by hand against the local servers, never by ``make test`` or CI: the
-figures depend on the machine and its load, which the header prints.
+reading). After each bench it prints what else used the machine meanwhile (the share of
+CPU time waiting on the disk or taken by the host, and Redis' background saves, which
+write its whole dataset beside the benches) and marks a bench over 10 % disturbed.
+Run by hand against the local servers, never by ``make test`` or CI: the figures
+depend on the machine and its load, which the header prints.
 """
 
 from __future__ import annotations
@@ -36,6 +39,59 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "restart": ([], ["--engines", "kafka", "--rounds", "3"]),
     "scale": ([], ["--quick"]),
 }
+
+
+#: Above this share of CPU time waiting on the disk (or taken by the host) a bench's
+#: figures are marked disturbed: its ratios are not quiet-box figures.
+DISTURBED = 0.10
+
+
+def cpu_ticks() -> tuple[int, int, int] | None:
+    """(all, iowait, steal) ticks of every core so far (/proc/stat), None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[4], fields[7]
+
+
+def redis_forks() -> int | None:
+    """How many times Redis forked so far (each an RDB snapshot or an AOF rewrite: a
+    child that writes the whole dataset to disk beside the benches), None if unknown."""
+    try:
+        from sessionstream.core.settings import Settings
+        from sessionstream.redisconn import from_settings
+
+        client = from_settings(Settings.from_env(), socket_timeout=2)
+        try:
+            return int(client.info("stats")["total_forks"])
+        finally:
+            client.close()
+    except Exception:  # no Redis, another profile: the line says unknown
+        return None
+
+
+class Disturbance:
+    """What else used the machine while one bench ran: the share of CPU time spent
+    waiting on the disk or taken by the host, and Redis' background saves."""
+
+    def __init__(self) -> None:
+        self._ticks, self._forks = cpu_ticks(), redis_forks()
+
+    def end(self) -> tuple[str, bool]:
+        """(a line to print, whether the figures are disturbed)."""
+        ticks, forks = cpu_ticks(), redis_forks()
+        parts, disturbed = [], False
+        if ticks is not None and self._ticks is not None and ticks[0] > self._ticks[0]:
+            total = ticks[0] - self._ticks[0]
+            io, steal = ((ticks[i] - self._ticks[i]) / total for i in (1, 2))
+            disturbed = io + steal > DISTURBED
+            parts.append(f"disk wait {io:.0%} and host steal {steal:.0%} of CPU time")
+        if forks is not None and self._forks is not None:
+            parts.append(f"Redis background saves {forks - self._forks}")
+        line = "; ".join(parts) or "machine state unknown"
+        return line + (" (DISTURBED: not a quiet-box figure)" if disturbed else ""), disturbed
 
 
 def table(rows: list[Result]) -> str:
@@ -66,6 +122,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     failed: list[str] = []
+    disturbed: list[str] = []
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ssbench-") as tmp:
         results = Path(tmp) / "results.jsonl"
@@ -75,9 +132,13 @@ def main() -> None:
                     *(quick if args.quick else full), "--results", str(results)]
             print(f"\n== {name}: {' '.join(argv[2:])}", flush=True)
             t0 = time.monotonic()
+            watch = Disturbance()
             rc = subprocess.run(argv, env=env, cwd=HERE.parent).returncode
+            state, was = watch.end()
+            if was:
+                disturbed.append(name)
             print(f"== {name}: {'done' if rc == 0 else f'FAILED (exit {rc})'} in "
-                  f"{time.monotonic() - t0:.0f} s", flush=True)
+                  f"{time.monotonic() - t0:.0f} s; {state}", flush=True)
             if rc:
                 failed.append(name)
         rows = load(results)
@@ -88,6 +149,9 @@ def main() -> None:
     met = sum(r.met for r in rows)
     print(f"{met} of {len(rows)} targets met" + (f"; benches that failed: "
                                                   f"{', '.join(failed)}" if failed else ""))
+    if disturbed:
+        print(f"disturbed (over {DISTURBED:.0%} of CPU time waiting on the disk or the host): "
+              f"{', '.join(disturbed)}: run again on a quiet machine before quoting them")
     sys.exit(1 if failed else 0)
 
 
