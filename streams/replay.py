@@ -460,12 +460,9 @@ class _KeysAhead:
         cipher = getattr(rows, "cipher", None)
         self._classes = sorted({c for u in units if (c := unit_class(u)) is not None},
                                key=lambda c: c.value)
-        #: the cipher's one warm-up of many sessions' keys (new keys made together: one
-        #: sync, not one each; an error is left to the flush, which asks again)
-        self._batch: Callable[[list[str]], None] | None = None
-        if cipher is not None and cipher.enabled:
-            classes = self._classes
-            self._batch = lambda sids: cipher.prefetch_keys(sids, classes)
+        #: whose ContentCipher.prefetch_keys warms many sessions' keys in one batch (new
+        #: keys made together: one sync, not one each; an error is left to the flush)
+        self._cipher: Any = cipher if cipher is not None and cipher.enabled else None
         self._seen: set[str] = set()
         self._pool: Any = None
         self._pending: list[Any] = []
@@ -485,7 +482,7 @@ class _KeysAhead:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-keys")
-        if self._batch is not None:
+        if self._cipher is not None:
             with self._queue_lock:
                 self._queued.extend(new)
             self._pending.append(self._pool.submit(self._read_queued))
@@ -493,11 +490,10 @@ class _KeysAhead:
             self._pending.append(self._pool.submit(self._read, new))
 
     def _read_queued(self) -> None:
-        assert self._batch is not None
         with self._queue_lock:
             sids, self._queued = self._queued, []
         if sids:
-            self._batch(sids)
+            self._cipher.prefetch_keys(sids, self._classes)
 
     def _read(self, sids: list[str]) -> None:
         assert self._row_key is not None

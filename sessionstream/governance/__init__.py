@@ -7,7 +7,7 @@ its stores), :class:`ContentCipher` (seal an event's content on write, open it o
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,8 @@ from sessionstream.core.privacy import (
 )
 from sessionstream.governance.crypto import AesGcm
 from sessionstream.governance.keys import KeyStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,9 +58,12 @@ class ContentCipher:
         which asks again and raises it."""
         if not self.enabled or not session_ids:
             return
-        with contextlib.suppress(Exception):
+        try:
             self.store.data_keys(self.tenant, [(sid, cls) for sid in session_ids
                                                for cls in classes])
+        except Exception as exc:  # the seal that needs the key raises it
+            log.debug("data keys of %d session(s) not prefetched: %s", len(session_ids),
+                      type(exc).__name__)
 
     def seal(self, event: Event, classes: Sequence[DataClass] = ALL_CLASSES, *,
              origin: tuple[str, str] | None = None) -> tuple[Event, tuple[SealedPart, ...]]:

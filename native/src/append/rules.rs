@@ -334,12 +334,18 @@ impl Appender {
         // is checked and frozen, with its text (plain slot stores in Python, far cheaper
         // than attribute calls from here).
         let raise = |e: PyErr| Stop::Raise(e);
-        // The text is kept on the event only when Python encodes it (no record here):
-        // a record carries it, and Event.data_json renders it again on demand (the
-        // same canonical text). A second copy of every event's content held for the
-        // session's life was a third of the writer's memory growth per event, and
-        // fresh pages were a third of its CPU (docs/adr/0016).
-        let text_obj = if record { py.None().into_bound(py) }
+        // The record is written here when asked for and the id and time are of the
+        // default kinds (a custom id source or clock of another type: Python encodes).
+        let stamped = match (exact_text(&event_id_obj), long_of(&time_obj)) {
+            (Ok(event_id), Ok(time)) if record => Some((event_id, time)),
+            _ => None,
+        };
+        // The event keeps the text only when Python encodes it: a record carries it,
+        // and Event.data_json renders the same canonical text on demand. A copy of
+        // every event's content held for the session's life was 1.4 of the 3.5 KiB
+        // the writer grew per event (docs/adr/0016). A seal the extension declines
+        // below renders it again in Python (rare: an unusual data shape).
+        let text_obj = if stamped.is_some() { py.None().into_bound(py) }
                        else { PyString::new(py, &text).into_any() };
         let seq_obj = seq.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
         let fv_obj = b.format_version.into_pyobject(py).map_err(|e| raise(e.into()))?.into_any();
@@ -384,12 +390,8 @@ impl Appender {
         // atoms is untracked.
         crate::append::untrack(&event);
         events.append(&event).map_err(Stop::Raise)?;
-        if !record {
+        let Some((event_id, time)) = stamped else {
             self.text = text;
-            return Ok((event, None));
-        }
-        // The record; a custom id source or clock of another type: Python encodes.
-        let (Ok(event_id), Ok(time)) = (exact_text(&event_id_obj), long_of(&time_obj)) else {
             return Ok((event, None));
         };
         let (format_version, ignorable) = (b.format_version, rules.ignorable);
