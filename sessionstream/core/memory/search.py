@@ -305,7 +305,7 @@ def _at(value: Any, tokens: list[str], pos: int) -> list[str]:
         if isinstance(value, str):
             return [value]
         if isinstance(value, bool | int | float):
-            return [json.dumps(value)] if isinstance(value, bool) else [str(value)]
+            return [str(value)]  # as LangGraph does ("True", "3", "2.5")
         return [_dumps(value)]
     token = tokens[pos]
     if token.startswith("["):
