@@ -75,21 +75,25 @@ class Hit:
 
 
 class Bm25Index:
-    """Okapi BM25 over documents of one namespace (each document: one or more texts)."""
+    """Okapi BM25 over documents of one namespace (each document: one or more texts).
+
+    Postings per term, so a query costs the documents that share a term with it, not
+    the namespace's size.
+    """
 
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1 = k1
         self.b = b
-        self._docs: dict[str, Counter[str]] = {}
+        self._terms: dict[str, Counter[str]] = {}  # doc -> its term counts
         self._lengths: dict[str, int] = {}
-        self._df: Counter[str] = Counter()
+        self._postings: dict[str, dict[str, int]] = {}  # term -> doc -> tf
         self._total = 0
 
     def __len__(self) -> int:
-        return len(self._docs)
+        return len(self._terms)
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._docs
+        return doc_id in self._terms
 
     def add(self, doc_id: str, texts: Iterable[str]) -> None:
         """Index (or re-index) ``doc_id`` with ``texts``."""
@@ -97,46 +101,47 @@ class Bm25Index:
         counts: Counter[str] = Counter()
         for text in texts:
             counts.update(tokenize(text))
-        self._docs[doc_id] = counts
+        self._terms[doc_id] = counts
         length = sum(counts.values())
         self._lengths[doc_id] = length
         self._total += length
-        self._df.update(counts.keys())
+        for term, tf in counts.items():
+            self._postings.setdefault(term, {})[doc_id] = tf
 
     def remove(self, doc_id: str) -> None:
-        counts = self._docs.pop(doc_id, None)
+        counts = self._terms.pop(doc_id, None)
         if counts is None:
             return
         self._total -= self._lengths.pop(doc_id)
         for term in counts:
-            self._df[term] -= 1
-            if self._df[term] <= 0:
-                del self._df[term]
+            posting = self._postings[term]
+            del posting[doc_id]
+            if not posting:
+                del self._postings[term]
 
     def search(self, query: str, k: int = 10, among: Iterable[str] | None = None
                ) -> list[Hit]:
         """The ``k`` best documents for ``query`` (score > 0), best first."""
         terms = Counter(tokenize(query))
-        if not terms or not self._docs:
+        n = len(self._terms)
+        if not terms or not n:
             return []
-        n = len(self._docs)
-        avg = self._total / n if n else 0.0
-        idf = {t: math.log(1 + (n - self._df[t] + 0.5) / (self._df[t] + 0.5))
-               for t in terms if self._df.get(t)}
-        if not idf:
-            return []
-        ids = self._docs.keys() if among is None else [i for i in among if i in self._docs]
-        hits = []
-        for doc_id in ids:
-            counts = self._docs[doc_id]
-            norm = self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg) if avg else 0
-            score = 0.0
-            for term, weight in idf.items():
-                tf = counts.get(term)
-                if tf:
-                    score += weight * tf * (self.k1 + 1) / (tf + norm) * terms[term]
-            if score > 0:
-                hits.append(Hit(doc_id, score))
+        avg = self._total / n
+        allowed = None if among is None else set(among)
+        scores: dict[str, float] = {}
+        for term, qtf in terms.items():
+            posting = self._postings.get(term)
+            if not posting:
+                continue
+            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
+            for doc_id, tf in posting.items():
+                if allowed is not None and doc_id not in allowed:
+                    continue
+                norm = self.k1 * (1 - self.b + self.b * self._lengths[doc_id] / avg) \
+                    if avg else 0.0
+                scores[doc_id] = scores.get(doc_id, 0.0) + \
+                    idf * tf * (self.k1 + 1) / (tf + norm) * qtf
+        hits = [Hit(d, s) for d, s in scores.items() if s > 0]
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[:k]
 
