@@ -36,6 +36,7 @@ from sessionstream.core.memory import (
     forget_plan,
     load,
 )
+from sessionstream.core.memory.fold import index_digests
 
 PROFILE = settings(max_examples=200, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -118,6 +119,7 @@ def check_invariants(state: MemoryState) -> None:
             if v.superseded_by is not None:
                 assert state.version(v.superseded_by) is not None
             assert (v.content is None) == (v.forgotten is not None) == (v.digest is None)
+    assert state.by_digest == index_digests(state.memories)
     for alias, kept in state.aliases.items():
         assert kept in state.memories and alias != kept
 

@@ -93,6 +93,10 @@ class MemoryState:
     recent_ops: tuple[str, ...] = ()
     rejections: tuple[Rejection, ...] = ()
     rejected: Mapping[str, int] = field(default_factory=dict)  # reason -> count
+    #: content digest -> ids (sorted) of the memories whose current version holds it and
+    #: is neither forgotten nor superseded: how a proposal finds its duplicate without a
+    #: scan. Derived from ``memories`` (not dumped; :func:`load` rebuilds it).
+    by_digest: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
     def resolve(self, memory_id: str) -> str:
         """The id a memory is kept under (an alias names the memory it collapsed into)."""
@@ -154,10 +158,49 @@ def apply(state: MemoryState, op: AnyOp) -> MemoryState:
 # ------------------------------------------------------------------------------ helpers
 
 
-def _with_memory(state: MemoryState, memory: Memory) -> MemoryState:
+def _digest_of(memory: Memory | None) -> str | None:
+    if memory is None:
+        return None
+    cur = memory.current
+    return cur.digest if cur.forgotten is None and cur.superseded_by is None else None
+
+
+def index_digests(memories: Mapping[str, Memory]) -> dict[str, tuple[str, ...]]:
+    """The :attr:`MemoryState.by_digest` of ``memories``."""
+    out: dict[str, list[str]] = {}
+    for memory_id, memory in sorted(memories.items()):
+        digest = _digest_of(memory)
+        if digest is not None:
+            out.setdefault(digest, []).append(memory_id)
+    return {d: tuple(ids) for d, ids in out.items()}
+
+
+def with_memory(state: MemoryState, *changed: Memory) -> MemoryState:
+    """``state`` with the ``changed`` memories put in (one copy of the map, however many;
+    the digest index kept in step)."""
     memories = dict(state.memories)
-    memories[memory.id] = memory
-    return replace(state, memories=memories)
+    index: dict[str, tuple[str, ...]] | None = None
+    for memory in changed:
+        old = _digest_of(memories.get(memory.id))
+        memories[memory.id] = memory
+        new = _digest_of(memory)
+        if old == new:
+            continue
+        if index is None:
+            index = dict(state.by_digest)
+        if old is not None:
+            kept = tuple(i for i in index.get(old, ()) if i != memory.id)
+            if kept:
+                index[old] = kept
+            else:
+                index.pop(old, None)
+        if new is not None:
+            index[new] = tuple(sorted({*index.get(new, ()), memory.id}))
+    if index is None:
+        return replace(state, memories=memories)
+    return replace(state, memories=memories, by_digest=index)
+
+
 
 
 def _set_version(memory: Memory, version: Version) -> Memory:
@@ -185,11 +228,8 @@ def _live_sources(state: MemoryState, draft: Draft) -> tuple[Source, ...] | None
 def _find_same(state: MemoryState, digest: str) -> Memory | None:
     """A memory whose current version holds this content (rejected ones included: the
     user said no once, and a model proposing it again must not ask again)."""
-    for _, memory in sorted(state.memories.items()):
-        cur = memory.current
-        if (cur.digest == digest and cur.forgotten is None and cur.superseded_by is None):
-            return memory
-    return None
+    ids = state.by_digest.get(digest)
+    return state.memories[ids[0]] if ids else None
 
 
 def _merge_into(memory: Memory, sources: tuple[Source, ...], status: Confirmation,
@@ -222,13 +262,13 @@ def _place(state: MemoryState, op: Propose | Supersede, memory_id: str, draft: D
     if existing is not None and existing.current.digest == digest and \
             existing.current.superseded_by is None:
         merged = _merge_into(existing, sources, status, draft.expires_at)
-        out = state if merged is existing else _with_memory(state, merged)
+        out = state if merged is existing else with_memory(state, merged)
         return out, existing.current.ref
     if existing is None and dedupe:
         same = _find_same(state, digest)
         if same is not None:
             merged = _merge_into(same, sources, status, draft.expires_at)
-            out = state if merged is same else _with_memory(state, merged)
+            out = state if merged is same else with_memory(state, merged)
             if memory_id != same.id:
                 aliases = dict(out.aliases)
                 aliases[memory_id] = same.id
@@ -242,13 +282,13 @@ def _place(state: MemoryState, op: Propose | Supersede, memory_id: str, draft: D
         created_by=op.actor, op_id=op.op_id, valid_from=op.time,
         expires_at=draft.expires_at)
     if existing is None:
-        return _with_memory(state, Memory(kept_id, (version,))), ref
+        return with_memory(state, Memory(kept_id, (version,))), ref
     prev = existing.current
     memory = existing
     if prev.forgotten is None and prev.superseded_by is None:
         memory = _set_version(memory, _invalidated(prev, ref, op.time))
         version = replace(version, supersedes=(prev.ref,))
-    return _with_memory(state, Memory(kept_id, (*memory.versions, version))), ref
+    return with_memory(state, Memory(kept_id, (*memory.versions, version))), ref
 
 
 def _invalidated(version: Version, by: Ref, at: int) -> Version:
@@ -293,13 +333,13 @@ def _supersede(state: MemoryState, op: Supersede) -> MemoryState:
         if cur.forgotten is not None or cur.status is Confirmation.REJECTED:
             out = _reject(out, op, "target_gone", f"{target}: forgotten or rejected")
             continue
-        out = _with_memory(out, _set_version(head, _invalidated(cur, ref, op.time)))
+        out = with_memory(out, _set_version(head, _invalidated(cur, ref, op.time)))
         invalidated.append(cur.ref)
     if invalidated:
         placed = out.memories[ref.id]
         version = placed.versions[ref.version - 1]
         merged = tuple(sorted({*version.supersedes, *invalidated}))
-        out = _with_memory(out, _set_version(placed, replace(version, supersedes=merged)))
+        out = with_memory(out, _set_version(placed, replace(version, supersedes=merged)))
     return out
 
 
@@ -321,7 +361,7 @@ def _confirm(state: MemoryState, op: Confirm) -> MemoryState:
         return state
     version = replace(cur, status=status, confirmed_by=op.actor, confirmed_at=op.time,
                       invalidated_at=None if op.accept else max(op.time, cur.valid_from))
-    return _with_memory(state, _set_version(memory, version))
+    return with_memory(state, _set_version(memory, version))
 
 
 def forgotten_version(version: Version, at: Forgetting) -> Version:
@@ -351,7 +391,7 @@ def _forget(state: MemoryState, op: Forget) -> MemoryState:
             continue
         versions = tuple(v if v.forgotten is not None else forgotten_version(v, at)
                          for v in memory.versions)
-        out = _with_memory(out, Memory(memory.id, versions))
+        out = with_memory(out, Memory(memory.id, versions))
     return out
 
 
@@ -367,7 +407,7 @@ def _touch(state: MemoryState, op: Touch) -> MemoryState:
             out = _reject(out, op, "not_current", f"{cur.ref}: not live")
             continue
         if cur.expires_at != op.expires_at:
-            out = _with_memory(out, _set_version(memory, replace(cur,
+            out = with_memory(out, _set_version(memory, replace(cur,
                                                                  expires_at=op.expires_at)))
     return out
 
@@ -429,7 +469,8 @@ def load(obj: Mapping[str, Any]) -> MemoryState:
                          for j, v in enumerate(m["versions"]))
         memories[m["id"]] = Memory(m["id"], versions)
     return MemoryState(
-        namespace=obj["namespace"], memories=memories, aliases=dict(obj["aliases"]),
+        namespace=obj["namespace"], memories=memories, by_digest=index_digests(memories),
+        aliases=dict(obj["aliases"]),
         deleted_sessions=frozenset(obj["deleted_sessions"]), applied=obj["applied"],
         recent_ops=tuple(obj["recent_ops"]),
         rejections=tuple(Rejection(r["op_id"], r["op"], r["reason"], r["detail"])

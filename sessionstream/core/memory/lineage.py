@@ -69,15 +69,15 @@ def forget_plan(state: Any, session_id: str) -> ForgetPlan:
 
 def apply_plan(state: Any, plan: ForgetPlan, at: Forgetting) -> Any:
     """``state`` with ``plan`` carried out (the same object when the plan is empty)."""
-    from sessionstream.core.memory.fold import forgotten_version
+    from sessionstream.core.memory.fold import forgotten_version, with_memory
 
     if plan.empty:
         return state
     gone = set(plan.forgotten)
     narrow = set(plan.narrowed)
-    memories = dict(state.memories)
+    changed = []
     for memory_id in sorted({r.id for r in gone | narrow}):
-        memory = memories[memory_id]
+        memory = state.memories[memory_id]
         versions = []
         for v in memory.versions:
             if v.ref in gone:  # keeps its sources: the audit of why it was forgotten
@@ -86,5 +86,5 @@ def apply_plan(state: Any, plan: ForgetPlan, at: Forgetting) -> Any:
                 v = replace(v, sources=tuple(s for s in v.sources
                                              if s.session_id != plan.session_id))
             versions.append(v)
-        memories[memory_id] = Memory(memory_id, tuple(versions))
-    return replace(state, memories=memories)
+        changed.append(Memory(memory_id, tuple(versions)))
+    return with_memory(state, *changed)
