@@ -108,6 +108,7 @@ def test_every_operation_round_trips_through_json() -> None:
     (lambda o: o["data"]["memory"].update(content=float("nan")), "$.data.memory.content",
      "no JSON form"),
     (lambda o: o["data"]["memory"].update(content=""), "$.data.memory.content", "has content"),
+    (lambda o: o["data"]["memory"].update(content=[]), "$.data.memory.content", "has content"),
     (lambda o: o["data"]["memory"]["sources"][0].update(seqs=[-1]),
      "$.data.memory.sources[0].seqs[0]", "outside"),
     (lambda o: o["data"]["memory"]["sources"][0].update(seqs=[]),

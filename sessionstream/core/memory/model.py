@@ -424,7 +424,7 @@ class Draft:
             object.__setattr__(self, "content", check_and_freeze(self.content))
         except InvalidData as exc:
             _fail("data.memory.content" + exc.path.removeprefix("$"), exc.reason)
-        if self.content is None or self.content == "" or self.content == {}:
+        if self.content is None or self.content in ("", {}, ()):
             _fail("data.memory.content", "a memory has content (not null or empty)")
         object.__setattr__(self, "sources", merge_sources(self.sources))
         if self.extractor.method is Method.MODEL and not self.sources:
