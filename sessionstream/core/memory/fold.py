@@ -155,7 +155,7 @@ def apply(state: MemoryState, op: AnyOp) -> MemoryState:
     return replace(out, recent_ops=recent, applied=out.applied + 1)
 
 
-# ------------------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------------------ internals
 
 
 def _digest_of(memory: Memory | None) -> str | None:
