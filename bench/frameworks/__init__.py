@@ -10,6 +10,7 @@ framework's session object per request, as a stateless web tier does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -65,10 +66,8 @@ class Ctx:
         if self._topics:
             admin = AdminClient({"bootstrap.servers": self.settings.kafka_bootstrap})
             for fut in admin.delete_topics(self._topics).values():
-                try:
+                with contextlib.suppress(Exception):  # a bench that failed half-way
                     fut.result(30)
-                except Exception:  # a bench that failed half-way: leave it
-                    pass
 
 
 def ms(seconds: Iterable[float]) -> Spread:

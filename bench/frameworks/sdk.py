@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.frameworks import Ctx, child, child_main, ms, p50
+from bench.frameworks import Ctx, child, child_main, ms
 from bench.results import Result
 from sessionstream.core.settings import Settings
 
