@@ -32,6 +32,7 @@ from sessionstream.core.request import (
     ToolProvider,
     assemble,
     context_snapshot_ids,
+    blocks_of,
     reasoning_of,
     replaced_seqs,
 )
@@ -136,7 +137,8 @@ class Harness:
         return assemble(self.session.derive_messages(), self.registry, self.scope,
                         header=self.header, providers=self.providers,
                         variables=self.variables, snapshot_ids=context_snapshot_ids(events),
-                        replaced=replaced_seqs(events), reasoning=reasoning_of(events))
+                        replaced=replaced_seqs(events), reasoning=reasoning_of(events),
+                        blocks=blocks_of(events))
 
     def step(self, *, run_tools: bool = True) -> StepResult:
         """step/start, the model call and its record, the tools, step/end.

@@ -26,6 +26,7 @@ report names (tests check it per format and per field table).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from sessionstream.core.providers.fields import (
 from sessionstream.core.providers.gemini import THINKING_LEVELS as GEMINI_LEVELS
 from sessionstream.core.providers.gemini import gemini_key
 from sessionstream.core.providers.openai_responses import REASONING_KEYS
-from sessionstream.core.providers.output import reasoning_item
+from sessionstream.core.providers.output import block_order, reasoning_item
 from sessionstream.core.providers.rules import GEMINI_SYNTH_PREFIX, from_anthropic_id
 from sessionstream.core.request import (
     PromptRegistry,
@@ -71,6 +72,7 @@ from sessionstream.core.request import (
     assemble,
     context_snapshot_ids,
     header_from_event,
+    blocks_of,
     reasoning_of,
     replaced_seqs,
 )
@@ -128,7 +130,8 @@ class _Conv:
         tables = TABLES.get(self.api)
         if tables is None or table not in tables:
             return {}
-        return take(tables[table], obj, path, self.wrong_kind, self.note)
+        return take(tables[table], obj, path, self.wrong_kind, self.note,
+                    _snake if self.api == "gemini" else str)
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
         return content
     if not isinstance(content, list):
         raise conv.fail(path, f"content must be a string or a list of parts, got "
-                        f"{type(content).__name__}")
+                        f"{kind_of(content)}")
     parts: list[Any] = []
     kept: list[dict[str, Any] | None] = []
     for i, part in enumerate(content):
@@ -303,7 +306,7 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
                               _args(conv, fn.get("arguments"), f"{p}/function/arguments")))
             if m.get("refusal"):
                 conv.note(path, _REFUSAL)
-            conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [])))
+            conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [], ())))
         elif role == "tool":
             kept = conv.take("tool", m, path)
             if kept:
@@ -357,7 +360,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             path = pending_text[0] if pending_text else calls_path
             conv.items.append(("assistant", path,
                                (pending_text[1] if pending_text else "", calls, None,
-                                [r for _p, r in thoughts])))
+                                [r for _p, r in thoughts], ())))
             thoughts = []
         pending_text, calls = None, []
 
@@ -389,7 +392,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
                                               ("output_text", "text")))
             if refusal:
                 conv.items.append(("assistant", path, (pending_text[1], [], refusal,
-                                                       [r for _p, r in thoughts])))
+                                                       [r for _p, r in thoughts], ())))
                 thoughts.clear()
                 pending_text = None
         elif kind == "function_call":
@@ -504,24 +507,30 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             text_kept: list[dict[str, Any] | None] = []
             calls: list[tuple[str, str, Any]] = []
             thinking: list[dict[str, Any]] = []
+            order: list[str] = []  # the blocks' kinds as received (interleaved thinking)
             for j, block in enumerate(content):
                 p = f"{path}/content/{j}"
                 if not isinstance(block, Mapping):
                     raise conv.wrong_kind(p, ("object",), kind_of(block))
                 kind = block.get("type")
-                if kind == "thinking" and not texts and not calls:
+                if kind == "thinking":
                     conv.take("thinking", block, p)
                     _require_str(conv, block, "signature", p)
                     _require_str(conv, block, "thinking", p)
                     thinking.append(reasoning_item(conv.api, block,
                                                    ("type", "thinking", "signature")))
-                elif kind == "redacted_thinking" and not texts and not calls:
+                    order.append("reasoning")
+                elif kind == "redacted_thinking":
                     conv.take("redacted_thinking", block, p)
                     _require_str(conv, block, "data", p)
                     thinking.append(reasoning_item(conv.api, block, ("type", "data")))
+                    order.append("reasoning")
                 elif kind == "text":
                     text_kept.append(conv.take("text", block, p) or None)
-                    texts.append({"type": "text", "text": block.get("text", "")})
+                    if not isinstance(block.get("text"), str):
+                        raise conv.fail(f"{p}/text", "a text block needs its text")
+                    texts.append({"type": "text", "text": block["text"]})
+                    order.append("text")
                 elif kind == "tool_use":
                     kept = conv.take("tool_use", block, p)
                     call_id = from_anthropic_id(_require_str(conv, block, "id", p))
@@ -529,6 +538,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                         conv.kept_calls[call_id] = kept
                     calls.append((call_id, _require_str(conv, block, "name", p),
                                   _args(conv, block.get("input", {}), f"{p}/input")))
+                    order.append("call")
                 else:
                     conv.note(p, f"{kind} block not imported: the session log has no event "
                               "for it")
@@ -536,7 +546,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             if any(text_kept):
                 conv.kept_parts[f"{path}/content"] = text_kept
             conv.items.append(("assistant", path, (text if texts else "", calls, None,
-                                                   thinking)))
+                                                   thinking, block_order(order))))
             continue
         others: list[Any] = []
         others_kept: list[dict[str, Any] | None] = []
@@ -589,120 +599,197 @@ def _snake(key: str) -> str:
     return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
 
 
-#: The fields of each kind of Gemini object the reader maps (snake_case); any other
-#: field of one is named in the import report (the log has no place for it).
-_GEMINI_READ = {
-    "content": {"role", "parts"},
-    "model_part": {"text", "thought", "thought_signature", "function_call"},
-    "user_part": {"text", "function_response"},
-    "function_call": {"id", "name", "args"},
-    "function_response": {"id", "name", "response"},
-    "declaration": {"name", "description", "parameters_json_schema", "parameters"},
-}
+def _signature(conv: _Conv, value: Any, path: str) -> str | None:
+    """A part's thought signature (bytes as base64 text, type-checked by the tables) in
+    the canonical padded form the SDK writes; a different spelling is noted."""
+    if value is None:
+        return None
+    canonical = base64.b64encode(base64.b64decode(value + "=" * (-len(value) % 4))).decode()
+    if canonical != value:
+        conv.note(path, "thought signature written as canonical base64 (the same bytes, "
+                  "padded as the SDK writes them)")
+    return canonical
 
 
-def _gemini_unread(conv: _Conv, obj: Mapping[str, Any], path: str, kind: str) -> None:
-    """Note each field of ``obj`` the reader does not map: nothing is dropped silently."""
-    for key in obj:
-        if _snake(key) not in _GEMINI_READ[kind]:
-            conv.note(f"{path}/{key}", f"field {key!r} not imported: the session log has "
-                      "no place for it, so an export does not send it")
+def _gemini_system(conv: _Conv, system: Any, path: str) -> None:
+    """``system_instruction``: a string, a Content, or a list of parts / strings."""
+    if system is None:
+        return
+    if isinstance(system, str):
+        conv.system.append(system)
+        return
+    if isinstance(system, Mapping):
+        conv.take("content", system, path)
+        parts, path = system.get(gemini_key(system, "parts")), f"{path}/parts"
+        if not isinstance(parts, list):
+            raise conv.wrong_kind(path, ("array",), kind_of(parts))
+    else:
+        parts = system
+        conv.note(path, "system instruction as a list read as its parts: an export writes "
+                  "a Content of text parts")
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            conv.system.append(part)
+            continue
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object", "string"), kind_of(part))
+        conv.take("system", part, f"{path}/{i}")
+        text = part.get(gemini_key(part, "text"))
+        if isinstance(text, str):
+            conv.system.append(text)
+        else:
+            conv.note(f"{path}/{i}", "system instruction part without text not imported: "
+                      "system sections are text")
+
+
+def _gemini_model(conv: _Conv, i: int, parts: list[Any], path: str) -> None:
+    """A ``model`` content: thoughts, text, calls and signatures, in the order received."""
+    def k(obj: Any, key: str) -> Any:
+        return obj.get(gemini_key(obj, key)) if isinstance(obj, Mapping) else None
+
+    def answer_text(part: Any) -> bool:
+        return isinstance(part, Mapping) and not k(part, "thought") and \
+            not isinstance(k(part, "function_call"), Mapping) and bool(k(part, "text"))
+
+    has_text = any(answer_text(part) for part in parts)
+    texts: list[Any] = []
+    calls: list[tuple[str, str, Any]] = []
+    reasoning: list[dict[str, Any]] = []
+    order: list[str] = []
+
+    def text_signature(sig: str, index: int | None) -> None:
+        item: dict[str, Any] = {"api": conv.api, "type": "signature", "anchor": "text",
+                                "thought_signature": sig}
+        if index is not None:
+            item["index"] = index
+        reasoning.append(item)
+
+    for j, part in enumerate(parts):
+        p = f"{path}/parts/{j}"
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(p, ("object",), kind_of(part))
+        fc = k(part, "function_call")
+        text = k(part, "text")
+        if fc is None and text is None:
+            conv.note(p, "part not imported: the session log has no event for it")
+            continue
+        conv.take("model_part", part, p)
+        sig = _signature(conv, k(part, "thought_signature"),
+                         f"{p}/{gemini_key(part, 'thought_signature')}")
+        if fc is not None:
+            fp = f"{p}/{gemini_key(part, 'function_call')}"
+            conv.take("function_call", fc, fp)
+            name = _require_str(conv, fc, gemini_key(fc, "name"), fp)
+            call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
+            if sig:
+                reasoning.append({"api": conv.api, "type": "signature", "anchor": "call",
+                                  "index": len(calls), "thought_signature": sig})
+            calls.append((call_id, name, _args(conv, k(fc, "args") or {},
+                                               f"{fp}/{gemini_key(fc, 'args')}")))
+            order.append("call")
+        elif k(part, "thought"):
+            item = {"api": conv.api, "type": "thought", "text": text}
+            if sig:
+                item["thought_signature"] = sig
+            reasoning.append(item)
+            order.append("reasoning")
+        elif text:
+            if sig:
+                text_signature(sig, len(texts))
+            texts.append({"type": "text", "text": text})
+            order.append("text")
+        elif sig and not has_text:  # a signature alone, where the answer has no text
+            if "text" in order:
+                conv.note(p, "a second thought signature on an empty text part not "
+                          "imported: the log keeps one where the answer has no text")
+                continue
+            text_signature(sig, None)
+            order.append("text")
+        elif sig:
+            target = max(len(texts) - 1, 0)
+            if any(r.get("anchor") == "text" and r.get("index") == target for r in reasoning):
+                conv.note(p, "thought signature of an empty text part not imported: the text "
+                          "part it would go on has its own")
+                continue
+            text_signature(sig, target)
+            conv.note(p, "thought signature of an empty text part: an export sends it on "
+                      "the text part " + ("before" if texts else "after") + " it")
+        else:
+            conv.note(p, "empty text part not imported (Gemini refuses empty parts)")
+    last = len(texts) - 1
+    for r in reasoning:  # the last text part's signature needs no index (the log's default)
+        if r.get("anchor") == "text" and r.get("index") == last:
+            del r["index"]
+    text: Any = texts[0]["text"] if len(texts) == 1 else texts
+    conv.items.append(("assistant", path, (text if texts else "", calls, None, reasoning,
+                                           block_order(order))))
 
 
 def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
     """A generateContent body in the builder's (the SDK's) form; camelCase keys are read
-    too (an export writes snake_case)."""
+    too (an export writes snake_case). Every field goes by the Gemini field tables:
+    a wrong JSON kind is a FieldTypeError naming the pointer as the body spells it."""
     def k(obj: Any, key: str) -> Any:
         return obj.get(gemini_key(obj, key)) if isinstance(obj, Mapping) else None
 
+    conv.params.update(conv.take("body", body, ""))
     contents = body.get("contents")
     if not isinstance(contents, list):
         raise conv.fail("/contents", "a Gemini body needs a contents list")
-    config = body.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise conv.fail("/config", "config must be an object")
+    config: Mapping[str, Any] = body.get("config") or {}
+    conv.take("config", config, "/config")
+    where = {_snake(key): f"/config/{key}" for key in config}
     rest_layout = [key for key in _GEMINI_REST_KEYS if key in body]
     if rest_layout:  # the REST request: its generation config and tools sit at the top
-        generation = body.get("generationConfig") or body.get("generation_config") or {}
-        if not isinstance(generation, Mapping):
-            raise conv.fail("/generationConfig", "generationConfig must be an object")
+        gen_key = next((key for key in ("generationConfig", "generation_config")
+                        if key in body), None)
+        generation = body.get(gen_key) or {} if gen_key else {}
+        if gen_key:
+            conv.take("config", generation, f"/{gen_key}")
+        where.update({_snake(key): f"/{gen_key}/{key}" for key in generation})
+        where.update({_snake(key): f"/{key}" for key in rest_layout
+                      if not key.startswith("generation")})
         config = {**config, **generation, **{key: body[key] for key in rest_layout
                                              if not key.startswith("generation")}}
-        conv.note("/", "REST layout read (top-level " + ", ".join(rest_layout) + "); an "
-                  "export writes the SDK form, with all of it in config")
+        for key in rest_layout:
+            conv.note(f"/{key}", f"REST layout read: {key} goes into config (an export "
+                      "writes the SDK form)")
+        conv.note("/config", "REST layout read: an export writes the SDK form, with the "
+                  "top-level keys in config")
     config = {_snake(key): v for key, v in config.items()}  # the SDK form's spelling
-    if isinstance(config.get("thinking_config"), Mapping):
-        config["thinking_config"] = {_snake(key): v for key, v in
-                                     config["thinking_config"].items()}
-    system = k(config, "system_instruction")
-    if isinstance(system, str):
-        conv.system.append(system)
-    elif isinstance(system, Mapping):
-        conv.system += [str(k(p, "text") or "") for p in k(system, "parts") or ()]
+    thinking = config.get("thinking_config")
+    if isinstance(thinking, Mapping):
+        conv.take("thinking_config", thinking, where["thinking_config"])
+        config["thinking_config"] = {_snake(key): v for key, v in thinking.items()}
+    _gemini_system(conv, config.get("system_instruction"),
+                   where.get("system_instruction", "/config/system_instruction"))
     pending: list[tuple[str, str]] = []  # (call id, name) of the last model content
     for i, content in enumerate(contents):
         path = f"/contents/{i}"
-        if not isinstance(content, Mapping) or content.get("role") not in ("user", "model"):
-            raise conv.fail(path, "a content must be an object with role user or model")
+        if not isinstance(content, Mapping):
+            raise conv.wrong_kind(path, ("object",), kind_of(content))
+        conv.take("content", content, path)
+        if content.get("role") not in ("user", "model"):
+            raise conv.fail(f"{path}/role", "a content's role must be user or model")
         parts = content.get("parts")
         if not isinstance(parts, list):
             raise conv.fail(f"{path}/parts", "parts must be a list")
-        _gemini_unread(conv, content, path, "content")
         if content["role"] == "model":
-            texts: list[Any] = []
-            calls: list[tuple[str, str, Any]] = []
-            reasoning: list[dict[str, Any]] = []
-            for j, part in enumerate(parts):
-                p = f"{path}/parts/{j}"
-                if not isinstance(part, Mapping):
-                    raise conv.fail(p, "a part must be an object")
-                sig = k(part, "thought_signature")
-                fc = k(part, "function_call")
-                if isinstance(fc, Mapping) or k(part, "text") is not None:
-                    _gemini_unread(conv, part, p, "model_part")
-                if isinstance(fc, Mapping):
-                    _gemini_unread(conv, fc, f"{p}/function_call", "function_call")
-                    name = _require_str(conv, fc, "name", f"{p}/function_call")
-                    call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
-                    if sig:
-                        reasoning.append({"api": conv.api, "type": "signature",
-                                          "anchor": "call", "index": len(calls),
-                                          "thought_signature": sig})
-                    calls.append((call_id, name, _args(conv, k(fc, "args") or {},
-                                                       f"{p}/function_call/args")))
-                elif k(part, "thought") and isinstance(k(part, "text"), str):
-                    if texts or calls:
-                        conv.note(p, "thought part after the answer: an export sends the "
-                                  "thoughts first")
-                    item = {"api": conv.api, "type": "thought", "text": k(part, "text")}
-                    if sig:
-                        item["thought_signature"] = sig
-                    reasoning.append(item)
-                elif isinstance(k(part, "text"), str):
-                    if k(part, "text"):
-                        texts.append({"type": "text", "text": k(part, "text")})
-                    if sig:
-                        reasoning = [r for r in reasoning if r.get("anchor") != "text"]
-                        reasoning.append({"api": conv.api, "type": "signature",
-                                          "anchor": "text", "thought_signature": sig})
-                else:
-                    conv.note(p, "part not imported: the session log has no event for it")
-            text: Any = texts[0]["text"] if len(texts) == 1 else texts
-            conv.items.append(("assistant", path, (text if texts else "", calls, None,
-                                                   reasoning)))
-            pending = [(c, n) for c, n, _a in calls]
+            _gemini_model(conv, i, parts, path)
+            pending = [(c, n) for c, n, _a in conv.items[-1][2][1]]
             continue
         others: list[Any] = []
         for j, part in enumerate(parts):
             p = f"{path}/parts/{j}"
             if not isinstance(part, Mapping):
-                raise conv.fail(p, "a part must be an object")
+                raise conv.wrong_kind(p, ("object",), kind_of(part))
             fr = k(part, "function_response")
-            if isinstance(fr, Mapping) or isinstance(k(part, "text"), str):
-                _gemini_unread(conv, part, p, "user_part")
-            if isinstance(fr, Mapping):
-                _gemini_unread(conv, fr, f"{p}/function_response", "function_response")
-                name = _require_str(conv, fr, "name", f"{p}/function_response")
+            if fr is not None or k(part, "text") is not None:
+                conv.take("user_part", part, p)
+            if fr is not None:
+                fp = f"{p}/{gemini_key(part, 'function_response')}"
+                conv.take("function_response", fr, fp)
+                name = _require_str(conv, fr, gemini_key(fr, "name"), fp)
                 call_id = k(fr, "id") or next((c for c, n in pending if n == name), None)
                 if call_id is None:
                     raise conv.fail(p, f"a function response {name!r} without its call in "
@@ -728,26 +815,30 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
             single = others[0]["text"] if len(others) == 1 and others[0].get("type") == \
                 "text" else others
             conv.items.append(("user", path, single))
-    conv.max_tokens = k(config, "max_output_tokens")
-    rest = {key: v for key, v in config.items() if gemini_key(config, "max_output_tokens")
-            != key and key not in ("system_instruction", "systemInstruction", "tools")}
-    thinking = rest.get(gemini_key(rest, "thinking_config"))
+    conv.max_tokens = config.get("max_output_tokens")
+    rest = {key: v for key, v in config.items()
+            if key not in ("max_output_tokens", "system_instruction", "tools")}
+    thinking = rest.get("thinking_config")
     level = k(thinking, "thinking_level")
     if isinstance(thinking, Mapping) and len(thinking) == 1 and isinstance(level, str) and \
             level.lower() in GEMINI_LEVELS:
         conv.reasoning_effort = level.lower()  # the builder sends it back as this level
-        del rest[gemini_key(rest, "thinking_config")]
+        del rest["thinking_config"]
     if rest:
         conv.params["config"] = rest
-    for i, t in enumerate(k(config, "tools") or ()):
+    tools_path = where.get("tools", "/config/tools")
+    for i, t in enumerate(config.get("tools") or ()):
+        if not isinstance(t, Mapping):
+            raise conv.wrong_kind(f"{tools_path}/{i}", ("object",), kind_of(t))
         decls = k(t, "function_declarations")
         if not isinstance(decls, list) or len(t) != 1:
-            conv.note(f"/config/tools/{i}", "a tool other than function declarations is not "
+            conv.note(f"{tools_path}/{i}", "a tool other than function declarations is not "
                       "imported")
-        for j, d in enumerate(decls or ()):
-            p = f"/config/tools/{i}/function_declarations/{j}"
-            if isinstance(d, Mapping):
-                _gemini_unread(conv, d, p, "declaration")
+        for j, d in enumerate(decls if isinstance(decls, list) else ()):
+            p = f"{tools_path}/{i}/{gemini_key(t, 'function_declarations')}/{j}"
+            if not isinstance(d, Mapping):
+                raise conv.wrong_kind(p, ("object",), kind_of(d))
+            conv.take("declaration", d, p)
             params = k(d, "parameters_json_schema")
             if params is None and k(d, "parameters") is not None:
                 params = k(d, "parameters")
@@ -777,7 +868,7 @@ def import_conversation(api: str, body: Any, *, session_id: str, source: str = "
         body = {key: body}
     if not isinstance(body, Mapping):
         raise conv.fail("/", f"expected a request body object or a message list, got "
-                        f"{type(body).__name__}")
+                        f"{kind_of(body)}")
     check_depth(body, lambda path: NestingTooDeep(source, path, MAX_BODY_DEPTH))
     _READERS[api](conv, body)
     model = body.get("model")
@@ -832,7 +923,7 @@ def _write(conv: _Conv, s: Session) -> None:
                                       **_provider_fields(conv, path)})
             last_answered = False
         elif kind == "assistant":
-            text, calls, refusal, reasoning = value
+            text, calls, refusal, reasoning, blocks = value
             if declared:
                 raise conv.fail(path, f"an assistant message while tool call(s) "
                                 f"{', '.join(sorted(declared))} have no result")
@@ -852,6 +943,8 @@ def _write(conv: _Conv, s: Session) -> None:
                 data["refusal"] = refusal
             if reasoning:
                 data["reasoning"] = reasoning
+            if blocks:
+                data["blocks"] = list(blocks)
             data.update(_provider_fields(conv, path, [c for c, _n, _a in calls]))
             for c, _n, _a in calls:
                 if c in declared or c in answered:
@@ -922,7 +1015,7 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     request = assemble(messages, registry, header=header,
                        providers=[StaticTools("export", list(tools))],
                        snapshot_ids=context_snapshot_ids(events), replaced=replaced_seqs(events),
-                       reasoning=reasoning_of(events))
+                       reasoning=reasoning_of(events), blocks=blocks_of(events))
     params = imported.get("params") or {}
     options: dict[str, Any] = {}
     if imported.get("format") == api == "anthropic" and isinstance(params.get("thinking"),

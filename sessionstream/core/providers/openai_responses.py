@@ -33,6 +33,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    order_not_kept,
     reasoning_parts,
     system_origin,
     tool_result_text,
@@ -114,6 +115,8 @@ def build(request: Request, *, stream: bool = False, stateless: bool = False) ->
             continue
         m = item.messages[0]
         if item.kind == "assistant":
+            order_not_kept(request, m, c, f"/input/{len(items)}", "the Responses builder "
+                           "sends a message's text before its function calls")
             parts = [p for p in content_parts(m.content) if p.text]
             if parts or m.tool_calls:  # a reasoning item must be followed by its output
                 for r in _reasoning_items(request, m, c, f"/input/{len(items)}", stateless):
