@@ -37,6 +37,7 @@ from sessionstream.core.providers.common import (
     nonblank_system,
     nonblank_texts,
     reasoning_parts,
+    round_source,
     text_entries,
     tool_result_text,
     tools_of,
@@ -52,7 +53,13 @@ from sessionstream.core.providers.output import (
     reasoning_item,
     usage_of,
 )
-from sessionstream.core.providers.rules import ANTHROPIC_ID, anthropic_id, check
+from sessionstream.core.providers.rules import (
+    ANTHROPIC_ID,
+    Problem,
+    anthropic_id,
+    blank_message,
+    check,
+)
 from sessionstream.core.request import Request
 
 API = "anthropic"
@@ -152,6 +159,7 @@ def build(request: Request, *, stream: bool = False,
             c.origin(f"/system/{i}", part="system", sections=[p.section_id],
                      variables=list(p.variables))
     messages: list[dict[str, Any]] = []
+    blank: list[Problem] = []  # user messages left out as blank: named if they matter
     for item in group(request.messages):
         path = f"/messages/{len(messages)}"
         if item.kind == "results":
@@ -172,6 +180,7 @@ def build(request: Request, *, stream: bool = False,
                 blocks.append(block)
                 c.origin(f"{path}/content/{j}", **message_source(m))
             messages.append({"role": "user", "content": blocks})
+            c.origin(path, **round_source(item.messages))
             continue
         m = item.messages[0]
         if item.kind == "assistant":
@@ -203,6 +212,7 @@ def build(request: Request, *, stream: bool = False,
         content = _text_blocks(m, c, path)
         if not content:
             c.note(path, "empty user message omitted", m.seqs)
+            blank.append(blank_message(f"{path}/content", m.seqs, _BLANK))
             continue
         messages.append({"role": "user", "content": content})
         c.origin(path, **message_source(m))
@@ -216,7 +226,7 @@ def build(request: Request, *, stream: bool = False,
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
-    check(API, body)  # what the API refuses beyond the SDK types: a named error
+    check(API, body, blank)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 

@@ -81,6 +81,13 @@ class Collector:
         self.notes.append(Note(path, note, tuple(seqs)))
 
 
+def round_source(results: Sequence[Message]) -> dict[str, Any]:
+    """The origin of the one message (Anthropic) or content (Gemini) that carries a call
+    round's results: the results' call ids and seqs (each result has its own too)."""
+    return {"part": "results", "call_ids": [m.call_id for m in results],
+            "seqs": [s for m in results for s in m.seqs]}
+
+
 def message_source(m: Message) -> dict[str, Any]:
     """The origin of a surface message: its kind, role and the seqs it came from."""
     out: dict[str, Any] = {"part": "message", "kind": m.kind.value, "seqs": list(m.seqs)}

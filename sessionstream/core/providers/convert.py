@@ -43,7 +43,7 @@ from sessionstream.core.events import (
 from sessionstream.core.jsonvalue import MAX_DEPTH, thaw
 from sessionstream.core.messages import Kind
 from sessionstream.core.providers import build, check_api
-from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
+from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note, Origin
 from sessionstream.core.providers.errors import (
     ConversationImportError,
     FieldTypeError,
@@ -54,6 +54,7 @@ from sessionstream.core.providers.fields import (
     TABLES,
     at,
     check_depth,
+    escape,
     kind_of,
     overlay,
     take,
@@ -170,17 +171,25 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
 
 
 def _joined(conv: _Conv, content: Any, path: str, what: str, table: str = "part") -> Any:
-    """A content the log keeps as one text (system, tool output): parts joined."""
+    """A content the log keeps as one text (system, tool output): its text parts joined;
+    a part that is not an object is a FieldTypeError, one without text is noted."""
     if not isinstance(content, list):
         return content
+    texts: list[str] = []
     for i, part in enumerate(content):
-        if isinstance(part, Mapping):
-            for key in conv.take(table, part, f"{path}/{i}"):
-                conv.note(f"{path}/{i}/{key}", f"field {key!r} not imported: the log keeps "
-                          f"{what} as one text")
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object",), kind_of(part))
+        for key in conv.take(table, part, f"{path}/{i}"):
+            conv.note(f"{path}/{i}/{key}", f"field {key!r} not imported: the log keeps "
+                      f"{what} as one text")
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            conv.note(f"{path}/{i}", f"{part.get('type')} part not imported: the log keeps "
+                      f"{what} as one text")
     if len(content) > 1:
         conv.note(path, f"{what} parts joined into one text (the log keeps it as text)")
-    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+    return "".join(texts)
 
 
 def _args(conv: _Conv, text: Any, path: str) -> Any:
@@ -408,6 +417,12 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             flush_assistant()
             conv.take("reasoning_item", item, path)
             _require_str(conv, item, "id", path)
+            for key, table in (("summary", "reasoning_summary"),
+                               ("content", "reasoning_content")):
+                for j, part in enumerate(item.get(key) or ()):
+                    if not isinstance(part, Mapping):
+                        raise conv.wrong_kind(f"{path}/{key}/{j}", ("object",), kind_of(part))
+                    conv.take(table, part, f"{path}/{key}/{j}")
             thoughts.append((path, reasoning_item(conv.api, item, REASONING_KEYS)))
         elif kind == "message" and role in ("system", "developer"):
             flush_assistant()
@@ -1025,9 +1040,11 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             (params.get("config") or {}).get("thinking_config"), Mapping):
         options["thinking"] = params["config"]["thinking_config"]
     built = build(api, request, **options)
+    origins = list(built.origins)
     same = imported.get("format") == api
     if params and same:  # the builder decides on its options (thinking may go off)
-        overlay(built.body, {k: v for k, v in params.items() if k not in options})
+        _carry_params(built.body, {k: v for k, v in params.items() if k not in options},
+                      origins)
     else:
         report += [Note(f"/{k}", f"request parameter {k!r} of {imported.get('format')} is "
                         f"not carried into {api}") for k in params]
@@ -1035,8 +1052,11 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             and "max_completion_tokens" in built.body and "max_tokens" not in built.body):
         # Chat has two names for it: the import's body used the older one
         built.body["max_tokens"] = built.body.pop("max_completion_tokens")
+        origins = [Origin("/max_tokens", o.source) if o.path == "/max_completion_tokens"
+                   else o for o in origins]
     if from_import:
-        _carry_tools(api, imported, built, report)
+        _carry_tools(api, imported, built, report, origins)
+    built = Built(built.api, built.body, tuple(origins), built.notes)
     if from_registry:
         _carry_system(api, imported, built, report)
     _carry_fields(api, events, built, report)
@@ -1048,6 +1068,25 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             report.append(Note("", "compaction summary sent as a user message (the range it "
                                "replaced is not carried)", m.seqs))
     return built, tuple(built.notes) + tuple(report)
+
+
+#: The origin of what an export takes from ``session/start.imported`` (seq 0).
+_IMPORTED = {"part": "imported", "seqs": [0]}
+
+
+def _carry_params(body: dict[str, Any], params: Mapping[str, Any],
+                  origins: list[Origin]) -> None:
+    """Put the imported request parameters back, each with its origin (a parameter
+    merged into an object the builder made, e.g. Gemini's ``config``, key by key)."""
+    merged = {k for k, v in params.items() if isinstance(v, Mapping)
+              and isinstance(body.get(k), dict)}
+    overlay(body, params)
+    known = {o.path for o in origins}
+    for key, value in params.items():
+        paths = [(f"/{escape(key)}/{escape(sub)}", f"{key}.{sub}") for sub in value] \
+            if key in merged else [(f"/{escape(key)}", key)]
+        origins += [Origin(path, {**_IMPORTED, "param": name}) for path, name in paths
+                    if path not in known]
 
 
 def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[Note]) -> None:
@@ -1079,6 +1118,27 @@ def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[
             if lost:
                 report.append(Note(o.path, f"text-part field(s) {', '.join(lost)} of "
                                    f"{carried['api']} not carried into {api}", tuple(seqs)))
+        if same and api == "openai-responses" and part == "message" and \
+                target.get("role") == "assistant" and "id" in target:
+            _output_message(target, event.data, report, o.path, tuple(seqs))
+
+
+def _output_message(target: dict[str, Any], data: Mapping[str, Any], report: list[Note],
+                    path: str, seqs: tuple[int, ...]) -> None:
+    """A Responses assistant message that keeps its item id is an output message, whose
+    content the SDK's types want as ``output_text`` and ``refusal`` parts: a refusal
+    goes back as the refusal part it came as, a string content as one text part."""
+    refusal = data.get("refusal")
+    content = target.get("content")
+    if isinstance(content, str):
+        if isinstance(refusal, str) and content == refusal:
+            target["content"] = [{"type": "refusal", "refusal": refusal}]
+            return
+        target["content"] = [{"type": "output_text", "text": content, "annotations": []}]
+        report.append(Note(f"{path}/content", "content sent as one output_text part: an "
+                           "assistant message with an item id is an output message", seqs))
+    elif isinstance(content, list) and isinstance(refusal, str) and refusal:
+        content.append({"type": "refusal", "refusal": refusal})
 
 
 def _carry_parts(target: Any, content: Any, parts: Sequence[Any]) -> list[str]:
@@ -1130,7 +1190,7 @@ def _carry_system(api: str, imported: Mapping[str, Any], built: Built,
 
 
 def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
-                 report: list[Note]) -> None:
+                 report: list[Note], origins: list[Origin]) -> None:
     """Kept fields of the imported tool schemas (e.g. ``strict``), by tool name, and the
     built-in tools the builders do not know, at their place."""
     sent = {(t.get("function") or {}).get("name") if api == "openai-chat" else t.get("name"): t
@@ -1149,10 +1209,22 @@ def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
     for other in imported.get("other_tools") or ():
         if imported.get("format") == api:
             tools = built.body.setdefault("tools", [])
-            tools.insert(min(other["at"], len(tools)), thaw(other["tool"]))
+            at_index = min(other["at"], len(tools))
+            tools.insert(at_index, thaw(other["tool"]))
+            origins[:] = [_shifted(o, at_index) for o in origins]
+            origins.append(Origin(f"/tools/{at_index}", {**_IMPORTED, "tool": other[
+                "tool"].get("type")}))
         else:
             report.append(Note("/tools", f"built-in tool {other['tool'].get('type')!r} of "
                                f"{imported.get('format')} not carried into {api}"))
+
+
+def _shifted(o: Origin, inserted: int) -> Origin:
+    """``o`` after a tool was inserted at ``/tools/<inserted>`` (later tools move up)."""
+    head, _, rest = o.path.removeprefix("/tools/").partition("/")
+    if not o.path.startswith("/tools/") or not head.isdigit() or int(head) < inserted:
+        return o
+    return Origin(f"/tools/{int(head) + 1}" + (f"/{rest}" if rest else ""), o.source)
 
 
 def surface_of(events: Sequence[Event]) -> list[dict[str, Any]]:

@@ -147,6 +147,8 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
             "type": ("string",), "id": ("string",), "summary": ("array",),
             "content": ("array", "null"), "encrypted_content": ("string", "null"),
             "status": ("string", "null")}, rest="noted"),
+        "reasoning_summary": Table("/input/* (reasoning)/summary/*", _TEXT_PART),
+        "reasoning_content": Table("/input/* (reasoning)/content/*", _TEXT_PART),
         "part": Table("/input/*/content/* (input_text, output_text)", _TEXT_PART,
                       {"annotations": ("array",), "logprobs": ("array",)}),
         "tools": Table("/tools/* (function)", {
@@ -281,7 +283,7 @@ def take(table: Table, obj: Mapping[str, Any], path: str, fail: TypeFail,
         field_name = name(key)
         kinds = table.mapped.get(field_name) or table.kept.get(field_name)
         if kinds is not None and not _accepts(kinds, value):
-            raise fail(f"{path}/{_escape(key)}", kinds, _got(kinds, value))
+            raise fail(f"{path}/{escape(key)}", kinds, _got(kinds, value))
         if field_name in table.mapped:
             continue
         if field_name in table.kept or table.rest == "kept":
@@ -300,7 +302,7 @@ def check_depth(value: Any, fail: Callable[[str], Exception],
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, Mapping):
-            children: Any = ((f"{path}/{_escape(str(k))}", v) for k, v in item.items())
+            children: Any = ((f"{path}/{escape(str(k))}", v) for k, v in item.items())
         elif isinstance(item, list):
             children = ((f"{path}/{i}", v) for i, v in enumerate(item))
         else:
@@ -310,7 +312,8 @@ def check_depth(value: Any, fail: Callable[[str], Exception],
         stack.extend((v, p, depth + 1) for p, v in children)
 
 
-def _escape(token: str) -> str:
+def escape(token: str) -> str:
+    """One JSON pointer token."""
     return token.replace("~", "~0").replace("/", "~1")
 
 

@@ -49,6 +49,7 @@ from sessionstream.core.providers.common import (
     nonblank_system,
     nonblank_texts,
     reasoning_parts,
+    round_source,
     text_entries,
 )
 from sessionstream.core.providers.errors import IncompleteStream
@@ -62,7 +63,12 @@ from sessionstream.core.providers.output import (
     get,
     usage_of,
 )
-from sessionstream.core.providers.rules import GEMINI_SYNTH_PREFIX, check
+from sessionstream.core.providers.rules import (
+    GEMINI_SYNTH_PREFIX,
+    Problem,
+    blank_message,
+    check,
+)
 from sessionstream.core.request import Request
 
 API = "gemini"
@@ -172,6 +178,7 @@ def build(request: Request, *, stream: bool = False,
             c.origin(f"/config/system_instruction/parts/{i}", part="system",
                      sections=[p.section_id], variables=list(p.variables))
     contents: list[dict[str, Any]] = []
+    blank: list[Problem] = []  # user messages left out as blank: named if they matter
     names: dict[str, str] = {}
     round_order: list[str] = []
     for item in group(request.messages):
@@ -191,6 +198,7 @@ def build(request: Request, *, stream: bool = False,
                 parts.append({"function_response": fr})
                 c.origin(f"{path}/parts/{j}", **message_source(m))
             contents.append({"role": "user", "parts": parts})
+            c.origin(path, **round_source(ordered))
             continue
         m = item.messages[0]
         if item.kind == "assistant":
@@ -246,6 +254,7 @@ def build(request: Request, *, stream: bool = False,
         parts = _text_parts(m, c, path)
         if not parts:
             c.note(path, "empty user message omitted", m.seqs)
+            blank.append(blank_message(f"{path}/parts", m.seqs, _BLANK))
             continue
         contents.append({"role": "user", "parts": parts})
         c.origin(path, **message_source(m))
@@ -285,7 +294,7 @@ def build(request: Request, *, stream: bool = False,
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
-    check(API, body)  # what the API refuses beyond the SDK types: a named error
+    check(API, body, blank)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 

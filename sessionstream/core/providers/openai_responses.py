@@ -216,7 +216,9 @@ def _fold_items(items: list[Any], path: str
                         get(API, item, "arguments", p, str)))
         elif kind == "reasoning":
             get(API, item, "id", p, str)
-            get(API, item, "summary", p, list, optional=True)
+            for key in ("summary", "content"):
+                for j, part in enumerate(get(API, item, key, p, list, optional=True) or ()):
+                    get(API, part, "text", f"{p}.{key}[{j}]", str)
             get(API, item, "encrypted_content", p, str, optional=True)
             reasoning.append(reasoning_item(API, item, REASONING_KEYS))
         else:  # built-in tool items and unknown ones: counted on the message
