@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from sessionstream.cli.main import main
 from sessionstream.core.events import CountingClock, SequentialIds
+from sessionstream.core.providers import convert, fields
 from sessionstream.core.providers.convert import export_session, import_conversation
 from sessionstream.core.providers.errors import FieldTypeError, NestingTooDeep
 from sessionstream.core.providers.fields import MAX_BODY_DEPTH, TABLES, render_tables
@@ -183,6 +185,70 @@ def _wrong(kinds: tuple[str, ...]) -> Any:
         if kind not in kinds:
             return value
     return None  # pragma: no cover - every table names a narrower kind set
+
+
+def _named_fields(api: str, body: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Every field of ``body`` a field table names, as (JSON pointer, accepted kinds):
+    found by watching which table the importer applies to which object."""
+    seen: list[tuple[str, Any, Mapping[str, Any]]] = []
+
+    def watching(table: Any, obj: Mapping[str, Any], path: str, *args: Any) -> Any:
+        seen.append((path, table, obj))
+        return fields.take(table, obj, path, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(convert, "take", watching)
+        _import(api, body)
+    name = convert._snake if api == "gemini" else str
+    return [(f"{path}/{key}", table.mapped.get(name(key)) or table.kept[name(key)])
+            for path, table, obj in seen for key in obj
+            if name(key) in table.mapped or name(key) in table.kept]
+
+
+def _set(body: Any, pointer: str, value: Any) -> None:
+    *parents, last = pointer.split("/")[1:]
+    node = body
+    for token in parents:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    node[int(last) if isinstance(node, list) else last] = value
+
+
+#: What the issue's hostile bodies put in typed fields (a number for text, text for a
+#: number or a flag, text that is no base64 for a signature, null, containers).
+HOSTILE = st.sampled_from([5, 1.5, "hot", "yes", "1", "not base64!", None, True, [], {},
+                           [1], {"a": 1}])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_hostile_value_in_any_typed_field_is_a_named_error_at_its_pointer(data: Any) -> None:
+    api = data.draw(st.sampled_from(sorted(FULL)))
+    named = _named_fields(api, FULL[api])
+    pointer, kinds = data.draw(st.sampled_from(named))
+    value = data.draw(HOSTILE)
+    body = copy.deepcopy(FULL[api])
+    _set(body, pointer, value)
+    if fields._accepts(kinds, value):  # a value of a kind the field takes: no type error
+        return
+    with pytest.raises(FieldTypeError) as info:
+        _import(api, body)
+    assert info.value.path == pointer
+
+
+def test_the_hostile_property_sees_every_table_of_every_api() -> None:
+    """Guards the property above: each API's full body reaches every one of its tables."""
+    for api in FULL:
+        named = {p for p, _k in _named_fields(api, FULL[api])}
+        assert len(named) > 20, api
+    seen: set[str] = set()
+    for api in FULL:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(convert, "take", lambda table, *a, _api=api: (
+                seen.add(f"{_api} {table.where}"), fields.take(table, *a))[1])
+            _import(api, FULL[api])
+    # the Responses body carries its system prompt as instructions, not as a message
+    assert {f"{api} {t.where}" for api in TABLES for t in TABLES[api].values()} - seen == {
+        "openai-responses /input/* (message, role system, developer)"}
 
 
 @pytest.mark.parametrize(("api", "key"), [(api, key) for api in sorted(TABLES)

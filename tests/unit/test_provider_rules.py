@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionstream.core.harness import Harness
+from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT, DataClass, split
 from sessionstream.core.providers import APIS, build
 from sessionstream.core.providers.convert import export_session, import_conversation, surface_of
@@ -162,6 +163,7 @@ class Generated:
     origin: str
     replies: list[Reply]
     variant: str
+    hostile: bool = False  # reasoning of the wrong kinds was added to one message
 
 
 @st.composite
@@ -191,8 +193,35 @@ def sessions(draw: st.DrawFn) -> Generated:
                     stream=draw(st.booleans()))
         h.turn(draw(TEXT) if t else "start")
         every += replies
+    hostile = draw(st.lists(st.sampled_from(HOSTILE_REASONING), max_size=2))
+    if hostile:  # recorded reasoning no API returned: a builder must not send it
+        at = draw(st.sampled_from([e.seq for e in s.events if e.type == "assistant/message"]))
+        s = Session.from_events([e.replace(data={**thaw(e.data), "reasoning": [
+            *thaw(e.data.get("reasoning") or []), *hostile]}) if e.seq == at else e
+            for e in s.events])
     return Generated(s, origin, every,
-                     draw(st.sampled_from(["clear", "surface-deleted", "reasoning-deleted"])))
+                     draw(st.sampled_from(["clear", "surface-deleted", "reasoning-deleted"])),
+                     bool(hostile))
+
+
+#: Recorded reasoning of the wrong kinds (the values the issue's hostile bodies carry).
+HOSTILE_REASONING: list[dict[str, Any]] = [
+    {"api": "gemini", "type": "thought", "text": 5},
+    {"api": "gemini", "type": "thought", "text": "x", "thought_signature": 5},
+    {"api": "gemini", "type": "signature", "anchor": "call", "index": 0,
+     "thought_signature": "not base64!"},
+    {"api": "gemini", "type": "signature", "anchor": "text", "index": True,
+     "thought_signature": "c2ln"},
+    {"api": "gemini", "type": "signature", "anchor": "call", "index": "0",
+     "thought_signature": "c2ln"},
+    {"api": "anthropic", "type": "thinking", "thinking": "x", "signature": 5},
+    {"api": "anthropic", "type": "redacted_thinking", "data": None},
+    {"api": "openai-responses", "type": "reasoning", "id": "rs_x",
+     "summary": [{"type": "summary_text", "text": 1}]},
+    {"api": "openai-responses", "type": "reasoning", "id": "rs_y", "summary": [],
+     "encrypted_content": 5},
+    {"api": "openai-responses", "type": "reasoning", "id": 5},
+]
 
 
 def _kinds_answered(api: str, reply: Reply) -> list[str]:
@@ -247,7 +276,8 @@ def test_every_built_body_passes_the_sdk_types_and_the_api_rules(
         exported, _notes = export_session(api, list(s.events))
         validate(api, exported.body)
         assert json.dumps(exported.body)  # plain JSON
-        if api == generated.origin in ("anthropic", "gemini") and variant != "surface-deleted":
+        if api == generated.origin in ("anthropic", "gemini") and variant != \
+                "surface-deleted" and not generated.hostile:
             # each turn goes back to its API in the order it came (its reasoning's places
             # skipped where the reasoning is deleted)
             answered = [k for r in generated.replies for k in _kinds_answered(api, r)

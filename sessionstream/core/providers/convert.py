@@ -126,6 +126,13 @@ class _Conv:
     def wrong_kind(self, path: str, expected: tuple[str, ...], got: str) -> FieldTypeError:
         return FieldTypeError(self.source, path, expected, got)
 
+    def told_apart(self, obj: Mapping[str, Any], path: str, *keys: str) -> None:
+        """The keys an object is told apart by (``type``, ``role``) must be text: a wrong
+        kind is a FieldTypeError before the object is read as anything."""
+        for key in keys:
+            if key in obj and not isinstance(obj[key], str):
+                raise self.wrong_kind(f"{path}/{key}", ("string",), kind_of(obj[key]))
+
     def take(self, table: str, obj: Mapping[str, Any], path: str) -> dict[str, Any]:
         """Type-check ``obj`` by its field table; the fields to keep verbatim."""
         tables = TABLES.get(self.api)
@@ -155,11 +162,16 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
     parts: list[Any] = []
     kept: list[dict[str, Any] | None] = []
     for i, part in enumerate(content):
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object",), kind_of(part))
+        conv.told_apart(part, f"{path}/{i}", "type")
+        if not isinstance(part.get("type"), str):
             raise conv.fail(f"{path}/{i}", "a content part must be an object with a type")
         kept.append(None)
-        if part["type"] in text_types and isinstance(part.get("text"), str):
+        if part["type"] in text_types:
             kept[-1] = conv.take(table, part, f"{path}/{i}") or None
+            if not isinstance(part.get("text"), str):
+                raise conv.fail(f"{path}/{i}/text", "a text part needs its text")
             parts.append({"type": "text", "text": part["text"]})
         else:
             parts.append(dict(part))
@@ -276,6 +288,7 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
         path = f"/messages/{i}"
         if not isinstance(m, Mapping):
             raise conv.fail(path, "a message must be an object")
+        conv.told_apart(m, path, "role")
         role = m.get("role")
         if role in ("system", "developer"):
             conv.take("system", m, path)
@@ -382,6 +395,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         path = f"/input/{i}"
         if not isinstance(item, Mapping):
             raise conv.fail(path, "an input item must be an object")
+        conv.told_apart(item, path, "type", "role")
         kind = item.get("type", "message")
         role = item.get("role")
         if kind == "message" and role == "assistant":
@@ -462,6 +476,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         if kept:
             conv.params["reasoning"] = kept  # an export merges it with the effort
     for p, t in _read_tools(conv, body):
+        conv.told_apart(t, p, "type")
         if t.get("type") != "function":  # a built-in tool: kept for the same API
             conv.imported.setdefault("other_tools", []).append({"at": int(p.rsplit("/", 1)[1]),
                                                                 "tool": dict(t)})
@@ -496,6 +511,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
         for i, b in enumerate(system):
             if not isinstance(b, Mapping):
                 raise conv.wrong_kind(f"/system/{i}", ("object",), kind_of(b))
+            conv.told_apart(b, f"/system/{i}", "type")
             kept = conv.take("system", b, f"/system/{i}")
             if b.get("type") != "text":
                 conv.note(f"/system/{i}", f"system block of type {b.get('type')!r} not "
@@ -506,6 +522,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             conv.system.append(b["text"])
     for i, m in enumerate(messages):
         path = f"/messages/{i}"
+        if isinstance(m, Mapping):
+            conv.told_apart(m, path, "role")
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
             raise conv.fail(path, "a message must be an object with role user or assistant")
         conv.take("message", m, path)
@@ -527,6 +545,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                 p = f"{path}/content/{j}"
                 if not isinstance(block, Mapping):
                     raise conv.wrong_kind(p, ("object",), kind_of(block))
+                conv.told_apart(block, p, "type")
                 kind = block.get("type")
                 if kind == "thinking":
                     conv.take("thinking", block, p)
@@ -571,7 +590,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             if not others:
                 run = path if j == 0 else p
             if not isinstance(block, Mapping):
-                raise conv.fail(p, "a content block must be an object")
+                raise conv.wrong_kind(p, ("object",), kind_of(block))
+            conv.told_apart(block, p, "type")
             if block.get("type") == "tool_result":
                 kept = conv.take("tool_result", block, p)
                 if kept:
@@ -588,8 +608,10 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                 status = "error" if block.get("is_error") else "ok"
                 conv.items.append(("result", p, (from_anthropic_id(
                     _require_str(conv, block, "tool_use_id", p)), status, result)))
-            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            elif block.get("type") == "text":
                 others_kept.append(conv.take("text", block, p) or None)
+                if not isinstance(block.get("text"), str):
+                    raise conv.fail(f"{p}/text", "a text block needs its text")
                 others.append({"type": "text", "text": block["text"]})
             else:
                 if not isinstance(block.get("type"), str):
@@ -685,7 +707,7 @@ def _gemini_model(conv: _Conv, i: int, parts: list[Any], path: str) -> None:
             raise conv.wrong_kind(p, ("object",), kind_of(part))
         fc = k(part, "function_call")
         text = k(part, "text")
-        if fc is None and text is None:
+        if gemini_key(part, "function_call") not in part and gemini_key(part, "text") not in part:
             conv.note(p, "part not imported: the session log has no event for it")
             continue
         conv.take("model_part", part, p)
@@ -799,7 +821,7 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
             if not isinstance(part, Mapping):
                 raise conv.wrong_kind(p, ("object",), kind_of(part))
             fr = k(part, "function_response")
-            if fr is not None or k(part, "text") is not None:
+            if gemini_key(part, "function_response") in part or gemini_key(part, "text") in part:
                 conv.take("user_part", part, p)
             if fr is not None:
                 fp = f"{p}/{gemini_key(part, 'function_response')}"

@@ -53,7 +53,7 @@ from sessionstream.core.providers.common import (
     text_entries,
 )
 from sessionstream.core.providers.errors import IncompleteStream
-from sessionstream.core.providers.fields import kind_of
+from sessionstream.core.providers.fields import is_base64, kind_of
 from sessionstream.core.providers.output import (
     ModelOutput,
     block_order,
@@ -105,6 +105,12 @@ def _reasoning(request: Request, m: Message, c: Collector, path: str
         kind = item.get("type")
         sig = item.get("thought_signature")
         index = item.get("index")
+        if sig is not None and not is_base64(sig):  # bytes travel as base64 text
+            c.note(path, f"recorded reasoning part {kind!r} with a thought signature that is "
+                   "not base64 text not sent", m.seqs)
+            continue
+        if isinstance(index, bool) or (isinstance(index, int) and index < 0):
+            index = "invalid"  # not a part's place: the part is not sent (below)
         if kind == "thought" and isinstance(item.get("text"), str):
             part: dict[str, Any] = {"text": item["text"], "thought": True}
             if isinstance(sig, str):
@@ -352,8 +358,9 @@ _OTHER_PARTS = ("executable_code", "code_execution_result", "inline_data", "file
 
 class _Fold:
     """The parts of one answer (a whole response, or a stream's chunks in order), kept in
-    the order received: a streamed text or thought arrives in pieces, which join the part
-    before them when it is of the same kind."""
+    the order received. A streamed text or thought arrives in pieces, one chunk after
+    another: the first part of a chunk joins the last part of the chunk before when both
+    are of the same kind; parts within one chunk (or one whole response) stay apart."""
 
     def __init__(self, response_id: str | None) -> None:
         self.response_id = response_id
@@ -373,8 +380,9 @@ class _Fold:
             item["index"] = index
         self.reasoning.append(item)
 
-    def part(self, part: Any, p: str) -> str | None:
-        """Take one part; returns its text when it is answer text (a stream delta)."""
+    def part(self, part: Any, p: str, continues: bool = False) -> str | None:
+        """Take one part; returns its text when it is answer text (a stream delta).
+        ``continues``: the part opens a stream chunk (it may continue the last one)."""
         if not isinstance(part, Mapping):
             fail(API, p, f"expected an object, got {kind_of(part)}")
         sig = _get(part, "thought_signature", p, str, optional=True)
@@ -396,7 +404,7 @@ class _Fold:
             text = _get(part, "text", p, str, optional=True) or ""
             if _get(part, "thought", p, bool, optional=True):
                 last = self.reasoning[-1] if self.reasoning else None
-                if previous == "reasoning" and last is not None and \
+                if continues and previous == "reasoning" and last is not None and \
                         last["type"] == "thought" and "thought_signature" not in last:
                     last["text"] += text  # a streamed thought arrives in pieces
                     if sig:
@@ -408,7 +416,7 @@ class _Fold:
                     self.reasoning.append(item)
                     self.order.append("reasoning")
                 return None
-            if text and previous == "text" and self.text:
+            if text and continues and previous == "text" and self.text:
                 self.text[-1] += text  # a streamed text arrives in pieces
             elif text:
                 self.text.append(text)
@@ -524,7 +532,8 @@ class GeminiStreamParser:
             return []
         deltas = []
         for i, part in enumerate(_parts(cand, f"{path}.candidates[0]")):
-            text = self._fold.part(part, f"{path}.candidates[0].content.parts[{i}]")
+            text = self._fold.part(part, f"{path}.candidates[0].content.parts[{i}]",
+                                   continues=i == 0)
             if text:
                 deltas.append(text)
         self._chunks += deltas

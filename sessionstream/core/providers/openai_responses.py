@@ -67,6 +67,21 @@ def _user_content(m: Message) -> tuple[Any, bool]:
 REASONING_KEYS = ("type", "id", "summary", "content", "encrypted_content", "status")
 
 
+def _sendable(item: Mapping[str, Any]) -> bool:
+    """Whether a recorded reasoning item has the shape the API takes back: summary and
+    content lists of text parts, text for the encrypted content and the status."""
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list | tuple) or not all(
+                isinstance(p, Mapping) and isinstance(p.get("text"), str)
+                and isinstance(p.get("type"), str) for p in parts):
+            return False
+    return all(item.get(k) is None or isinstance(item[k], str)
+               for k in ("encrypted_content", "status"))
+
+
 def _reasoning_items(request: Request, m: Message, c: Collector, path: str, stateless: bool
                      ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -74,6 +89,10 @@ def _reasoning_items(request: Request, m: Message, c: Collector, path: str, stat
         if item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
             c.note(path, f"recorded reasoning part {item.get('type')!r} without an id not "
                    "sent", m.seqs)
+            continue
+        if not _sendable(item):
+            c.note(path, f"reasoning item {item['id']} not sent: its recorded summary, "
+                   "content or encrypted content is not of the API's shape", m.seqs)
             continue
         if stateless and not item.get("encrypted_content"):
             c.note(path, f"reasoning item {item['id']} not sent: it has no encrypted content "
