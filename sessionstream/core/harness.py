@@ -31,8 +31,8 @@ from sessionstream.core.request import (
     RequestHeader,
     ToolProvider,
     assemble,
-    context_snapshot_ids,
     blocks_of,
+    context_snapshot_ids,
     reasoning_of,
     replaced_seqs,
 )

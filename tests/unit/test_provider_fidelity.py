@@ -266,7 +266,7 @@ def test_a_responses_refusal_kept_with_its_id_exports_as_the_refusal_it_was() ->
     validate("openai-responses", again)
     assert again == REFUSAL
     events = list(_import("openai-responses", REFUSAL).events)
-    other, notes = export_session("anthropic", events)  # another API: sent as the content
+    other, _notes = export_session("anthropic", events)  # another API: sent as the content
     validate("anthropic", other.body)
     assert other.body["messages"][1]["content"] == [{"type": "text",
                                                     "text": "I can't do that."}]

@@ -13,14 +13,14 @@ thinking is the ``thinking`` option (the body's ``thinking`` as is).
 Recorded thinking (``thinking`` blocks with their signatures, ``redacted_thinking``)
 goes back unmodified in its assistant message, every block where the model put it
 (``assistant/message.blocks``: interleaved thinking, text after a call), so the turn is
-sent back exactly as received, as the API requires; with thinking on, an open tool round whose assistant message has no thinking
-(compacted, deleted, recorded from another API) would be refused, so the request turns
-thinking off (a note) rather than send it.
+sent back exactly as received, as the API requires; with thinking on, an open tool round
+whose assistant message has no thinking (compacted, deleted, recorded from another API)
+would be refused, so the request turns thinking off (a note) rather than send it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,11 +184,13 @@ def build(request: Request, *, stream: bool = False,
             continue
         m = item.messages[0]
         if item.kind == "assistant":
-            arranged = arrange(request.blocks_for(m.seqs[0]), {
+            kinds: dict[str, Sequence[dict[str, Any] | ToolCall | None]] = {
                 "reasoning": _thinking_blocks(request, m, c, path),
                 "text": [None if t is None else {"type": "text", "text": t}
                          for t in text_entries(m, c, path, _BLANK)],
-                "call": list(m.tool_calls)})
+                "call": m.tool_calls}
+            arranged: list[tuple[str, dict[str, Any] | ToolCall]] = arrange(
+                request.blocks_for(m.seqs[0]), kinds)
             if all(kind == "reasoning" for kind, _b in arranged):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue

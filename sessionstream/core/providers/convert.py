@@ -71,9 +71,9 @@ from sessionstream.core.request import (
     StaticTools,
     ToolSchema,
     assemble,
+    blocks_of,
     context_snapshot_ids,
     header_from_event,
-    blocks_of,
     reasoning_of,
     replaced_seqs,
 )
@@ -757,8 +757,8 @@ def _gemini_model(conv: _Conv, i: int, parts: list[Any], path: str) -> None:
     for r in reasoning:  # the last text part's signature needs no index (the log's default)
         if r.get("anchor") == "text" and r.get("index") == last:
             del r["index"]
-    text: Any = texts[0]["text"] if len(texts) == 1 else texts
-    conv.items.append(("assistant", path, (text if texts else "", calls, None, reasoning,
+    content: Any = texts[0]["text"] if len(texts) == 1 else texts
+    conv.items.append(("assistant", path, (content if texts else "", calls, None, reasoning,
                                            block_order(order))))
 
 

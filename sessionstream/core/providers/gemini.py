@@ -10,12 +10,13 @@ system sections → ``config.system_instruction``, one text part per section; us
 context and summary messages → ``user`` contents of text parts; assistant messages →
 ``model`` contents: recorded thoughts, text parts and ``function_call`` parts (``args``
 the object) in the order the model answered (``assistant/message.blocks``; without it
-thoughts first, then the text, then the calls); all results of one call round → ONE ``user`` content right after,
-``function_response`` parts in the order of the calls, ``response`` ``{"output": …}``, or
-``{"error": …}`` for status error (a JSON result is sent as it is, not as text). Tool
-schemas → one tool of ``function_declarations`` with ``parameters_json_schema``.
-``max_tokens`` → ``config.max_output_tokens``; ``reasoning_effort`` (minimal, low,
-medium, high) → ``config.thinking_config.thinking_level``; the option ``thinking`` is
+thoughts first, then the text, then the calls); all results of one call round → ONE
+``user`` content right after, ``function_response`` parts in the order of the calls,
+``response`` ``{"output": …}``, or ``{"error": …}`` for status error (a JSON result is
+sent as it is, not as text). Tool schemas → one tool of ``function_declarations`` with
+``parameters_json_schema``. ``max_tokens`` → ``config.max_output_tokens``;
+``reasoning_effort`` (minimal, low, medium, high) →
+``config.thinking_config.thinking_level``; the option ``thinking`` is
 ``config.thinking_config`` as is.
 
 Call ids: Gemini may answer function calls without an id (responses then answer calls
@@ -33,7 +34,7 @@ message has no text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sessionstream.core.jsonvalue import thaw
@@ -220,9 +221,10 @@ def build(request: Request, *, stream: bool = False,
                 calls.append(part)
                 names[tc.call_id] = tc.name
             round_order = [tc.call_id for tc in m.tool_calls]
-            arranged = arrange(request.blocks_for(m.seqs[0]), {
+            blocks: dict[str, Sequence[dict[str, Any] | None]] = {
                 "reasoning": thoughts, "text": _signed_texts(m, c, path, anchored),
-                "call": calls})
+                "call": calls}
+            arranged = arrange(request.blocks_for(m.seqs[0]), blocks)
             if not calls and not any(kind == "text" and p["text"] for kind, p in arranged):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue
