@@ -7,13 +7,14 @@ assistant message is one step (``request/header`` + ``assistant/message``), each
 result becomes ``tool/call`` + ``tool/result`` in that step. The system prompt, the tool
 schemas, the model and other request parameters are kept in ``session/start`` under
 ``imported``, so an export can send them again. Thinking blocks (with their
-signatures) and Responses reasoning items become the assistant message's ``reasoning``
-(class ``reasoning``), sent back only to the same API. Every field goes by its field
-table (:mod:`~sessionstream.core.providers.fields`): mapped into the events, kept
-verbatim (``provider_fields`` on the message's event: a Chat ``name``, Responses item ids
-and statuses), or listed in the report (unknown item types, thinking after a text block,
-a field of a text part); a field of the wrong JSON kind is a ``FieldTypeError`` and a body
-nested too deep a ``NestingTooDeep``, both naming the JSON pointer.
+signatures), Gemini thoughts and Responses reasoning items become the assistant
+message's ``reasoning`` (class ``reasoning``), sent back only to the same API, and an
+answer's blocks keep their order (``blocks``: interleaved thinking, ADR 0028). Every
+field goes by its field table (:mod:`~sessionstream.core.providers.fields`): mapped into
+the events, kept verbatim (``provider_fields`` on the message's event: a Chat ``name``,
+Responses item ids and statuses), or listed in the report (unknown item types, a field of
+a text part); a field of the wrong JSON kind is a ``FieldTypeError`` and a body nested too
+deep a ``NestingTooDeep``, both naming the JSON pointer.
 
 :func:`export_session` builds the body for the session's next request with the
 builders, and reports what the format could not carry (the builder's notes, plus the
