@@ -411,7 +411,10 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
                 refusal = "".join(p.get("refusal", "") for p in content
                                   if isinstance(p, Mapping) and p.get("type") == "refusal")
                 content = [p for p in content if p.get("type") != "refusal"] or refusal
-                conv.note(f"{path}/content", _REFUSAL)
+                conv.note(f"{path}/content", "refusal imported as the message's content with "
+                          "stop reason refusal (an export to Responses sends it back as the "
+                          "refusal part it was when the message kept its id; another API "
+                          "gets it as the content)")
             pending_text = (path, _text_parts(conv, content, f"{path}/content",
                                               ("output_text", "text")))
             if refusal:
