@@ -123,8 +123,8 @@ class ItemsView(InlineView):
         elif t in _ITEM_TYPES and "item" in e.data:
             if t == "user/message" and e.surface_op is not SurfaceOp.APPEND:
                 return
-            raw = e.data["item"]
-            state.push([e.seq, thaw(raw) if isinstance(raw, Mapping) else _placeholder(e)])
+            raw = e.data["item"]  # kept frozen: a read thaws (copies) what it returns
+            state.push([e.seq, raw if isinstance(raw, Mapping) else _placeholder(e)])
 
 
 #: The inline view :meth:`SessionstreamSession.get_items` reads.
@@ -133,7 +133,7 @@ ITEMS_VIEW = ItemsView()
 
 def items_of(events: Sequence[Event]) -> list[dict[str, Any]]:
     """The SDK items a log holds now (:class:`ItemsView` over the whole log)."""
-    return [x[1] for x in ITEMS_VIEW.build(events).entries]
+    return [thaw(x[1]) for x in ITEMS_VIEW.build(events).entries]
 
 
 def _text_of(content: Any) -> str | list[Any]:

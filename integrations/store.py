@@ -90,7 +90,7 @@ from sessionstream.producers.writer import (
     NotHandedOver,
     SessionWriter,
     WriterConfig,
-    flush_durably,
+    release_durably,
 )
 
 __all__ = [
@@ -491,8 +491,7 @@ class _FleetHandle(SessionHandle):
         writes = [v for name in self._views
                   if (v := self._view_write(w.session, name)) is not None]
         try:
-            flush_durably(w, timeout=cfg.flush_timeout_s)
-            stale = w.release(cfg.flush_timeout_s, writes)
+            stale = release_durably(w, writes, timeout=cfg.flush_timeout_s)
         except _CONFLICTS as exc:
             raise self._conflict(exc) from exc
         for state in self._views.values():
@@ -539,7 +538,7 @@ class _FleetHandle(SessionHandle):
     def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
         with self._lock:
             planned: list[Draft] | None = None
-            if self._held() is None and self.store.epoch(self.session_id) == 0:
+            if self._writer is None and self.store.epoch(self.session_id) == 0:
                 planned = list(plan(None))  # a new session: nothing to take yet
                 if not planned:
                     return []  # and nothing to write: nothing is created

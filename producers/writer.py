@@ -135,6 +135,21 @@ def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
                 w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
 
 
+def release_durably(w: SessionWriter, views: Sequence[ViewWrite] = (), *,
+                    attempts: int = 3, timeout: float = 30.0) -> tuple[str, ...]:
+    """:meth:`SessionWriter.release` with :func:`flush_durably`'s patience: a barrier
+    that times out is waited for again, records reported failed are resent."""
+    for attempt in range(attempts):
+        try:
+            return w.release(timeout, views)
+        except UnconfirmedEvents:
+            if attempt == attempts - 1:
+                raise
+            if any(state != "pending" for state in w.unconfirmed().values()):
+                w.resend_unconfirmed()
+    raise AssertionError("unreachable")
+
+
 class NotHandedOver(ProducerError):
     """retake(): the session was not handed over cleanly since this writer released it
     (a writer died or lost its lease mid-write, or one still holds it): resume it with

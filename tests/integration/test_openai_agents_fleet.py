@@ -72,9 +72,14 @@ async def test_a_deleted_sdk_session_reads_as_placeholders(
     assert records and not any(CANARY.encode() in (r.value or b"") for r in records)  # sealed
     assert (await s.get_items())[0]["content"] == f"{CANARY} question"
     s.close()
+    views = [k for k in redis_client.scan_iter(f"{cfg.key_prefix}:*doomed*:fv*")]
+    assert views, "the items view is kept in Redis"
+    dump = b"".join(redis_client.dump(k) or b"" for k in views)  # type: ignore[misc]
+    assert CANARY.encode() not in dump  # sealed in Redis too
 
     gov = Governance(cfg, keys, redis_client, audit=WriterAuditLog(cfg), principal="dpo")
     gov.delete("doomed", reason="erasure request")
+    assert not list(redis_client.scan_iter(f"{cfg.key_prefix}:*doomed*:fv*"))  # purged
 
     items = await SessionstreamSession("doomed", FleetStore(cfg)).get_items()
     assert items == [
