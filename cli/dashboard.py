@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import click
 
+from sessionstream.cli.context import CommandError, redis_refusal, refused, unreachable
 from sessionstream.cli.context import settings as process_settings
-from sessionstream.cli.context import unreachable
 from sessionstream.core.settings import Env
 
 if TYPE_CHECKING:
@@ -66,6 +66,9 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool, login_url: boo
     try:
         redisconn.from_settings(settings, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
+        if refused(exc) is not None:  # it answered: the credentials are the problem
+            raise CommandError(redis_refusal(exc, f" at {_redacted(settings.redis_url)}")
+                               ) from exc
         raise unreachable(
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "
             f"`sessionstream up` or set {Env.REDIS_URL}") from exc

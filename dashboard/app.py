@@ -48,6 +48,11 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 # redis-py raises its own ConnectionError / TimeoutError for socket failures; a plain
 # ConnectionResetError here is the browser going away, not Redis.
 _REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError)
+# A Redis that answered and refused the dashboard's user (redis-py makes an authentication
+# failure a ConnectionError: these are caught first).
+_REDIS_REFUSED = (rexc.AuthenticationError, rexc.AuthenticationWrongNumberOfArgsError,
+                  rexc.NoPermissionError)
+_REDIS_FAILED = (*_REDIS_REFUSED, *_REDIS_DOWN)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,9 @@ async def _snapshot(request: web.Request, sid: str) -> Any:
 
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:
+    if isinstance(exc, _REDIS_REFUSED):
+        return (f"Redis refused the dashboard's user ({type(exc).__name__}): give it its "
+                f"tenant's reader in {Env.REDIS_URL} (`sessionstream acl env --role reader`)")
     return (f"cannot reach Redis ({type(exc).__name__}); start it with `sessionstream up` "
             f"or point {Env.REDIS_URL} at a running server")
 
@@ -126,7 +134,7 @@ async def _json_errors(request: web.Request,
     """API errors as JSON with a sentence saying what to do; Redis outages as 503."""
     try:
         return await handler(request)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         log.warning("Redis unavailable for %s (%s)", request.path, type(exc).__name__)
         return web.json_response({"error": _redis_down(request.app[CONFIG], exc)}, status=503)
     except web.HTTPException as exc:
@@ -145,7 +153,7 @@ async def _healthz(request: web.Request) -> web.Response:
     try:
         await redis.ping()
         gen = await current_generation(redis, config.keys)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         return web.json_response({"ok": False, "error": _redis_down(config, exc)}, status=503)
     return web.json_response({"ok": True, "tenant": config.keys.tenant,
                               "prefix": config.keys.prefix, "generation": gen})
@@ -232,7 +240,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     cursor.event_id()))
     except ConnectionResetError:
         log.debug("event stream closed by the client after %d changes", sent)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         log.warning("event stream: Redis unavailable (%s)", type(exc).__name__)
         await resp.write(frame("unavailable", {"error": _redis_down(config, exc)}))
     return resp
