@@ -61,10 +61,11 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
 
 
 def _redis_unreachable() -> tuple[type[BaseException], ...]:
-    """The Redis client's own errors for a server that does not answer."""
+    """The Redis client's own errors for a server that does not answer (a cluster client
+    that reached no node raises RedisClusterException, which is no RedisError)."""
     import redis
 
-    return (redis.ConnectionError, redis.TimeoutError)
+    return (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException)
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
@@ -105,7 +106,7 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     from sessionstream.streams.errors import SinkError
 
     return (BrokerUnavailable, RedisUnavailable, SinkError, redis.ConnectionError,
-            redis.TimeoutError)
+            redis.TimeoutError, redis.exceptions.RedisClusterException)
 
 
 def exit_code_of(exc: BaseException) -> ExitCode:
@@ -164,6 +165,9 @@ def command_errors() -> Iterator[None]:
     except _refusals() as exc:  # before the unreachable ones: redis-py subclasses them
         raise CommandError(redis_refusal(exc, _redis_at())) from exc
     except _redis_unreachable() as exc:
+        cause = refused(exc)  # a cluster client's "cannot be connected" after a refusal
+        if cause is not None:
+            raise CommandError(redis_refusal(cause, _redis_at())) from exc
         raise unreachable(f"cannot reach Redis{_redis_at()} ({exc}); start it with "
                           f"`sessionstream up` or set {Env.REDIS_URL}") from exc
     except _redis_errors() as exc:  # e.g. a script error

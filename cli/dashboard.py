@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import click
 
@@ -23,11 +22,11 @@ if TYPE_CHECKING:
 
 
 def _redacted(url: str) -> str:
-    """The Redis URL without credentials, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}" if host else parts.scheme + "://…"
+    """The Redis URL without credentials, for messages (a cluster's list of nodes too)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "…"
+    return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
 @click.command("dashboard")
@@ -65,9 +64,10 @@ def dashboard_cmd(host: str, port: int, detach: bool, stop: bool, login_url: boo
     prefix = settings.key_prefix
     try:
         redisconn.from_settings(settings, socket_connect_timeout=3).ping()
-    except redis.RedisError as exc:
-        if refused(exc) is not None:  # it answered: the credentials are the problem
-            raise CommandError(redis_refusal(exc, f" at {_redacted(settings.redis_url)}")
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        cause = refused(exc)
+        if cause is not None:  # it answered: the credentials are the problem
+            raise CommandError(redis_refusal(cause, f" at {_redacted(settings.redis_url)}")
                                ) from exc
         raise unreachable(
             f"cannot reach Redis at {_redacted(settings.redis_url)} ({exc}); start it with "

@@ -47,7 +47,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 # redis-py raises its own ConnectionError / TimeoutError for socket failures; a plain
 # ConnectionResetError here is the browser going away, not Redis.
-_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError)
+_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError, rexc.RedisClusterException)
 # A Redis that answered and refused the dashboard's user (redis-py makes an authentication
 # failure a ConnectionError: these are caught first).
 _REDIS_REFUSED = (rexc.AuthenticationError, rexc.AuthenticationWrongNumberOfArgsError,
@@ -120,6 +120,9 @@ async def _snapshot(request: web.Request, sid: str) -> Any:
 
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:
+    if isinstance(exc, rexc.RedisClusterException) and isinstance(exc.__cause__,
+                                                                  _REDIS_REFUSED):
+        exc = exc.__cause__
     if isinstance(exc, _REDIS_REFUSED):
         return (f"Redis refused the dashboard's user ({type(exc).__name__}): give it its "
                 f"tenant's reader in {Env.REDIS_URL} (`sessionstream acl env --role reader`)")

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.files import create_if_absent
@@ -68,7 +69,7 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 #: The environment variable that carries the admin's password into a secure broker (and
 #: only there): its config names it through Kafka's EnvVarConfigProvider, so no config
 #: file holds the secret (KIP-421; the broker resolves ``${env:…}`` at start).
-ADMIN_SECRET_ENV = "SESSIONSTREAM_KAFKA_ADMIN_SECRET"
+ADMIN_SECRET_ENV = "LOCALSTACK_KAFKA_ADMIN_SECRET"
 ADMIN_SECRET_REF = "${env:" + ADMIN_SECRET_ENV + "}"
 SECRET_PROVIDER = (
     "config.providers=env",
@@ -188,9 +189,15 @@ def secure_stack(settings: Settings) -> StackConfig:
     return cfg
 
 
-def secure_tenant_key_dir(cfg: StackConfig) -> Path:
-    """The secure profile's tenant key files: beside the outer state dir, apart from
-    the plaintext stack's (a retirement in one must not touch the other's rings)."""
+class _Profile(Protocol):
+    @property
+    def state_dir(self) -> Path: ...
+
+
+def secure_tenant_key_dir(cfg: _Profile) -> Path:
+    """The secure profiles' tenant key files (the single node's and the cluster's, each
+    in ``<state dir>/<profile>``): beside the outer state dir, apart from the plaintext
+    stack's (a retirement in one must not touch the other's rings)."""
     return Path(f"{cfg.state_dir.parent.resolve()}-secure-tenant-keys")
 
 
