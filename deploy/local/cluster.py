@@ -369,7 +369,8 @@ class KafkaNode(_NodeProcess):
         check_port_free(self.controller_port, f"Kafka controller {self.node_id}",
                         Env.CLUSTER_CONTROLLER_PORTS)
         self._write_props()
-        if self.cfg.secure:
+        if self.cfg.secure:  # the format tool's files and the log to come
+            self.log.touch()
             make_private(self.home)
         with self.log.open("ab") as out:
             self._proc = subprocess.Popen(

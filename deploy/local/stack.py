@@ -519,8 +519,6 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     props = home / "server.properties"
     props.touch(mode=0o600)  # no secret in it (the environment carries it), still private
     props.write_text(kafka_properties(cfg))
-    if cfg.secure:
-        make_private(home)
     log = cfg.log_file("kafka")
     classpath = f"{lib}/*"
     env = {**os.environ, "KAFKA_HEAP_OPTS": " ".join(KAFKA_HEAP)}
@@ -561,6 +559,9 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
                 f"formatting Kafka storage failed (exit {fmt.returncode}):\n"
                 f"{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}\nTry `sessionstream up --fresh`."
             )
+    if cfg.secure:  # what the format tool and earlier runs wrote, and the log to come
+        log.touch()
+        make_private(home)
     what = "SASL/SCRAM + ACLs" if cfg.secure else "plaintext"
     echo(f"kafka: starting ({what}, heap {' '.join(KAFKA_HEAP)}) on "
          f"127.0.0.1:{cfg.kafka_port} (log {log})")
