@@ -7,6 +7,8 @@ names (``sessionstream replay`` switches it), through ``streams.read``:
 - ``GET /api/sessions``        the session index, newest first (``?limit=N``)
 - ``GET /api/sessions/{id}``   every view of a session at one ``as_of_seq``; 404 if unknown
 - ``GET /api/events``          Server-Sent Events from the tenant's change feed (``feed.py``)
+- ``GET /api/sessions/{id}/series``  the numbers of a session's plots (``series.py``)
+- ``GET /api/tenant/series``   the numbers of the tenant's plots (``fleet.py``)
 - ``GET /healthz``             Redis reachable, and which generation readers use
 - ``GET /metrics``             Prometheus: requests, latency, auth failures (``metrics.py``)
 
@@ -33,13 +35,19 @@ from redis.asyncio import Redis
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
-from sessionstream.dashboard import timeline
+from sessionstream.dashboard import fleet, series, timeline
 from sessionstream.dashboard.auth import TokenAuth
 from sessionstream.dashboard.auth import middleware as auth_middleware
 from sessionstream.dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from sessionstream.dashboard.metrics import DashboardMetrics
+from sessionstream.dashboard.series import SeriesConfig
 from sessionstream.dashboard.timeline import TimelineSource
-from sessionstream.streams.read import current_generation, list_sessions, read_views
+from sessionstream.streams.read import (
+    LiveSnapshot,
+    current_generation,
+    list_sessions,
+    read_views,
+)
 
 log = logging.getLogger("sessionstream.dashboard")
 
@@ -70,6 +78,12 @@ class DashboardConfig:
     #: Tenant-scoped bearer tokens (None: no authentication, for an app embedded behind
     #: its own; the ``sessionstream dashboard`` server always sets it).
     auth: TokenAuth | None = None
+    #: How session plots are read (None: from ``timeline``'s Kafka source, no prices,
+    #: no budget line; no plots without a timeline source).
+    series: SeriesConfig | None = None
+    #: The worker's consumer group, whose lag the tenant plots sample (None: no lag plot).
+    streams_group: str | None = None
+    lag_interval_s: float = 5.0
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -109,6 +123,14 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.router.add_get("/api/events", _events)
     if config.timeline is not None:
         timeline.setup(app, config.timeline, _snapshot)
+        series.setup(app, config.series or SeriesConfig(config.timeline, rows=config.rows),
+                     _position)
+    lag = None
+    if config.timeline is not None and config.streams_group:
+        lag = fleet.LagSampler(fleet.lag_probe(config.timeline, app[REDIS], config.keys,
+                                               config.streams_group),
+                               interval=config.lag_interval_s)
+    fleet.setup(app, fleet.FleetSeries(app[REDIS], config.keys, lag=lag))
     app.router.add_static("/static", STATIC_DIR)
     return app
 
@@ -117,6 +139,10 @@ async def _snapshot(request: web.Request, sid: str) -> Any:
     """The session's views as readers see them (None: no projections)."""
     config = request.app[CONFIG]
     return await read_views(request.app[REDIS], config.keys, sid, rows=config.rows)
+
+
+async def _position(request: web.Request, sid: str) -> LiveSnapshot | None:
+    return await series.read_position(request.app[REDIS], request.app[CONFIG].keys, sid)
 
 
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:
