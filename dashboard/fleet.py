@@ -270,10 +270,9 @@ class FleetSeries:
         now = int(self.clock() * 1000)
         width = max(1, (window_s * 1000) // buckets)
         first = now - width * buckets
-        rows = [{"start_ms": first + i * width, "sessions": set(), "events": 0, "writes": 0,
-                 "rejections": {}, "quarantines": 0} for i in range(buckets)]
+        rows = [_Bucket(first + i * width) for i in range(buckets)]
 
-        def bucket(ms: int) -> dict[str, Any] | None:
+        def bucket(ms: int) -> _Bucket | None:
             i = (ms - first) // width
             return rows[i] if 0 <= i < buckets else None
 
@@ -282,24 +281,24 @@ class FleetSeries:
             b = bucket(w.ms)
             if b is None:
                 continue
-            b["sessions"].add(w.session)
-            b["events"] += w.events
-            b["writes"] += 1
+            b.sessions.add(w.session)
+            b.events += w.events
+            b.writes += 1
             active.add(w.session)
         for ms, verdict in state.refusals:
             b = bucket(ms)
             if b is not None:
-                b["rejections"][verdict] = b["rejections"].get(verdict, 0) + 1
+                b.rejections[verdict] = b.rejections.get(verdict, 0) + 1
         quarantined = [(ms, sid, kind) for ms, sid, kind in state.quarantines
                        if bucket(ms) is not None]
         for ms, _sid, _kind in quarantined:
             b = bucket(ms)
             assert b is not None
-            b["quarantines"] += 1
-        out = [{"start_ms": b["start_ms"], "sessions": len(b["sessions"]),
-                "events": b["events"], "events_per_s": round(b["events"] * 1000 / width, 3),
-                "writes": b["writes"], "rejections": sum(b["rejections"].values()),
-                "rejections_by_verdict": b["rejections"], "quarantines": b["quarantines"]}
+            b.quarantines += 1
+        out = [{"start_ms": b.start_ms, "sessions": len(b.sessions), "events": b.events,
+                "events_per_s": round(b.events * 1000 / width, 3), "writes": b.writes,
+                "rejections": sum(b.rejections.values()),
+                "rejections_by_verdict": b.rejections, "quarantines": b.quarantines}
                for b in rows]
         span = [w.ms for w in state.writes]
         return {
@@ -316,6 +315,16 @@ class FleetSeries:
                      "unmeasured": state.unmeasured},
             "lag": self.lag.to_json(first) if self.lag is not None else None,
         }
+
+
+@dataclass
+class _Bucket:
+    start_ms: int
+    sessions: set[str] = field(default_factory=set)
+    events: int = 0
+    writes: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+    quarantines: int = 0
 
 
 def _placed(writes: Sequence[Write], offset: Any) -> int | None:

@@ -90,6 +90,7 @@ def tenants(profile: SecureProfile, tmp_path_factory: pytest.TempPathFactory
         ensure_topics(admin, tenant_topics(s))
         _apply_redis(profile, KeySpace(name, PREFIX), secrets.passwords)
         out[label] = Tenant(name, s, secrets)
+    del admin  # no client left polling the profile's brokers after they stop
     return out
 
 

@@ -191,7 +191,9 @@ def test_a_canary_is_in_no_file_of_a_secure_profile_with_every_process_as_its_te
     assert applied.returncode == 0, applied.stderr
     mine = Settings(tenant=tenant, kafka_bootstrap=profile.bootstrap, partitions=2,
                     replication_factor=profile.replication_factor, state_dir=profile.base)
-    ensure_topics(admin_client(profile.bootstrap, profile.admin_security), tenant_topics(mine))
+    admin = admin_client(profile.bootstrap, profile.admin_security)
+    ensure_topics(admin, tenant_topics(mine))
+    del admin  # no client left polling the profile's brokers after they stop
     common = {"SESSIONSTREAM_STATE_DIR": str(profile.base),
               "SESSIONSTREAM_ATTACHMENT_DIR": str(tmp_path / "attachments"),
               "SESSIONSTREAM_STREAMS_GROUP": f"sessionstream.{tenant}.projections",
