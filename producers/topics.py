@@ -45,7 +45,8 @@ class TopicResult:
 
 def tenant_topics(settings: Settings, partitions: int | None = None,
                   replication_factor: int | None = None) -> list[TopicSpec]:
-    """The canonical events topic and the dead-letter topic of ``settings.tenant``."""
+    """The canonical events topic, the dead-letter topic and the long-term memory topic
+    of ``settings.tenant`` (the memory log is keyed by namespace: docs/adr/0030)."""
     parts = partitions or settings.partitions
     rf = replication_factor or settings.replication_factor
     config = {**EVENT_LOG_CONFIG, **durability_config(rf)}
@@ -53,6 +54,7 @@ def tenant_topics(settings: Settings, partitions: int | None = None,
         TopicSpec(settings.events_topic, parts, rf, config),
         # Same partitioning as the events topic, so a session's rejects stay in order too.
         TopicSpec(settings.dlq_topic, parts, rf, dict(config)),
+        TopicSpec(settings.memory_topic, parts, rf, dict(config)),
     ]
 
 

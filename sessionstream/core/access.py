@@ -62,16 +62,20 @@ class KafkaAcl:
 
 
 def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
-               groups: tuple[str, ...] = ()) -> list[KafkaAcl]:
+               groups: tuple[str, ...] = (), memory_topic: str | None = None
+               ) -> list[KafkaAcl]:
     """The ALLOW bindings of the tenant's principals (everything else is denied).
 
     ``dlq_topic``: the worker's dead-letter topic (default ``sessionstream.T.dlq``);
     ``groups``: further literal consumer groups of the worker (its configured group when
-    that is not under the tenant's prefix). Nothing grants a create, delete, alter or
+    that is not under the tenant's prefix); ``memory_topic``: the long-term memory log
+    (default ``sessionstream.T.memory``): the writer produces memory operations under the
+    tenant's prefix like events, and the worker the follow-up forgets of a deletion. Nothing grants a create, delete, alter or
     cluster operation: topics are the admin's (``topics ensure``).
     """
     prefix = TOPIC_PREFIX.format(tenant=tenant)
     dlq = dlq_topic or f"{prefix}dlq"
+    memory = memory_topic or f"{prefix}memory"
     writer, worker, auditor = (principal(tenant, r) for r in KAFKA_ROLES)
     acls = [
         # writer: produce (idempotent: WRITE on the topic is enough since KIP-679), read
@@ -84,6 +88,7 @@ def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
         KafkaAcl(worker, "topic", "prefixed", prefix, "read"),
         KafkaAcl(worker, "topic", "prefixed", prefix, "describe_configs"),
         KafkaAcl(worker, "topic", "literal", dlq, "write"),
+        KafkaAcl(worker, "topic", "literal", memory, "write"),
         KafkaAcl(worker, "group", "prefixed", prefix, "read"),
         KafkaAcl(worker, "group", "prefixed", READBACK_GROUP_PREFIX, "read"),
         # auditor: read the raw log (its own groups under the tenant's prefix).

@@ -23,6 +23,10 @@ class DataClass(StrEnum):
     SURFACE = "surface"
     BUSINESS = "business"
     REASONING = "reasoning"  # a model's own reasoning (thinking blocks, reasoning items)
+    #: long-term memory content (docs/adr/0030): one data key per memory operation that
+    #: carries content, named ``mem/<namespace digest>/<op id>`` in the session slot of
+    #: the key store; never one of a session's own classes (``privacy.ALL_CLASSES``)
+    MEMORY = "memory"
 
 
 class MalformedSealedPart(ValueError):

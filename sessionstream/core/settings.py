@@ -68,6 +68,7 @@ class Env:
     KEY_PREFIX = "SESSIONSTREAM_KEY_PREFIX"
     EVENTS_TOPIC = "SESSIONSTREAM_EVENTS_TOPIC"
     DLQ_TOPIC = "SESSIONSTREAM_DLQ_TOPIC"
+    MEMORY_TOPIC = "SESSIONSTREAM_MEMORY_TOPIC"
     STREAMS_GROUP = "SESSIONSTREAM_STREAMS_GROUP"
     WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
     BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
@@ -135,6 +136,7 @@ class Settings:
     key_prefix: str = DEFAULT_PREFIX  # Redis keys of leases, indexes and projections
     events_topic_override: str | None = None  # else sessionstream.<tenant>.events
     dlq_topic_override: str | None = None  # else sessionstream.<tenant>.dlq
+    memory_topic_override: str | None = None  # else sessionstream.<tenant>.memory
     redis_cluster: bool = False  # redis_url names one node of a Redis Cluster
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
@@ -212,7 +214,8 @@ class Settings:
                 "of A-Z a-z 0-9 . _ : - (no braces: they would move the Redis hash tag)"
             )
         for name, topic in (("SESSIONSTREAM_EVENTS_TOPIC", self.events_topic_override),
-                            ("SESSIONSTREAM_DLQ_TOPIC", self.dlq_topic_override)):
+                            ("SESSIONSTREAM_DLQ_TOPIC", self.dlq_topic_override),
+                            ("SESSIONSTREAM_MEMORY_TOPIC", self.memory_topic_override)):
             if topic is not None and not _TOPIC_RE.match(topic):
                 raise SettingsError(f"{name}={topic!r} is not a Kafka topic name: use 1-249 "
                                     "of A-Z a-z 0-9 . _ -")
@@ -375,6 +378,11 @@ class Settings:
         """The tenant's dead-letter topic for records that cannot be decoded."""
         return self.dlq_topic_override or f"sessionstream.{self.tenant}.dlq"
 
+    @property
+    def memory_topic(self) -> str:
+        """The tenant's long-term memory log (docs/adr/0030), keyed by namespace."""
+        return self.memory_topic_override or f"sessionstream.{self.tenant}.memory"
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``SESSIONSTREAM_*`` variables (``os.environ`` by default).
@@ -401,6 +409,7 @@ class Settings:
             key_prefix=env.get("SESSIONSTREAM_KEY_PREFIX") or DEFAULT_PREFIX,
             events_topic_override=env.get("SESSIONSTREAM_EVENTS_TOPIC") or None,
             dlq_topic_override=env.get("SESSIONSTREAM_DLQ_TOPIC") or None,
+            memory_topic_override=env.get("SESSIONSTREAM_MEMORY_TOPIC") or None,
             redis_cluster=_bool(env, "SESSIONSTREAM_REDIS_CLUSTER"),
             wire=env.get("SESSIONSTREAM_WIRE") or "single-object",
             schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,

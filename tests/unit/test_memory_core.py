@@ -185,7 +185,23 @@ def test_a_redelivered_or_repeated_proposal_changes_nothing() -> None:
     s = fold([p])
     assert apply(s, p) is s  # the same record again (a producer's retry)
     again = propose("m1", draft("Prefers French", ("s1", (3,))))
-    assert apply(s, again) is s  # the same content and source under a new op id
+    twice = apply(s, again)  # the same content and source under a new op id
+    assert [v.to_json() | {"copies": []} for v in twice.current()] == \
+        [v.to_json() for v in s.current()]  # serves the same
+    # ...and remembers that the new record holds the content too (its key is shredded
+    # with the version's)
+    assert twice.current()[0].content_ops == (p.op_id, again.op_id)
+
+
+def test_forgetting_reports_every_record_that_holds_the_content() -> None:
+    a = propose("m1", draft("Prefers French", ("s1", (3,))))
+    b = propose("m2", draft("Prefers  French", ("s2", (4,))))
+    s = fold([a, b])
+    after = apply(s, Forget(op_id="f1", namespace=NS, time=9, actor=AGENT,
+                            memory_ids=("m2",)))
+    from sessionstream.core.memory.fold import newly_forgotten
+    assert sorted(op for _, op in newly_forgotten(s, after)) == sorted([a.op_id, b.op_id])
+    assert newly_forgotten(after, after) == []
 
 
 def test_keyed_stores_keep_equal_values_under_two_keys() -> None:

@@ -64,7 +64,7 @@ RECENT_OPS = 1024
 #: Rejections kept in the state (the newest); counts cover all of them.
 REJECTIONS_KEPT = 100
 #: The version of the fold's rules and of the state's JSON (a change rebuilds from the topic).
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: versions remember the duplicate operations holding their content
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +233,7 @@ def _find_same(state: MemoryState, digest: str) -> Memory | None:
 
 
 def _merge_into(memory: Memory, sources: tuple[Source, ...], status: Confirmation,
-                expires_at: int | None) -> Memory:
+                expires_at: int | None, op_id: str) -> Memory:
     cur = memory.current
     merged = merge_sources(cur.sources, sources)
     new_status = cur.status
@@ -241,10 +241,14 @@ def _merge_into(memory: Memory, sources: tuple[Source, ...], status: Confirmatio
         new_status = status
     expiry = None if cur.expires_at is None or expires_at is None else max(
         cur.expires_at, expires_at)
-    if merged == cur.sources and new_status is cur.status and expiry == cur.expires_at:
+    # The duplicate's record holds the same content under its own key: remembered, so
+    # forgetting the version shreds that copy too.
+    copies = cur.copies if op_id in cur.content_ops else tuple(sorted({*cur.copies, op_id}))
+    if (merged == cur.sources and new_status is cur.status and expiry == cur.expires_at
+            and copies == cur.copies):
         return memory
     return _set_version(memory, replace(cur, sources=merged, status=new_status,
-                                        expires_at=expiry))
+                                        expires_at=expiry, copies=copies))
 
 
 def _place(state: MemoryState, op: Propose | Supersede, memory_id: str, draft: Draft,
@@ -261,13 +265,13 @@ def _place(state: MemoryState, op: Propose | Supersede, memory_id: str, draft: D
     existing = state.memories.get(kept_id)
     if existing is not None and existing.current.digest == digest and \
             existing.current.superseded_by is None:
-        merged = _merge_into(existing, sources, status, draft.expires_at)
+        merged = _merge_into(existing, sources, status, draft.expires_at, op.op_id)
         out = state if merged is existing else with_memory(state, merged)
         return out, existing.current.ref
     if existing is None and dedupe:
         same = _find_same(state, digest)
         if same is not None:
-            merged = _merge_into(same, sources, status, draft.expires_at)
+            merged = _merge_into(same, sources, status, draft.expires_at, op.op_id)
             out = state if merged is same else with_memory(state, merged)
             if memory_id != same.id:
                 aliases = dict(out.aliases)
@@ -442,6 +446,23 @@ def explain(state: MemoryState, memory_id: str) -> dict[str, Any] | None:
             "versions": versions}
 
 
+def newly_forgotten(before: MemoryState, after: MemoryState) -> list[tuple[Ref, str]]:
+    """The versions whose content ``after`` no longer holds and ``before`` did, each with
+    every operation whose record carries that content (:attr:`Version.content_ops`): the
+    data keys a forget shreds, whatever forgot them (by id, by lineage, by retention)."""
+    out: list[tuple[Ref, str]] = []
+    if after is before:
+        return out
+    for memory_id, memory in sorted(after.memories.items()):
+        old = before.memories.get(memory_id)
+        if old is None or old is memory:
+            continue
+        for v_old, v_new in zip(old.versions, memory.versions, strict=False):
+            if v_old.forgotten is None and v_new.forgotten is not None:
+                out += [(v_new.ref, op) for op in v_old.content_ops]
+    return out
+
+
 def derived_from(state: MemoryState, session_id: str) -> list[Ref]:
     """Every version citing ``session_id`` (what deleting that session touches)."""
     return [v.ref for _, m in sorted(state.memories.items()) for v in m.versions
@@ -480,4 +501,4 @@ def load(obj: Mapping[str, Any]) -> MemoryState:
 
 __all__ = ["RECENT_OPS", "REJECTIONS_KEPT", "STATE_VERSION", "MemoryState", "Rejection",
            "apply", "derived_from", "dump", "explain", "fold", "forgotten_version", "init",
-           "load"]
+           "load", "newly_forgotten"]

@@ -709,6 +709,15 @@ class Version:
     confirmed_at: int | None = None
     expires_at: int | None = None
     forgotten: Forgetting | None = None
+    #: ids of the other operations whose records hold this same content (duplicates
+    #: collapsed into this version): their data keys are shredded with the version's
+    copies: tuple[str, ...] = ()
+
+    @property
+    def content_ops(self) -> tuple[str, ...]:
+        """The operations whose records carry this version's content, each sealed under
+        its own data key (``mem/<namespace digest>/<op id>``): what forgetting shreds."""
+        return (self.op_id, *self.copies)
 
     @property
     def live(self) -> bool:
@@ -740,6 +749,7 @@ class Version:
             "confirmed_by": None if self.confirmed_by is None else self.confirmed_by.to_json(),
             "confirmed_at": self.confirmed_at, "expires_at": self.expires_at,
             "forgotten": None if self.forgotten is None else self.forgotten.to_json(),
+            "copies": list(self.copies),
         }
 
     @classmethod
@@ -747,7 +757,8 @@ class Version:
         o = _obj(obj, path, ("ref", "kind", "content", "digest", "index", "sources",
                              "extractor", "status", "policy", "created_by", "op_id",
                              "valid_from", "invalidated_at", "superseded_by", "supersedes",
-                             "confirmed_by", "confirmed_at", "expires_at", "forgotten"))
+                             "confirmed_by", "confirmed_at", "expires_at", "forgotten"),
+                 ("copies",))
         forgotten = o["forgotten"]
         return cls(
             ref=Ref.parse(o["ref"], f"{path}.ref"), kind=_kind(o["kind"], f"{path}.kind"),
@@ -769,6 +780,7 @@ class Version:
             confirmed_at=o["confirmed_at"], expires_at=o["expires_at"],
             forgotten=None if forgotten is None else Forgetting(
                 forgotten["at"], forgotten["op_id"], forgotten["reason"]),
+            copies=tuple(o.get("copies", ())),
         )
 
 
