@@ -213,6 +213,12 @@ class Namespace:
         except InvalidMemory as exc:
             _fail(where, f"{text!r}: {exc.path}: {exc.reason}")
 
+    @property
+    def digest(self) -> str:
+        """A fixed-length name of the namespace (SHA-256 of :attr:`key`, 32 hex digits):
+        what data-key names and Redis keys carry instead of its labels."""
+        return hashlib.sha256(self.key.encode("utf-8")).hexdigest()[:32]
+
     def within(self, prefix: Sequence[str]) -> bool:
         """Whether :attr:`labels` start with ``prefix`` (``*`` matches any one label)."""
         labels = self.labels

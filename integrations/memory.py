@@ -1,0 +1,657 @@
+"""Long-term memory for agents: the plain Python API and its backends (docs/adr/0030).
+
+A :class:`MemoryClient` is what a harness, a tool or an adapter holds::
+
+    from sessionstream.integrations.memory import InMemoryBackend, MemoryClient
+    from sessionstream.core.memory import Actor, Role
+
+    mem = MemoryClient(InMemoryBackend("default"),        # FleetBackend.from_settings()
+                       Actor(Role.AGENT, "support-bot", user="ada"))
+    v = mem.propose("Prefers a window seat", kind="preference",
+                    sources=[("sess-1", [4])])           # the events it comes from
+    hits = mem.search("window seat")                      # ranked, this user's namespace
+    mem.recall(handle, "seat preference")                 # search + log memory/recall
+    mem.forget_session("sess-1")                          # lineage: what only it supports
+
+Every write goes through the policy (``DEFAULT_POLICY``: who may write what where, and
+what waits for a confirmation) before anything is appended; every read is of one
+namespace (there is no cross-namespace path for a bug to leak through). The client
+never sees Kafka or Redis: a :class:`MemoryBackend` does.
+
+Backends, one contract (``tests/contract/memory_contract.py`` runs over both)::
+
+    InMemoryBackend(tenant)        the pure fold in this process (tests, notebooks)
+    FleetBackend(settings, ...)    the tenant's memory topic + Redis rows: a write is
+                                   durable and folded into its namespace's row before it
+                                   returns, so any process finds it at once
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionstream.core.errors import SessionStreamError
+from sessionstream.core.events import Draft as EventDraft
+from sessionstream.core.events import SurfaceOp
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
+import sessionstream.core.memory.policy as mpolicy
+from sessionstream.core.memory.errors import MemoryLogError, MemoryRefused
+from sessionstream.core.memory.model import (
+    Actor,
+    ActorRef,
+    AnyOp,
+    Confirm,
+    Draft,
+    Extractor,
+    Forget,
+    Method,
+    Namespace,
+    Propose,
+    Ref,
+    Role,
+    Scope,
+    Source,
+    Supersede,
+    Touch,
+    Version,
+)
+from sessionstream.core.memory.search import (
+    Bm25Index,
+    Embedder,
+    HashingEmbedder,
+    Hit,
+    fuse,
+    index_texts,
+    matches,
+)
+
+#: the fold module (the package exports a function of the same name)
+mfold = importlib.import_module("sessionstream.core.memory.fold")
+
+__all__ = ["FleetBackend", "InMemoryBackend", "MemoryBackend", "MemoryClient", "MemoryHit",
+           "MemoryNotFound", "Searcher"]
+
+SYSTEM = ActorRef(Role.OPERATOR, "sessionstream-memory")
+
+
+class MemoryNotFound(MemoryLogError):
+    """No memory with that id in the namespace (or not one this actor may see)."""
+
+    def __init__(self, memory_id: str, namespace: str) -> None:
+        self.memory_id = memory_id
+        super().__init__(f"no memory {memory_id!r} in namespace {namespace!r} (list them: "
+                         "`sessionstream memory list`)")
+
+
+# ------------------------------------------------------------------------------ backends
+
+
+class MemoryBackend(ABC):
+    """Where a tenant's memory operations go and its namespace states come from."""
+
+    tenant: str
+
+    @abstractmethod
+    def append(self, op: AnyOp) -> mfold.MemoryState:
+        """Append ``op`` durably and return its namespace's state with it folded in (and
+        every operation before it): read-your-writes for every process."""
+
+    @abstractmethod
+    def state(self, namespace: Namespace) -> mfold.MemoryState:
+        """The namespace's current state (every operation appended before this call)."""
+
+    @abstractmethod
+    def namespaces(self) -> list[Namespace]:
+        """The tenant's namespaces that hold or held memories."""
+
+    @abstractmethod
+    def citing(self, session_id: str) -> list[Namespace]:
+        """The namespaces with a version citing ``session_id``."""
+
+    @abstractmethod
+    def mark_deleted(self, session_id: str) -> None:
+        """Remember ``session_id`` as deleted (writers refuse to cite it from now on)."""
+
+    @abstractmethod
+    def deleted(self, session_ids: Iterable[str]) -> set[str]:
+        """Which of ``session_ids`` are deleted."""
+
+    def close(self) -> None:
+        """Release clients (nothing is held between calls otherwise)."""
+
+
+class InMemoryBackend(MemoryBackend):
+    """The pure fold in this process: the reference every backend equals."""
+
+    def __init__(self, tenant: str = "default") -> None:
+        self.tenant = tenant
+        self._states: dict[str, mfold.MemoryState] = {}
+        self._ns: dict[str, Namespace] = {}
+        self._deleted: set[str] = set()
+        self._lock = threading.Lock()
+        #: operation ids whose content keys a forget destroyed (the fleet shreds them)
+        self.shredded: set[str] = set()
+
+    def _check(self, namespace: Namespace) -> None:
+        if namespace.tenant != self.tenant:
+            raise MemoryRefused("this backend", namespace.key, "reach another tenant",
+                                f"it serves tenant {self.tenant!r}")
+
+    def append(self, op: AnyOp) -> mfold.MemoryState:
+        self._check(op.namespace)
+        followups: list[str] = []
+        with self._lock:
+            key = op.namespace.key
+            before = self._states.get(key, mfold.init())
+            after = mfold.apply(before, op)
+            self.shredded |= {o for _, o in mfold.newly_forgotten(before, after)}
+            self._states[key] = after
+            self._ns[key] = op.namespace
+            cited = {s.session_id for m in after.memories.values() for v in m.versions
+                     for s in v.sources}
+            followups = sorted((cited & self._deleted) - after.deleted_sessions)
+        for sid in followups:  # a proposal that raced a deletion
+            after = self.append(_forget_session_op(op.namespace, sid, op.time))
+        return after
+
+    def state(self, namespace: Namespace) -> mfold.MemoryState:
+        self._check(namespace)
+        with self._lock:
+            return self._states.get(namespace.key, mfold.init())
+
+    def namespaces(self) -> list[Namespace]:
+        with self._lock:
+            return [self._ns[k] for k in sorted(self._ns)]
+
+    def citing(self, session_id: str) -> list[Namespace]:
+        with self._lock:
+            return [self._ns[k] for k, s in sorted(self._states.items())
+                    if any(src.session_id == session_id for m in s.memories.values()
+                           for v in m.versions for src in v.sources)]
+
+    def mark_deleted(self, session_id: str) -> None:
+        with self._lock:
+            self._deleted.add(session_id)
+
+    def deleted(self, session_ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            return set(session_ids) & self._deleted
+
+
+def _forget_session_op(namespace: Namespace, session_id: str, at: int) -> Forget:
+    return Forget(op_id=str(uuid.uuid4()), namespace=namespace, time=at, actor=SYSTEM,
+                  source_session=session_id, reason="session deleted")
+
+
+class FleetBackend(MemoryBackend):
+    """The tenant's memory topic and its Redis rows (docs/adr/0030, amended).
+
+    ``append`` produces the sealed record (acks=all, flushed), then folds the namespace's
+    records up to it into the namespace's row (the rows and the worker's progress say
+    where folding stands; only what lies past it is read back from the topic) and
+    returns that state: a search in any process right after it finds the memory.
+    ``state`` is one HGET of the row's offset, and the row loaded when it moved.
+    """
+
+    def __init__(self, settings: Any, key_store: Any = None, *, encryption: bool | None = None,
+                 redis: Any = None) -> None:
+        from sessionstream.governance.memory import MemorySealer
+        from sessionstream.producers.memory_log import MemoryLog
+
+        self.settings = settings
+        self.tenant = settings.tenant
+        enabled = settings.encryption if encryption is None else encryption
+        self.sealer = MemorySealer(key_store, settings.tenant,
+                                   enabled=enabled and key_store is not None)
+        self.log = MemoryLog(settings)
+        self._redis = redis
+        self._rows: Any = None
+        self._cache: dict[str, tuple[int, mfold.MemoryState]] = {}
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_settings(cls, settings: Any = None) -> FleetBackend:
+        """From ``Settings`` (default: the environment), with the tenant's key store."""
+        from sessionstream.core.settings import Settings
+        from sessionstream.producers.writer import WriterConfig
+
+        s = settings if settings is not None else Settings.from_env()
+        cipher = WriterConfig.from_settings(s).cipher
+        return cls(s, None if cipher is None else cipher.store,
+                   encryption=cipher is not None and bool(cipher.enabled))
+
+    def rows(self) -> Any:
+        from sessionstream import redisconn
+        from sessionstream.producers.memory_log import MemoryRows
+
+        with self._lock:
+            if self._rows is None:
+                if self._redis is None:
+                    self._redis = redisconn.sync_redis(self.settings.redis_url,
+                                                       cluster=self.settings.redis_cluster)
+                self._rows = MemoryRows(self._redis, self.settings.keys, self.sealer)
+            return self._rows
+
+    def _check(self, namespace: Namespace) -> None:
+        if namespace.tenant != self.tenant:
+            raise MemoryRefused("this backend", namespace.key, "reach another tenant",
+                                f"it serves tenant {self.tenant!r}")
+
+    def append(self, op: AnyOp) -> mfold.MemoryState:
+        from sessionstream.producers.memory_log import NamespaceFolder, encode_op
+
+        self._check(op.namespace)
+        rows = self.rows()
+        value = encode_op(op, self.sealer)
+        done = self.log.append(op.namespace, value)
+        state, deleted = NamespaceFolder(self.log, rows).install(op.namespace, done.partition,
+                                                                  done.offset, op)
+        with self._lock:
+            self._cache[op.namespace.key] = (rows.offset(op.namespace), state)
+        for sid in sorted(deleted):  # a proposal that raced a deletion: forget it now
+            state = self.append(_forget_session_op(op.namespace, sid, op.time))
+        return state
+
+    def state(self, namespace: Namespace) -> mfold.MemoryState:
+        self._check(namespace)
+        rows = self.rows()
+        offset = rows.offset(namespace)
+        with self._lock:
+            hit = self._cache.get(namespace.key)
+            if hit is not None and hit[0] == offset:
+                return hit[1]
+        at, state = rows.load(namespace)
+        with self._lock:
+            self._cache[namespace.key] = (at, state)
+        return state
+
+    def namespaces(self) -> list[Namespace]:
+        return [n for n in self.rows().namespaces() if n.tenant == self.tenant]
+
+    def citing(self, session_id: str) -> list[Namespace]:
+        return self.rows().citing(session_id)
+
+    def mark_deleted(self, session_id: str) -> None:
+        self.rows().mark_deleted(session_id)
+
+    def deleted(self, session_ids: Iterable[str]) -> set[str]:
+        return self.rows().deleted(session_ids)
+
+    def close(self) -> None:
+        self.log.close()
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+            self._rows = None
+
+
+# ------------------------------------------------------------------------------ search
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """One search result: the version served and its fused score."""
+
+    version: Version
+    score: float
+    namespace: Namespace
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.version
+        return {"id": v.ref.id, "ref": str(v.ref), "namespace": self.namespace.key,
+                "kind": v.kind, "content": thaw(v.content), "score": round(self.score, 6),
+                "status": v.status.value,
+                "sources": [s.to_json() for s in v.sources]}
+
+
+class Searcher:
+    """The search index of one namespace state, built in this process (BM25 over the
+    indexed texts always; exact cosine over the embedder's vectors with numpy; fused by
+    reciprocal rank). Nothing is stored: a forgotten memory's text leaves with the state
+    that no longer holds it."""
+
+    def __init__(self, state: mfold.MemoryState, embedder: Embedder, *,
+                 pending: bool = False, now: int | None = None) -> None:
+        self.versions = {v.ref.id: v for v in state.current(now=now, pending=pending)
+                         if v.content is not None}
+        self.bm25 = Bm25Index()
+        ids: list[str] = []
+        texts: list[str] = []
+        for memory_id, v in sorted(self.versions.items()):
+            found = [t for t in index_texts(v.content, v.index) if t]
+            if not found:
+                continue
+            self.bm25.add(memory_id, found)
+            ids += [memory_id] * len(found)
+            texts += found
+        self.embedder = embedder
+        self._owners = ids
+        self._matrix: Any = None
+        if texts:
+            import numpy as np
+
+            m = np.asarray(embedder.embed(texts), dtype=np.float32)
+            norms = np.linalg.norm(m, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            self._matrix = m / norms
+
+    def vector(self, query: str, k: int, among: set[str] | None) -> list[Hit]:
+        if self._matrix is None:
+            return []
+        import numpy as np
+
+        q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        n = float(np.linalg.norm(q))
+        if n == 0:
+            return []
+        scores = self._matrix @ (q / n)
+        best: dict[str, float] = {}
+        for i in np.argsort(-scores)[: max(4 * k, k + 16)].tolist():
+            owner = self._owners[i]
+            if among is not None and owner not in among:
+                continue
+            s = float(scores[i])
+            if s > best.get(owner, -2.0):
+                best[owner] = s
+        if among is not None and len(best) < k:  # a filter left too few: all of them
+            for i, owner in enumerate(self._owners):
+                if owner in among and float(scores[i]) > best.get(owner, -2.0):
+                    best[owner] = float(scores[i])
+        hits = [Hit(i, s) for i, s in best.items() if s > 0]
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits[:k]
+
+    def search(self, query: str | None, k: int = 10, flt: Mapping[str, Any] | None = None,
+               mode: str = "hybrid", offset: int = 0) -> list[tuple[Version, float]]:
+        among = None if not flt else {i for i, v in self.versions.items()
+                                      if matches(v.content, flt)}
+        if not query:
+            ids = sorted(self.versions if among is None else among)
+            return [(self.versions[i], 0.0) for i in ids[offset:offset + k]]
+        want = k + offset
+        rankings = []
+        if mode in ("hybrid", "lexical"):
+            rankings.append(self.bm25.search(query, want, among))
+        if mode in ("hybrid", "vector"):
+            rankings.append(self.vector(query, want, among))
+        if mode not in ("hybrid", "lexical", "vector"):
+            raise SessionStreamError(f"search mode {mode!r}: use hybrid, lexical or vector")
+        hits = fuse(rankings, want) if len(rankings) > 1 else rankings[0][:want]
+        return [(self.versions[h.id], h.score) for h in hits[offset:offset + k]]
+
+
+# ------------------------------------------------------------------------------ the client
+
+
+SourceLike = Source | tuple[str, Sequence[int]] | Mapping[str, Any]
+
+
+def _source(s: SourceLike) -> Source:
+    if isinstance(s, Source):
+        return s
+    if isinstance(s, Mapping):
+        return Source.from_json(dict(s), "sources[]")
+    sid, seqs = s
+    return Source.from_json({"session_id": sid, "seqs": list(seqs)}, "sources[]")
+
+
+@dataclass
+class MemoryClient:
+    """The plain API over a :class:`MemoryBackend`, acting as ``actor`` under ``policy``.
+
+    ``namespace`` (every method): a :class:`Namespace`, or None for the actor's own
+    user namespace (``<tenant>/user/<actor.user>``) with ``labels`` appended.
+    """
+
+    backend: MemoryBackend
+    actor: Actor
+    policy: mpolicy.Policy = mpolicy.DEFAULT_POLICY
+    embedder: Embedder = field(default_factory=HashingEmbedder)
+    clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    ids: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
+    #: namespace searchers kept (least recently used out first)
+    cache_size: int = 64
+    _searchers: OrderedDict[tuple[str, int], tuple[mfold.MemoryState, Searcher]] = field(
+        default_factory=OrderedDict, init=False, repr=False)
+
+    # -- namespaces -----------------------------------------------------------------
+    def namespace(self, namespace: Namespace | None = None, labels: Sequence[str] = (),
+                  *, scope: Scope = Scope.USER, owner: str | None = None) -> Namespace:
+        if namespace is not None:
+            return namespace
+        who = owner if owner is not None else self.actor.owner_in(scope)
+        if who is None:
+            raise MemoryRefused(str(self.actor), f"{self.backend.tenant}/{scope.value}/?",
+                                "use a namespace", f"the actor acts for no {scope.value}: "
+                                "pass namespace= or bind the actor (Actor(user=...))")
+        return Namespace(self.backend.tenant, scope, who, tuple(labels))
+
+    def _readable(self, ns: Namespace) -> None:
+        """Reads are bound like writes: an actor reads only namespaces it is bound to."""
+        why = mpolicy.binding(self.actor, ns)
+        if why is not None:
+            raise MemoryRefused(str(self.actor), ns.key, "read memories", why)
+
+    # -- writing --------------------------------------------------------------------
+    def _draft(self, content: JsonValue, kind: str, sources: Iterable[SourceLike],
+               extractor: Extractor | None, index: Sequence[str] | None,
+               expires_at: int | None) -> Draft:
+        srcs = tuple(_source(s) for s in sources)
+        gone = self.backend.deleted(s.session_id for s in srcs)
+        if gone:
+            raise MemoryRefused(str(self.actor), "-", "cite deleted sessions",
+                                f"{', '.join(sorted(gone))} deleted: a memory never cites "
+                                "a deleted session")
+        return Draft(kind=kind, content=content, sources=srcs,
+                     extractor=extractor or Extractor(Method.EXPLICIT, self.actor.id),
+                     index=None if index is None else tuple(index), expires_at=expires_at)
+
+    def _ref(self) -> ActorRef:
+        return ActorRef(self.actor.role, self.actor.id)
+
+    def propose(self, content: JsonValue, *, kind: str = "note",
+                sources: Iterable[SourceLike] = (), namespace: Namespace | None = None,
+                labels: Sequence[str] = (), memory_id: str | None = None,
+                extractor: Extractor | None = None, dedupe: bool = True,
+                index: Sequence[str] | None = None, expires_at: int | None = None) -> Version:
+        """Write a memory (or, ``memory_id`` existing, a new version of it); returns the
+        version that holds it (a duplicate of a current memory: that one)."""
+        ns = self.namespace(namespace, labels)
+        decision = mpolicy.require_write(self.policy, self.actor, ns, kind)
+        draft = self._draft(content, kind, sources, extractor, index, expires_at)
+        mid = memory_id or self.ids()
+        op = Propose(op_id=self.ids(), namespace=ns, time=self.clock(), actor=self._ref(),
+                     memory_id=mid, draft=draft, status=_status(decision),
+                     policy=self.policy.version, dedupe=dedupe)
+        state = self.backend.append(op)
+        return self._placed(state, mid, op.op_id, ns)
+
+    def supersede(self, targets: Sequence[str], content: JsonValue, *, kind: str = "note",
+                  sources: Iterable[SourceLike] = (), namespace: Namespace | None = None,
+                  labels: Sequence[str] = (), memory_id: str | None = None,
+                  extractor: Extractor | None = None,
+                  index: Sequence[str] | None = None) -> Version:
+        """A memory that replaces ``targets`` (a contradiction or a refinement)."""
+        ns = self.namespace(namespace, labels)
+        decision = mpolicy.require_write(self.policy, self.actor, ns, kind)
+        draft = self._draft(content, kind, sources, extractor, index, None)
+        mid = memory_id or self.ids()
+        op = Supersede(op_id=self.ids(), namespace=ns, time=self.clock(), actor=self._ref(),
+                       memory_id=mid, targets=tuple(targets), draft=draft,
+                       status=_status(decision), policy=self.policy.version)
+        return self._placed(self.backend.append(op), mid, op.op_id, ns)
+
+    def _placed(self, state: mfold.MemoryState, memory_id: str, op_id: str,
+                ns: Namespace) -> Version:
+        memory = state.get(memory_id)
+        if memory is None:
+            why = next((r.detail for r in reversed(state.rejections) if r.op_id == op_id),
+                       "not placed")
+            raise MemoryRefused(str(self.actor), ns.key, "write this memory", why)
+        return memory.current
+
+    def confirm(self, ref: Ref | str, *, namespace: Namespace | None = None,
+                labels: Sequence[str] = (), accept: bool = True) -> Version:
+        ns = self.namespace(namespace, labels)
+        mpolicy.require_confirm(self.policy, self.actor, ns)
+        r = ref if isinstance(ref, Ref) else _as_ref(ref, self.backend.state(ns))
+        state = self.backend.append(Confirm(op_id=self.ids(), namespace=ns,
+                                            time=self.clock(), actor=self._ref(), ref=r,
+                                            accept=accept))
+        memory = state.get(r.id)
+        if memory is None:
+            raise MemoryNotFound(r.id, ns.key)
+        return memory.current
+
+    def reject(self, ref: Ref | str, *, namespace: Namespace | None = None,
+               labels: Sequence[str] = ()) -> Version:
+        return self.confirm(ref, namespace=namespace, labels=labels, accept=False)
+
+    def forget(self, memory_ids: Sequence[str], *, namespace: Namespace | None = None,
+               labels: Sequence[str] = (), reason: str = "forgotten") -> list[str]:
+        """Forget memories by id (every version's content); returns the ids forgotten."""
+        ns = self.namespace(namespace, labels)
+        mpolicy.require_forget(self.policy, self.actor, ns)
+        state = self.backend.state(ns)
+        for mid in memory_ids:
+            if state.get(mid) is None:
+                raise MemoryNotFound(mid, ns.key)
+        self.backend.append(Forget(op_id=self.ids(), namespace=ns, time=self.clock(),
+                                   actor=self._ref(), memory_ids=tuple(memory_ids),
+                                   reason=reason))
+        return [state.resolve(m) for m in memory_ids]
+
+    def touch(self, memory_ids: Sequence[str], expires_at: int | None, *,
+              namespace: Namespace | None = None, labels: Sequence[str] = ()) -> None:
+        ns = self.namespace(namespace, labels)
+        mpolicy.require_write(self.policy, self.actor, ns, "note")
+        self.backend.append(Touch(op_id=self.ids(), namespace=ns, time=self.clock(),
+                                  actor=self._ref(), memory_ids=tuple(memory_ids),
+                                  expires_at=expires_at))
+
+    def forget_session(self, session_id: str, *, reason: str = "session deleted"
+                       ) -> dict[str, Any]:
+        """Lineage: every namespace of the tenant citing ``session_id`` forgets what only
+        it supports and drops it from the rest (an operator's act: deletion calls it)."""
+        if self.actor.role is not Role.OPERATOR:
+            raise MemoryRefused(str(self.actor), self.backend.tenant, "forget a session",
+                                "only an operator of the tenant (deletion runs as one)")
+        self.backend.mark_deleted(session_id)
+        report: dict[str, Any] = {"namespaces": [], "forgotten": [], "narrowed": []}
+        from sessionstream.core.memory.lineage import forget_plan
+
+        for ns in self.backend.citing(session_id):
+            before = self.backend.state(ns)
+            plan = forget_plan(before, session_id)
+            self.backend.append(Forget(op_id=self.ids(), namespace=ns, time=self.clock(),
+                                       actor=self._ref(), source_session=session_id,
+                                       reason=reason))
+            report["namespaces"].append(ns.key)
+            report["forgotten"] += [str(r) for r in plan.forgotten]
+            report["narrowed"] += [str(r) for r in plan.narrowed]
+        return report
+
+    # -- reading --------------------------------------------------------------------
+    def list(self, *, namespace: Namespace | None = None, labels: Sequence[str] = (),
+             pending: bool = False) -> list[Version]:
+        ns = self.namespace(namespace, labels)
+        self._readable(ns)
+        return [v for v in self.backend.state(ns).current(now=self.clock(), pending=pending)
+                if v.content is not None]
+
+    def searcher(self, ns: Namespace, *, pending: bool = False) -> Searcher:
+        state = self.backend.state(ns)
+        key = (ns.key, int(pending))
+        hit = self._searchers.get(key)
+        if hit is not None and hit[0] is state:
+            self._searchers.move_to_end(key)
+            return hit[1]
+        searcher = Searcher(state, self.embedder, pending=pending, now=self.clock())
+        self._searchers[key] = (state, searcher)
+        while len(self._searchers) > self.cache_size:
+            self._searchers.popitem(last=False)
+        return searcher
+
+    def search(self, query: str | None, *, namespace: Namespace | None = None,
+               labels: Sequence[str] = (), k: int = 5, filter: Mapping[str, Any] | None = None,
+               mode: str = "hybrid", offset: int = 0, pending: bool = False
+               ) -> list[MemoryHit]:
+        ns = self.namespace(namespace, labels)
+        self._readable(ns)
+        return [MemoryHit(v, s, ns) for v, s in
+                self.searcher(ns, pending=pending).search(query, k, filter, mode, offset)]
+
+    def show(self, memory_id: str, *, namespace: Namespace | None = None,
+             labels: Sequence[str] = ()) -> dict[str, Any]:
+        ns = self.namespace(namespace, labels)
+        self._readable(ns)
+        memory = self.backend.state(ns).get(memory_id)
+        if memory is None:
+            raise MemoryNotFound(memory_id, ns.key)
+        return {"namespace": ns.key, **memory.to_json()}
+
+    def explain(self, memory_id: str, *, namespace: Namespace | None = None,
+                labels: Sequence[str] = ()) -> dict[str, Any]:
+        """Back to the source sessions and seqs, version by version (never the content)."""
+        ns = self.namespace(namespace, labels)
+        self._readable(ns)
+        out = mfold.explain(self.backend.state(ns), memory_id)
+        if out is None:
+            raise MemoryNotFound(memory_id, ns.key)
+        return out
+
+    # -- model-visible means logged ---------------------------------------------------
+    def recall_drafts(self, hits: Sequence[MemoryHit], query: str | None) -> list[EventDraft]:
+        """The ``memory/recall`` events that log ``hits`` as shown to a model: one per
+        memory (a context message on the surface), each one's content sealed under the
+        key of the operation that placed that version."""
+        from sessionstream.governance.memory import key_name
+
+        recall_id = self.ids()
+        out = []
+        for rank, h in enumerate(hits):
+            v = h.version
+            content = v.content if isinstance(v.content, str) else canonical_dumps(
+                thaw(v.content))
+            out.append(EventDraft("memory/recall", {
+                "recall_id": recall_id, "rank": rank, "namespace": h.namespace.key,
+                "query": query or "", "ref": str(v.ref), "kind": v.kind,
+                "score": round(h.score, 6), "key": key_name(h.namespace, v.op_id),
+                "content": content}, surface_op=SurfaceOp.APPEND))
+        return out
+
+    def recall(self, handle: Any, query: str, *, namespace: Namespace | None = None,
+               labels: Sequence[str] = (), k: int = 5, filter: Mapping[str, Any] | None = None
+               ) -> list[MemoryHit]:
+        """Search, and log what is shown to the model into ``handle``'s session (an
+        ``integrations.store.SessionHandle``) as ``memory/recall`` events, one atomic
+        write: a later rebuild of the request shows what the model saw then."""
+        hits = self.search(query, namespace=namespace, labels=labels, k=k, filter=filter)
+        if hits:
+            handle.append_many(self.recall_drafts(hits, query))
+        return hits
+
+
+def _status(decision: mpolicy.Decision) -> Any:
+    from sessionstream.core.memory.model import Confirmation
+
+    return Confirmation.PENDING if decision.outcome is mpolicy.Outcome.CONFIRM \
+        else Confirmation.ACCEPTED
+
+
+def _as_ref(text: str, state: mfold.MemoryState) -> Ref:
+    if "@" in text:
+        return Ref.parse(text)
+    memory = state.get(text)
+    if memory is None:
+        raise MemoryNotFound(text, state.namespace or "?")
+    return memory.current.ref
