@@ -71,13 +71,18 @@ def _obj_spec(o: Obj) -> list[tuple[str, tuple[Any, ...]]]:
     return [(name, _field_spec(f)) for name, f in o.fields.items()]
 
 
+#: Types whose content is sealed under a key the event names, not the session's (a
+#: ``memory/recall`` copies a memory under that memory's key): the reference seals them.
+OWN_KEY_TYPES = frozenset({"memory/recall"})
+
+
 def rules_for(session: Session, etype: str) -> tuple[Any, ...] | None:
     """The rules of ``etype`` in ``session``'s catalog as the extension holds them
     (scope, allowed surface ops, ignorable, schema), or None: the core applies them (a
     type with state effects, an unknown type, a Session subclass)."""
     t = session.catalog.get(etype)
     if (t is None or type(session) is not Session or etype in STATEFUL_TYPES
-            or etype.startswith("compaction/")):
+            or etype.startswith("compaction/") or etype in OWN_KEY_TYPES):
         return None
     return (_SCOPES[t.scope], [_OPS[op] for op in t.surface_ops], t.ignorable,
             _obj_spec(t.schema))
@@ -190,7 +195,7 @@ class NativeAppend(PythonAppend):
         value: bytes | None
         if not self._seals or event.sealed:
             value = app.encode(event, event.data_json())
-        elif origin is None:
+        elif origin is None and event.type not in OWN_KEY_TYPES:
             etype = event.type
             if not app.has_plan(etype):
                 assert self._cipher is not None

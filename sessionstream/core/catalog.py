@@ -314,6 +314,17 @@ CORE_TYPES: tuple[EventType, ...] = (
         description="Dynamic context materialized as a user-role message when it changes.",
     ),
     EventType(
+        "memory/recall",
+        Obj({"recall_id": F("str"), "rank": F("int"), "namespace": F("str"),
+             "query": F("str"), "ref": F("str"), "kind": F("str"), "score": F("num"),
+             "key": F("str"), "content": F("str")}),
+        surface_ops=_APPEND,
+        description="A long-term memory shown to the model (one event per memory of a "
+        "recall): a context message on the surface; its content sealed under the key of "
+        "the memory version it copies (docs/adr/0030), so forgetting the memory reaches "
+        "this copy too.",
+    ),
+    EventType(
         "compaction/start",
         Obj({"compaction_id": F("str"), "trigger": F("str", enum=COMPACTION_TRIGGERS)}),
         description="A compaction attempt begins (holds the compaction lock).",

@@ -107,6 +107,10 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
         "attachment.tail": _S, "operation_id": _M, "version": _M, "provider_fields": _S,
     },
     "context/snapshot": {"snapshot_id": _M, "content": _S, "sources": _M},
+    # the content is the memory's, sealed under the memory version's own key (``key``)
+    "memory/recall": {"recall_id": _M, "rank": _M, "namespace": _M, "query": _S,
+                      "ref": _M, "kind": _M, "score": _M, "key": _M,
+                      "content": DataClass.MEMORY},
     "compaction/start": {"compaction_id": _M, "trigger": _M},
     "compaction/summary": {
         "compaction_id": _M, "first_position": _M, "last_position": _M, "shadowed_seqs": _M,
@@ -373,7 +377,7 @@ def split(
         clear = _with(clear, where, _frozen(value))
     parts = tuple(
         ContentPart(cls, tuple(found[cls][0]), tuple(found[cls][1]))
-        for cls in ALL_CLASSES if cls in found
+        for cls in (*ALL_CLASSES, DataClass.MEMORY) if cls in found
     )
     return Split(clear, parts)
 
@@ -528,17 +532,32 @@ class Opened:
 
 def seal_parts(
     aead: Aead, keys: ContentKeys, *, tenant: str, session_id: str, seq: int, event_id: str,
-    type_name: str, parts: Iterable[ContentPart],
+    type_name: str, parts: Iterable[ContentPart], memory_key: str | None = None,
 ) -> tuple[SealedPart, ...]:
-    """Encrypt each content part with the session's data key of its class."""
+    """Encrypt each content part with the session's data key of its class (``memory``
+    content: with the memory key ``memory_key``, :func:`memory_key_of`)."""
     out = []
     for part in parts:
-        key = keys.data_key(tenant, session_id, part.data_class)
-        ad = associated_data(tenant, session_id, seq, event_id, type_name,
+        key_session = session_id
+        if part.data_class is DataClass.MEMORY:
+            if memory_key is None:
+                raise SealedContentError(f"{type_name}: memory content needs the memory's "
+                                         "key name (the event's 'key' field)")
+            key_session = memory_key
+        key = keys.data_key(tenant, key_session, part.data_class)
+        ad = associated_data(tenant, key_session, seq, event_id, type_name,
                              part.data_class.value, part.paths)
         nonce, ct = aead.seal(key, part_plaintext(part.values), ad)
-        out.append(SealedPart(part.data_class, session_id, event_id, part.paths, nonce, ct))
+        out.append(SealedPart(part.data_class, key_session, event_id, part.paths, nonce, ct))
     return tuple(out)
+
+
+def memory_key_of(type_name: str, data: Any) -> str | None:
+    """The memory key a ``memory/recall`` event's content is sealed under (its ``key``)."""
+    if type_name != "memory/recall" or not isinstance(data, Mapping):
+        return None
+    key = data.get("key")
+    return key if isinstance(key, str) and key.startswith("mem/") else None
 
 
 def open_data(
@@ -560,10 +579,16 @@ def open_data(
     """
     replacements: list[tuple[str, JsonValue]] = []
     unopened: list[Unopened] = []
+    memory_key = memory_key_of(type_name, clear)
     for part in sealed:
         own = part.key_session == session_id and part.origin_event_id == event_id
         inherited = part.key_session != session_id and (
             seed_length is None or seq < seed_length)
+        if part.data_class is DataClass.MEMORY:  # a copy of a memory: under its key only
+            own = part.key_session == memory_key and part.origin_event_id == event_id
+            inherited = False
+        elif part.key_session == memory_key:
+            own = inherited = False
         if not own and not inherited:
             raise MovedCiphertext(
                 f"session {session_id!r} seq {seq}: sealed {part.data_class.value} content "

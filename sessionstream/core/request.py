@@ -299,9 +299,20 @@ def materialize_context(log: Iterable[Event | Message], content: str,
     return Draft("context/snapshot", data, surface_op=SurfaceOp.APPEND)
 
 
+#: How :func:`context_snapshot_ids` names a ``memory/recall`` message's source.
+MEMORY_SOURCE = "memory:"
+
+
 def context_snapshot_ids(events: Iterable[Event]) -> dict[int, str]:
-    """seq → snapshot_id of every ``context/snapshot`` (for :func:`explain`)."""
-    return {e.seq: e.data["snapshot_id"] for e in events if e.type == "context/snapshot"}
+    """seq → snapshot_id of every ``context/snapshot``, and ``memory:<ref> <namespace>``
+    of every ``memory/recall`` (for :func:`explain`)."""
+    out: dict[int, str] = {}
+    for e in events:
+        if e.type == "context/snapshot":
+            out[e.seq] = e.data["snapshot_id"]
+        elif e.type == "memory/recall":
+            out[e.seq] = f"{MEMORY_SOURCE}{e.data['ref']} {e.data['namespace']}"
+    return out
 
 
 def reasoning_of(events: Iterable[Event]) -> dict[int, tuple[JsonValue, ...]]:
@@ -489,7 +500,12 @@ def explain(request: Request) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"part": "message", "index": i, "role": m.role.value,
                                  "kind": m.kind.value, "seqs": list(m.seqs)}
         if m.kind is Kind.CONTEXT:
-            entry["snapshot_id"] = snapshots.get(m.seqs[0])
+            source = snapshots.get(m.seqs[0])
+            if source is not None and source.startswith(MEMORY_SOURCE):
+                ref, _, namespace = source[len(MEMORY_SOURCE):].partition(" ")
+                entry["memory"] = {"ref": ref, "namespace": namespace}
+            else:
+                entry["snapshot_id"] = source
         if m.kind is Kind.SUMMARY:
             shadowed = replaced.get(m.seqs[0])
             entry["replaces"] = list(shadowed) if shadowed is not None else None

@@ -121,7 +121,7 @@ def message_for(event: Event) -> Message | None:
             Role.TOOL, Kind.TOOL_RESULT, content, seqs, call_id=data["call_id"],
             status=data["status"],
         )
-    if t == "context/snapshot":
+    if t == "context/snapshot" or t == "memory/recall":
         return Message(Role.USER, Kind.CONTEXT, data["content"], seqs)
     return None
 

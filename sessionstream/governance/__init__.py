@@ -20,6 +20,7 @@ from sessionstream.core.privacy import (
     DELETED_TEXT,
     DataClass,
     Opened,
+    memory_key_of,
     SealedPart,
     open_data,
     seal_parts,
@@ -81,6 +82,9 @@ class ContentCipher:
 
     def _seal(self, event: Event, classes: Sequence[DataClass],
               origin: tuple[str, str] | None) -> tuple[Any, tuple[SealedPart, ...]]:
+        memory_key = memory_key_of(event.type, event.data)
+        if memory_key is not None and DataClass.MEMORY not in classes:
+            classes = (*classes, DataClass.MEMORY)  # a memory's copy is always sealed
         parts = split(event.type, event.data, self.catalog, classes)
         if not parts.parts:
             return event.data, ()
@@ -92,10 +96,11 @@ class ContentCipher:
             try:
                 sealed += seal_parts(self.aead, self.store, tenant=self.tenant,
                                      session_id=key_session, seq=event.seq,
-                                     event_id=origin_id, type_name=event.type, parts=(part,))
+                                     event_id=origin_id, type_name=event.type, parts=(part,),
+                                     memory_key=memory_key)
             except ContentKeyShredded:
-                if origin is None:
-                    raise
+                if origin is None and part.data_class is not DataClass.MEMORY:
+                    raise  # (a memory forgotten before its recall was logged: deleted)
                 gone.append(part.data_class)
         clear = parts.clear
         if gone:

@@ -32,8 +32,9 @@ def test_hybrid_search_ranks_the_lexical_and_vector_matches() -> None:
         mem.propose(text, kind="fact")
     assert mem.search("windw seat")[0].version.content == "Prefers a window seat"  # typo
     assert mem.search("peanuts", mode="lexical")[0].version.content == "Allergic to peanuts"
-    assert [h.version.content for h in mem.search(None, k=2)] == sorted(
-        h.version.content for h in mem.search(None, k=2))
+    listed = [h.version.ref.id for h in mem.search(None, k=2)]  # no query: by id, paged
+    assert len(listed) == 2 and listed == sorted(listed)
+    assert [h.version.ref.id for h in mem.search(None, k=2, offset=2)] != listed
 
 
 def test_search_filters_follow_langgraph_operators() -> None:

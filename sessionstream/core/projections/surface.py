@@ -51,7 +51,8 @@ class SurfaceUnit(ProjectionUnit[SurfaceState]):
     key = "surface"
     state_version = 2  # 2: the core surface rules, seqs of abandoning turn/ends, core tokens
     types = frozenset(
-        {"user/message", "context/snapshot", "assistant/message", "tool/result", "turn/end"}
+        {"user/message", "context/snapshot", "memory/recall", "assistant/message",
+         "tool/result", "turn/end"}
     )
 
     def init(self) -> SurfaceState:
