@@ -35,7 +35,15 @@ def _governance() -> Any:
     # that opted out of encryption (older sealed content), and it seals nothing new here.
     cfg = WriterConfig.from_settings(s, cipher=content_cipher(s, store))
     return Governance(cfg, store, client, audit=WriterAuditLog(cfg), principal=s.principal,
-                      retention=s.retention)
+                      retention=s.retention, memory=_memory_cascade(s, store, client))
+
+
+def _memory_cascade(s: Any, store: Any, client: Any) -> Any:
+    """Long-term memory's part of a deletion (docs/adr/0030): over the tenant's memory
+    topic, when it exists (a tenant that never ran `topics ensure` since has none)."""
+    from sessionstream.integrations.memory import FleetBackend, LineageCascade
+
+    return LineageCascade(FleetBackend(s, store, encryption=s.encryption))
 
 
 def _print(value: Any) -> None:
@@ -76,6 +84,10 @@ def delete_cmd(session: str, classes: tuple[str, ...], complete: bool, reason: s
                f"audit event at seq {report.audit_seq}; {report.redis_keys_deleted} Redis "
                f"keys, {report.feed_entries_deleted} change-feed entries and "
                f"{report.attachments_deleted} attachments purged")
+    if report.memory is not None and (report.memory.forgotten or report.memory.narrowed):
+        click.echo(f"long-term memory: {len(report.memory.forgotten)} version(s) derived "
+                   f"only from it forgotten, {len(report.memory.narrowed)} no longer cite "
+                   f"it, in {len(report.memory.namespaces)} namespace(s)")
     if report.operation_ids:
         click.echo(f"operation ids to follow up: {', '.join(report.operation_ids)}")
     for warning in report.warnings:

@@ -77,8 +77,8 @@ from sessionstream.core.memory.search import (
 #: the fold module (the package exports a function of the same name)
 mfold = importlib.import_module("sessionstream.core.memory.fold")
 
-__all__ = ["FleetBackend", "InMemoryBackend", "MemoryBackend", "MemoryClient", "MemoryHit",
-           "MemoryNotFound", "Searcher"]
+__all__ = ["FleetBackend", "InMemoryBackend", "LineageCascade", "MemoryBackend",
+           "MemoryClient", "MemoryHit", "MemoryNotFound", "Searcher"]
 
 SYSTEM = ActorRef(Role.OPERATOR, "sessionstream-memory")
 
@@ -217,6 +217,8 @@ class FleetBackend(MemoryBackend):
         self._rows: Any = None
         self._cache: dict[str, tuple[int, mfold.MemoryState]] = {}
         self._lock = threading.RLock()
+        #: the memory keys this backend's writes destroyed (forgotten content)
+        self.shredded: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Any = None) -> FleetBackend:
@@ -253,8 +255,9 @@ class FleetBackend(MemoryBackend):
         rows = self.rows()
         value = encode_op(op, self.sealer)
         done = self.log.append(op.namespace, value)
-        state, deleted = NamespaceFolder(self.log, rows).install(op.namespace, done.partition,
-                                                                  done.offset, op)
+        folder = NamespaceFolder(self.log, rows)
+        state, deleted = folder.install(op.namespace, done.partition, done.offset, op)
+        self.shredded |= folder.shredded
         with self._lock:
             self._cache[op.namespace.key] = (rows.offset(op.namespace), state)
         for sid in sorted(deleted):  # a proposal that raced a deletion: forget it now
@@ -655,3 +658,21 @@ def _as_ref(text: str, state: mfold.MemoryState) -> Ref:
     if memory is None:
         raise MemoryNotFound(text, state.namespace or "?")
     return memory.current.ref
+
+
+class LineageCascade:
+    """Governance's memory cascade (``governance.memory.MemoryCascade``) over a backend:
+    what ``sessionstream delete`` does to long-term memory."""
+
+    def __init__(self, backend: MemoryBackend) -> None:
+        self.backend = backend
+
+    def forget_session(self, session_id: str, *, principal: str, reason: str) -> Any:
+        from sessionstream.governance.memory import MemoryForgetReport
+
+        mem = MemoryClient(self.backend, Actor(Role.OPERATOR, principal,
+                                               tenant=self.backend.tenant))
+        shredded_before = len(getattr(self.backend, "shredded", ()))
+        got = mem.forget_session(session_id, reason=reason)
+        return MemoryForgetReport(got["namespaces"], got["forgotten"], got["narrowed"],
+                                  len(getattr(self.backend, "shredded", ())) - shredded_before)

@@ -415,6 +415,8 @@ class NamespaceFolder:
         self.log = log
         self.rows = rows
         self.principal = principal
+        #: the memory keys this folder destroyed
+        self.shredded: set[str] = set()
 
     def install(self, namespace: Namespace, partition: int, upto: int,
                 own: AnyOp | None = None) -> tuple[mfold.MemoryState, set[str]]:
@@ -445,8 +447,9 @@ class NamespaceFolder:
                state: mfold.MemoryState, offset: int) -> set[str]:
         gone = mfold.newly_forgotten(before or mfold.init(), state)
         if gone:
-            self.rows.sealer.shred({key_name(namespace, op) for _, op in gone},
-                                   principal=self.principal, reason="memory forgotten")
+            names = {key_name(namespace, op) for _, op in gone}
+            self.rows.sealer.shred(names, principal=self.principal, reason="memory forgotten")
+            self.shredded |= names
             self.rows.purge(namespace, sorted({str(ref) for ref, _ in gone}))
         self.rows.store(namespace, before, state, offset)
         return self.rows.index(namespace, before, state, offset)

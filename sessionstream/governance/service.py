@@ -41,6 +41,7 @@ from sessionstream.core.rows import CHANGE_FIELD, KeySpace, SessionRow
 from sessionstream.core.settings import Env
 from sessionstream.governance.audit import AuditLog, SessionUnknown
 from sessionstream.governance.keys import Hold, KeyStore, Retirement
+from sessionstream.governance.memory import MemoryCascade, MemoryForgetReport
 
 __all__ = ["DeletionReport", "Governance", "RetentionItem", "RetentionReport",
            "SessionUnknown", "parse_classes"]
@@ -78,10 +79,14 @@ class DeletionReport:
     #: complete at the next retirement, e.g. the retention job's)
     retirement: Retirement | None = None
     warnings: list[str] = field(default_factory=list)
+    #: long-term memory derived from the session (docs/adr/0030): None when no memory
+    #: cascade is wired
+    memory: MemoryForgetReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["retirement"] = None if self.retirement is None else self.retirement.to_json()
+        out["memory"] = None if self.memory is None else self.memory.to_json()
         return out
 
 
@@ -137,11 +142,14 @@ class Governance:
     def __init__(self, cfg: Any, store: KeyStore, redis: Any, *, audit: AuditLog,
                  principal: str = "operator", retention: Sequence[tuple[str, int]] = (),
                  clock: Callable[[], int] | None = None, feed_page: int = FEED_PAGE,
-                 retire_grace_s: float | None = None) -> None:
+                 retire_grace_s: float | None = None,
+                 memory: MemoryCascade | None = None) -> None:
         if feed_page < 1:
             raise ValueError(f"feed_page={feed_page}: a page holds at least one entry")
         self.feed_page = feed_page
         self.retire_grace_s = retire_grace_s  # None: the key store's default wait
+        #: the long-term memory cascade of a deletion (the composition root wires it)
+        self.memory = memory
         self.cfg = cfg
         self.store = store
         self.redis = redis
@@ -187,14 +195,24 @@ class Governance:
 
             blobs = SealedAttachmentStore(self.cfg.attachment_dir, self.cfg.cipher,
                                           session_id).purge()
+        # Long-term memory derived from the session (docs/adr/0030, "Deletion protocol"):
+        # marked deleted, forgotten where only it supports a memory, dropped from the
+        # provenance of the rest, those versions' keys shredded and their rows purged.
+        memory = None
+        if self.memory is not None and scope != "retention":
+            memory = self.memory.forget_session(session_id, principal=who,
+                                                reason=reason or scope)
         log.info("deleted classes %s of a session (audit seq %d): %d Redis keys, %d feed "
-                 "entries, %d attachments purged", [c.value for c in classes], audit_seq,
-                 redis_keys, feed, blobs)
+                 "entries, %d attachments purged%s", [c.value for c in classes], audit_seq,
+                 redis_keys, feed, blobs,
+                 "" if memory is None else f"; {len(memory.forgotten)} memory versions "
+                 f"forgotten, {len(memory.narrowed)} narrowed")
         return DeletionReport(session_id, [c.value for c in classes],
                               [s.data_class.value for s in done], audit_seq, redis_keys, feed,
                               blobs, operation_ids,
                               retirement=self.retire() if complete else None,
-                              warnings=[] if self._seals() else [CLEAR_TENANT_WARNING])
+                              warnings=[] if self._seals() else [CLEAR_TENANT_WARNING],
+                              memory=memory)
 
     def _seals(self) -> bool:
         """Whether the tenant's writers seal content (a tenant may opt out)."""
@@ -326,6 +344,8 @@ class Governance:
         checked = 0
         due: dict[str, list[tuple[DataClass, int]]] = {}
         for session_id, cls, created in self.store.sessions(self.tenant):
+            if cls is DataClass.MEMORY:  # a memory operation's key (retention per kind:
+                continue                 # MemoryClient.sweep)
             checked += 1
             limit = self.retention.get(cls.value)
             if limit is None or now - created <= limit:
