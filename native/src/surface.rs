@@ -149,7 +149,8 @@ fn calls_of(d: &serde_json::Map<String, Value>) -> Option<Vec<Call>> {
 /// Whether the surface unit folds `ev` exactly as the Python one would.
 pub fn prescan(ev: &Ev) -> bool {
     let t = ev.etype.as_str();
-    if !matches!(t, "user/message" | "context/snapshot" | "assistant/message" | "tool/result")
+    if !matches!(t, "user/message" | "context/snapshot" | "memory/recall" | "assistant/message"
+        | "tool/result")
         || ev.surface_op == SURFACE_NONE {
         return true; // turn/end's reason: units::prescan
     }
@@ -185,7 +186,8 @@ fn message_for(ev: &Ev) -> Option<Node> {
             let status = canonical(d.get("status")?);
             Some(Node::new("tool", "tool_result", content, seqs, Vec::new(), Some((cid, status))))
         }
-        "context/snapshot" => {
+        // a memory shown to the model (docs/adr/0030): a context message like a snapshot
+        "context/snapshot" | "memory/recall" => {
             Some(Node::new("user", "context", canonical(d.get("content")?), seqs, Vec::new(), None))
         }
         _ => None,
@@ -239,7 +241,8 @@ impl Surface {
             let ids = self.unanswered.clone();
             return self.drop_calls(&ids, ev.seq);
         }
-        if !matches!(t, "user/message" | "context/snapshot" | "assistant/message" | "tool/result")
+        if !matches!(t, "user/message" | "context/snapshot" | "memory/recall" | "assistant/message"
+        | "tool/result")
             || ev.surface_op == SURFACE_NONE {
             return Ok(false);
         }
