@@ -444,12 +444,12 @@ class NamespaceFolder:
         return state, deleted
 
     def commit(self, namespace: Namespace, before: mfold.MemoryState | None,
-               state: mfold.MemoryState, offset: int) -> set[str]:
+               state: mfold.MemoryState, offset: int, gen: int | None = None) -> set[str]:
         gone = mfold.newly_forgotten(before or mfold.init(), state)
         if gone:
             names = {key_name(namespace, op) for _, op in gone}
             self.rows.sealer.shred(names, principal=self.principal, reason="memory forgotten")
             self.shredded |= names
             self.rows.purge(namespace, sorted({str(ref) for ref, _ in gone}))
-        self.rows.store(namespace, before, state, offset)
-        return self.rows.index(namespace, before, state, offset)
+        self.rows.store(namespace, before, state, offset, gen)
+        return self.rows.index(namespace, before, state, offset, gen)
