@@ -55,9 +55,11 @@ BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
     """BAD_INPUT_ERRORS and the edges' errors that mean the same (imported when needed)."""
+    from sessionstream.core.memory.errors import InvalidMemory
     from sessionstream.governance.audit import SessionUnknown  # an id not in the log
+    from sessionstream.integrations.memory import MemoryNotFound
 
-    return (*BAD_INPUT_ERRORS, SessionUnknown)
+    return (*BAD_INPUT_ERRORS, SessionUnknown, InvalidMemory, MemoryNotFound)
 
 
 def _redis_unreachable() -> tuple[type[BaseException], ...]:
@@ -103,9 +105,11 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     import redis
 
     from sessionstream.producers.errors import BrokerUnavailable, RedisUnavailable
+    from sessionstream.producers.memory_log import MemoryLogError
     from sessionstream.streams.errors import SinkError
 
-    return (BrokerUnavailable, RedisUnavailable, SinkError, redis.ConnectionError,
+    return (BrokerUnavailable, RedisUnavailable, SinkError, MemoryLogError,
+            redis.ConnectionError,
             redis.TimeoutError, redis.exceptions.RedisClusterException)
 
 

@@ -332,6 +332,7 @@ def _register_edges() -> None:
     from sessionstream.cli import fleet as producers_cli
     from sessionstream.cli import governance as cli_governance
     from sessionstream.cli import infra as cli_infra
+    from sessionstream.cli import memory as cli_memory
     from sessionstream.cli import streams as streams_cli
 
     cli_infra.register(main)
@@ -341,6 +342,7 @@ def _register_edges() -> None:
     streams_cli.register(main)
     dashboard_cli.register(main)
     diagnose_cli.register(main)
+    cli_memory.register(main)
 
 
 _register_offline_extras()
