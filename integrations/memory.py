@@ -28,8 +28,8 @@ Backends, one contract (``tests/contract/memory_contract.py`` runs over both)::
 
 from __future__ import annotations
 
+import builtins
 import importlib
-
 import threading
 import time
 import uuid
@@ -39,12 +39,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sessionstream.core.memory.policy as mpolicy
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft as EventDraft
 from sessionstream.core.events import SurfaceOp
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
-import sessionstream.core.memory.policy as mpolicy
 from sessionstream.core.memory.errors import MemoryLogError, MemoryRefused
+from sessionstream.core.memory.fold import MemoryState
 from sessionstream.core.memory.model import (
     Actor,
     ActorRef,
@@ -101,12 +102,12 @@ class MemoryBackend(ABC):
     tenant: str
 
     @abstractmethod
-    def append(self, op: AnyOp) -> mfold.MemoryState:
+    def append(self, op: AnyOp) -> MemoryState:
         """Append ``op`` durably and return its namespace's state with it folded in (and
         every operation before it): read-your-writes for every process."""
 
     @abstractmethod
-    def state(self, namespace: Namespace) -> mfold.MemoryState:
+    def state(self, namespace: Namespace) -> MemoryState:
         """The namespace's current state (every operation appended before this call)."""
 
     @abstractmethod
@@ -125,7 +126,7 @@ class MemoryBackend(ABC):
     def deleted(self, session_ids: Iterable[str]) -> set[str]:
         """Which of ``session_ids`` are deleted."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release clients (nothing is held between calls otherwise)."""
 
 
@@ -134,7 +135,7 @@ class InMemoryBackend(MemoryBackend):
 
     def __init__(self, tenant: str = "default") -> None:
         self.tenant = tenant
-        self._states: dict[str, mfold.MemoryState] = {}
+        self._states: dict[str, MemoryState] = {}
         self._ns: dict[str, Namespace] = {}
         self._deleted: set[str] = set()
         self._lock = threading.Lock()
@@ -146,7 +147,7 @@ class InMemoryBackend(MemoryBackend):
             raise MemoryRefused("this backend", namespace.key, "reach another tenant",
                                 f"it serves tenant {self.tenant!r}")
 
-    def append(self, op: AnyOp) -> mfold.MemoryState:
+    def append(self, op: AnyOp) -> MemoryState:
         self._check(op.namespace)
         followups: list[str] = []
         with self._lock:
@@ -163,7 +164,7 @@ class InMemoryBackend(MemoryBackend):
             after = self.append(_forget_session_op(op.namespace, sid, op.time))
         return after
 
-    def state(self, namespace: Namespace) -> mfold.MemoryState:
+    def state(self, namespace: Namespace) -> MemoryState:
         self._check(namespace)
         with self._lock:
             return self._states.get(namespace.key, mfold.init())
@@ -215,7 +216,7 @@ class FleetBackend(MemoryBackend):
         self.log = MemoryLog(settings)
         self._redis = redis
         self._rows: Any = None
-        self._cache: dict[str, tuple[int, mfold.MemoryState]] = {}
+        self._cache: dict[str, tuple[int, MemoryState]] = {}
         self._lock = threading.RLock()
         #: the memory keys this backend's writes destroyed (forgotten content)
         self.shredded: set[str] = set()
@@ -248,7 +249,7 @@ class FleetBackend(MemoryBackend):
             raise MemoryRefused("this backend", namespace.key, "reach another tenant",
                                 f"it serves tenant {self.tenant!r}")
 
-    def append(self, op: AnyOp) -> mfold.MemoryState:
+    def append(self, op: AnyOp) -> MemoryState:
         from sessionstream.producers.memory_log import NamespaceFolder, encode_op
 
         self._check(op.namespace)
@@ -264,7 +265,7 @@ class FleetBackend(MemoryBackend):
             state = self.append(_forget_session_op(op.namespace, sid, op.time))
         return state
 
-    def state(self, namespace: Namespace) -> mfold.MemoryState:
+    def state(self, namespace: Namespace) -> MemoryState:
         self._check(namespace)
         rows = self.rows()
         offset = rows.offset(namespace)
@@ -322,7 +323,7 @@ class Searcher:
     reciprocal rank). Nothing is stored: a forgotten memory's text leaves with the state
     that no longer holds it."""
 
-    def __init__(self, state: mfold.MemoryState, embedder: Embedder, *,
+    def __init__(self, state: MemoryState, embedder: Embedder, *,
                  pending: bool = False, now: int | None = None) -> None:
         self.versions = {v.ref.id: v for v in state.current(now=now, pending=pending)
                          if v.content is not None}
@@ -423,7 +424,7 @@ class MemoryClient:
     ids: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
     #: namespace searchers kept (least recently used out first)
     cache_size: int = 64
-    _searchers: OrderedDict[tuple[str, int], tuple[mfold.MemoryState, Searcher]] = field(
+    _searchers: OrderedDict[tuple[str, int], tuple[MemoryState, Searcher]] = field(
         default_factory=OrderedDict, init=False, repr=False)
 
     # -- namespaces -----------------------------------------------------------------
@@ -493,7 +494,7 @@ class MemoryClient:
                        status=_status(decision), policy=self.policy.version)
         return self._placed(self.backend.append(op), mid, op.op_id, ns)
 
-    def _placed(self, state: mfold.MemoryState, memory_id: str, op_id: str,
+    def _placed(self, state: MemoryState, memory_id: str, op_id: str,
                 ns: Namespace) -> Version:
         memory = state.get(memory_id)
         if memory is None:
@@ -565,7 +566,7 @@ class MemoryClient:
 
     # -- reading --------------------------------------------------------------------
     def list(self, *, namespace: Namespace | None = None, labels: Sequence[str] = (),
-             pending: bool = False) -> list[Version]:
+             pending: bool = False) -> builtins.list[Version]:
         ns = self.namespace(namespace, labels)
         self._readable(ns)
         return [v for v in self.backend.state(ns).current(now=self.clock(), pending=pending)
@@ -587,7 +588,7 @@ class MemoryClient:
     def search(self, query: str | None, *, namespace: Namespace | None = None,
                labels: Sequence[str] = (), k: int = 5, filter: Mapping[str, Any] | None = None,
                mode: str = "hybrid", offset: int = 0, pending: bool = False
-               ) -> list[MemoryHit]:
+               ) -> builtins.list[MemoryHit]:
         ns = self.namespace(namespace, labels)
         self._readable(ns)
         return [MemoryHit(v, s, ns) for v, s in
@@ -613,7 +614,8 @@ class MemoryClient:
         return out
 
     # -- model-visible means logged ---------------------------------------------------
-    def recall_drafts(self, hits: Sequence[MemoryHit], query: str | None) -> list[EventDraft]:
+    def recall_drafts(self, hits: Sequence[MemoryHit], query: str | None
+                      ) -> builtins.list[EventDraft]:
         """The ``memory/recall`` events that log ``hits`` as shown to a model: one per
         memory (a context message on the surface), each one's content sealed under the
         key of the operation that placed that version."""
@@ -634,7 +636,7 @@ class MemoryClient:
 
     def recall(self, handle: Any, query: str, *, namespace: Namespace | None = None,
                labels: Sequence[str] = (), k: int = 5, filter: Mapping[str, Any] | None = None
-               ) -> list[MemoryHit]:
+               ) -> builtins.list[MemoryHit]:
         """Search, and log what is shown to the model into ``handle``'s session (an
         ``integrations.store.SessionHandle``) as ``memory/recall`` events, one atomic
         write: a later rebuild of the request shows what the model saw then."""
@@ -651,7 +653,7 @@ def _status(decision: mpolicy.Decision) -> Any:
         else Confirmation.ACCEPTED
 
 
-def _as_ref(text: str, state: mfold.MemoryState) -> Ref:
+def _as_ref(text: str, state: MemoryState) -> Ref:
     if "@" in text:
         return Ref.parse(text)
     memory = state.get(text)

@@ -27,7 +27,6 @@ the higher offset writes the state every reader would reach.
 from __future__ import annotations
 
 import importlib
-
 import json
 import logging
 import threading
@@ -40,12 +39,12 @@ from sessionstream.core.codec import memory_codec
 from sessionstream.core.errors import CorruptRecord, SessionStreamError
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.memory.errors import InvalidMemory
+from sessionstream.core.memory.fold import MemoryState
 from sessionstream.core.memory.model import (
     AnyOp,
     Memory,
     Namespace,
     Propose,
-    Version,
     op_from_json,
 )
 from sessionstream.core.rows import KeySpace, generation_of
@@ -246,7 +245,7 @@ class MemoryRows:
         return -1 if raw is None else int(raw)
 
     def load(self, namespace: Namespace, gen: int | None = None
-             ) -> tuple[int, mfold.MemoryState]:
+             ) -> tuple[int, MemoryState]:
         """(offset, state) of the namespace's row (-1 and the empty state: none yet).
         A version whose key is shredded or missing here loads without content."""
         raw = {_text(k): _text(v) for k, v in
@@ -273,8 +272,8 @@ class MemoryRows:
         memories.sort(key=lambda m: m["id"])
         return int(raw["offset"]), mfold.load({**head, "memories": memories})
 
-    def store(self, namespace: Namespace, before: mfold.MemoryState | None,
-              state: mfold.MemoryState, offset: int, gen: int | None = None) -> bool:
+    def store(self, namespace: Namespace, before: MemoryState | None,
+              state: MemoryState, offset: int, gen: int | None = None) -> bool:
         """Write ``state`` (folded up to ``offset``) if the row is behind it: only the
         memories that changed since ``before`` (None: all). False: the row was at or past
         ``offset`` already (someone folded further)."""
@@ -304,8 +303,8 @@ class MemoryRows:
         return bool(self._store(keys=[self.row(namespace, gen)], args=args))
 
     # -- the tenant's indexes (a second call, on the tenant's slot) -----------------
-    def index(self, namespace: Namespace, before: mfold.MemoryState | None,
-              state: mfold.MemoryState, offset: int, gen: int | None = None) -> set[str]:
+    def index(self, namespace: Namespace, before: MemoryState | None,
+              state: MemoryState, offset: int, gen: int | None = None) -> set[str]:
         """Update the namespace index, the per-session index of citing namespaces and the
         change feed; returns the sessions this namespace cites that are deleted (the
         follow-up forgets of a deletion race)."""
@@ -419,7 +418,7 @@ class NamespaceFolder:
         self.shredded: set[str] = set()
 
     def install(self, namespace: Namespace, partition: int, upto: int,
-                own: AnyOp | None = None) -> tuple[mfold.MemoryState, set[str]]:
+                own: AnyOp | None = None) -> tuple[MemoryState, set[str]]:
         """``own``: the operation at ``upto`` (the writer's, in hand: not read back)."""
         offset, state = self.rows.load(namespace)
         if offset >= upto:
@@ -443,8 +442,8 @@ class NamespaceFolder:
         deleted = self.commit(namespace, before if offset >= 0 else None, state, upto)
         return state, deleted
 
-    def commit(self, namespace: Namespace, before: mfold.MemoryState | None,
-               state: mfold.MemoryState, offset: int, gen: int | None = None) -> set[str]:
+    def commit(self, namespace: Namespace, before: MemoryState | None,
+               state: MemoryState, offset: int, gen: int | None = None) -> set[str]:
         gone = mfold.newly_forgotten(before or mfold.init(), state)
         if gone:
             names = {key_name(namespace, op) for _, op in gone}

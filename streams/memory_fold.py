@@ -87,8 +87,8 @@ class MemoryWorker:
                 if m.error() is None]
         if not msgs:
             return 0
-        self.fold_batch([(m.partition(), m.offset(), m.key() or b"", m.value() or b"")
-                         for m in msgs])
+        self.fold_batch([(int(m.partition() or 0), int(m.offset() or 0), m.key() or b"",
+                          m.value() or b"") for m in msgs])
         return len(msgs)
 
     def fold_batch(self, records: list[tuple[int, int, bytes, bytes]],
@@ -159,13 +159,15 @@ class MemoryWorker:
                 msgs = c.consume(2000, 1.0)
                 batch = []
                 for m in msgs:
-                    if m.error() is not None:
-                        if m.error().code() == -191:
-                            done.add(m.partition())
+                    err = m.error()
+                    p, o = int(m.partition() or 0), int(m.offset() or 0)
+                    if err is not None:
+                        if err.code() == -191:  # _PARTITION_EOF
+                            done.add(p)
                         continue
-                    batch.append((m.partition(), m.offset(), m.key() or b"", m.value() or b""))
-                    if m.offset() >= ends[m.partition()] - 1:
-                        done.add(m.partition())
+                    batch.append((p, o, m.key() or b"", m.value() or b""))
+                    if o >= ends[p] - 1:
+                        done.add(p)
                 if batch:
                     self.fold_batch(batch, gen)
         finally:

@@ -70,8 +70,9 @@ def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
     ``groups``: further literal consumer groups of the worker (its configured group when
     that is not under the tenant's prefix); ``memory_topic``: the long-term memory log
     (default ``sessionstream.T.memory``): the writer produces memory operations under the
-    tenant's prefix like events, and the worker the follow-up forgets of a deletion. Nothing grants a create, delete, alter or
-    cluster operation: topics are the admin's (``topics ensure``).
+    tenant's prefix like events, and the worker the follow-up forgets of a deletion.
+    Nothing grants a create, delete, alter or cluster operation: topics are the admin's
+    (``topics ensure``).
     """
     prefix = TOPIC_PREFIX.format(tenant=tenant)
     dlq = dlq_topic or f"{prefix}dlq"

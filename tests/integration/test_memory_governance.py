@@ -61,7 +61,7 @@ def test_a_deleted_sessions_unique_text_is_found_nowhere_afterwards(
     # a later session showed the memory to a model: the recall is logged, sealed
     s2 = sessions.open("s2")
     s2.append("user/message", {"content": "what is my wifi password?"})
-    assert [h.version.ref for h in mem.recall(s2, "wifi password")][0] == secret.ref
+    assert next(h.version.ref for h in mem.recall(s2, "wifi password")) == secret.ref
     before = [e for e in read_log(cfg, "s2").admitted if e.type == "memory/recall"]
     assert before and CANARY in before[0].data["content"]
 

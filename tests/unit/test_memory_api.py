@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sessionstream.core.memory import Role
 from sessionstream.integrations.memory import InMemoryBackend
 from tests.contract.memory_contract import MakeBackend, MemoryContract, client
-
-import pytest
 
 
 class TestInMemoryBackend(MemoryContract):

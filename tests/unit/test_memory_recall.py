@@ -6,8 +6,13 @@ from pathlib import Path
 
 from sessionstream.core.memory import Actor, Role
 from sessionstream.core.privacy import DELETED_TEXT
-from sessionstream.core.request import PromptRegistry, RequestHeader, assemble, explain
-from sessionstream.core.request import context_snapshot_ids
+from sessionstream.core.request import (
+    PromptRegistry,
+    RequestHeader,
+    assemble,
+    context_snapshot_ids,
+    explain,
+)
 from sessionstream.core.sealed import DataClass
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
