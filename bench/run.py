@@ -39,6 +39,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "restart": ([], ["--engines", "kafka", "--rounds", "3"]),
     "scale": ([], ["--quick"]),
     "frameworks": ([], ["--quick"]),
+    "memory": ([], ["--quick", "--sizes", "100,2000"]),
 }
 
 

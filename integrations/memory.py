@@ -257,10 +257,12 @@ class FleetBackend(MemoryBackend):
         value = encode_op(op, self.sealer)
         done = self.log.append(op.namespace, value)
         folder = NamespaceFolder(self.log, rows)
-        state, deleted = folder.install(op.namespace, done.partition, done.offset, op)
+        with self._lock:
+            cached = self._cache.get(op.namespace.key)
+        state, deleted = folder.install(op.namespace, done.partition, done.offset, op, cached)
         self.shredded |= folder.shredded
         with self._lock:
-            self._cache[op.namespace.key] = (rows.offset(op.namespace), state)
+            self._cache[op.namespace.key] = (done.offset, state)
         for sid in sorted(deleted):  # a proposal that raced a deletion: forget it now
             state = self.append(_forget_session_op(op.namespace, sid, op.time))
         return state

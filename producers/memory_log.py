@@ -227,10 +227,24 @@ class MemoryRows:
         self.keys = keys
         self.sealer = sealer
         self._store = redis.register_script(_STORE)
+        self._gen: tuple[int, float] | None = None
 
     # -- keys -----------------------------------------------------------------------
+    #: Seconds a read generation pointer is reused (a rebuild's switch reaches a running
+    #: process within this time).
+    GENERATION_TTL_S = 1.0
+
     def generation(self) -> int:
-        return generation_of(self.redis.get(self.keys.tenant_key("memory:generation")))
+        now = time.monotonic()
+        if self._gen is None or now - self._gen[1] >= self.GENERATION_TTL_S:
+            self._gen = (generation_of(self.redis.get(
+                self.keys.tenant_key("memory:generation"))), now)
+        return self._gen[0]
+
+    def refresh_generation(self) -> int:
+        """Read the generation pointer now (not within GENERATION_TTL_S)."""
+        self._gen = None
+        return self.generation()
 
     def row(self, namespace: Namespace, gen: int | None = None) -> str:
         g = self.generation() if gen is None else gen
@@ -277,9 +291,8 @@ class MemoryRows:
         """Write ``state`` (folded up to ``offset``) if the row is behind it: only the
         memories that changed since ``before`` (None: all). False: the row was at or past
         ``offset`` already (someone folded further)."""
-        dumped = mfold.dump(state)
-        dumped.pop("memories")
-        sets: list[str] = ["head", canonical_dumps(dumped), "ns", namespace.key]
+        sets: list[str] = ["head", canonical_dumps(mfold.dump_head(state)), "ns",
+                           namespace.key]
         drops: list[str] = []
         old = {} if before is None else before.memories
         for memory_id, memory in state.memories.items():
@@ -418,9 +431,14 @@ class NamespaceFolder:
         self.shredded: set[str] = set()
 
     def install(self, namespace: Namespace, partition: int, upto: int,
-                own: AnyOp | None = None) -> tuple[MemoryState, set[str]]:
-        """``own``: the operation at ``upto`` (the writer's, in hand: not read back)."""
-        offset, state = self.rows.load(namespace)
+                own: AnyOp | None = None, cached: tuple[int, MemoryState] | None = None
+                ) -> tuple[MemoryState, set[str]]:
+        """``own``: the operation at ``upto`` (the writer's, in hand: not read back);
+        ``cached``: (offset, state) this process holds (used while the row is there)."""
+        if cached is not None and cached[0] == self.rows.offset(namespace):
+            offset, state = cached
+        else:
+            offset, state = self.rows.load(namespace)
         if offset >= upto:
             return state, set()
         start = max(offset, self.rows.folded(partition)) + 1

@@ -174,6 +174,7 @@ class MemoryWorker:
             c.close()
             self.states = saved
         self.redis.set(self.settings.keys.tenant_key("memory:generation"), gen)
+        self.rows.refresh_generation()
         self.states = {}
         return gen
 

@@ -471,9 +471,15 @@ def derived_from(state: MemoryState, session_id: str) -> list[Ref]:
 
 def dump(state: MemoryState) -> dict[str, Any]:
     """The state as JSON (what the worker keeps between batches); :func:`load` inverts."""
+    return {**dump_head(state),
+            "memories": [m.to_json() for _, m in sorted(state.memories.items())]}
+
+
+def dump_head(state: MemoryState) -> dict[str, Any]:
+    """:func:`dump` without the memories (a row keeps each memory in its own field, so a
+    write serializes only the memories that changed)."""
     return {
         "state_version": STATE_VERSION, "namespace": state.namespace,
-        "memories": [m.to_json() for _, m in sorted(state.memories.items())],
         "aliases": dict(sorted(state.aliases.items())),
         "deleted_sessions": sorted(state.deleted_sessions), "applied": state.applied,
         "recent_ops": list(state.recent_ops),
@@ -501,4 +507,4 @@ def load(obj: Mapping[str, Any]) -> MemoryState:
 
 __all__ = ["RECENT_OPS", "REJECTIONS_KEPT", "STATE_VERSION", "MemoryState", "Rejection",
            "apply", "derived_from", "dump", "explain", "fold", "forgotten_version", "init",
-           "load", "newly_forgotten"]
+           "dump_head", "load", "newly_forgotten"]
