@@ -126,6 +126,16 @@ class MemoryBackend(ABC):
     def deleted(self, session_ids: Iterable[str]) -> set[str]:
         """Which of ``session_ids`` are deleted."""
 
+    def hold_on(self, namespace: Namespace) -> str | None:
+        """The reason of a legal hold on the namespace or its tenant (None: none)."""
+        return None
+
+    def place_hold(self, namespace: Namespace, reason: str, principal: str) -> None:
+        raise MemoryLogError("this backend keeps no legal holds")
+
+    def release_hold(self, namespace: Namespace) -> bool:
+        return False
+
     def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Release clients (nothing is held between calls otherwise)."""
 
@@ -141,6 +151,7 @@ class InMemoryBackend(MemoryBackend):
         self._lock = threading.Lock()
         #: operation ids whose content keys a forget destroyed (the fleet shreds them)
         self.shredded: set[str] = set()
+        self._holds: dict[str, str] = {}  # namespace key ("" the tenant) -> reason
 
     def _check(self, namespace: Namespace) -> None:
         if namespace.tenant != self.tenant:
@@ -157,7 +168,8 @@ class InMemoryBackend(MemoryBackend):
             self.shredded |= {o for _, o in mfold.newly_forgotten(before, after)}
             self._states[key] = after
             self._ns[key] = op.namespace
-            cited = {s.session_id for m in after.memories.values() for v in m.versions
+            cited = {s.session_id for i, m in after.memories.items()
+                     if before.memories.get(i) is not m for v in m.versions
                      for s in v.sources}
             followups = sorted((cited & self._deleted) - after.deleted_sessions)
         for sid in followups:  # a proposal that raced a deletion
@@ -186,6 +198,15 @@ class InMemoryBackend(MemoryBackend):
     def deleted(self, session_ids: Iterable[str]) -> set[str]:
         with self._lock:
             return set(session_ids) & self._deleted
+
+    def hold_on(self, namespace: Namespace) -> str | None:
+        return self._holds.get(namespace.key) or self._holds.get("")
+
+    def place_hold(self, namespace: Namespace | None, reason: str, principal: str) -> None:
+        self._holds["" if namespace is None else namespace.key] = reason
+
+    def release_hold(self, namespace: Namespace | None) -> bool:
+        return self._holds.pop("" if namespace is None else namespace.key, None) is not None
 
 
 def _forget_session_op(namespace: Namespace, session_id: str, at: int) -> Forget:
@@ -288,6 +309,27 @@ class FleetBackend(MemoryBackend):
 
     def mark_deleted(self, session_id: str) -> None:
         self.rows().mark_deleted(session_id)
+
+    def _hold_scope(self, namespace: Namespace) -> str:
+        return f"memory-ns/{namespace.digest}"
+
+    def hold_on(self, namespace: Namespace) -> str | None:
+        store = self.sealer.store
+        if store is None:
+            return None
+        hold = store.hold_on(self.tenant, self._hold_scope(namespace))
+        return None if hold is None else (hold.reason or "legal hold")
+
+    def place_hold(self, namespace: Namespace, reason: str, principal: str) -> None:
+        if self.sealer.store is None:
+            raise MemoryLogError("legal holds live in the key store: this tenant has none")
+        self.sealer.store.place_hold(self.tenant, self._hold_scope(namespace), reason=reason,
+                                     principal=principal)
+
+    def release_hold(self, namespace: Namespace) -> bool:
+        store = self.sealer.store
+        return store is not None and store.release_hold(
+            self.tenant, self._hold_scope(namespace)) is not None
 
     def deleted(self, session_ids: Iterable[str]) -> set[str]:
         return self.rows().deleted(session_ids)
@@ -527,6 +569,7 @@ class MemoryClient:
         """Forget memories by id (every version's content); returns the ids forgotten."""
         ns = self.namespace(namespace, labels)
         mpolicy.require_forget(self.policy, self.actor, ns)
+        self._not_held(ns)
         state = self.backend.state(ns)
         for mid in memory_ids:
             if state.get(mid) is None:
@@ -535,6 +578,67 @@ class MemoryClient:
                                    actor=self._ref(), memory_ids=tuple(memory_ids),
                                    reason=reason))
         return [state.resolve(m) for m in memory_ids]
+
+    def _not_held(self, ns: Namespace) -> None:
+        from sessionstream.core.errors import LegalHold
+
+        why = self.backend.hold_on(ns)
+        if why is not None:
+            raise LegalHold(f"memory namespace {ns.key}", why)
+
+    def hold(self, reason: str, *, namespace: Namespace | None = None,
+             labels: Sequence[str] = ()) -> None:
+        """Place a legal hold on the namespace: nothing in it is forgotten until released
+        (a deletion's lineage forget reports it as held)."""
+        ns = self.namespace(namespace, labels)
+        if self.actor.role is not Role.OPERATOR:
+            raise MemoryRefused(str(self.actor), ns.key, "place a legal hold", "operators only")
+        self.backend.place_hold(ns, reason, self.actor.id)
+
+    def release(self, *, namespace: Namespace | None = None, labels: Sequence[str] = ()
+                ) -> bool:
+        ns = self.namespace(namespace, labels)
+        if self.actor.role is not Role.OPERATOR:
+            raise MemoryRefused(str(self.actor), ns.key, "release a legal hold",
+                                "operators only")
+        return self.backend.release_hold(ns)
+
+    def sweep(self, retention: Mapping[str, int] | None = None, *,
+              now: int | None = None) -> builtins.list[dict[str, Any]]:
+        """Forget what is past its time in every namespace of the tenant: versions whose
+        ``expires_at`` passed (reason ``expired``), and memories of a kind older than its
+        retention (``retention``: kind -> ms since ``valid_from``; reason ``retention``).
+        Held namespaces are skipped (reported ``held``). An operator's job."""
+        if self.actor.role is not Role.OPERATOR:
+            raise MemoryRefused(str(self.actor), self.backend.tenant, "sweep memories",
+                                "only an operator of the tenant")
+        at = self.clock() if now is None else now
+        limits = dict(retention or {})
+        out: builtins.list[dict[str, Any]] = []
+        for ns in self.backend.namespaces():
+            state = self.backend.state(ns)
+            due: dict[str, builtins.list[str]] = {"expired": [], "retention": []}
+            for memory in state.memories.values():
+                cur = memory.current
+                if cur.forgotten is not None:
+                    continue
+                if cur.expires_at is not None and at >= cur.expires_at:
+                    due["expired"].append(memory.id)
+                elif cur.kind in limits and at - cur.valid_from > limits[cur.kind]:
+                    due["retention"].append(memory.id)
+            if not any(due.values()):
+                continue
+            held = self.backend.hold_on(ns)
+            for reason, ids in due.items():
+                if not ids:
+                    continue
+                if held is None:
+                    self.backend.append(Forget(op_id=self.ids(), namespace=ns, time=at,
+                                               actor=self._ref(),
+                                               memory_ids=tuple(sorted(ids)), reason=reason))
+                out.append({"namespace": ns.key, "ids": sorted(ids),
+                            "action": "held" if held is not None else reason})
+        return out
 
     def touch(self, memory_ids: Sequence[str], expires_at: int | None, *,
               namespace: Namespace | None = None, labels: Sequence[str] = ()) -> None:
@@ -555,7 +659,11 @@ class MemoryClient:
         report: dict[str, Any] = {"namespaces": [], "forgotten": [], "narrowed": []}
         from sessionstream.core.memory.lineage import forget_plan
 
+        report["held"] = []
         for ns in self.backend.citing(session_id):
+            if self.backend.hold_on(ns) is not None:
+                report["held"].append(ns.key)  # waits for the hold's release
+                continue
             before = self.backend.state(ns)
             plan = forget_plan(before, session_id)
             self.backend.append(Forget(op_id=self.ids(), namespace=ns, time=self.clock(),
@@ -679,4 +787,10 @@ class LineageCascade:
         shredded_before = len(getattr(self.backend, "shredded", ()))
         got = mem.forget_session(session_id, reason=reason)
         return MemoryForgetReport(got["namespaces"], got["forgotten"], got["narrowed"],
-                                  len(getattr(self.backend, "shredded", ())) - shredded_before)
+                                  len(getattr(self.backend, "shredded", ())) - shredded_before,
+                                  got["held"])
+
+    def sweep(self, retention: Mapping[str, int], *, principal: str) -> Any:
+        mem = MemoryClient(self.backend, Actor(Role.OPERATOR, principal,
+                                               tenant=self.backend.tenant))
+        return mem.sweep(retention)

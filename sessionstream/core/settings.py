@@ -268,7 +268,7 @@ class Settings:
                 f"SESSIONSTREAM_KEY_STORE={self.key_store!r} is not a key store: use "
                 + " or ".join(KEY_STORES))
         for cls, ms in self.retention:
-            if cls not in DATA_CLASSES or ms <= 0:
+            if not _retained(cls) or ms <= 0:
                 raise SettingsError(
                     f"SESSIONSTREAM_RETENTION: {cls}={ms}ms is not a retention: use "
                     "<class>=<n>d|h|m|s with class raw, surface, business or reasoning, "
@@ -489,16 +489,31 @@ DATA_CLASSES = ("raw", "surface", "business", "reasoning")
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
 
 
+_MEMORY_KIND = re.compile(r"^memory\.[a-z][a-z0-9_-]{0,63}$")
+
+
+def _retained(name: str) -> bool:
+    """A session data class, or ``memory.<kind>`` (long-term memory of that kind)."""
+    return name in DATA_CLASSES or bool(_MEMORY_KIND.match(name))
+
+
+def memory_retention(retention: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    """The ``memory.<kind>`` entries of a retention setting: kind -> milliseconds."""
+    return {name.removeprefix("memory."): ms for name, ms in retention
+            if name.startswith("memory.")}
+
+
 def _retention(value: str) -> tuple[tuple[str, int], ...]:
     """``raw=30d,surface=365d`` → (("raw", ms), ("surface", ms))."""
     out = []
     for item in filter(None, (p.strip() for p in value.split(","))):
         cls, sep, amount = item.partition("=")
         number, unit = amount[:-1], amount[-1:]
-        if not sep or unit not in _UNITS or not number.isdigit() or cls not in DATA_CLASSES:
+        if not sep or unit not in _UNITS or not number.isdigit() or not _retained(cls):
             raise SettingsError(
                 f"SESSIONSTREAM_RETENTION={value!r}: {item!r} is not <class>=<n>d|h|m|s "
-                "(class raw, surface, business or reasoning), e.g. raw=30d,surface=365d")
+                "(class raw, surface, business or reasoning, or memory.<kind> for long-term "
+                "memory of a kind), e.g. raw=30d,surface=365d,memory.preference=365d")
         out.append((cls, int(number) * _UNITS[unit]))
     return tuple(out)
 

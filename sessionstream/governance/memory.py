@@ -209,3 +209,7 @@ class MemoryCascade(Protocol):
 
     def forget_session(self, session_id: str, *, principal: str,
                        reason: str) -> MemoryForgetReport: ...
+
+    def sweep(self, retention: Mapping[str, int], *, principal: str) -> Any:
+        """Forget expired memories and those of a kind older than its retention."""
+        ...

@@ -105,11 +105,14 @@ class RetentionReport:
     checked: int
     items: list[RetentionItem]
     retirement: Retirement | None = None  # the retirement the run ended with (not dry)
+    #: long-term memory swept: {"namespace", "ids", "action": expired|retention|held}
+    memory: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "checked": self.checked,
                 "items": [dataclasses.asdict(i) for i in self.items],
-                "retirement": None if self.retirement is None else self.retirement.to_json()}
+                "retirement": None if self.retirement is None else self.retirement.to_json(),
+                "memory": list(self.memory)}
 
 
 def parse_classes(names: Iterable[str]) -> tuple[DataClass, ...]:
@@ -366,8 +369,14 @@ class Governance:
             self.delete(session_id, [c for c, _ in classes], reason=f"retention: {reason}",
                         scope="retention")
             items += [RetentionItem(session_id, c.value, age, "shredded") for c, age in classes]
+        memory: list[Any] = []
+        if self.memory is not None and not dry_run:
+            from sessionstream.core.settings import memory_retention
+
+            memory = self.memory.sweep(memory_retention(tuple(self.retention.items())),
+                                       principal=self.principal)
         retired = None if dry_run else self.retire()
-        return RetentionReport(dry_run, checked, items, retired)
+        return RetentionReport(dry_run, checked, items, retired, memory)
 
 
 def _text(value: Any) -> str:

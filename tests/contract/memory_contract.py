@@ -152,3 +152,34 @@ class MemoryContract:
             mem.propose("x", namespace=other)
         with pytest.raises(MemoryRefused):
             mem.list(namespace=other)
+
+    def test_a_legal_hold_refuses_forgetting_and_lineage_waits(
+            self, make_backend: MakeBackend, user: str) -> None:
+        from sessionstream.core.errors import LegalHold
+
+        mem = client(make_backend(), user)
+        v = mem.propose("Signed the contract on 3 May", kind="fact",
+                        sources=[("s-held", [4])])
+        op = client(make_backend(), user, role=Role.OPERATOR)
+        op.hold("case 12", namespace=mem.namespace())
+        with pytest.raises(LegalHold):
+            mem.forget([v.ref.id])
+        report = op.forget_session("s-held")
+        assert report["held"] == [mem.namespace().key] and report["forgotten"] == []
+        assert [x.ref for x in mem.list()] == [v.ref]  # kept while held
+        assert op.release(namespace=mem.namespace())
+        assert mem.forget([v.ref.id]) == [v.ref.id]
+
+    def test_the_sweep_forgets_the_expired_and_what_outlived_its_kinds_retention(
+            self, make_backend: MakeBackend, user: str) -> None:
+        mem = client(make_backend(), user)
+        mem.clock = lambda: 1_000
+        old = mem.propose("Prefers tea", kind="preference")
+        brief = mem.propose("Parked on level 3", kind="note", expires_at=5_000)
+        mem.clock = lambda: 90_000
+        kept = mem.propose("Prefers green tea", kind="preference")
+        op = client(make_backend(), user, role=Role.OPERATOR)
+        swept = op.sweep({"preference": 50_000}, now=100_000)
+        by = {s["action"]: s["ids"] for s in swept if s["namespace"] == mem.namespace().key}
+        assert by == {"retention": [old.ref.id], "expired": [brief.ref.id]}
+        assert [x.ref for x in mem.list()] == [kept.ref]
