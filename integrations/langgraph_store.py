@@ -195,9 +195,11 @@ class SessionstreamStore(BaseStore):
         return await asyncio.to_thread(self.batch, list(ops))
 
     def _refresh(self, requested: bool | None) -> bool:
-        if requested is not None:
-            return requested
-        return bool(self.ttl_config and self.ttl_config.get("refresh_on_read", True))
+        """Whether a read extends its items' TTL: asked for (BaseStore's methods ask by
+        default) and allowed by the TTL config's ``refresh_on_read`` (off unless set,
+        as in SqliteStore)."""
+        allowed = bool(self.ttl_config and self.ttl_config.get("refresh_on_read", False))
+        return allowed and requested is not False
 
     def _get(self, op: GetOp, touches: list[tuple[Namespace, str, int]]) -> Item | None:
         ns = self._ns(op.namespace)
@@ -221,8 +223,7 @@ class SessionstreamStore(BaseStore):
             if self.backend.state(ns).get(memory_id) is not None:
                 self.mem.forget([memory_id], namespace=ns, reason="deleted")
             return
-        ttl = op.ttl if op.ttl is not None else (
-            self.ttl_config.get("default_ttl") if self.ttl_config else None)
+        ttl = op.ttl  # BaseStore.put resolved the default (None: no expiry)
         if op.index is False:
             paths: tuple[str, ...] | None = ()
         else:

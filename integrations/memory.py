@@ -280,12 +280,15 @@ class FleetBackend(MemoryBackend):
         folder = NamespaceFolder(self.log, rows)
         with self._lock:
             cached = self._cache.get(op.namespace.key)
-        state, deleted = folder.install(op.namespace, done.partition, done.offset, op, cached)
+        state, followups = folder.install(op.namespace, done.partition, done.offset, op,
+                                          cached)
         self.shredded |= folder.shredded
         with self._lock:
             self._cache[op.namespace.key] = (done.offset, state)
-        for sid in sorted(deleted):  # a proposal that raced a deletion: forget it now
-            state = self.append(_forget_session_op(op.namespace, sid, op.time))
+        for ns, sid in followups:  # a proposal that raced a deletion: forget it now
+            after = self.append(_forget_session_op(ns, sid, op.time))
+            if ns.key == op.namespace.key:
+                state = after
         return state
 
     def state(self, namespace: Namespace) -> MemoryState:

@@ -215,6 +215,15 @@ return 1
 """
 
 
+_ADVANCE = """
+for i = 1, #ARGV, 2 do
+  local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '-1')
+  if tonumber(ARGV[i + 1]) > cur then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+return 1
+"""
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -227,6 +236,7 @@ class MemoryRows:
         self.keys = keys
         self.sealer = sealer
         self._store = redis.register_script(_STORE)
+        self._advance = redis.register_script(_ADVANCE)
         self._gen: tuple[int, float] | None = None
 
     # -- keys -----------------------------------------------------------------------
@@ -368,12 +378,16 @@ class MemoryRows:
         raw = self.redis.hget(self._t(f"memory:folded:g{g}"), str(partition))
         return -1 if raw is None else int(raw)
 
-    def set_folded(self, progress: Mapping[int, int], gen: int | None = None) -> None:
+    def advance_folded(self, progress: Mapping[int, int], gen: int | None = None) -> None:
+        """Record that every record of each partition up to its offset is folded into
+        its namespace's row (only forward: one script call)."""
         if not progress:
             return
         g = self.generation() if gen is None else gen
-        self.redis.hset(self._t(f"memory:folded:g{g}"),
-                        mapping={str(p): o for p, o in progress.items()})
+        args: list[Any] = []
+        for p, o in progress.items():
+            args += [str(p), o]
+        self._advance(keys=[self._t(f"memory:folded:g{g}")], args=args)
 
     def changes(self, since: str = "0-0", count: int = 1000, gen: int | None = None
                 ) -> list[tuple[str, dict[str, Any]]]:
@@ -432,33 +446,47 @@ class NamespaceFolder:
 
     def install(self, namespace: Namespace, partition: int, upto: int,
                 own: AnyOp | None = None, cached: tuple[int, MemoryState] | None = None
-                ) -> tuple[MemoryState, set[str]]:
-        """``own``: the operation at ``upto`` (the writer's, in hand: not read back);
-        ``cached``: (offset, state) this process holds (used while the row is there)."""
-        if cached is not None and cached[0] == self.rows.offset(namespace):
-            offset, state = cached
-        else:
-            offset, state = self.rows.load(namespace)
-        if offset >= upto:
-            return state, set()
-        start = max(offset, self.rows.folded(partition)) + 1
-        before = state
+                ) -> tuple[MemoryState, list[tuple[Namespace, str]]]:
+        """Fold the partition up to ``upto`` from where folding stands (the worker's
+        progress, which every installer advances): every namespace met in between is
+        written too, so a writer never reads a record twice and a new namespace never
+        scans the partition. ``own``: the operation at ``upto`` (the writer's, in hand:
+        not read back); ``cached``: (offset, state) of ``namespace`` this process holds.
+        Returns ``namespace``'s state and the follow-up forgets owed (namespace, deleted
+        session) of every namespace written."""
         last = upto - 1 if own is not None else upto
+        start = self.rows.folded(partition) + 1
+        groups: dict[str, tuple[Namespace, list[tuple[int, AnyOp]]]] = {
+            namespace.key: (namespace, [])}
         if self.log is not None and start <= last:
-            key = namespace.key.encode("utf-8")
-            for _, k, value in self.log.read(partition, start, last):
-                if k != key:
-                    continue
+            for off, _k, value in self.log.read(partition, start, last):
                 try:
                     op = decode_op(value, self.rows.sealer)
                 except CorruptRecord as exc:
-                    log.warning("memory record skipped in %s: %s", namespace.digest, exc)
+                    log.warning("memory record %d@%d skipped: %s", off, partition, exc)
                     continue
-                state = mfold.apply(state, op)
+                groups.setdefault(op.namespace.key, (op.namespace, []))[1].append((off, op))
         if own is not None:
-            state = mfold.apply(state, own)
-        deleted = self.commit(namespace, before if offset >= 0 else None, state, upto)
-        return state, deleted
+            groups[namespace.key][1].append((upto, own))
+        mine = mfold.init()
+        followups: list[tuple[Namespace, str]] = []
+        for key, (ns, items) in groups.items():
+            if key == namespace.key and cached is not None and \
+                    cached[0] == self.rows.offset(ns):
+                offset, state = cached
+            else:
+                offset, state = self.rows.load(ns)
+            before, top = state, offset
+            for off, op in items:
+                if off > offset:
+                    state, top = mfold.apply(state, op), off
+            if top > offset:
+                deleted = self.commit(ns, before if offset >= 0 else None, state, top)
+                followups += [(ns, sid) for sid in sorted(deleted)]
+            if key == namespace.key:
+                mine = state
+        self.rows.advance_folded({partition: upto})
+        return mine, followups
 
     def commit(self, namespace: Namespace, before: MemoryState | None,
                state: MemoryState, offset: int, gen: int | None = None) -> set[str]:

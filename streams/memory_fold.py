@@ -128,8 +128,8 @@ class MemoryWorker:
                         source_session=sid, reason="session deleted")
             done = self.log.append(ns, encode_op(op, self.sealer))
             state, _ = self.folder.install(ns, done.partition, done.offset, op)
-            self.states[ns.key] = (done.offset, state)
-        self.rows.set_folded(progress, gen)
+            self.states[ns.key] = (self.rows.offset(ns), state)
+        self.rows.advance_folded(progress, gen)
 
     def _state(self, ns: Namespace, gen: int | None) -> tuple[int, Any]:
         row_offset = self.rows.offset(ns, gen)

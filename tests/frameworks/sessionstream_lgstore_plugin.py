@@ -12,8 +12,10 @@ but the store's expiry does not depend on the box's speed).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -49,8 +51,62 @@ class _Store(SessionstreamStore):
         return True
 
 
-def _make(index: Any = None, ttl: Any = None) -> _Store:
-    return _Store(_backend(), user=f"lg-{uuid.uuid4().hex[:12]}", index=index, ttl=ttl)
+class _AsyncStore(SessionstreamStore):
+    """Ours, with the AsyncSqliteStore methods the async suite awaits."""
+
+    async def setup(self) -> None:
+        pass
+
+    async def sweep_ttl(self) -> int:  # type: ignore[override]
+        return await self.asweep_ttl()
+
+    async def start_ttl_sweeper(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    async def stop_ttl_sweeper(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+
+#: Milliseconds the suite's sleeps added to the stores' clock (they do not sleep).
+_SLEPT = [0]
+
+
+def _clock() -> int:
+    return time.time_ns() // 1_000_000 + _SLEPT[0]
+
+
+class _Time:
+    """``time`` for the TTL tests: ``sleep`` moves the stores' clock, it does not wait."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        _SLEPT[0] += int(seconds * 1000)
+
+
+class _Asyncio:
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(seconds: float, result: Any = None) -> Any:
+        _SLEPT[0] += int(seconds * 1000)
+        return await asyncio.sleep(0, result)
+
+
+def _make(index: Any = None, ttl: Any = None, cls: type = _Store) -> Any:
+    return cls(_backend(), user=f"lg-{uuid.uuid4().hex[:12]}", index=index, ttl=ttl,
+               clock=_clock)
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.endswith("test_ttl"):
+            module.time = _Time()
+            module.asyncio = _Asyncio()
 
 
 @contextlib.contextmanager
@@ -61,8 +117,8 @@ def _from_conn_string(*_args: Any, index: Any = None, ttl: Any = None,
 
 @contextlib.asynccontextmanager
 async def _afrom_conn_string(*_args: Any, index: Any = None, ttl: Any = None,
-                             **_kw: Any) -> AsyncIterator[_Store]:
-    yield _make(index, ttl)
+                             **_kw: Any) -> AsyncIterator[_AsyncStore]:
+    yield _make(index, ttl, _AsyncStore)
 
 
 def pytest_configure(config: Any) -> None:
