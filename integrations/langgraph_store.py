@@ -121,7 +121,7 @@ class SessionstreamStore(BaseStore):
         if index:
             self.index_config = dict(index)
             self.embeddings = ensure_embeddings(index.get("embed"))
-            given = index.get("fields") or index.get("text_fields")  # type: ignore[typeddict-item]
+            given: Any = dict(index).get("fields") or dict(index).get("text_fields")
             self._fields = list(given or ["$"])
         #: per namespace key: (state object, {memory id: [vectors]}) computed once
         self._vectors: dict[str, tuple[Any, dict[str, list[list[float]]]]] = {}

@@ -505,6 +505,20 @@ def load(obj: Mapping[str, Any]) -> MemoryState:
         rejected=dict(obj["rejected"]))
 
 
-__all__ = ["RECENT_OPS", "REJECTIONS_KEPT", "STATE_VERSION", "MemoryState", "Rejection",
-           "apply", "derived_from", "dump", "explain", "fold", "forgotten_version", "init",
-           "dump_head", "load", "newly_forgotten"]
+__all__ = [
+    "RECENT_OPS",
+    "REJECTIONS_KEPT",
+    "STATE_VERSION",
+    "MemoryState",
+    "Rejection",
+    "apply",
+    "derived_from",
+    "dump",
+    "dump_head",
+    "explain",
+    "fold",
+    "forgotten_version",
+    "init",
+    "load",
+    "newly_forgotten",
+]
