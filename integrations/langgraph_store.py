@@ -12,8 +12,8 @@
 What LangGraph's own stores keep, plus what they cannot: every ``put`` is a memory
 operation on the tenant's log (a new version of the item, the old one kept as history),
 each item cites the sessions and seqs it came from when the caller passes them
-(``store.put(ns, key, value, sources=[(session_id, [seqs])])`` through
-:meth:`SessionstreamStore.put_with_sources`), and ``sessionstream delete SESSION``
+(:meth:`SessionstreamStore.put_with_sources`: ``store.put_with_sources(ns, key, value,
+[(session_id, [seqs])])``), and ``sessionstream delete SESSION``
 forgets every item derived only from that session.
 
 Mapping:
@@ -216,7 +216,15 @@ class SessionstreamStore(BaseStore):
         if refresh and ttl is not None:
             touches.append((ns, v.ref.id, self._now() + int(ttl * _MINUTE_MS)))
 
-    def _put(self, op: PutOp) -> None:
+    def put_with_sources(self, namespace: tuple[str, ...], key: str, value: dict[str, Any],
+                         sources: Sequence[tuple[str, Sequence[int]]], *,
+                         index: Any = None, ttl: float | None = None) -> None:
+        """``put``, citing the sessions and seqs the value was derived from: deleting
+        every one of those sessions forgets the item (``sessionstream delete``)."""
+        validate_op_namespace(PutOp(tuple(namespace), key, value))
+        self._put(PutOp(tuple(namespace), key, value, index, ttl), sources)
+
+    def _put(self, op: PutOp, sources: Sequence[tuple[str, Sequence[int]]] = ()) -> None:
         ns = self._ns(op.namespace)
         memory_id = _key_id(op.key)
         if op.value is None:
@@ -230,7 +238,8 @@ class SessionstreamStore(BaseStore):
             fields = op.index if op.index else self._fields
             paths = tuple("value" if f == "$" else f"value.{f}" for f in fields)
         self.mem.propose({"key": op.key, "value": op.value, "ttl": ttl}, kind="item",
-                         namespace=ns, memory_id=memory_id, dedupe=False, index=paths,
+                         sources=sources, namespace=ns, memory_id=memory_id, dedupe=False,
+                         index=paths,
                          expires_at=None if ttl is None else
                          self._now() + int(ttl * _MINUTE_MS))
 
