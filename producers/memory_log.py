@@ -167,7 +167,9 @@ class MemoryLog:
                 consumer.assign([TopicPartition(self.topic, partition, start)])
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
-                    batch = consumer.consume(500, 1.0)
+                    # ask for exactly what is left: consume() waits for a full batch
+                    batch = consumer.consume(max(1, min(500, end - start + 1 - len(out))),
+                                             1.0)
                     for m in batch:
                         if m.error() is not None:
                             if m.error().code() == -191:  # _PARTITION_EOF: the end
