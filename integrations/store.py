@@ -284,6 +284,13 @@ class SessionStore(ABC):
     @abstractmethod
     def _new_handle(self, session_id: str) -> SessionHandle: ...
 
+    def read_views(self, reads: Sequence[tuple[str, str, int | None]]) -> list[ViewSnapshot]:
+        """Several inline views at once, in order: each ``(session id, view name, last)``
+        read as :meth:`SessionHandle.view` reads it (the fleet: every view in one
+        pipelined round trip, a stale one then rebuilt from the log as ``view`` does) —
+        what a listing of many sessions, or a session with its shared state, reads."""
+        return [self.open(sid).view(name, last) for sid, name, last in reads]
+
     def close(self) -> None:
         """Flush every handle (and, on the fleet, give back what a write still holds)."""
         with self._lock:
@@ -669,16 +676,45 @@ class FleetStore(SessionStore):
 
     def _read_view(self, session_id: str, name: str, last: int | None) -> ViewSnapshot:
         """One Redis call; a view behind the log is rebuilt from the log (and installed)."""
+        self._check_view(name)
+        self._redis()
+        raw = self._scripts["read"](**self._read_call(session_id, name, last))
+        return self._resolve(session_id, name, last, ViewRead.parse(raw))
+
+    def read_views(self, reads: Sequence[tuple[str, str, int | None]]) -> list[ViewSnapshot]:
+        out: list[ViewSnapshot | None] = [None] * len(reads)
+        todo = []
+        for i, (sid, name, last) in enumerate(reads):
+            self._check_view(name)
+            handle = self._handles.get(sid)
+            if isinstance(handle, _FleetHandle) and handle._held() is not None:
+                out[i] = handle.view(name, last)  # a write with durable=False holds it
+            else:
+                todo.append(i)
+        if todo:
+            client = self._redis()
+            with client.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    self._scripts["read"](**self._read_call(*reads[i]), client=pipe)
+                raws = pipe.execute()
+            for i, raw in zip(todo, raws, strict=True):
+                out[i] = self._resolve(*reads[i], ViewRead.parse(raw))
+        return [snap for snap in out if snap is not None]
+
+    def _check_view(self, name: str) -> None:
         if name not in self.views:
             raise StoreError(f"no inline view {name!r} is registered with this store "
                              f"(registered: {sorted(self.views) or 'none'})")
-        self._redis()
+
+    def _read_call(self, session_id: str, name: str, last: int | None) -> dict[str, Any]:
         keys = self.cfg.keys
-        raw = self._scripts["read"](keys=[keys.lease(session_id),
-                                          keys.inline_view(session_id, name),
-                                          keys.inline_view_chunks(session_id, name)],
-                                    args=[-1 if last is None else last])
-        got = ViewRead.parse(raw)
+        return {"keys": [keys.lease(session_id), keys.inline_view(session_id, name),
+                         keys.inline_view_chunks(session_id, name)],
+                "args": [-1 if last is None else last]}
+
+    def _resolve(self, session_id: str, name: str, last: int | None,
+                 got: ViewRead) -> ViewSnapshot:
+        """The snapshot a READ found, or (stale, shredded, missing) the log's."""
         if got.fresh:
             snap = self._decode(session_id, name, got, last)
             if snap is not None:
