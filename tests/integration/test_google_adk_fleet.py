@@ -4,11 +4,15 @@ StaleSessionError while the first holds the session."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 from google.adk.errors import StaleSessionError
 
+from sessionstream.core.settings import Settings
+from sessionstream.governance.wiring import content_cipher
 from sessionstream.integrations.google_adk import EVENT_TYPES, SessionstreamSessionService
 from sessionstream.integrations.store import FleetStore
 from sessionstream.producers.writer import WriterConfig
@@ -21,12 +25,17 @@ pytestmark = pytest.mark.integration
 
 
 class TestFleetService(AdkServiceContract):
+    shreds = True
+
     @pytest.fixture
-    def make_service(self, writer_cfg: WriterConfig) -> Any:
+    def make_service(self, writer_cfg: WriterConfig, tmp_path: Path) -> Any:
         made: list[FleetStore] = []
+        settings = Settings.from_env({"SESSIONSTREAM_STATE_DIR": str(tmp_path)})
 
         def make() -> SessionstreamSessionService:
-            store = FleetStore(writer_cfg, EVENT_TYPES)  # a new store: another process's
+            # a new store, its own key cache: another process's (content sealed)
+            cfg = dataclasses.replace(writer_cfg, cipher=content_cipher(settings))
+            store = FleetStore(cfg, EVENT_TYPES)
             made.append(store)
             return SessionstreamSessionService(store)
 

@@ -9,6 +9,8 @@ import pytest
 
 from sessionstream.integrations.google_adk import (
     EVENT_TYPES,
+    SCOPE_VIEW,
+    SESSION_VIEW,
     SessionstreamSessionService,
     stream_id,
 )
@@ -37,6 +39,9 @@ def test_session_ids_are_readable_when_plain_and_a_digest_otherwise() -> None:
     assert stream_id("a.b", "c", "d") != stream_id("a", "b.c", "d")
 
 
-def test_a_store_without_the_adk_types_is_refused_naming_them() -> None:
-    with pytest.raises(ValueError, match="google-adk/session"):
-        SessionstreamSessionService(MemoryStore())
+def test_the_service_registers_its_types_and_views_with_the_store_it_is_given() -> None:
+    store = MemoryStore()
+    SessionstreamSessionService(store)
+    assert all(store.catalog.get(t.name) is t for t in EVENT_TYPES)
+    assert set(store.views) == {SESSION_VIEW.name, SCOPE_VIEW.name}
+    SessionstreamSessionService(store)  # a second service on the same store: the same
