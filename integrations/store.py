@@ -70,7 +70,7 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonl import dumps_line, read_jsonl
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.core.rows import INLINE_VIEW_CHUNK
+from sessionstream.core.rows import INLINE_VIEW_CHUNK, SEALED_PREFIX
 from sessionstream.core.session import Session
 from sessionstream.governance.rows import RowCipher
 from sessionstream.integrations.views import InlineView, ViewSnapshot, ViewState
@@ -644,8 +644,10 @@ class FleetStore(SessionStore):
         return self._rows.seal(session_id, f"fv:{name}", f"fv:{name}:{field}", text)
 
     def _open(self, session_id: str, name: str, field: str, stored: str) -> str | None:
+        """The clear text; None when it does not open here (sealed, and this store has no
+        cipher or the key is shredded): the reader then takes the log's placeholders."""
         if self._rows is None:
-            return stored
+            return None if stored.startswith(SEALED_PREFIX) else stored
         return self._rows.open(session_id, f"fv:{name}", f"fv:{name}:{field}", stored)
 
     def _chunks(self, session_id: str, name: str, entries: Sequence[JsonValue],

@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.results import Spread
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,8 +56,7 @@ class Ctx:
 
     def env(self, topic: str, prefix: str, **extra: str) -> dict[str, str]:
         """The environment of a child (or this process's settings) on that topic."""
-        return {"SESSIONSTREAM_EVENTS_TOPIC": topic, "SESSIONSTREAM_KEY_PREFIX": prefix,
-                **extra}
+        return {Env.EVENTS_TOPIC: topic, Env.KEY_PREFIX: prefix, **extra}
 
     def settings_for(self, topic: str, prefix: str, **extra: str) -> Settings:
         return Settings.from_env({**os.environ, **self.env(topic, prefix, **extra)})

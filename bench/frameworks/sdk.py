@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.frameworks import Ctx, child, child_main, ms
 from bench.results import Result
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 
 MODULE = "bench.frameworks.sdk"
 
@@ -265,7 +265,7 @@ def _bytes(ctx: Ctx, loop: asyncio.AbstractEventLoop) -> list[Result]:
     for mode in ("off", "on"):
         topic = ctx.topic(1)
         settings = Settings.from_env({**os.environ, **ctx.env(topic, ctx.prefix),
-                                      "SESSIONSTREAM_ENCRYPTION": mode})
+                                      Env.ENCRYPTION: mode})
         store = fleet_store(settings)
         s = SessionstreamSession(f"bytes-{uuid.uuid4().hex[:8]}", store)
         loop.run_until_complete(_fill(s, 1000))

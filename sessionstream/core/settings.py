@@ -71,6 +71,7 @@ class Env:
     STREAMS_GROUP = "SESSIONSTREAM_STREAMS_GROUP"
     WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
     BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
+    LEASE_TTL_MS = "SESSIONSTREAM_LEASE_TTL_MS"
     BATCH_WITHIN_MS = "SESSIONSTREAM_BATCH_WITHIN_MS"
     CONVERGE_SESSIONS = "SESSIONSTREAM_CONVERGE_SESSIONS"
     ENGINE = "SESSIONSTREAM_ENGINE"
@@ -151,6 +152,9 @@ class Settings:
     principal: str = "operator"  # who deletes/holds, recorded in audit events
     fold: str = "auto"  # replay's and the kafka worker's fold: auto | native (Rust) | python
     append: str = "auto"  # the session writer's append path: auto | native (Rust) | python
+    #: How long a writer's lease outlives its last renewal (a writer that died mid-write
+    #: blocks the session's next writer at most this long; a live one renews it).
+    lease_ttl_ms: int = 30_000
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     # The worker's consumer instance id (static group membership, streams.membership):
@@ -274,6 +278,9 @@ class Settings:
                                  (Env.CONVERGE_SESSIONS, self.converge_sessions, 1)):
             if not low <= value <= 1_000_000:
                 raise SettingsError(f"{name}={value} is out of range: use {low}..1000000")
+        if not 1_000 <= self.lease_ttl_ms <= 3_600_000:
+            raise SettingsError(f"{Env.LEASE_TTL_MS}={self.lease_ttl_ms} is out of range: use "
+                                "1000..3600000 (milliseconds)")
         if self.engine not in ENGINES:
             raise SettingsError(f"{Env.ENGINE}={self.engine!r} is not an engine: use "
                                 + " or ".join(ENGINES))
@@ -402,6 +409,7 @@ class Settings:
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
             fold=env.get(Env.FOLD) or "auto",
             append=env.get(Env.APPEND) or "auto",
+            lease_ttl_ms=_int(env, Env.LEASE_TTL_MS, 30_000),
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or WORKER_INSTANCE_AUTO,
             batch_max=_int(env, Env.BATCH_MAX, 2000),

@@ -29,6 +29,7 @@ __all__ = ["writer_cfg"]
 
 pytestmark = pytest.mark.integration
 RACER = Path(__file__).with_name("openai_agents_racer.py")
+ROOT = Path(__file__).resolve().parents[2]
 CANARY = "canary-sdk-7f3c"
 
 
@@ -55,6 +56,24 @@ def test_two_processes_overlapping_through_the_sdk_api_leave_one_history(
     stored = [dict(e.data["item"]) for e in events if "item" in e.data]
     assert stored == [holder[0]["item"], holder[1]["item"], racer[1]["item"]]  # no more
     store.close()
+
+
+async def test_a_conversation_served_by_ten_processes_in_turn_keeps_every_message(
+        writer_cfg: WriterConfig) -> None:
+    """A stateless tier: each turn is one process that builds the session, runs the agent
+    once and exits without closing; the next process (another "node") continues at once."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SESSIONSTREAM_EVENTS_TOPIC": writer_cfg.topic,
+           "SESSIONSTREAM_KEY_PREFIX": writer_cfg.key_prefix, "SESSIONSTREAM_ENCRYPTION": "off"}
+    for n in range(10):
+        run = subprocess.run([sys.executable, "-m", "tests.integration.openai_agents_turn",
+                              "ten", str(n)], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.strip() == "Paris."
+    items = await SessionstreamSession("ten", FleetStore(writer_cfg)).get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant"] * 10
+    assert [i["content"] for i in items[::2]] == [
+        f"Turn {n}: capital of France?" for n in range(10)]
 
 
 async def test_a_deleted_sdk_session_reads_as_placeholders(
