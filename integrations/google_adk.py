@@ -66,6 +66,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 from google.adk.errors import StaleSessionError
@@ -448,7 +449,7 @@ class _Found:
     generation: int
     snap: ViewSnapshot
 
-    @property
+    @cached_property
     def head(self) -> _Head:
         return _Head.of(self.snap.fields)
 
@@ -557,35 +558,35 @@ class SessionstreamSessionService(BaseSessionService):
         return found, user_scope, app_scope
 
     def _state(self, app: str, user: str, sid: str, fields: Mapping[str, JsonValue],
-               user_regs: dict[str, Register], app_regs: dict[str, Register]
+               user_regs: Mapping[str, Register], app_regs: Mapping[str, Register]
                ) -> dict[str, Any]:
         """The merged state ADK sees; app/user writes of this session that are newer
         than the scope registers (a process died before applying them) are applied now."""
+        state: dict[str, Any] = {}
         behind: dict[str, dict[str, Register]] = {}
-        for prefix, scope, regs in ((_APP, "app", app_regs), (_USER, "user", user_regs)):
-            for name, rec in fields.items():
-                if not name.startswith(prefix) or not isinstance(rec, Sequence) \
-                        or len(rec) != 3:
-                    continue
-                key = name[len(prefix):]
-                have = regs.get(key)
-                if have is None or _newer(rec, have):
-                    behind.setdefault(scope, {})[key] = list(rec)
-                    regs[key] = list(rec)
+        for name, value in fields.items():
+            if name.startswith(_SESSION):
+                state[name[len(_SESSION):]] = thaw(value)
+            elif name.startswith((_APP, _USER)) and isinstance(value, Sequence) \
+                    and len(value) == 3:
+                scope, regs = ("app", app_regs) if name.startswith(_APP) else (
+                    "user", user_regs)
+                have = regs.get(name[2:])
+                if have is None or _newer(value, have):
+                    behind.setdefault(scope, {})[name[2:]] = list(value)
         if behind:
             self._apply_scoped(app, user, behind, stream_id(app, user, sid))
-        state = {k[len(_SESSION):]: thaw(v) for k, v in fields.items()
-                 if k.startswith(_SESSION)}
+            app_regs = {**app_regs, **behind.get("app", {})}
+            user_regs = {**user_regs, **behind.get("user", {})}
         state.update({State.APP_PREFIX + k: thaw(r[0]) for k, r in app_regs.items()})
         state.update({State.USER_PREFIX + k: thaw(r[0]) for k, r in user_regs.items()})
         return state
 
     def _session(self, app: str, user: str, sid: str, found: _Found,
-                 user_scope: ViewSnapshot, app_scope: ViewSnapshot,
+                 user_regs: Mapping[str, Register], app_regs: Mapping[str, Register],
                  events: list[AdkEvent]) -> AdkSession:
         head = found.head
-        state = self._state(app, user, sid, found.snap.fields, _registers(user_scope),
-                            _registers(app_scope))
+        state = self._state(app, user, sid, found.snap.fields, user_regs, app_regs)
         s = AdkSession(app_name=app, user_id=user, id=sid, state=state, events=events,
                        last_update_time=head.updated)
         s._storage_update_marker = _marker(found.generation, found.snap.seq)
@@ -669,7 +670,8 @@ class SessionstreamSessionService(BaseSessionService):
         if after is not None:
             entries = [x for x in entries if _ts(x) >= after]
         events = [AdkEvent.model_validate(x) for x in entries]
-        return self._session(app, user, sid, found, user_scope, app_scope, events)
+        return self._session(app, user, sid, found, _registers(user_scope),
+                             _registers(app_scope), events)
 
     async def list_sessions(self, *, app_name: str,
                             user_id: str | None = None) -> ListSessionsResponse:
@@ -699,11 +701,12 @@ class SessionstreamSessionService(BaseSessionService):
                                             SESSION_VIEW.name, 0) for i, gen in moved])
             for (i, gen), snap in zip(moved, again, strict=True):
                 found[i] = _Found(gen, snap)
-        user_scopes = dict(zip(users, scopes, strict=True))
+        app_regs = _registers(app_scope)
+        user_regs = {u: _registers(scope) for u, scope in zip(users, scopes, strict=True)}
         out: list[AdkSession] = []
         for (u, sid), f in zip(pairs, found, strict=True):
             if f.head.on:
-                out.append(self._session(app, u, sid, f, user_scopes[u], app_scope, []))
+                out.append(self._session(app, u, sid, f, user_regs[u], app_regs, []))
         out.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=out)
 
