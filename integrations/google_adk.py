@@ -759,16 +759,18 @@ class SessionstreamSessionService(BaseSessionService):
     def _governance(self) -> Any:
         """The tenant's governance (crypto-shred, purge, audit) when the store has keys."""
         store = self.store
-        if not isinstance(store, FleetStore) or store.cfg.cipher is None:
+        cipher = store.cfg.cipher if isinstance(store, FleetStore) else None
+        if cipher is None:
             return None
         from sessionstream import redisconn
         from sessionstream.governance.service import Governance
         from sessionstream.producers.audit import WriterAuditLog
 
+        assert isinstance(store, FleetStore)
         cfg = store.cfg
         client = redisconn.sync_redis(cfg.redis_url, cluster=cfg.redis_cluster,
                                       decode_responses=True)
-        return Governance(cfg, cfg.cipher.store, client, audit=WriterAuditLog(cfg),
+        return Governance(cfg, cipher.store, client, audit=WriterAuditLog(cfg),
                           principal="google-adk")
 
     def _check_hold(self, sid: str) -> None:
