@@ -436,10 +436,12 @@ class _NewScope(Exception):
 
 
 class _Moved(Exception):
-    """The id's current incarnation is another generation."""
+    """The id's current incarnation is another generation (``complete``: False while
+    the deletion that ended the one before has not shredded it yet)."""
 
-    def __init__(self, generation: int) -> None:
+    def __init__(self, generation: int, complete: bool) -> None:
         self.generation = generation
+        self.complete = complete
 
 
 @dataclass(frozen=True)
@@ -608,7 +610,7 @@ class SessionstreamSessionService(BaseSessionService):
                   "state": deltas["session"], "created": created, "src": src,
                   "scoped": {"app": deltas["app"], "user": deltas["user"]}}
         self._index(app, user, sid, "created")  # first: the index names every session
-        gen = 0
+        gen, unfinished = 0, False
         while True:
             handle = self.store.open(stream_id(app, user, sid, gen))
 
@@ -619,7 +621,7 @@ class SessionstreamSessionService(BaseSessionService):
                     if head.on:
                         raise AlreadyExistsError(f"Session with id {sid} already exists.")
                     if head.generation > gen:
-                        raise _Moved(head.generation)
+                        raise _Moved(head.generation, head.complete)
                 return [Draft(CREATED, record)]
 
             try:
@@ -627,9 +629,12 @@ class SessionstreamSessionService(BaseSessionService):
                 break
             except _Moved as moved:
                 gen = moved.generation
+                unfinished = not moved.complete
             except WriterConflict as exc:
                 raise AlreadyExistsError(f"Session with id {sid} is being written by "
                                          f"another writer: {exc.detail}") from exc
+        if unfinished:  # a deletion of the id stopped before its shred: finish it
+            self._end(app, user, sid, gen - 1, unindex=False)
         scoped = {scope: {k: [v, created, src] for k, v in deltas[scope].items()}
                   for scope in ("app", "user") if deltas[scope]}
         if scoped:
@@ -720,10 +725,11 @@ class SessionstreamSessionService(BaseSessionService):
         gen = 0
         if not head.on and head.generation:
             gen = head.generation
-            if not _Head.of(self.store.open(stream_id(app, user, sid, gen)).view(
-                    SESSION_VIEW.name, 0).fields).on:
-                if not head.complete:  # a deletion that stopped before its shred
-                    self._end(app, user, sid, gen - 1)
+            live = _Head.of(self.store.open(stream_id(app, user, sid, gen)).view(
+                SESSION_VIEW.name, 0).fields).on
+            if not head.complete:  # a deletion that stopped before its shred: finish it
+                self._end(app, user, sid, gen - 1, unindex=not live)
+            if not live:
                 return
         elif not head.on:
             return  # never created (or deleted and never created again)
@@ -738,14 +744,13 @@ class SessionstreamSessionService(BaseSessionService):
                 if cs is not None and (gen or _head(first).on) else [], self.conflict_wait_s)
         except WriterConflict as exc:
             raise StaleSessionError(str(exc)) from exc
-        if not ended:
-            return  # another process deleted it meanwhile
-        self._end(app, user, sid, gen)
+        if ended:  # (else another process deleted it meanwhile)
+            self._end(app, user, sid, gen)
 
-    def _end(self, app: str, user: str, sid: str, gen: int) -> None:
+    def _end(self, app: str, user: str, sid: str, gen: int, *, unindex: bool = True) -> None:
         """Shred the ended incarnation ``gen`` (the fleet), then record the deletion
         complete on the first stream (which also writes its views again: the shred
-        purged them if ``gen`` is 0) and drop the session from the user's index."""
+        purged them if ``gen`` is 0) and drop the id from the user's index."""
         first = self.store.open(stream_id(app, user, sid))
         self._shred(stream_id(app, user, sid, gen))
         try:
@@ -754,7 +759,8 @@ class SessionstreamSessionService(BaseSessionService):
                         if cs is not None else [], self.conflict_wait_s)
         except WriterConflict as exc:
             raise StaleSessionError(str(exc)) from exc
-        self._index(app, user, sid, "deleted")
+        if unindex:
+            self._index(app, user, sid, "deleted")
 
     def _governance(self) -> Any:
         """The tenant's governance (crypto-shred, purge, audit) when the store has keys."""

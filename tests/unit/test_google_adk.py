@@ -141,3 +141,45 @@ async def test_a_session_re_created_after_a_deletion_is_a_new_generation() -> No
     # each life is its own log; the first stream holds the first and the pointer
     assert [len(store.open(stream_id("a", "u", "s", g)).events()) > 0 for g in range(4)] \
         == [True, True, True, False]
+
+
+class _ShredsRecorded(SessionstreamSessionService):
+    """Records what it shreds (the memory store has no keys); ``die`` stops the process
+    at its next shred."""
+
+    def __init__(self, store: MemoryStore, shredded: list[str], die: bool = False) -> None:
+        super().__init__(store)
+        self.shredded = shredded
+        self.die = die
+
+    def _shred(self, sid: str) -> None:
+        if self.die:
+            raise _Died
+        self.shredded.append(sid)
+
+
+@pytest.mark.parametrize("then", ["delete", "create"])
+async def test_a_deletion_that_died_before_its_shred_is_finished_by_the_next_call(
+        then: str) -> None:
+    store, shredded = MemoryStore(), []
+    svc = _ShredsRecorded(store, shredded)
+    await svc.create_session(app_name="a", user_id="u", session_id="s")
+    with pytest.raises(_Died):
+        await _ShredsRecorded(store, shredded, die=True).delete_session(
+            app_name="a", user_id="u", session_id="s")
+    assert await svc.get_session(app_name="a", user_id="u", session_id="s") is None
+    assert shredded == []  # deleted, not shredded yet
+    if then == "delete":
+        await svc.delete_session(app_name="a", user_id="u", session_id="s")
+        assert (await svc.list_sessions(app_name="a", user_id="u")).sessions == []
+    else:
+        await svc.create_session(app_name="a", user_id="u", session_id="s")
+        assert [x.id for x in (await svc.list_sessions(app_name="a", user_id="u")
+                               ).sessions] == ["s"]
+    assert shredded == [stream_id("a", "u", "s")]
+    if then == "delete":
+        await svc.delete_session(app_name="a", user_id="u", session_id="s")
+        assert shredded == [stream_id("a", "u", "s")]  # finished once, not again
+    else:
+        await svc.delete_session(app_name="a", user_id="u", session_id="s")
+        assert shredded == [stream_id("a", "u", "s"), stream_id("a", "u", "s", 1)]
