@@ -218,16 +218,17 @@ class SessionHandle(ABC):
         self.flush()
 
     # -- views ------------------------------------------------------------------------
-    def _fold_views(self, events: Sequence[Event], upto: int) -> None:
-        """Fold ``events`` (the session's, from ``self._folded``) into every view."""
+    def _fold_views(self, session: Session, upto: int) -> None:
+        """Fold the session's events from ``self._folded`` up to ``upto`` into every view
+        (a view registered since: the whole log)."""
         views = self.store.views
+        new = session.events_since(self._folded)[:upto - self._folded]
         for name, view in views.items():
             state = self._views.get(name)
+            todo = new
             if state is None:
                 state = self._views[name] = ViewState()
-                todo: Sequence[Event] = events[:upto]  # a view registered later: all
-            else:
-                todo = events[self._folded:upto]
+                todo = session.events[:upto]
             for e in todo:
                 view.fold(state, e)
         self._folded = upto
@@ -355,7 +356,7 @@ class _LocalHandle(SessionHandle):
             self._session = s
             if created:
                 self._rebuild_views(())
-            self._fold_views(s.events, len(s))
+            self._fold_views(s, len(s))
             if durable:
                 self._flush_locked()
             return events
@@ -366,7 +367,7 @@ class _LocalHandle(SessionHandle):
 
     def _flush_locked(self) -> None:
         if self._session is not None and len(self._session) > self._flushed:
-            self._persist(self._session.events[self._flushed:])
+            self._persist(self._session.events_since(self._flushed))
             self._flushed = len(self._session)
             for state in self._views.values():
                 state.published()
@@ -427,7 +428,8 @@ _CONFLICTS = (Fenced, LeaseUnavailable, ResumeRaceLost, LeaseExpired, SessionExi
 
 
 def _end_of(s: Session) -> tuple[int, str]:
-    return s.next_seq, s.events[-1].event_id
+    last = s.last_event
+    return s.next_seq, last.event_id if last is not None else ""
 
 
 class _FleetHandle(SessionHandle):
@@ -483,12 +485,13 @@ class _FleetHandle(SessionHandle):
         s = w.session
         if self._folded != s.next_seq:  # new here, or others wrote since our last write
             if self._views:
-                self._fold_views(s.events, s.next_seq)
+                self._fold_views(s, s.next_seq)
             else:
                 self._rebuild_views(s.events)
             for state in self._views.values():
                 state.published()  # as their writers stored it (a settle finds out if not)
-        last = s.events[-1]
+        last = s.last_event
+        assert last is not None
         self._stored_at = (last.seq, last.event_id)
         return w
 
@@ -503,7 +506,8 @@ class _FleetHandle(SessionHandle):
             raise self._conflict(exc) from exc
         for state in self._views.values():
             state.published()
-        last = w.session.events[-1]
+        last = w.session.last_event
+        assert last is not None
         self._stored_at = (last.seq, last.event_id)
         if stale:
             self.store._install(self.session_id, last, {n: self._views[n] for n in stale})
@@ -512,7 +516,8 @@ class _FleetHandle(SessionHandle):
         """What changed in view ``name`` since it was stored, as one settle's write."""
         state = self._views[name]
         low, dirty, gone = state.changes()
-        last = s.events[-1]
+        last = s.last_event
+        assert last is not None
         if low is None and not dirty and not gone and self._stored_at[0] == last.seq:
             return None
         keep = -1 if low is None else low // INLINE_VIEW_CHUNK
@@ -559,7 +564,7 @@ class _FleetHandle(SessionHandle):
                 if durable:
                     self._give_back(w)
                 raise
-            self._fold_views(s.events, len(s))
+            self._fold_views(s, len(s))
             if durable:
                 self._hand_on(w)
             return events
