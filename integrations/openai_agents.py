@@ -317,7 +317,7 @@ class SessionstreamSession(SessionABC):
 
     def _items(self, last: int | None) -> list[Any]:
         entries = self._handle.view(ITEMS_VIEW.name, last).entries
-        return [x[1] for x in entries]  # type: ignore[index]
+        return [x[1] for x in entries]
 
     async def add_items(self, items: list[Any], *, wrapper: Any | None = None) -> None:
         """Append the items (one event each, see the mapping) in one atomic write, made
@@ -356,7 +356,7 @@ class SessionstreamSession(SessionABC):
             last = h.view(ITEMS_VIEW.name, 1).entries  # we hold the session: current
             if not last:
                 return []
-            item = last[0][1]  # type: ignore[index]
+            item = last[0][1]
             if validate is not None:
                 validate(item)
             popped.append(item)
@@ -384,7 +384,7 @@ class SessionstreamSession(SessionABC):
         first drops the leading items ``prune_prefix`` accepts. The replacement is an
         ``openai-agents/replace-suffix`` event: history is kept."""
         snap = await asyncio.to_thread(self._handle.view, ITEMS_VIEW.name, limit)
-        read = [(x[0], x[1]) for x in snap.entries]  # type: ignore[index]
+        read = [(x[0], x[1]) for x in snap.entries]
         complete = snap.count <= len(read)
 
         async def replace_suffix(start: int, output: list[Any]) -> bool:
@@ -405,13 +405,13 @@ class SessionstreamSession(SessionABC):
             if s is None:
                 return []
             now = h.view(ITEMS_VIEW.name).entries  # we hold the session: current
-            tail = [(x[0], x[1]) for x in now[len(now) - len(expected):]]  # type: ignore[index]
+            tail = [(x[0], x[1]) for x in now[len(now) - len(expected):]]
             if len(now) < len(expected) or tail != expected:
                 return []  # the suffix changed since the snapshot: nothing replaced
             at = len(now) - len(expected)
             prune = 0
             if prune_prefix is not None:
-                while prune < at and prune_prefix(now[prune][1]):  # type: ignore[index]
+                while prune < at and prune_prefix(now[prune][1]):
                     prune += 1
             done.append(True)
             return [Draft(SUFFIX, {"at": at, "prune": prune, "items": output})]

@@ -105,6 +105,8 @@ class Env:
     CLUSTER_KAFKA_PORTS = "SESSIONSTREAM_CLUSTER_KAFKA_PORTS"
     CLUSTER_CONTROLLER_PORTS = "SESSIONSTREAM_CLUSTER_CONTROLLER_PORTS"
     CLUSTER_REDIS_PORTS = "SESSIONSTREAM_CLUSTER_REDIS_PORTS"
+    CONTEXT_BUDGET = "SESSIONSTREAM_CONTEXT_BUDGET"
+    PRICES = "SESSIONSTREAM_PRICES"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
@@ -137,6 +139,12 @@ class Settings:
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
+    #: The context budget in estimated tokens: the compactor's default and the line the
+    #: dashboard draws on a session's context plot.
+    context_budget: int = 32_000
+    #: A JSON file of model prices (USD per million tokens) the plots' costs come from
+    #: (``sessionstream.core.series.Prices``); None: no costs.
+    prices_file: Path | None = None
     # The cluster profile's loopback ports (sessionstream.localstack.cluster); empty: defaults.
     cluster_kafka_ports: tuple[int, ...] = ()
     cluster_controller_ports: tuple[int, ...] = ()
@@ -239,6 +247,9 @@ class Settings:
             raise SettingsError(
                 "SESSIONSTREAM_WIRE=confluent needs SESSIONSTREAM_SCHEMA_REGISTRY_URL (the "
                 "registry's Confluent-compatible API); or use SESSIONSTREAM_WIRE=single-object")
+        if self.context_budget < 1:
+            raise SettingsError(f"{Env.CONTEXT_BUDGET}={self.context_budget} is not a number "
+                                "of tokens (1 or more)")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise SettingsError(
                 f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
@@ -395,6 +406,8 @@ class Settings:
             schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
             metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
                           if env.get("SESSIONSTREAM_METRICS_PORT") else None),
+            context_budget=_int(env, Env.CONTEXT_BUDGET, 32_000),
+            prices_file=Path(env[Env.PRICES]) if env.get(Env.PRICES) else None,
             cluster_kafka_ports=_ports(env, Env.CLUSTER_KAFKA_PORTS),
             cluster_controller_ports=_ports(env, Env.CLUSTER_CONTROLLER_PORTS),
             cluster_redis_ports=_ports(env, Env.CLUSTER_REDIS_PORTS),
