@@ -703,6 +703,11 @@ class FleetStore(SessionStore):
                 self._gathers = {}
             return self._client
 
+    def redis(self) -> Any:
+        """The store's Redis client, for an adapter's own keys beside the sessions' (the
+        LangGraph saver's thread index): one connection pool per store."""
+        return self._redis()
+
     def epoch(self, session_id: str) -> int:
         """The session's lease epoch (0: no writer ever took it, so it has no events)."""
         self._redis()
