@@ -11,7 +11,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -287,7 +286,7 @@ def test_a_view_left_behind_by_a_writer_without_views_is_rebuilt_from_the_log(
     _chat(saver, "lg-stale-1", 1, start=2)  # the first saver's view is behind: rebuilt
     after = _saver(writer_cfg)
     state = chat_graph(after).get_state(config)
-    assert [m.content for m in state.values["messages"]][0] == "question 2"
+    assert state.values["messages"][0].content == "question 2"
     assert after.store.open("lg-stale-1").view(THREAD_VIEW.name).source == "redis"
     after.close()
     saver.close()
