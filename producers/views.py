@@ -176,10 +176,11 @@ return {h[1] or '-1', h[2] or '', head, first, chunks}
 
 
 #: Wanted fields come back in the gather's own reply up to this many bytes in all; the
-#: rest are read by a second call (a script hands a large value back at ~1.5 µs/KiB,
-#: measured: 0.56 ms for 300 KiB against 0.12 ms for a plain HGET of it; a second round
-#: trip costs ~0.1 ms on an idle loopback, several on a loaded one).
-GATHER_INLINE_BYTES = 512 * 1024
+#: rest are read by a second call. A script hands a large value back at ~1.5 µs/KiB
+#: (measured: 0.56 ms for 300 KiB against 0.12 ms for a plain HGET of it), a second
+#: round trip costs ~0.1 ms on an idle loopback (several ms on a loaded one): they break
+#: even near 100 KiB.
+GATHER_INLINE_BYTES = 128 * 1024
 
 #: The frame of a gather (``integrations.views.ViewGather``): KEYS lease, head; ARGV the
 #: body's. The body runs only when the view is at the hand-off (fresh). It calls
