@@ -51,6 +51,7 @@ import binascii
 import logging
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -732,6 +733,9 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
 
     #: Checkpoints fetched per call while ``list`` pages through a thread.
     PAGE = 32
+    #: How long a call handed the lead by a finished batch waits for more calls to join
+    #: its own (a chat turn: 4 writes -> 3; a write costs ~3 ms).
+    LINGER_S = 0.0005
 
     def __init__(self, store: SessionStore, *, serde: SerializerProtocol | None = None,
                  session_prefix: str = "", durable: bool = True) -> None:
@@ -813,6 +817,9 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
                 if me.error is not None:
                     raise me.error
                 return
+            # handed the lead while calls queue up: LangGraph sends the next checkpoint
+            # as soon as the last one is saved; let it join this batch
+            time.sleep(self.LINGER_S)
         # the lead: write what is queued (ours first), then hand the lead on
         with self._lock:
             batch = list(self._queues[thread_id])
