@@ -43,11 +43,12 @@ write): the last ``limit`` items cost one Redis call on the fleet, whoever wrote
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from agents.memory.session import SessionABC
+from agents.memory.session import SessionABC, _CompactionSnapshot
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from sessionstream.core.compaction import Budget, Summarizer, plan_compaction
@@ -64,12 +65,17 @@ __all__ = ["EVENT_TYPES", "ITEMS_VIEW", "ItemsView", "SessionstreamSession", "it
 ITEM = "openai-agents/item"
 POP = "openai-agents/pop"
 CLEAR = "openai-agents/clear"
+SUFFIX = "openai-agents/replace-suffix"
+
+_T = TypeVar("_T")
 
 #: The plugin types of this adapter (registered with the store it is given).
 EVENT_TYPES = (
     plugin_type(ITEM, description="An Agents SDK item with no core type (data.item)."),
     plugin_type(POP, description="Agents SDK pop_item(): the latest item is popped."),
     plugin_type(CLEAR, description="Agents SDK clear_session(): the items so far are cleared."),
+    plugin_type(SUFFIX, description="The SDK's compaction replaced the items from position "
+                "data.at with data.items (after dropping the first data.prune items)."),
 )
 
 #: The events whose ``data.item`` is an SDK item (a user/message only when appended:
@@ -107,6 +113,16 @@ class ItemsView(InlineView):
                 state.pop()
         elif t == CLEAR:
             state.truncate(0)
+        elif t == SUFFIX:
+            at, prune = e.data.get("at"), e.data.get("prune", 0)
+            new = e.data.get("items")
+            if not isinstance(at, int) or not isinstance(new, Sequence) \
+                    or isinstance(new, str):  # shredded content: the items are gone
+                new = []
+            state.splice(max(at, 0) if isinstance(at, int) else len(entries),
+                         [[e.seq, i] for i in new])
+            if isinstance(prune, int) and prune > 0:
+                state.splice(0, entries[prune:])
         elif t == "user/message" and e.surface_op is SurfaceOp.REPLACE:
             shadowed = e.source_event_seqs
             lo, hi = min(shadowed), max(shadowed)
@@ -123,8 +139,8 @@ class ItemsView(InlineView):
         elif t in _ITEM_TYPES and "item" in e.data:
             if t == "user/message" and e.surface_op is not SurfaceOp.APPEND:
                 return
-            raw = e.data["item"]
-            state.push([e.seq, thaw(raw) if isinstance(raw, Mapping) else _placeholder(e)])
+            raw = e.data["item"]  # kept frozen: a read thaws (copies) what it returns
+            state.push([e.seq, raw if isinstance(raw, Mapping) else _placeholder(e)])
 
 
 #: The inline view :meth:`SessionstreamSession.get_items` reads.
@@ -133,7 +149,7 @@ ITEMS_VIEW = ItemsView()
 
 def items_of(events: Sequence[Event]) -> list[dict[str, Any]]:
     """The SDK items a log holds now (:class:`ItemsView` over the whole log)."""
-    return [x[1] for x in ITEMS_VIEW.build(events).entries]
+    return [thaw(x[1]) for x in ITEMS_VIEW.build(events).entries]
 
 
 def _text_of(content: Any) -> str | list[Any]:
@@ -243,6 +259,22 @@ def _plan_items(items: Sequence[Any]) -> Callable[[Session | None], list[Draft]]
     return plan
 
 
+async def _settled(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a write in a worker thread; a caller cancelled meanwhile waits for the write to
+    settle (it cannot be called back half-way) and then sees the cancellation, so what it
+    does next never races the write it gave up on (the SDK's own sessions do the same)."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})  # (waiting cancels nothing of the write)
+        if not task.cancelled():
+            task.exception()  # the caller was cancelled: its outcome is not reported
+        raise
+
+
 class SessionstreamSession(SessionABC):
     """An Agents SDK session whose history is a sessionstream session (see the module
     docstring for the mapping). ``store``: any
@@ -271,7 +303,11 @@ class SessionstreamSession(SessionABC):
         return self._handle
 
     # -- the Session protocol -----------------------------------------------------------
-    async def get_items(self, limit: int | None = None) -> list[Any]:
+    # Each method takes the SDK's optional ``wrapper`` (its run context): a session whose
+    # four history methods accept it is given it by the SDK's wrappers. The history is
+    # the same for every run, so it is not used to read or write.
+    async def get_items(self, limit: int | None = None, *,
+                        wrapper: Any | None = None) -> list[Any]:
         """The items now (the latest ``limit``, chronological; ``session_settings.limit``
         when not given; 0: none; negative: all): the inline items view, one read."""
         n = resolve_session_limit(limit, self.session_settings)
@@ -283,13 +319,13 @@ class SessionstreamSession(SessionABC):
         entries = self._handle.view(ITEMS_VIEW.name, last).entries
         return [x[1] for x in entries]
 
-    async def add_items(self, items: list[Any]) -> None:
+    async def add_items(self, items: list[Any], *, wrapper: Any | None = None) -> None:
         """Append the items (one event each, see the mapping) in one atomic write, made
         durable and admitted before it returns; an item the log cannot take (not JSON,
         …) raises and none of the batch is stored."""
         if not items:
             return
-        await asyncio.to_thread(self._add_sync, list(items))
+        await _settled(self._add_sync, list(items))
 
     def _add_sync(self, items: list[Any]) -> None:
         try:
@@ -299,16 +335,16 @@ class SessionstreamSession(SessionABC):
                             f"JSON the log can keep ({exc}); nothing of the batch was "
                             "stored") from exc
 
-    async def pop_item(self) -> Any | None:
+    async def pop_item(self, *, wrapper: Any | None = None) -> Any | None:
         """The latest item, popped by an appended ``openai-agents/pop`` (history kept)."""
-        return await asyncio.to_thread(self._pop_sync, None)
+        return await _settled(self._pop_sync, None)
 
     async def _pop_item_with_validation(
             self, validate: Callable[[Any], None] | None = None) -> Any | None:
         """``pop_item`` that removes the item only if ``validate(item)`` returns (the hook
         the SDK's ``EncryptedSession`` uses to authenticate an item before it pops it):
         a ``validate`` that raises leaves the session as it was."""
-        return await asyncio.to_thread(self._pop_sync, validate)
+        return await _settled(self._pop_sync, validate)
 
     def _pop_sync(self, validate: Callable[[Any], None] | None) -> Any | None:
         h = self._handle
@@ -329,27 +365,95 @@ class SessionstreamSession(SessionABC):
         h.write(plan)
         return popped[0] if popped else None
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any | None = None) -> None:
         """Clear the items by an appended ``openai-agents/clear`` (history kept)."""
-        await asyncio.to_thread(self._clear_sync)
+        await _settled(self._clear_sync)
 
     def _clear_sync(self) -> None:
         self._handle.write(lambda s: [Draft(CLEAR, {})] if s is not None else [])
 
+    # -- the SDK's compaction ---------------------------------------------------------
+    async def _get_compaction_snapshot(
+            self, limit: int, *,
+            prune_prefix: Callable[[Any], bool] | None = None) -> _CompactionSnapshot | None:
+        """The SDK's atomic compaction hook (what ``SQLiteSession`` gives
+        ``OpenAIResponsesCompactionSession`` and ``EncryptedSession``): the last
+        ``limit`` items, whether they are all of them, and ``replace_suffix(start,
+        output)``, which replaces the items from ``start`` on with ``output`` in one
+        write only if they are still the ones read (an item added meanwhile stays), and
+        first drops the leading items ``prune_prefix`` accepts. The replacement is an
+        ``openai-agents/replace-suffix`` event: history is kept."""
+        snap = await asyncio.to_thread(self._handle.view, ITEMS_VIEW.name, limit)
+        read = [(x[0], x[1]) for x in snap.entries]
+        complete = snap.count <= len(read)
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            expected = read[start:]
+            if not expected:
+                return False
+            return await _settled(self._replace_suffix, expected, list(output),
+                                  prune_prefix)
+
+        return _CompactionSnapshot([i for _, i in read], complete, replace_suffix)
+
+    def _replace_suffix(self, expected: list[tuple[int, Any]], output: list[Any],
+                        prune_prefix: Callable[[Any], bool] | None) -> bool:
+        h = self._handle
+        done: list[bool] = []
+
+        def plan(s: Session | None) -> list[Draft]:
+            if s is None:
+                return []
+            now = h.view(ITEMS_VIEW.name).entries  # we hold the session: current
+            tail = [(x[0], x[1]) for x in now[len(now) - len(expected):]]
+            if len(now) < len(expected) or tail != expected:
+                return []  # the suffix changed since the snapshot: nothing replaced
+            at = len(now) - len(expected)
+            prune = 0
+            if prune_prefix is not None:
+                while prune < at and prune_prefix(now[prune][1]):
+                    prune += 1
+            done.append(True)
+            return [Draft(SUFFIX, {"at": at, "prune": prune, "items": output})]
+
+        try:
+            h.write(plan)
+        except InvalidData as exc:
+            raise TypeError(f"session {self.session_id!r}: a compacted item is not JSON the "
+                            f"log can keep ({exc}); nothing was replaced") from exc
+        return bool(done)
+
     # -- compaction -------------------------------------------------------------------
-    async def run_compaction(self, args: Mapping[str, Any] | None = None) -> None:
+    async def run_compaction(self, args: Mapping[str, Any] | None = None, *,
+                             wrapper: Any | None = None) -> None:
         """The SDK's compaction hook: sessionstream's audited compaction when its policy
         (or ``args["force"]``) says so. The summary shadows a run of the surface; no
-        event is removed (``compaction/start`` … ``compaction/end`` record the attempt)."""
-        force = bool((args or {}).get("force"))
-        await asyncio.to_thread(self._compact_sync, force)
+        event is removed (``compaction/start`` … ``compaction/end`` record the attempt,
+        and ``compaction/start`` records the ``response_id``, ``compaction_mode`` and
+        ``store`` the runner passed). ``compaction_mode="previous_response_id"`` needs a
+        ``response_id`` (ValueError, as the SDK's own compaction session raises)."""
+        args = dict(args or {})
+        if args.get("compaction_mode") == "previous_response_id" \
+                and not args.get("response_id"):
+            raise ValueError("run_compaction with compaction_mode='previous_response_id' "
+                             "needs a response_id")
+        await _settled(self._compact_sync, args)
 
-    def _compact_sync(self, force: bool) -> None:
+    def _compact_sync(self, args: Mapping[str, Any]) -> None:
+        force = bool(args.get("force"))
+        asked = {k: args[k] for k in ("response_id", "compaction_mode", "store")
+                 if args.get(k) is not None}
+
         def plan(s: Session | None) -> list[Draft]:
             if s is None or s.open_compaction is not None:
                 return []
-            return plan_compaction(s, self.summarizer,
-                                   trigger="manual" if force else None, budget=self.budget)
+            drafts = plan_compaction(s, self.summarizer,
+                                     trigger="manual" if force else None, budget=self.budget)
+            if drafts and asked:
+                first = drafts[0]
+                drafts[0] = Draft(first.type, {**first.data, "requested": asked},
+                                  first.surface_op, first.source_event_seqs)
+            return drafts
 
         self._handle.write(plan)
 

@@ -72,7 +72,7 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonl import dumps_line, read_jsonl
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
-from sessionstream.core.rows import INLINE_VIEW_CHUNK
+from sessionstream.core.rows import INLINE_VIEW_CHUNK, SEALED_PREFIX
 from sessionstream.core.session import Session
 from sessionstream.governance.rows import RowCipher
 from sessionstream.integrations.views import InlineView, ViewGather, ViewSnapshot, ViewState
@@ -101,7 +101,7 @@ from sessionstream.producers.writer import (
     NotHandedOver,
     SessionWriter,
     WriterConfig,
-    flush_durably,
+    release_durably,
 )
 
 __all__ = [
@@ -244,16 +244,17 @@ class SessionHandle(ABC):
         self.flush()
 
     # -- views ------------------------------------------------------------------------
-    def _fold_views(self, events: Sequence[Event], upto: int) -> None:
-        """Fold ``events`` (the session's, from ``self._folded``) into every view."""
+    def _fold_views(self, session: Session, upto: int) -> None:
+        """Fold the session's events from ``self._folded`` up to ``upto`` into every view
+        (a view registered since: the whole log)."""
         views = self.store.views
+        new = session.events_since(self._folded)[:upto - self._folded]
         for name, view in views.items():
             state = self._views.get(name)
+            todo = new
             if state is None:
                 state = self._views[name] = ViewState()
-                todo: Sequence[Event] = events[:upto]  # a view registered later: all
-            else:
-                todo = events[self._folded:upto]
+                todo = session.events[:upto]
             for e in todo:
                 view.fold(state, e)
         self._folded = upto
@@ -381,7 +382,7 @@ class _LocalHandle(SessionHandle):
             self._session = s
             if created:
                 self._rebuild_views(())
-            self._fold_views(s.events, len(s))
+            self._fold_views(s, len(s))
             if durable:
                 self._flush_locked()
             return events
@@ -392,7 +393,7 @@ class _LocalHandle(SessionHandle):
 
     def _flush_locked(self) -> None:
         if self._session is not None and len(self._session) > self._flushed:
-            self._persist(self._session.events[self._flushed:])
+            self._persist(self._session.events_since(self._flushed))
             self._flushed = len(self._session)
             for state in self._views.values():
                 state.published()
@@ -453,7 +454,8 @@ _CONFLICTS = (Fenced, LeaseUnavailable, ResumeRaceLost, LeaseExpired, SessionExi
 
 
 def _end_of(s: Session) -> tuple[int, str]:
-    return s.next_seq, s.events[-1].event_id
+    last = s.last_event
+    return s.next_seq, last.event_id if last is not None else ""
 
 
 class _FleetHandle(SessionHandle):
@@ -523,12 +525,13 @@ class _FleetHandle(SessionHandle):
             self._folded = s.next_seq
         if self._folded != s.next_seq:  # new here, or others wrote since our last write
             if self._views:
-                self._fold_views(s.events, s.next_seq)
+                self._fold_views(s, s.next_seq)
             else:
                 self._rebuild_views(s.events)
             for state in self._views.values():
                 state.published()  # as their writers stored it (a settle finds out if not)
-        last = s.events[-1]
+        last = s.last_event
+        assert last is not None
         self._stored_at = (last.seq, last.event_id)
         return w
 
@@ -538,11 +541,11 @@ class _FleetHandle(SessionHandle):
         writes = [v for name in self._views
                   if (v := self._view_write(w.session, name)) is not None]
         try:
-            flush_durably(w, timeout=cfg.flush_timeout_s)
-            stale = w.release(cfg.flush_timeout_s, writes)
+            stale = release_durably(w, writes, timeout=cfg.flush_timeout_s)
         except _CONFLICTS as exc:
             raise self._conflict(exc) from exc
-        last = w.session.events[-1]
+        last = w.session.last_event
+        assert last is not None
         self._stored_at = (last.seq, last.event_id)
         if stale:
             views = self.store.views
@@ -565,7 +568,8 @@ class _FleetHandle(SessionHandle):
         """What changed in view ``name`` since it was stored, as one settle's write."""
         state = self._views[name]
         low, dirty, gone = state.changes()
-        last = s.events[-1]
+        last = s.last_event
+        assert last is not None
         if low is None and not dirty and not gone and self._stored_at[0] == last.seq:
             return None
         keep = -1 if low is None else low // INLINE_VIEW_CHUNK
@@ -600,7 +604,7 @@ class _FleetHandle(SessionHandle):
     def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
         with self._lock:
             planned: list[Draft] | None = None
-            if self._held() is None and self.store.epoch(self.session_id) == 0:
+            if self._writer is None and self.store.epoch(self.session_id) == 0:
                 planned = list(plan(None))  # a new session: nothing to take yet
                 if not planned:
                     return []  # and nothing to write: nothing is created
@@ -614,7 +618,7 @@ class _FleetHandle(SessionHandle):
                 if durable:
                     self._give_back(w)
                 raise
-            self._fold_views(s.events, len(s))
+            self._fold_views(s, len(s))
             if durable:
                 self._hand_on(w)
             return events
@@ -727,8 +731,10 @@ class FleetStore(SessionStore):
         return self._rows.seal(session_id, f"fv:{name}", f"fv:{name}:{field}", text)
 
     def _open(self, session_id: str, name: str, field: str, stored: str) -> str | None:
+        """The clear text; None when it does not open here (sealed, and this store has no
+        cipher or the key is shredded): the reader then takes the log's placeholders."""
         if self._rows is None:
-            return stored
+            return None if stored.startswith(SEALED_PREFIX) else stored
         return self._rows.open(session_id, f"fv:{name}", f"fv:{name}:{field}", stored)
 
     def _chunks(self, session_id: str, name: str, entries: Sequence[JsonValue],

@@ -14,14 +14,13 @@ sends only that, whatever the length of the session.
 
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessionstream.core.events import Event
-from sessionstream.core.jsonvalue import JsonValue
+from sessionstream.core.jsonvalue import JsonValue, thaw
 
 __all__ = ["InlineView", "ViewGather", "ViewSnapshot", "ViewState"]
 
@@ -166,8 +165,8 @@ class ViewSnapshot:
         entries = state.entries if last is None else (
             state.entries[-last:] if last > 0 else [])
         # copies: what a caller does with what it read must not reach the state
-        return cls(seq, len(state.entries), copy.deepcopy(entries),
-                   copy.deepcopy(state.fields) if fields else {}, source)
+        return cls(seq, len(state.entries), [thaw(e) for e in entries],
+                   {k: thaw(v) for k, v in state.fields.items()} if fields else {}, source)
 
     @classmethod
     def gathered(cls, state: ViewState, seq: int, gather: ViewGather, args: Sequence[str],
@@ -180,7 +179,7 @@ class ViewSnapshot:
                 value = state.fields.get(name)
                 if value is None:
                     return None
-                taken[name] = copy.deepcopy(value)
+                taken[name] = thaw(value)
             return taken[name]
 
         gather.collect(get, args)

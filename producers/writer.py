@@ -135,6 +135,21 @@ def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
                 w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
 
 
+def release_durably(w: SessionWriter, views: Sequence[ViewWrite] = (), *,
+                    attempts: int = 3, timeout: float = 30.0) -> tuple[str, ...]:
+    """:meth:`SessionWriter.release` with :func:`flush_durably`'s patience: a barrier
+    that times out is waited for again, records reported failed are resent."""
+    for attempt in range(attempts):
+        try:
+            return w.release(timeout, views)
+        except UnconfirmedEvents:
+            if attempt == attempts - 1:
+                raise
+            if any(state != "pending" for state in w.unconfirmed().values()):
+                w.resend_unconfirmed()
+    raise AssertionError("unreachable")
+
+
 class NotHandedOver(ProducerError):
     """retake(): the session was not handed over cleanly since this writer released it
     (a writer died or lost its lease mid-write, or one still holds it): resume it with
@@ -830,11 +845,12 @@ class SessionWriter:
         offsets = None
         if self._idx_lo is not None and self._idx_hi is not None and self._partition is not None:
             offsets = (self._partition, self._idx_lo, self._idx_hi)
-        events = self.session.events
+        last = self.session.last_event
         try:
             settled = self._e.leases.settle(
                 self.lease, self.next_seq, offsets,
-                last_id=events[-1].event_id if events else "", release=release, views=views)
+                last_id=last.event_id if last is not None else "", release=release,
+                views=views)
         except RedisUnavailable:
             return None  # the index offsets are kept for a later flush
         if settled.epoch != self.lease.epoch:
@@ -950,7 +966,8 @@ class SessionWriter:
             raise NotHandedOver(f"session {self.session_id!r} was not handed over cleanly "
                                 f"(epoch {lease.epoch - 1}); open() resumes it")
         hint, last = lease.next_seq_hint, lease.last_event_id
-        if hint == s.next_seq and s.events and s.events[-1].event_id == last:
+        end = s.last_event
+        if hint == s.next_seq and end is not None and end.event_id == last:
             return  # nobody wrote since our release
         if hint is None or hint < s.next_seq:
             raise NotHandedOver(f"session {self.session_id!r}: the hand-off (seq {hint}) "
@@ -966,11 +983,11 @@ class SessionWriter:
         if idx is None or mine is None or idx.partition != self._partition:
             raise NotHandedOver(f"session {self.session_id!r}: no index to catch up from")
         ranges = [(max(lo, mine + 1), hi + 1) for lo, hi in idx.runs if hi > mine]
-        events = s.events
+        recent = s.events_since(max(s.next_seq - WINDOW, 0))
         state = AdmissionState(
             self.session_id, s.next_seq, s.max_epoch,
-            tuple((ev.event_id, ev.seq) for ev in events[-WINDOW:]), WINDOW,
-            events[-1].event_id, events[-1].prev_event_id is not None)
+            tuple((ev.event_id, ev.seq) for ev in recent), WINDOW,
+            recent[-1].event_id, recent[-1].prev_event_id is not None)
         rb = read_session(e.cfg.bootstrap, e.cfg.topic, self.session_id, decode=e.decode,
                           partition=idx.partition, ranges=ranges,
                           timeout=e.cfg.flush_timeout_s,
@@ -984,7 +1001,8 @@ class SessionWriter:
             s.rollback(savepoint)
             raise
         s.release(savepoint)
-        if s.next_seq != hint or s.events[-1].event_id != last:
+        end = s.last_event
+        if s.next_seq != hint or end is None or end.event_id != last:
             raise NotHandedOver(f"session {self.session_id!r}: the log after this writer "
                                 f"ends at seq {s.next_seq}, the hand-off says {hint}")
         self._last_offset = max(rb.offsets.values(), default=self._last_offset)
@@ -1055,9 +1073,9 @@ class SessionWriter:
     def _hand_off(self) -> None:
         if not self._fenced:
             try:
-                events = self.session.events
+                end = self.session.last_event
                 if not self._e.leases.hand_off(self.lease, self.next_seq, release=False,
-                                               last_id=events[-1].event_id if events else ""):
+                                               last_id=end.event_id if end else ""):
                     self._mark_fenced("hand_off")
             except RedisUnavailable:
                 log.warning("session %s: could not record next-seq hand-off", self.session_id)
@@ -1128,9 +1146,9 @@ class SessionWriter:
                     self.release(timeout)
                 else:  # readers disagree with the flush: hand off without marking clean
                     try:
-                        events = self.session.events
+                        end = self.session.last_event
                         self._e.leases.release(self.lease, self.next_seq,
-                                               events[-1].event_id if events else "")
+                                               end.event_id if end else "")
                     except RedisUnavailable:
                         log.warning("session %s: lease not released (Redis unreachable); "
                                     "it expires in at most %d ms", self.session_id,

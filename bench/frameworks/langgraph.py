@@ -44,7 +44,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -351,26 +350,6 @@ def run(ctx: Any) -> list[Result]:
 # ---------------------------------------------------------------- standalone
 
 
-@dataclass
-class _Context:
-    """What the shared runner passes (``bench/bench_frameworks.py``), built here when
-    this bench runs alone."""
-
-    settings: Any
-    quick: bool
-    rounds: int
-    admin: Any
-    prefix: str
-
-    def topic(self, partitions: int) -> str:
-        from confluent_kafka.admin import NewTopic
-
-        name = f"ssbench.lg.{uuid.uuid4().hex[:10]}"
-        self.admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                           replication_factor=1)])[name].result(30)
-        return name
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--job":
         job, *rest = sys.argv[2:]
@@ -389,18 +368,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    from confluent_kafka.admin import AdminClient
-
+    from bench.frameworks import Ctx
     from sessionstream.core.settings import Settings
 
-    settings = Settings.from_env()
-    ctx = _Context(settings, args.quick, args.rounds,
-                   AdminClient({"bootstrap.servers": settings.kafka_bootstrap}),
-                   f"ssbench-lg-{uuid.uuid4().hex[:8]}")
-    for r in run(ctx):
-        print(f"{r.measure}: {r.value} vs {r.baseline} -> {r.ratio:.2f} "
-              f"(target {r.target}: {'met' if r.met else 'NOT met'})")
-
+    with tempfile.TemporaryDirectory(prefix="sslg-") as tmp:
+        ctx = Ctx(Settings.from_env(), args.quick, args.rounds, Path(tmp))
+        try:
+            for r in run(ctx):
+                print(f"{r.measure}: {r.value} vs {r.baseline} -> {r.ratio:.2f} "
+                      f"(target {r.target}: {'met' if r.met else 'NOT met'})")
+        finally:
+            ctx.cleanup()
 
 if __name__ == "__main__":
     main()

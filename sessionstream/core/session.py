@@ -237,6 +237,15 @@ class Session:
         return len(self._events)
 
     @property
+    def last_event(self) -> Event | None:
+        """The last event of the log (O(1), unlike ``events[-1]`` after an append)."""
+        return self._events[-1] if self._events else None
+
+    def events_since(self, seq: int) -> tuple[Event, ...]:
+        """The events from ``seq`` on (O(their count), not the log's)."""
+        return tuple(self._events[seq:])
+
+    @property
     def next_seq(self) -> int:
         return len(self._events)
 

@@ -29,6 +29,7 @@ __all__ = ["writer_cfg"]
 
 pytestmark = pytest.mark.integration
 RACER = Path(__file__).with_name("openai_agents_racer.py")
+ROOT = Path(__file__).resolve().parents[2]
 CANARY = "canary-sdk-7f3c"
 
 
@@ -57,6 +58,24 @@ def test_two_processes_overlapping_through_the_sdk_api_leave_one_history(
     store.close()
 
 
+async def test_a_conversation_served_by_ten_processes_in_turn_keeps_every_message(
+        writer_cfg: WriterConfig) -> None:
+    """A stateless tier: each turn is one process that builds the session, runs the agent
+    once and exits without closing; the next process (another "node") continues at once."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SESSIONSTREAM_EVENTS_TOPIC": writer_cfg.topic,
+           "SESSIONSTREAM_KEY_PREFIX": writer_cfg.key_prefix, "SESSIONSTREAM_ENCRYPTION": "off"}
+    for n in range(10):
+        run = subprocess.run([sys.executable, "-m", "tests.integration.openai_agents_turn",
+                              "ten", str(n)], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.strip() == "Paris."
+    items = await SessionstreamSession("ten", FleetStore(writer_cfg)).get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant"] * 10
+    assert [i["content"] for i in items[::2]] == [
+        f"Turn {n}: capital of France?" for n in range(10)]
+
+
 async def test_a_deleted_sdk_session_reads_as_placeholders(
         writer_cfg: WriterConfig, tmp_path: Path, redis_client: redis.Redis) -> None:
     keys = FileKeyStore(tmp_path / "keys", cache_ttl_s=0)
@@ -72,9 +91,14 @@ async def test_a_deleted_sdk_session_reads_as_placeholders(
     assert records and not any(CANARY.encode() in (r.value or b"") for r in records)  # sealed
     assert (await s.get_items())[0]["content"] == f"{CANARY} question"
     s.close()
+    views = [k for k in redis_client.scan_iter(f"{cfg.key_prefix}:*doomed*:fv*")]
+    assert views, "the items view is kept in Redis"
+    dump = b"".join(redis_client.dump(k) or b"" for k in views)  # type: ignore[misc]
+    assert CANARY.encode() not in dump  # sealed in Redis too
 
     gov = Governance(cfg, keys, redis_client, audit=WriterAuditLog(cfg), principal="dpo")
     gov.delete("doomed", reason="erasure request")
+    assert not list(redis_client.scan_iter(f"{cfg.key_prefix}:*doomed*:fv*"))  # purged
 
     items = await SessionstreamSession("doomed", FleetStore(cfg)).get_items()
     assert items == [

@@ -368,3 +368,41 @@ def test_append_many_records_that_time_out_are_unconfirmed_exactly_and_resent(
     w.close()
     rb = read_log(writer_cfg, w.session_id)
     assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
+
+
+def test_create_on_a_started_id_whose_holder_is_away_says_session_exists_at_once(
+        writer_cfg: WriterConfig) -> None:
+    """The documented "create, then open on SessionExists": a started id whose holder
+    died with its lease live is SessionExists now, not a wait for the lease."""
+    from sessionstream.producers.errors import SessionExists
+
+    cfg = dataclasses.replace(writer_cfg, lease_ttl_ms=600_000)
+    w = SessionWriter.create(cfg)
+    w.append("user/message", {"content": "hi"})
+    w.flush(10)
+    w.abandon()  # a crash: the lease stays live for ten minutes
+    with pytest.raises(SessionExists):
+        SessionWriter.create(cfg, w.session_id)
+
+
+def test_release_then_retake_continues_without_reading_and_after_another_node_catches_up(
+        writer_cfg: WriterConfig) -> None:
+    """A per-write hold: release() hands the session off; retake() continues at a new
+    epoch — with its own session as is when nobody wrote meanwhile, else after reading
+    only what the other node added — and no repair or end-seed is written."""
+    a = SessionWriter.create(writer_cfg)
+    a.append("turn/start", {})
+    a.append("user/message", {"content": "from a"})
+    a.release()
+    b = SessionWriter.take(writer_cfg, a.session_id)  # another node, its first write
+    assert b.session.open_turn is not None  # the turn a left open stays open
+    b.append("user/message", {"content": "from b"})
+    b.release()
+    a.retake()
+    assert a.epoch > b.epoch and a.session.events[-1].data["content"] == "from b"
+    a.append("turn/end", {"reason": "completed"})
+    a.close()
+    types = [e.type for e in read_log(writer_cfg, a.session_id).admitted]
+    assert types == ["session/start", "turn/start", "user/message", "user/message",
+                     "turn/end"]  # one history; nothing repaired, no end-seed
+    b.close()
