@@ -72,6 +72,7 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonl import dumps_line, read_jsonl
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.privacy import unit_class
 from sessionstream.core.rows import INLINE_VIEW_CHUNK, SEALED_PREFIX
 from sessionstream.core.session import Session
 from sessionstream.governance.rows import RowCipher
@@ -729,6 +730,23 @@ class FleetStore(SessionStore):
         if self._rows is None:
             return text
         return self._rows.seal(session_id, f"fv:{name}", f"fv:{name}:{field}", text)
+
+    def opens(self, session_id: str, name: str) -> bool:
+        """Whether this store opens the sealed content of view ``name`` of the session
+        now: False once the session's key is shredded (or the key store cannot say). An
+        adapter that keeps in memory a value it wrote asks before it serves it, as a read
+        of the view would (the content may have been deleted since)."""
+        rows = self._rows
+        if rows is None or not rows.cipher.enabled:
+            return True  # this store writes the view's content clear
+        cls = unit_class(f"fv:{name}")
+        if cls is None:
+            return True  # a class stored clear
+        try:
+            found = rows.cipher.store.lookup(rows.tenant, session_id, cls)
+        except SessionStreamError:
+            return False
+        return found.key is not None
 
     def _open(self, session_id: str, name: str, field: str, stored: str) -> str | None:
         """The clear text; None when it does not open here (sealed, and this store has no
