@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import logging
 import secrets
 import threading
@@ -260,6 +261,27 @@ class ThreadView(InlineView):
                                      if m.run is not None and m.run in runs])
 
     @staticmethod
+    def immutable_fields(events: Sequence[Event]) -> dict[str, JsonValue]:
+        """The fields ``events`` set that never change once set: the values of this
+        saver's channel versions (named by a version unique in the thread) and the
+        writes (named by their event's seq). What a writer may keep and not read back."""
+        out: dict[str, JsonValue] = {}
+        for e in events:
+            d = e.data
+            if e.type == BLOBS.name and isinstance(d.get("values"), Mapping):
+                empty = set(d.get("empty") or ())
+                for ch, ver in d["versions"].items():
+                    payload = d["values"].get(ch)
+                    if ch not in empty and payload is not None and isinstance(ver, str) \
+                            and _ours(ver):
+                        out[_f("B", d["ns"], ch, ver)] = payload
+            elif e.type == WRITES.name:
+                out[_f("W", d["ns"], d["checkpoint_id"], str(e.seq))] = {
+                    "t": d["task_id"], "p": d["task_path"], "c": d["channels"],
+                    "v": d.get("values")}
+        return out
+
+    @staticmethod
     def _blobs(state: ViewState, ix: _Index, d: Mapping[str, Any]) -> None:
         ns, cid = d["ns"], d["checkpoint_id"]
         values = d.get("values")
@@ -384,16 +406,22 @@ THREAD_VIEW = ThreadView()
 Get = Callable[[str], JsonValue | None]
 
 
+def _fetch_args(mode: str, have: Sequence[str], rest: Sequence[str]) -> list[str]:
+    """FETCH's args: ``mode`` ("latest": ``rest`` is [ns]; "ids": [ns, cid, ns, cid,
+    ...]), then the fields the caller holds already (their values are not returned)."""
+    return [mode, str(len(have)), *have, *rest]
+
+
 def _fetch_walk(get: Get, args: Sequence[str]) -> None:
-    """args: ``["latest", ns]`` or ``["ids", ns, cid, ns, cid, ...]``: the checkpoints,
-    their values and their writes."""
+    """The checkpoints :func:`_fetch_args` names, their values and their writes."""
+    rest = args[2 + int(args[1]):]
     pairs: list[tuple[str, str]] = []
     if args[0] == "latest":
-        latest = get(_f("L", args[1]))
+        latest = get(_f("L", rest[0]))
         if isinstance(latest, str):
-            pairs.append((args[1], latest))
+            pairs.append((rest[0], latest))
     else:
-        pairs = list(zip(args[1::2], args[2::2], strict=True))
+        pairs = list(zip(rest[0::2], rest[1::2], strict=True))
     for ns, cid in pairs:
         s = get(_f("S", ns, cid))
         if not isinstance(s, Mapping):
@@ -407,12 +435,15 @@ def _fetch_walk(get: Get, args: Sequence[str]) -> None:
 
 
 _FETCH_LUA = """
+local have = {}
+local a = 3 + tonumber(ARGV[2])
+for i = 3, a - 1 do have[ARGV[i]] = true end
 local pairs_ = {}
 if ARGV[1] == 'latest' then
-  local l = take('L' .. US .. ARGV[2])
-  if l then pairs_[1] = {ARGV[2], cjson.decode(l)} end
+  local l = take('L' .. US .. ARGV[a])
+  if l then pairs_[1] = {ARGV[a], cjson.decode(l)} end
 else
-  for i = 2, #ARGV, 2 do pairs_[#pairs_ + 1] = {ARGV[i], ARGV[i + 1]} end
+  for i = a, #ARGV, 2 do pairs_[#pairs_ + 1] = {ARGV[i], ARGV[i + 1]} end
 end
 for _, p in ipairs(pairs_) do
   local id = p[1] .. US .. p[2]
@@ -420,10 +451,14 @@ for _, p in ipairs(pairs_) do
   if s then
     want('C' .. US .. id)
     for _, name in pairs(cjson.decode(s).r) do
-      if type(name) == 'string' then want(name) end
+      if type(name) == 'string' and not have[name] then want(name) end
     end
     local x = take('X' .. US .. id)
-    if x then for _, w in ipairs(cjson.decode(x)) do want(w) end end
+    if x then
+      for _, w in ipairs(cjson.decode(x)) do
+        if not have[w] then want(w) end
+      end
+    end
   end
 end
 """.replace("US", "'\\31'")
@@ -635,8 +670,14 @@ class _Fields:
     """The fields a gather returned, read as LangGraph tuples."""
 
     def __init__(self, fields: Mapping[str, JsonValue], serde: SerializerProtocol) -> None:
-        self.get = fields.get
+        self.fields = dict(fields)
+        self.get = self.fields.get
         self.serde = serde
+
+    def hold(self, kept: Mapping[str, JsonValue]) -> None:
+        """Add the values the caller holds, for the fields the read did not return."""
+        for name, value in kept.items():
+            self.fields.setdefault(name, value)
 
     def writes(self, ns: str, cid: str) -> list[tuple[str, str, Payload, str, int]]:
         """The checkpoint's pending writes in ``writes_sort_key`` order: (task id,
@@ -733,6 +774,8 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
 
     #: Checkpoints fetched per call while ``list`` pages through a thread.
     PAGE = 32
+    #: Threads whose last written values a fleet saver keeps (see ``_recent``).
+    RECENT = 64
     #: How long a call handed the lead by a finished batch waits for more calls to join
     #: its own (a chat turn: 4 writes -> 3; a write costs ~3 ms).
     LINGER_S = 0.0005
@@ -758,6 +801,12 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
         self._unindexed: set[str] = set()  # written with durable=False, indexed at flush
         #: The calls waiting to write, per thread (the first one is writing).
         self._queues: dict[str, list[_Pending]] = {}
+        #: The fleet: per thread (the last RECENT used), the values its last checkpoint
+        #: put wrote and the writes since (``ThreadView.immutable_fields``), so the next
+        #: read of that checkpoint here — the next turn's first call — does not fetch and
+        #: open them again. Served only while the store still opens the thread's view.
+        self._recent: collections.OrderedDict[str, dict[str, JsonValue]] = (
+            collections.OrderedDict())
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -870,12 +919,42 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
             self._known.add(thread_id)
         written = self._handle(thread_id).write(plan, durable=self.durable)
         if written:
+            self._remember(thread_id, written)
             sid = self.session_id(thread_id)
             if self.durable:
                 self._index.add(sid)  # after the write (see _FleetIndex)
             else:
                 with self._lock:
                     self._unindexed.add(sid)
+
+    def _remember(self, thread_id: str, written: Sequence[Event]) -> None:
+        if not isinstance(self.store, FleetStore) or not self.durable:
+            return
+        fields = ThreadView.immutable_fields(written)
+        put = any(e.type == CHECKPOINT.name for e in written)
+        with self._lock:
+            kept = self._recent.pop(thread_id, None)
+            if put or kept is None:
+                kept = {}
+            kept.update(fields)
+            self._recent[thread_id] = kept
+            while len(self._recent) > self.RECENT:
+                self._recent.popitem(last=False)
+
+    def _fetch(self, thread_id: str, mode: str, rest: Sequence[str]) -> _Fields | None:
+        """FETCH, without the values this saver wrote last and still holds."""
+        with self._lock:
+            kept = self._recent.get(thread_id)
+        store = self.store
+        if kept and isinstance(store, FleetStore) and not store.opens(
+                self.session_id(thread_id), THREAD_VIEW.name):
+            with self._lock:
+                self._recent.pop(thread_id, None)  # the thread's content is gone
+            kept = None
+        got = self._gather(thread_id, FETCH, _fetch_args(mode, sorted(kept or ()), rest))
+        if got is not None and kept:
+            got.hold(kept)
+        return got
 
     def flush(self) -> None:
         """Flush every thread this saver wrote (with ``durable=False``)."""
@@ -910,8 +989,8 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns = _thread_of(config), config["configurable"].get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
-        args = ["ids", ns, checkpoint_id] if checkpoint_id else ["latest", ns]
-        got = self._gather(thread_id, FETCH, args)
+        got = (self._fetch(thread_id, "ids", [ns, checkpoint_id]) if checkpoint_id
+               else self._fetch(thread_id, "latest", [ns]))
         if got is None:
             return None
         if checkpoint_id:
@@ -944,8 +1023,7 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
                     return
                 size = self.PAGE if filter or left is None else min(left, self.PAGE)
                 page, ids = ids[:size], ids[size:]
-                got = self._gather(thread_id, FETCH,
-                                   ["ids", *[x for cid, ns in page for x in (ns, cid)]])
+                got = self._fetch(thread_id, "ids", [x for cid, ns in page for x in (ns, cid)])
                 if got is None:
                     break
                 for cid, ns in page:

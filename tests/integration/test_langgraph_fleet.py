@@ -315,3 +315,60 @@ def test_a_conversation_of_ten_turns_served_by_ten_processes_stores_every_messag
     events = read_log(writer_cfg, "lg-ten-1").admitted
     assert len({e.writer.id for e in events}) == 10  # ten writers, one history
     reader.close()
+
+
+def test_values_the_writer_holds_are_not_served_once_the_thread_is_deleted(
+        writer_cfg: WriterConfig, tmp_path: Path) -> None:
+    """The writing process keeps the values of its last checkpoint to skip reading them
+    back; after ``sessionstream delete`` (the key shredded) it serves placeholders, as
+    every reader does, never what it kept."""
+    from click.testing import CliRunner
+
+    from sessionstream.cli.main import main
+    from sessionstream.core.settings import Settings
+    from sessionstream.governance.keys import FileKeyStore
+    from sessionstream.governance.wiring import content_cipher, tenant_keys
+
+    env = {"SESSIONSTREAM_EVENTS_TOPIC": writer_cfg.topic,
+           "SESSIONSTREAM_KEY_PREFIX": writer_cfg.key_prefix,
+           "SESSIONSTREAM_KEY_DIR": str(tmp_path / "keys"),
+           "SESSIONSTREAM_ATTACHMENT_DIR": str(tmp_path / "att"),
+           "SESSIONSTREAM_PRINCIPAL": "cli-dpo"}
+    settings = Settings.from_env({**env, "SESSIONSTREAM_STATE_DIR": str(tmp_path)})
+    keys = FileKeyStore(settings.key_dir, tenant_keys(settings), cache_ttl_s=0)
+    saver = _saver(dataclasses.replace(writer_cfg, cipher=content_cipher(settings, keys),
+                                       attachment_dir=tmp_path / "att"))
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": "lg-held-1"}}
+    graph.invoke({"messages": [("user", CANARY)]}, config)
+    assert saver._recent["lg-held-1"]  # the values of its last put, kept here
+    before = saver.get_tuple(config)
+    assert before is not None and CANARY in repr(before.checkpoint["channel_values"])
+    done = CliRunner().invoke(main, ["delete", "lg-held-1", "--json"], env=env)
+    assert done.exit_code == 0, done.output
+    after = saver.get_tuple(config)
+    assert after is not None and CANARY not in repr(after)
+    assert after.checkpoint["channel_values"]["messages"] == DELETED_TEXT
+    saver.close()
+
+
+def test_the_writer_serves_the_values_it_kept_only_while_the_store_opens_the_thread(
+        writer_cfg: WriterConfig, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = _saver(writer_cfg)
+    config = {"configurable": {"thread_id": "lg-kept-1"}}
+    chat_graph(saver).invoke({"messages": [("user", "q")]}, config)
+    kept = [n for n in saver._recent["lg-kept-1"] if n.startswith("B")]
+    assert kept  # the last put's channel values
+    head = writer_cfg.keys.inline_view("lg-kept-1", THREAD_VIEW.name)
+    # what Redis holds under that name changes (it never does: a version names one
+    # value) — so which of the two a read returns shows where it came from
+    redis_client.hset(head, "f:" + kept[0], '"replaced in redis"')
+    read = saver.get_tuple(config)
+    assert read is not None and read.checkpoint["channel_values"]["messages"] != \
+        "replaced in redis"  # served from what the writer kept, not fetched
+    monkeypatch.setattr(FleetStore, "opens", lambda *_a: False)  # e.g. the key shredded
+    read = saver.get_tuple(config)
+    assert read is not None and read.checkpoint["channel_values"]["messages"] == \
+        "replaced in redis"  # fetched: nothing kept is served
+    assert "lg-kept-1" not in saver._recent
+    saver.close()
