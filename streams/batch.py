@@ -75,3 +75,24 @@ def native_items(records: Sequence[Record]) -> list[Any]:
 def partition_heads(records: Sequence[Record]) -> Sequence[Record]:
     """Records naming every (topic, partition) of ``records`` (a batch: one each)."""
     return records.heads() if isinstance(records, MessageBatch) else records
+
+
+def select_keys(records: Sequence[Record], keys: set[bytes]) -> list[Record]:
+    """The records whose key is one of ``keys`` or absent (a keyless record names its
+    session only once decoded), in order; a :class:`MessageBatch` builds a Record only
+    for those."""
+    if isinstance(records, MessageBatch):
+        return [records[i] for i, m in enumerate(records.messages)
+                if (k := m.key()) is None or k in keys]
+    return [r for r in records if r.key is None or r.key in keys]
+
+
+def highest_offsets(records: Sequence[Record]) -> dict[int, int]:
+    """Partition -> the highest offset of ``records`` (a :class:`MessageBatch` knows it)."""
+    if isinstance(records, MessageBatch):
+        return dict(records.high)
+    high: dict[int, int] = {}
+    for r in records:
+        if r.offset > high.get(r.partition, -1):
+            high[r.partition] = r.offset
+    return high

@@ -4,8 +4,8 @@ Content-bearing row fields are sealed in Redis as the codec seals them (ADR 0011
 extension with the governance row cipher (byte-compatible, the Python codec opens them),
 else field by field through the codec's sealer. With ``keep_digests`` (replay) each
 sealed field's digest is kept once its write applied, so replay's compare opens only the
-live row (ADR 0015). :class:`RowSealer` is that half of :class:`~sessionstream.streams.
-native_fold.NativeFold`.
+live row (ADR 0015). :class:`WriteSealer` does it for
+:class:`~sessionstream.streams.fold_native.NativeFolder`.
 
 Sealed content in the log is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
@@ -31,7 +31,7 @@ from sessionstream.streams.ports import SessionWrite
 
 #: Sealing with the digests replay keeps (an older build: hashed in Python instead).
 _digested_seal = getattr(_native, "seal_row_digested", None)
-#: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
+#: Sessions whose sealed fields' digests a replay keeps (``Folder.keep_digests``);
 #: past it the compare opens both rows of the others (ADR 0015).
 DIGEST_SESSIONS = 200_000
 #: How a sealed row field value starts (sessionstream.governance.rows.PREFIX) and how
@@ -40,7 +40,7 @@ SEALED_REF = SEALED_PREFIX + "sha1:"
 _CLASSES = {c.value: c for c in DataClass}
 
 
-class RowSealer:
+class WriteSealer:
     """Seals a session write's content-bearing fields in place, with the codec's row
     sealer ``rows`` (None: rows are stored clear), and keeps their digests for replay."""
 
@@ -232,5 +232,5 @@ def _placeholder(cipher: Any) -> Any:
     return placeholder
 
 
-__all__ = ["DIGEST_SESSIONS", "SEALED_REF", "RowSealer", "field_digest", "key_epoch",
+__all__ = ["DIGEST_SESSIONS", "SEALED_REF", "WriteSealer", "field_digest", "key_epoch",
            "key_lookup", "opener_args", "sealed_ref", "unit_of"]

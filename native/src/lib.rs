@@ -213,6 +213,39 @@ pub struct Folder {
     arena: Vec<u8>,
 }
 
+/// What `Folder.fold` made of a batch (named fields: sessionstream/_native.pyi).
+#[pyclass(frozen, module = "sessionstream._native")]
+pub struct FoldOut {
+    /// list[int]: indices of the records the caller must decode (dead letters, or a
+    /// record Python reads and this build does not)
+    #[pyo3(get)]
+    dead: Py<PyAny>,
+    /// list[(session id, partition, indices of its admitted records a Python unit
+    /// reads)]: the sessions folded here
+    #[pyo3(get)]
+    native: Py<PyAny>,
+    /// list[(session id, indices of its records)]: the sessions handed to the caller
+    /// (owned by it, or holding an event this fold does not fold exactly)
+    #[pyo3(get)]
+    handed: Py<PyAny>,
+    /// dict[partition, the highest offset of the batch]
+    #[pyo3(get)]
+    high: Py<PyAny>,
+    /// records skipped by the progress or a session's as_of_offset
+    #[pyo3(get)]
+    skipped: usize,
+    /// dict[record index, envelope tuple (session_id, seq, event_id, time, type, data
+    /// text, surface op 0/1/2, source_event_seqs, writer id, writer epoch,
+    /// format_version, ignorable, turn_id, step_id, prev_event_id)] of each admitted
+    /// record a Python unit reads, data opened when it was sealed
+    #[pyo3(get)]
+    envelopes: Py<PyAny>,
+    /// list[(session id, partition, record indices)]: with `known_only`, the sessions
+    /// this folder does not hold (not folded)
+    #[pyo3(get)]
+    unknown: Py<PyAny>,
+}
+
 /// The tenant and the Python callables the opener asks (see `set_opener`).
 struct OpenerConfig {
     tenant: String,
@@ -393,21 +426,10 @@ impl Folder {
     /// Fold one batch. `records`: objects with `partition`, `offset`, `key`, `value`;
     /// `progress`: partition -> last offset already in the sink (skipped).
     /// `python_owned`: sessions the caller folds itself (left alone here).
-    /// Returns (python_decode, sessions, python_sessions, high, skipped, opened):
-    /// record indices the caller must decode (dead letters); per natively folded
-    /// session (session id, indices of its admitted records a Python unit reads);
-    /// per session handed to the caller (session id, indices of its records); the
-    /// highest offset per partition; records skipped by progress or as_of_offset;
-    /// per admitted record a Python unit reads, by index, its envelope as a tuple
-    /// (session_id, seq, event_id, time, type, data text, surface op 0/1/2,
-    /// source_event_seqs, writer id, writer epoch, format_version, ignorable, turn_id,
-    /// step_id, prev_event_id), data opened when it was sealed: the caller builds the
-    /// Python event from it instead of decoding the record again.
-    /// With `known_only` (the live worker), a session this folder does not hold yet
-    /// is not folded: it comes back in the last list (session id, partition, record
-    /// indices) for the caller to `start` or `load` from its stored row, and fold
-    /// those records again.
-    #[allow(clippy::type_complexity)]
+    /// Returns a `FoldOut` (its fields say what each holds). With `known_only` (the live
+    /// worker), a session this folder does not hold yet is not folded: it comes back in
+    /// `FoldOut.unknown` for the caller to `start` or `load` from its stored row, and
+    /// fold those records again.
     #[pyo3(signature = (records, progress, python_owned, known_only = false))]
     fn fold(
         &mut self,
@@ -416,9 +438,7 @@ impl Folder {
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
         known_only: bool,
-    ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
-                   Vec<(String, i64, Vec<usize>)>)> {
+    ) -> PyResult<FoldOut> {
         // Under the GIL: each record's partition, offset, key and value, copied out (owned
         // bytes). The decode and the fold run without it (another thread, e.g. replay's
         // consumer, runs meanwhile); the envelopes for the Python units are built after.
@@ -458,11 +478,20 @@ impl Folder {
         let (dead, native, handed, high, skipped, envelopes, unknown) = py.allow_threads(
             || self.fold_owned(&raw, &arena, &progress, &python_owned, known_only));
         self.arena = arena;
-        let mut opened = HashMap::with_capacity(envelopes.len());
+        let opened = PyDict::new(py);
         for (idx, env) in envelopes {
-            opened.insert(idx, env.to_py(py)?);
+            opened.set_item(idx, env.to_py(py)?)?;
         }
-        Ok((dead, native, handed, high, skipped, opened, unknown))
+        let list = |v: Bound<'_, PyAny>| v.unbind();
+        Ok(FoldOut {
+            dead: list(dead.into_pyobject(py)?.into_any()),
+            native: list(native.into_pyobject(py)?.into_any()),
+            handed: list(handed.into_pyobject(py)?.into_any()),
+            high: list(high.into_pyobject(py)?.into_any()),
+            skipped,
+            envelopes: opened.into_any().unbind(),
+            unknown: list(unknown.into_pyobject(py)?.into_any()),
+        })
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -1200,6 +1229,7 @@ fn native_units() -> Vec<&'static str> {
 #[pyo3(name = "_native")]
 fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
+    m.add_class::<FoldOut>()?;
     m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;

@@ -17,7 +17,7 @@ from sessionstream.core.rows import (
     read_change_entry,
 )
 from sessionstream.producers import index, lease
-from sessionstream.streams import replay, sink
+from sessionstream.streams import replay_compare, sink
 
 KEYS = KeySpace("acme", "ss")
 
@@ -29,7 +29,7 @@ SCRIPTS = {
     "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
     "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
     "sink.WRITE_TENANT_LUA": sink.WRITE_TENANT_LUA,
-    "replay.COMPARE_ROWS_LUA": replay.COMPARE_ROWS_LUA,
+    "replay_compare.COMPARE_ROWS_LUA": replay_compare.COMPARE_ROWS_LUA,
     "lease._ACQUIRE": lease._ACQUIRE,
     "lease._RENEW": lease._RENEW,
     "lease._CHECK": lease._CHECK,
