@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sessionstream.core.pipeline import Record
-from sessionstream.streams.batch import highest_offsets, partition_heads
-from sessionstream.streams.fold import Batch, Folder, SessionFold
+from sessionstream.streams.fold import Batch, Folder, SessionFold, highest_offsets, partition_heads
 from sessionstream.streams.ports import (
     BatchOutcome,
     DeadLetter,
@@ -169,7 +168,8 @@ class BatchCycle:
         generation)."""
         gen = self._pinned if self._pinned is not None else await self.sink.generation()
         if gen != self._gen:
-            self.forget()
+            if self._gen is not None:
+                self.forget()
             self._gen = gen
         return gen
 

@@ -39,9 +39,9 @@ from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
 from sessionstream.producers.kafka_clients import KafkaClients
-from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.cycle import BatchReport, InFlight
 from sessionstream.streams.errors import TopicMissing
+from sessionstream.streams.fold import MessageBatch
 from sessionstream.streams.fold_native import NativeUnavailable
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.trace import StageTrace
@@ -59,8 +59,8 @@ from sessionstream.streams.worker import (
     process_retrying,
 )
 
-#: The extension reads a batch's messages in one pass (streams.batch); None without it.
-_scan = native.member("scan_messages")
+#: The extension reads a batch's messages in one pass (streams.fold); None without it.
+_scan = native.ext.scan_messages if native.available() else None
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -246,11 +246,13 @@ class KafkaEngine:
 
     def _records(self, msgs: list[Message]) -> Sequence[Record]:
         """The batch's records: with the extension, the messages themselves (a Record
-        is built only for one Python reads: streams.batch); errors are logged or raised."""
+        is built only for one Python reads: streams.fold); errors are logged or raised."""
         if _scan is not None:
             good, errors, high, first = _scan(msgs)
             for i in errors:
-                self._consumer_error(msgs[i].error())
+                err = msgs[i].error()
+                if err is not None:  # the scan says so
+                    self._consumer_error(err)
             kept = msgs if not errors else [msgs[i] for i in good]
             return MessageBatch(kept, high, first)
         out = []

@@ -50,9 +50,8 @@ from sessionstream.core.projections.turns import TurnsUnit
 from sessionstream.core.projections.usage import UsageUnit
 from sessionstream.core.rows import MetaFields, SessionRow, Stored
 from sessionstream.native import ext as _native  # absent: the Python fold
-from sessionstream.streams.batch import native_items
 from sessionstream.streams.errors import StreamsError
-from sessionstream.streams.fold import Batch, Digests, Folded, SessionFold
+from sessionstream.streams.fold import Batch, Digests, Folded, SessionFold, native_items
 from sessionstream.streams.fold_python import PythonFolder
 from sessionstream.streams.native_seal import WriteSealer, opener_args
 from sessionstream.streams.ports import DeadLetter, SessionWrite, WriteOutcome
@@ -132,6 +131,7 @@ class NativeFolder:
             for u in self._native_units if u.collections})
         #: Seals the rows' content-bearing fields (and keeps their digests for replay).
         self.sealer = WriteSealer(self._codec.rows, (u.key for u in reg.units))
+        self._seals = self._codec.rows is not None
         # Per session, beside the extension: the Python units' states and the units they
         # changed, the offset last written, the Python units' states and the chunk
         # counts as last written, a write's bookkeeping until it applies.
@@ -185,7 +185,8 @@ class NativeFolder:
         for sid in self._rewrites:  # its next write gives every item (the last did not apply)
             self.extension.rewrite(sid)
         self._rewrites.clear()
-        out = [SessionFold(self._unsealed(sid), seal=self.sealer.sealed) for sid in self._dirty]
+        seal = self.sealer.sealed if self._seals else None
+        out = [SessionFold(self._unsealed(sid), seal=seal) for sid in self._dirty]
         self._dirty.clear()
         return out + self.reference.take()
 
@@ -196,9 +197,11 @@ class NativeFolder:
             self.reference.flushed(fold, outcome)
         elif outcome.status == "applied":
             self._wrote(w, memo)
-            self.sealer.digested(w)
+            if self.sealer.keep_digests:
+                self.sealer.digested(w)
         else:
-            self.sealer.refused(w.session_id)
+            if self.sealer.keep_digests:
+                self.sealer.refused(w.session_id)
             self._rewrites.append(w.session_id)
 
     def forget(self, partitions: Collection[tuple[str, int]] | None = None) -> None:
@@ -277,7 +280,9 @@ class NativeFolder:
             # built now, overlapping the previous batch's write; what it needs of the
             # session's last write is taken as written: a write that is refused drops
             # the session, and this one with it
-            w = self.sealer.sealed(self._unsealed(sid))
+            w = self._unsealed(sid)
+            if self._seals:
+                w = self.sealer.sealed(w)
             self._wrote(w, self._memo.pop(sid))
             out.writes.append(SessionFold(w, verdicts=self.extension.verdicts(sid)))
         out.sessions = live

@@ -22,8 +22,7 @@ from sessionstream.core.errors import UnsupportedFormat
 from sessionstream.core.events import Event
 from sessionstream.core.pipeline import Outcome, ReaderPipeline, Record, Undecodable
 from sessionstream.core.projections import quarantine
-from sessionstream.streams.batch import select_keys
-from sessionstream.streams.fold import Batch, Digests, Folded, SessionFold
+from sessionstream.streams.fold import Batch, Digests, Folded, SessionFold, select_keys
 from sessionstream.streams.ports import DeadLetter, LogReader, SessionWrite, Sink, WriteOutcome
 from sessionstream.streams.session_row import CachedSession, SessionRowCodec
 

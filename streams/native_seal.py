@@ -29,8 +29,6 @@ from sessionstream.core.rows import SEALED_PREFIX, SessionRow
 from sessionstream.native import ext as _native  # absent: the Python fold
 from sessionstream.streams.ports import SessionWrite
 
-#: Sealing with the digests replay keeps (an older build: hashed in Python instead).
-_digested_seal = getattr(_native, "seal_row_digested", None)
 #: Sessions whose sealed fields' digests a replay keeps (``Folder.keep_digests``);
 #: past it the compare opens both rows of the others (ADR 0015).
 DIGEST_SESSIONS = 200_000
@@ -73,9 +71,10 @@ class WriteSealer:
         ``keep_digests``, their digests noted until the write applies)."""
         fields = w.fields
         assert isinstance(fields, dict)
-        if self.keep_digests and self.row_cipher is not None and _digested_seal is not None:
+        if self.keep_digests and self.row_cipher is not None:
             # sealed and hashed in the extension, without the GIL (ADR 0015)
-            got = self._seal_native(w.session_id, fields, _digested_seal)
+            assert _native is not None  # a row cipher is kept only with the extension
+            got = self._seal_native(w.session_id, fields, _native.seal_row_digested)
             if w.session_id in self.digests or len(self.digests) < DIGEST_SESSIONS:
                 self.pending[w.session_id] = {name: (SEALED_REF + sha, digest)
                                               for name, sha, digest in got}
@@ -181,7 +180,7 @@ def _cipher_of(opener: Any) -> Any:
 def _row_cipher_of(rows: Any) -> Any:
     """The codec's sealer when it is the governance row cipher (whose format the
     extension writes), else None."""
-    if rows is None or not hasattr(_native, "seal_row"):
+    if rows is None or _native is None:
         return None
     try:
         from sessionstream.governance.rows import RowCipher

@@ -140,10 +140,12 @@ async def replay(
                      log_reader=KafkaLogReader(bootstrap, security=security))
     report.fold = proc.folder.name
     run = _Replay(proc, report, bootstrap, security, batch, progress, progress_every)
-    run.keys_ahead = KeysAhead(rows, pipeline.registry.unit_keys())
-    proc.on_folded = run.keys_ahead.add
-    # with sealed rows, the compare then opens only the live ones (ADR 0015)
-    digests = proc.folder.keep_digests() if rows is not None else None
+    digests = None
+    if rows is not None:
+        run.keys_ahead = KeysAhead(rows, pipeline.registry.unit_keys())
+        proc.on_folded = run.keys_ahead.add
+        # the compare then opens only the live rows of sealed pairs (ADR 0015)
+        digests = proc.folder.keep_digests()
     views = [SessionRow.view(k) for k in pipeline.registry.unit_keys()]
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])

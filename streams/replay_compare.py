@@ -25,7 +25,7 @@ from sessionstream.streams.native_seal import SEALED_REF, field_digest
 from sessionstream.streams.sink import Script
 
 #: The extension opens sealed row fields (None without it).
-_open_row = native.member("open_row")
+_open_row = native.ext.open_row if native.available() else None
 
 #: Sessions compared per script call (and per round trip on a Redis Cluster).
 COMPARE_CHUNK = 200

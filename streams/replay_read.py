@@ -17,10 +17,10 @@ from confluent_kafka import Consumer, KafkaException
 
 from sessionstream import native
 from sessionstream.core.pipeline import Record
-from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.fold import MessageBatch
 
-#: The extension reads a batch's messages in one pass (streams.batch); None without it.
-_scan = native.member("scan_messages")
+#: The extension reads a batch's messages in one pass (streams.fold); None without it.
+_scan = native.ext.scan_messages if native.available() else None
 
 #: Consumed batches the reader thread may hold ahead of the fold (bounds memory).
 READ_AHEAD = 8
@@ -167,7 +167,7 @@ class Reader:
 
 def records_of(msgs: list[Any], topic: str, position: dict[int, int]) -> Sequence[Record]:
     """A consumed batch as records (with the extension, the messages themselves: a
-    Record is built only for one Python reads, streams.batch); ``position`` moves to
+    Record is built only for one Python reads, streams.fold); ``position`` moves to
     each partition's highest offset. A message carrying an error raises it."""
     if _scan is not None:
         good, errors, high, first = _scan(msgs)

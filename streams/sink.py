@@ -39,7 +39,7 @@ from sessionstream.streams.errors import SinkError
 from sessionstream.streams.ports import BatchOutcome, SessionWrite, WriteOutcome
 
 #: The extension packs the batch's script call (None: redis-py packs it).
-_native_pack = native.member("pack_session_writes")
+_native_pack = native.ext.pack_session_writes if native.available() else None
 
 log = logging.getLogger("sessionstream.streams.sink")
 

@@ -1232,6 +1232,7 @@ fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FoldOut>()?;
     m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
+    m.add_class::<append::ManyAppended>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row_digested, m)?)?;

@@ -32,8 +32,8 @@ from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
 from sessionstream.streams import fold_native
-from sessionstream.streams.batch import MessageBatch
 from sessionstream.streams.cycle import BatchReport, PreviousBatch
+from sessionstream.streams.fold import MessageBatch
 from sessionstream.streams.fold_native import NativeFolder
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
 from sessionstream.streams.native_seal import unit_of
@@ -268,7 +268,7 @@ def test_a_write_refused_while_the_next_batch_was_folded_is_refolded_in_both(
 def test_a_batch_of_consumed_messages_folds_as_its_records(
         case: tuple[list[Record], list[int], set[int], int], restarts: set[int],
         forgets: set[int]) -> None:
-    """The kafka engine hands the native fold its messages (streams.batch): no Record
+    """The kafka engine hands the native fold its messages (streams.fold): no Record
     per message, the same rows, progress and dead letters as the Python batch."""
     records, sizes, _, chunk = case
     _PIPELINE.clear()

@@ -129,3 +129,12 @@ def test_the_extension_spells_no_row_field_of_its_own() -> None:
                  for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
                  if spelled.search(line) and "assert" not in line]
     assert offenders == []
+
+
+def test_a_change_entry_is_the_canonical_json_of_its_fields() -> None:
+    from sessionstream.core.jsonvalue import canonical_dumps
+    from sessionstream.core.rows import change_entry
+
+    for sid, changed in [("s1", ["index", "turns"]), ("é/ü \"q\"", []), ("x", ["surface"])]:
+        assert change_entry(sid, 7, 42, changed) == canonical_dumps(
+            {"session": sid, "as_of_seq": 7, "offset": 42, "changed": changed})
