@@ -22,9 +22,8 @@ N+1's writes of sessions N could not write are dropped and refolded from the sto
 Replay folds in memory instead (:meth:`BatchCycle.fold`) and writes each session once per
 :meth:`BatchCycle.flush` (in the background while the next batches fold, ADR 0015).
 
-Idempotency and at-least-once: every session row stores ``as_of_offset``; a write whose
-last offset is not past it is refused, so a redelivered batch changes nothing, and a
-worker with a stale cache (a rebalance it missed) reloads instead of overwriting.
+Idempotency: a session row stores ``as_of_offset``; a write whose last offset is not
+past it is refused, so a redelivered batch changes nothing.
 """
 
 from __future__ import annotations
@@ -32,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from sessionstream.core.pipeline import Record
 from sessionstream.streams.fold import Batch, Folder, SessionFold, highest_offsets, partition_heads
 from sessionstream.streams.ports import (
     BatchOutcome,
+    BatchReport,
     DeadLetter,
     DeadLetters,
     SessionWrite,
@@ -52,21 +52,6 @@ log = logging.getLogger("sessionstream.streams")
 MAX_CONFLICT_RETRIES = 5
 #: Sessions per slice of a deferred flush (sealed on a thread while Redis applies the last).
 FLUSH_SLICE = 256
-
-
-@dataclass
-class BatchReport:
-    records: int = 0
-    skipped: int = 0  # at or below partition progress or a session's as_of_offset
-    sessions_written: int = 0
-    sessions_noop: int = 0
-    conflicts: int = 0
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    quarantined: list[str] = field(default_factory=list)
-    #: Admission verdicts other than ``admitted`` of the records written this batch
-    #: (``duplicate``, ``stale_epoch``, ...), counted once per applied write.
-    verdicts: dict[str, int] = field(default_factory=dict)
-    rebuilt: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -116,7 +101,7 @@ class BatchCycle:
         self.group = group
         self.dead_letters = dead_letters
         self._dlq_backlog: list[DeadLetter] = []  # letters not produced yet
-        self._pinned = generation
+        self._pinned = generation  # replay's: written whatever the pointer says
         self._gen: int | None = None
         self._progress: dict[str, int] = {}  # topic:partition -> last offset written
         # process(), fold()/flush() and the folder's users between batches share the
@@ -138,17 +123,6 @@ class BatchCycle:
     def lock(self) -> asyncio.Lock:
         """Held by every batch (and by whatever uses the folder's state between them)."""
         return self._lock
-
-    @property
-    def pinned_generation(self) -> int | None:
-        """The generation this cycle writes whatever the pointer says (replay), or None:
-        it follows the tenant's generation pointer."""
-        return self._pinned
-
-    @property
-    def dead_letters_pending(self) -> bool:
-        """Dead letters of earlier batches the topic has not taken yet."""
-        return bool(self._dlq_backlog)
 
     def forget(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
         """Drop what is kept of sessions and progress (all, or of these (topic,
@@ -535,4 +509,4 @@ def _partition_of(tp: str, topic: str) -> int | None:
     return int(p) if t == topic else None
 
 
-__all__ = ["FLUSH_SLICE", "MAX_CONFLICT_RETRIES", "BatchCycle", "BatchReport", "InFlight"]
+__all__ = ["FLUSH_SLICE", "MAX_CONFLICT_RETRIES", "BatchCycle", "InFlight"]

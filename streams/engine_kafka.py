@@ -39,10 +39,11 @@ from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
 from sessionstream.producers.kafka_clients import KafkaClients
-from sessionstream.streams.cycle import BatchReport, InFlight
+from sessionstream.streams.cycle import InFlight
 from sessionstream.streams.errors import TopicMissing
 from sessionstream.streams.fold import MessageBatch
 from sessionstream.streams.fold_native import NativeUnavailable
+from sessionstream.streams.ports import BatchReport
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.trace import StageTrace
 

@@ -1,29 +1,20 @@
 """The native folder: a batch folded by the Rust extension, the reference for the rest.
 
-``sessionstream._native`` (the ``native/`` crate, built by the project's install) decodes
-a batch's Avro records by schema fingerprint, applies the admission rule and folds every
-built-in unit (index, turns, tools, usage, todo, plan, goal, business, compaction,
-rejections and the surface) without a Python object per event, and hands back each
-session's Redis fields as text (chunked units as heads plus the item texts from the
-first chunk changed, ADR 0013). With the default registry no event is decoded in Python.
+``sessionstream._native`` (the ``native/`` crate) decodes a batch's Avro records by
+schema fingerprint, applies the admission rule and folds every built-in unit without a
+Python object per event, and hands back each session's Redis fields as text (chunked
+units as heads plus the items from the first chunk changed, ADR 0013).
 
-What the extension does not fold exactly goes to the reference folder
-(:class:`~sessionstream.streams.fold_python.PythonFolder`), which this folder holds:
-
-- a custom unit of the registry stays Python: the extension returns the envelopes of
-  the admitted events of the types it reads, and only those become Python events;
-- a record it cannot decode is dead-lettered with the Python codec's message; one it
-  refuses that Python decodes (a schema version it does not know yet) sends the whole
-  batch to the reference;
-- a session whose events it cannot fold (a quarantine, data of an unexpected shape, a
-  compaction replace whose range the surface refuses, a Python unit that raises, a
-  deletion's audit event) is owned by the reference from then on;
-- a session whose write was refused is refolded by the reference from its stored row,
-  just that once (it is lent, :meth:`NativeFolder.settled` takes it back).
-
-The other way, a session met for the first time is started, or loaded from its stored
-row (:meth:`NativeFolder._resume`). Sealing, digests and the keys sealed content opens
-with are in :mod:`~sessionstream.streams.native_seal`.
+What it does not fold exactly goes to the reference folder this folder holds
+(:class:`~sessionstream.streams.fold_python.PythonFolder`): a custom unit's events (the
+extension hands their envelopes over, and only those become Python events); a record it
+cannot decode (dead-lettered with the Python codec's message; one Python decodes sends
+the whole batch to the reference); a session it cannot fold (a quarantine, data of an
+unexpected shape, a refused compaction replace, a Python unit that raises, a deletion's
+audit event), owned by the reference from then on; and a session whose write was
+refused, refolded by the reference from its stored row just that once (lent, and taken
+back by :meth:`NativeFolder.settled`). A session met for the first time is started, or
+loaded from its stored row. Sealing and digests: :mod:`~sessionstream.streams.native_seal`.
 """
 
 from __future__ import annotations
@@ -144,7 +135,8 @@ class NativeFolder:
         self._dirty: dict[str, None] = {}  # deferred: folded since the last take
         self._per_session: tuple[dict[str, Any], ...] = (
             self._py_states, self._py_changed, self._written, self._dirty, self._py_base,
-            self._chunks, self._memo, self.sealer.digests, self.sealer.pending)
+            self._chunks, self._memo, self.sealer.digests, self.sealer.pending,
+            self.sealer.keys)
         self._python: set[str] = set()  # sessions the reference owns now
         self._lent: set[str] = set()  # ... just for this batch's refold
         self._rewrites: list[str] = []  # deferred writes refused: rewritten whole
@@ -188,7 +180,9 @@ class NativeFolder:
         seal = self.sealer.sealed if self._seals else None
         out = [SessionFold(self._unsealed(sid), seal=seal) for sid in self._dirty]
         self._dirty.clear()
-        return out + self.reference.take()
+        if self._python:  # the reference folds (and defers) only the sessions it owns
+            out += self.reference.take()
+        return out
 
     def flushed(self, fold: SessionFold, outcome: WriteOutcome) -> None:
         w = fold.write

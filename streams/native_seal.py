@@ -20,9 +20,11 @@ still answer it (a missing key is asked again each batch).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sessionstream.core.errors import ContentKeyShredded
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.privacy import DataClass, KeyState, unit_class
 from sessionstream.core.rows import SEALED_PREFIX, SessionRow
@@ -58,6 +60,9 @@ class WriteSealer:
         self.digests: dict[str, dict[str, tuple[str, bytes]]] = {}
         #: the digests of writes not yet applied, per session (``digested`` keeps them)
         self.pending: dict[str, dict[str, tuple[str, bytes]]] = {}
+        #: per session, its row keys by class value, until when (the store's clock) and
+        #: from which store generation they may be used without asking it again
+        self.keys: dict[str, tuple[dict[str, bytes | None], float, int]] = {}
 
     def prefetch_keys(self, sids: list[str]) -> None:
         """Look up (or create) the row keys of ``sids`` into the key store's cache, in
@@ -112,11 +117,38 @@ class WriteSealer:
     def _seal_native(self, sid: str, fields: dict[str, str], seal: Any) -> Any:
         """``fields`` sealed in place by the extension with the governance row cipher
         (``seal``: ``seal_row`` or ``seal_row_digested``); what ``seal`` returns."""
-        row_key, classes = self.row_cipher.row_key, _CLASSES
+        return seal(self.row_cipher.tenant, sid, fields, self._unit_classes,
+                    self._keys_of(sid))
 
-        def key_of(cls: str) -> bytes | None:
-            return row_key(sid, classes[cls])
-        return seal(self.row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+    def _keys_of(self, sid: str) -> Callable[[str], bytes | None]:
+        """The session's row keys by class value, as a dict's ``get`` (the extension
+        asks it per class without a Python frame), kept while the key store would give
+        the same answers (``KeyStore.data_key_until``: a shred reaches them when it
+        reaches the store; a store without that answer is asked per write)."""
+        cipher = self.row_cipher
+        store = cipher.cipher.store
+        hit = self.keys.get(sid)
+        if hit is not None and hit[2] == store.generation and store.monotonic() < hit[1]:
+            return hit[0].get
+        generation = store.generation
+        until = getattr(store, "data_key_until", None)
+        keys: dict[str, bytes | None] = {}
+        good = math.inf
+        for cls in self._row_classes:
+            if not cipher.cipher.enabled:
+                keys[cls.value] = None  # rows stored clear
+            elif until is None:
+                keys[cls.value] = cipher.row_key(sid, cls)
+                good = -math.inf  # no freshness answer: asked again at the next write
+            else:
+                try:
+                    keys[cls.value], fresh = until(cipher.tenant, sid, cls)
+                except ContentKeyShredded:  # stored clear (governance.rows); asked again
+                    keys[cls.value], fresh = None, -math.inf
+                good = min(good, fresh)
+        if good > -math.inf:
+            self.keys[sid] = (keys, good, generation)
+        return keys.get
 
     def seal(self, sid: str, fields: dict[str, str]) -> None:
         """Content-bearing fields are sealed in Redis, as the codec does: in the

@@ -27,9 +27,9 @@ from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Env, Settings
 from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
 from sessionstream.streams import membership
-from sessionstream.streams.cycle import BatchReport
 from sessionstream.streams.errors import TopicMissing
 from sessionstream.streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
+from sessionstream.streams.ports import BatchReport
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink, Retry
 

@@ -156,7 +156,19 @@ def test_batch_append_matches_one_python_append_per_item(seed: int, encrypted: b
     assert [e.event_id for e in nat.mine] == nat.waiting == list(nat.records)
     assert len(sender.sent) == len(sender.producer.calls)  # the batch's own records
     assert sender.producer.polls == len(sender.sent) // 16  # (POLL_EVERY)
-    assert sender.producer.calls  # the case was met: records produced by the extension
+
+
+def test_the_native_path_produces_a_batch_of_chunks_in_the_extension() -> None:
+    """The batch the differential test compares is the extension's: chunks are produced
+    by ``Appender.append_many``, the stateful items in between by the one-append route."""
+    ref, nat = reference_path("many"), native_path("many")
+    nat.sender = sender = BatchSender()
+    items: list[Any] = [("turn/start", {}), ("step/start", {}), *chunks(20),
+                        ("step/end", {}), ("step/start", {}), *chunks(3)]
+    assert ref.append_many(items) == nat.append_many(items)
+    assert len(sender.producer.calls) == 23 and len(sender.sent) == 23
+    assert [v for _, v, _ in sender.produced] == [v for _, v, _ in ref.sender.produced]
+    assert sender.producer.polls == 1  # one poll per 16 records (POLL_EVERY)
 
 
 def opened(sid: str) -> tuple[Session, na.NativeAppend]:

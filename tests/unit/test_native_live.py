@@ -32,11 +32,12 @@ from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
 from sessionstream.streams import fold_native
-from sessionstream.streams.cycle import BatchReport, PreviousBatch
+from sessionstream.streams.cycle import PreviousBatch
 from sessionstream.streams.fold import MessageBatch
 from sessionstream.streams.fold_native import NativeFolder
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
 from sessionstream.streams.native_seal import unit_of
+from sessionstream.streams.ports import BatchReport
 from sessionstream.streams.processor import Processor
 from tests.unit.test_native_fold import _assert_same, _records, fleets
 from tests.unit.test_native_sealed import _sealed
@@ -614,3 +615,37 @@ def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, li
         lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
         {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
     return chunk, counts
+
+
+def test_row_keys_the_native_fold_keeps_are_dropped_by_a_shred_as_the_store_drops_them(
+        tmp_path: Path) -> None:
+    """The native fold keeps each session's row keys while the key store would answer
+    the same; a shred in between makes the next rows of that class clear on both paths
+    (a shredded class is stored clear) and leaves the others sealed."""
+    from sessionstream.core.privacy import DataClass
+
+    records = _fleet_records()
+    half = len(records) // 2
+    sinks = {}
+    for fold in ("python", "native"):
+        store = FileKeyStore(tmp_path / fold)
+        rows = RowCipher(ContentCipher(store, "default"))
+        sink = MemorySink()
+        proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g", rows=rows,
+                         fold=fold)
+
+        async def go(proc: Processor = proc, store: FileKeyStore = store) -> None:
+            for batch in _batches(records[:half], [40]):
+                await proc.process(batch)
+            store.shred("default", "w1", (DataClass.SURFACE,), principal="t", reason="test")
+            for batch in _batches(records[half:], [40]):
+                await proc.process(batch)
+        asyncio.run(go())
+        sinks[fold] = (sink, rows)
+        row = sink.hashes[(1, "w1")]
+        assert not is_sealed(row["view:surface"])  # written after the shred: clear
+        assert is_sealed(sink.hashes[(1, "w2")]["view:surface"])
+    opened = {fold: {k: {f: rows.open(k[1], unit_of(f), f, v) if unit_of(f) else v
+                         for f, v in h.items()} for k, h in sink.hashes.items()}
+              for fold, (sink, rows) in sinks.items()}
+    assert opened["native"] == opened["python"]

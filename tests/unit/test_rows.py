@@ -17,7 +17,7 @@ from sessionstream.core.rows import (
     read_change_entry,
 )
 from sessionstream.producers import index, lease
-from sessionstream.streams import replay_compare, sink
+from sessionstream.streams import replay_compare, sink_scripts
 
 KEYS = KeySpace("acme", "ss")
 
@@ -26,9 +26,9 @@ LUA_TOKENS = {"GET", "HGET", "HGETALL", "HSET", "HDEL", "HMGET", "ZADD", "GT", "
               "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
 
 SCRIPTS = {
-    "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
-    "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
-    "sink.WRITE_TENANT_LUA": sink.WRITE_TENANT_LUA,
+    "sink_scripts.WRITE_SESSION_LUA": sink_scripts.WRITE_SESSION_LUA,
+    "sink_scripts.PROGRESS_MAX_LUA": sink_scripts.PROGRESS_MAX_LUA,
+    "sink_scripts.WRITE_TENANT_LUA": sink_scripts.WRITE_TENANT_LUA,
     "replay_compare.COMPARE_ROWS_LUA": replay_compare.COMPARE_ROWS_LUA,
     "lease._ACQUIRE": lease._ACQUIRE,
     "lease._RENEW": lease._RENEW,
