@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from sessionstream import native
 from sessionstream.core import codec
@@ -54,6 +55,8 @@ NATIVE_UNITS: dict[str, type] = {
     "goal": GoalUnit, "rejections": RejectionsUnit, "tools": ToolsUnit, "todo": TodoUnit,
     "business": BusinessUnit, "compaction": CompactionUnit, "surface": SurfaceUnit,
 }
+
+T = TypeVar("T")
 
 #: The Python event of an envelope tuple of ``Folder.fold`` (data checked lossless
 #: there, with the codec's rules).
@@ -142,6 +145,7 @@ class NativeFolder:
         self._rewrites: list[str] = []  # deferred writes refused: rewritten whole
         #: sessions started without a row load (their first event was in the batch)
         self.fresh_starts = 0
+        self._thread: ThreadPoolExecutor | None = None  # the fold's own (started on use)
 
     # -- the port ------------------------------------------------------------------------
     async def fold(self, batch: Batch) -> Folded:
@@ -240,8 +244,8 @@ class NativeFolder:
                                [(sid, p) for sid, p, fresh in ahead if fresh])
         # the fold releases the GIL: on a thread, the event loop reads the previous
         # batch's reply meanwhile (nothing else touches the extension's folder)
-        got = await asyncio.to_thread(self.extension.fold, items, progress, set(self._python),
-                                      True)
+        got = await self._on_fold_thread(self.extension.fold, items, progress,
+                                         set(self._python), True)
         out.skipped += got.skipped
         native_s: list[tuple[str, int, list[int]]] = list(got.native)
         handed: list[tuple[str, list[int]]] = list(got.handed)
@@ -260,8 +264,8 @@ class NativeFolder:
         if unknown:
             await self._resume(batch.generation, unknown)
             sub = sorted(i for _, _, idxs in unknown for i in idxs)
-            again = await asyncio.to_thread(self.extension.fold, [items[i] for i in sub],
-                                            progress, set(self._python), True)
+            again = await self._on_fold_thread(self.extension.fold, [items[i] for i in sub],
+                                               progress, set(self._python), True)
             assert not again.unknown, "every session was started or loaded"
             out.skipped += again.skipped
             native_s += [(sid, p, [sub[j] for j in idxs]) for sid, p, idxs in again.native]
@@ -331,8 +335,8 @@ class NativeFolder:
     async def _fold_deferred(self, batch: Batch, items: list[Any]) -> Folded:
         out = Folded()
         if batch.concurrent:  # off the event loop: a background flush writes meanwhile
-            got = await asyncio.to_thread(self.extension.fold, items, batch.progress,
-                                          set(self._python))
+            got = await self._on_fold_thread(self.extension.fold, items, batch.progress,
+                                             set(self._python))
         else:
             got = self.extension.fold(items, batch.progress, self._python)
         out.skipped += got.skipped
@@ -491,6 +495,14 @@ class NativeFolder:
         decode = self.reference.pipeline.decode
         return list(dict.fromkeys(d.session_id for r in records
                                   if not isinstance(d := decode(r), Undecodable)))
+
+    def _on_fold_thread(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the fold's own thread (the extension releases the GIL): one
+        thread allocates and frees the sessions' state, so its allocator's pages are
+        reused batch after batch instead of spread over the loop's worker threads."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="native-fold")
+        return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     def _to_python(self, sid: str) -> None:
         """The reference owns ``sid`` from now on; a natively folded session was written

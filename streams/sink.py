@@ -62,7 +62,8 @@ def _slices(writes: Sequence[SessionWrite]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     lo, size = 0, 0
     for i, w in enumerate(writes):
-        n = sum(len(k) + len(v) for k, v in w.fields.items())
+        fields = w.fields
+        n = sum(map(len, fields)) + sum(map(len, fields.values()))
         if i > lo and (i - lo >= CALL_SESSIONS or size + n > CALL_BYTES):
             out.append((lo, i))
             lo, size = i, 0

@@ -203,7 +203,8 @@ pub struct Folder {
     python_types: HashSet<String>,
     versions: HashMap<String, i64>,
     window: i64,
-    sessions: HashMap<String, Sess>,
+    /// Boxed: the map moves pointers when it grows, not whole sessions.
+    sessions: HashMap<String, Box<Sess>>,
     /// How to undo the last fold of each session it folded (None: it was new).
     snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
@@ -640,7 +641,8 @@ impl Folder {
     fn start(&mut self, session_id: &str, partition: i64) {
         let window = self.window;
         self.snapshots.remove(session_id); // a checkpoint of what it replaces is void
-        self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
+        self.sessions.insert(session_id.to_string(),
+                             Box::new(Sess::new(session_id, partition, window)));
     }
 
     /// Continue a session from its stored row (`fields`: view:/state:/sv: of the native
@@ -656,7 +658,7 @@ impl Folder {
             Some(mut s) => {
                 s.seed = seed;
                 self.snapshots.remove(session_id);
-                self.sessions.insert(session_id.to_string(), s);
+                self.sessions.insert(session_id.to_string(), Box::new(s));
                 true
             }
             None => false,
@@ -857,9 +859,9 @@ impl Folder {
                 continue;
             }
             let window = self.window;
-            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
+            let before = self.sessions.get_mut(&sid).map(|s| undo::Checkpoint::take(s));
             let sess = self.sessions.entry(sid.clone())
-                .or_insert_with(|| Sess::new(&sid, partition, window));
+                .or_insert_with(|| Box::new(Sess::new(&sid, partition, window)));
             let mut py_idx = Vec::new();
             let mut touched = false;
             let mut aborted = false;

@@ -41,8 +41,6 @@ def entered(run: Callable[[], Awaitable[Any]],
         if event == "call" and (counting is None or counting()):
             module = files.get(os.path.realpath(frame.f_code.co_filename))
             if module is not None:
-                if module not in seen and os.environ.get("WALK_DEBUG"):
-                    print("WALK", module, frame.f_code.co_name, file=sys.stderr)
                 seen.add(module)
 
     async def go() -> None:
