@@ -497,6 +497,7 @@ def main() -> None:
             checkouts = ["", BASE] if BASELINE else [""]
             for fold in ([] if args.skip_replay else args.folds.split(",")):
                 rates: dict[str, dict[str, float]] = {c: {} for c in checkouts}
+                path = fold
                 cpu_of: dict[str, dict[str, float]] = {c: {} for c in checkouts}
                 # cold: a key store of its own, empty (every session's data keys are
                 # created); warm: a new store over the same keys (they exist, its
@@ -509,6 +510,7 @@ def main() -> None:
                         got = run_replay(fold, c, fresh[c],
                                          f"{prefix}-replay-{fold}{c.replace('@', '-')}")
                         rates[c][temp] = got["rate"]
+                        path = got["fold"] if not c else path
                         cpu_of[c][temp] = got["cpu"] * 1e6 / got["events"]
                         print(f"replay{c} ({got['fold']} fold, one process, {temp} key store):"
                               f" {got['rate']:,.0f} events/s, {cpu_of[c][temp]:.1f} us CPU/"
@@ -517,7 +519,6 @@ def main() -> None:
                               f"generation, {got['not_comparable']} not comparable; seconds "
                               + ", ".join(f"{k} {v:.1f}" for k, v in got["phases"].items())
                               + ")", flush=True)
-                path = fold
                 for temp in ("cold", "warm"):
                     rate = rates[""][temp]
                     if BASELINE:

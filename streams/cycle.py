@@ -136,6 +136,19 @@ class BatchCycle:
         for key in [k for k in self._progress if _split_tp(k) in gone]:
             del self._progress[key]
 
+    # -- between batches: a folder's upkeep (streams.processor converges bumped units) --
+    def schedule_converge(self, topic: str, partitions: Iterable[int]) -> None:
+        """After an assignment: upkeep of ``partitions`` to run between batches (none
+        here; a projection with versioned rows rebuilds them, streams.processor)."""
+
+    @property
+    def converging(self) -> bool:
+        return False
+
+    async def converge_step(self, limit: int = 64, concurrency: int = 4) -> int:
+        """One bounded step of that upkeep; how many rows it rewrote."""
+        return 0
+
     async def generation(self) -> int:
         """The generation to write (pinned, or the pointer's: read now); a new one
         forgets every session kept (states are the same fold, offsets guard per

@@ -1,4 +1,4 @@
-"""The kafka engine: a confluent-kafka consumer-group loop driving the same Processor.
+"""The kafka engine: a confluent-kafka consumer-group loop driving a batch cycle.
 
 Run: ``sessionstream worker --engine kafka`` (or ``python -m streams.engine_kafka``).
 Why it exists: faust's own per-event machinery caps a worker at ~1–2k events/s
@@ -39,12 +39,11 @@ from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
 from sessionstream.producers.kafka_clients import KafkaClients
-from sessionstream.streams.cycle import InFlight
+from sessionstream.streams.cycle import BatchCycle, InFlight
 from sessionstream.streams.errors import TopicMissing
 from sessionstream.streams.fold import MessageBatch
 from sessionstream.streams.fold_native import NativeUnavailable
 from sessionstream.streams.ports import BatchReport
-from sessionstream.streams.processor import Processor
 from sessionstream.streams.trace import StageTrace
 
 if TYPE_CHECKING:
@@ -76,7 +75,7 @@ GC_THRESHOLD = 20_000
 class KafkaEngine:
     """One consumer of the worker's group; ``run()`` until ``stop()``."""
 
-    def __init__(self, cfg: WorkerConfig, processor: Processor) -> None:
+    def __init__(self, cfg: WorkerConfig, processor: BatchCycle) -> None:
         self.cfg = cfg
         #: The batch cycle (built for the fold setting: NativeUnavailable for
         #: fold=native without the extension, raised where it is built)
@@ -376,11 +375,12 @@ class KafkaEngine:
 
 async def _main(cfg: WorkerConfig) -> None:
     try:
-        engine = KafkaEngine(cfg, build_processor(cfg, fold=cfg.settings.fold))
+        proc = build_processor(cfg, fold=cfg.settings.fold)
     except NativeUnavailable as exc:
         log.critical("%s", exc)
         sys.exit(EXIT_CONFIG)
-    log.info("fold: %s", engine.processor.folder.name)
+    engine = KafkaEngine(cfg, proc)
+    log.info("fold: %s", proc.folder.name)
     # What start-up built (modules, the registry, clients) lives to the end: out of the
     # collector's passes; the batches' garbage is collected less often, in larger passes.
     gc.collect()
@@ -396,9 +396,9 @@ async def _main(cfg: WorkerConfig) -> None:
         from sessionstream.streams.metrics import WorkerMetrics, observe_sink, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
-        observe_sink(engine.metrics, engine.processor.sink)
-        engine.lag_probe = probe_from_settings(cfg.settings, engine.processor.sink,
-                                               engine.processor.pipeline, cfg.topic, cfg.group)
+        observe_sink(engine.metrics, proc.sink)
+        engine.lag_probe = probe_from_settings(cfg.settings, proc.sink, proc.pipeline,
+                                               cfg.topic, cfg.group)
         runner = await start_server(engine.metrics, port, engine.ready)
         log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
     try:
