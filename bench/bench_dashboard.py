@@ -9,7 +9,12 @@ dashboard on a free port and measures in the browser, from navigation start
 
 - time to first render of the session list (first row shown) at each N;
 - for the big session: time until its views are shown and until its event timeline
-  (read from the session's own offset range in Kafka) is shown.
+  (read from the session's own offset range in Kafka) is shown;
+- for a session of ``--plot-turns`` turns (500: ~5,400 events, compacting under
+  pressure): time until its three plots are drawn (the series read and folded from its
+  log range on the first load, kept by the dashboard after: first load and median of
+  the others) and the browser's own time to draw them (``plots-render``), beside the
+  time until the same page's views are shown (the baseline).
 
 Each figure is the median of ``--runs`` page loads, printed with its ratio to the same
 page at 10 sessions (the baseline, measured in the same run). Target: under 1 s.
@@ -102,6 +107,20 @@ def measure(driver: Any, url: str, selector: str, runs: int) -> float:
     return statistics.median(times)
 
 
+def measure_plots(driver: Any, url: str, runs: int) -> tuple[list[float], list[float]]:
+    """Per page load: ms until the plots are drawn, and the browser's ``plots-render``."""
+    loads, draws = [], []
+    driver.set_script_timeout(120)
+    for _ in range(runs):
+        driver.get("about:blank")
+        driver.get(url)
+        loads.append(float(driver.execute_async_script(WAIT_JS, "#plot-waterfall")))
+        draws.append(float(driver.execute_script(
+            "const e = performance.getEntriesByName('plots-render'); "
+            "return e.length ? e[e.length - 1].duration : NaN")))
+    return loads, draws
+
+
 BENCH_TOKEN = "bench-dashboard-token-0123456789"
 
 
@@ -129,6 +148,7 @@ async def main() -> None:
     ap.add_argument("--sessions", default="1000,10000")
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--plot-turns", type=int, default=500)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sizes = [10, *(int(x) for x in args.sessions.split(","))]
@@ -176,6 +196,31 @@ async def main() -> None:
                                    "timeline_ratio_to_list_10": round(tl / base, 2)}
         print(f"session page, {len(events)} events: views after {views:.1f} ms, "
               f"timeline after {tl:.1f} ms", file=sys.stderr)
+        from tests.integration.test_dashboard_plots_browser import agent_session
+
+        psid = "plots-session"
+        pevents = agent_session(psid, args.plot_turns, seed=7)
+        await project(settings, topic, prefix, pevents, len(events) + 10 * 6 + len(pevents))
+        proc, url = serve(settings, prefix, topic)
+        try:
+            page = f"{url}#s={psid}"
+            loads, draws = measure_plots(driver, page, args.runs)
+            pviews = measure(driver, page, "#detail .facts", args.runs)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        warm = statistics.median(loads[1:]) if len(loads) > 1 else loads[0]
+        results["plots"] = {"events": len(pevents), "turns": args.plot_turns,
+                            "first_load_ms": round(loads[0], 1), "load_ms": round(warm, 1),
+                            "draw_ms": round(statistics.median(draws), 1),
+                            "views_ms": round(pviews, 1),
+                            "load_ratio_to_views": round(warm / pviews, 2),
+                            "first_load_ratio_to_views": round(loads[0] / pviews, 2)}
+        print(f"plots, {len(pevents)} events / {args.plot_turns} turns: drawn after "
+              f"{loads[0]:.1f} ms on the first load (read and folded from the log), "
+              f"{warm:.1f} ms after (median); the browser draws them in "
+              f"{statistics.median(draws):.1f} ms; views after {pviews:.1f} ms",
+              file=sys.stderr)
     finally:
         driver.quit()
         r = Redis.from_url(settings.redis_url)

@@ -41,6 +41,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "delta": (["--native-only"], ["--native-only", "--events", "20000", "--window", "30"]),
     "restart": ([], ["--engines", "kafka", "--rounds", "3"]),
     "scale": ([], ["--quick"]),
+    "frameworks": ([], ["--quick"]),
 }
 
 

@@ -36,7 +36,32 @@ def _secure(s: Settings) -> Any:
     return cfg
 
 
-def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str]]:
+def _secure_cluster(s: Settings) -> Any:
+    """The local secure cluster profile, started (its admin password exists)."""
+    from sessionstream.localstack.cluster import ClusterConfig
+
+    cfg = ClusterConfig.from_settings(s, secure=True)
+    if not cfg.admin_secret_file.is_file():
+        raise bad_input("the secure cluster profile has not been started: run "
+                        "`sessionstream cluster up --secure` first")
+    return cfg
+
+
+_LOCAL_CLUSTER_HELP = ("Talk to the local secure cluster (`cluster up --secure`: its three "
+                       "brokers and its Redis Cluster) as its admin.")
+
+
+def _local(local_secure: bool, local_cluster: bool) -> None:
+    if local_secure and local_cluster:
+        raise click.UsageError("--local-secure and --local-cluster name two profiles: "
+                               "choose one")
+
+
+def _admin_security(s: Settings, local_secure: bool,
+                    local_cluster: bool = False) -> tuple[str, dict[str, str]]:
+    if local_cluster:
+        cluster = _secure_cluster(s)
+        return cluster.bootstrap, cluster.client_security()
     if local_secure:
         from sessionstream.localstack.stack import secure_stack
 
@@ -57,9 +82,10 @@ def _admin_security(s: Settings, local_secure: bool) -> tuple[str, dict[str, str
 @click.option("--local-secure", is_flag=True,
               help="Talk to the local secure Kafka (`up --secure`) as its admin; otherwise "
                    f"to {Env.KAFKA_BOOTSTRAP} with the {Env.KAFKA_SASL_USERNAME} principal.")
+@click.option("--local-cluster", is_flag=True, help=_LOCAL_CLUSTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bool,
-                  as_json: bool) -> None:
+                  local_cluster: bool, as_json: bool) -> None:
     """Create (or re-apply) the tenant's principals and their ACLs.
 
     Passwords are generated once per tenant into <state dir>/secrets/<tenant>.json
@@ -73,6 +99,7 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         apply_redis_cluster,
     )
 
+    _local(local_secure, local_cluster)
     s = settings()
     if tenant:
         with command_errors():
@@ -84,7 +111,7 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
         if kafka:
             from sessionstream.producers.topics import admin_client
 
-            bootstrap, security = _admin_security(s, local_secure)
+            bootstrap, security = _admin_security(s, local_secure, local_cluster)
             admin = admin_client(bootstrap, security)
             report["kafka"] = {"bootstrap": bootstrap, **apply_kafka(
                 admin, s.tenant, secrets.passwords, dlq_topic=s.dlq_topic)}
@@ -103,9 +130,12 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
             if local_secure:  # the secure Redis as its admin (it has no anonymous user)
                 target = dataclasses.replace(s, redis_url=_secure(s).admin_redis_url(),
                                              redis_cluster=False)
+            if local_cluster:  # every node of the secure Redis Cluster, as its admin
+                target = dataclasses.replace(
+                    s, redis_url=_secure_cluster(s).admin_redis_url(), redis_cluster=True)
             client = redisconn.from_settings(target, socket_timeout=10)
             try:
-                apply = apply_redis_cluster if s.redis_cluster else apply_redis
+                apply = apply_redis_cluster if target.redis_cluster else apply_redis
                 report["redis"] = apply(client, s.keys, secrets.passwords)
             finally:
                 client.close()
@@ -140,11 +170,15 @@ def acl_apply_cmd(tenant: str | None, kafka: bool, redis: bool, local_secure: bo
 @click.option("--local-secure", is_flag=True,
               help="Point Kafka and Redis at the local secure profile, data keys in its "
                    "Redis, the tenant key ring in the environment.")
-def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
+@click.option("--local-cluster", is_flag=True,
+              help="The same for the local secure cluster (`cluster up --secure`).")
+def acl_env_cmd(tenant: str | None, role: str, local_secure: bool,
+                local_cluster: bool) -> None:
     """Print the environment of one role's process (shell `export` lines, secrets
     included: pipe it into the process's environment, not into a log)."""
     from sessionstream.governance.access import TenantSecrets, redis_url_for
 
+    _local(local_secure, local_cluster)
     s = settings()
     tenant = tenant or s.tenant
     path = TenantSecrets.path(s.state_dir, tenant)
@@ -154,29 +188,38 @@ def acl_env_cmd(tenant: str | None, role: str, local_secure: bool) -> None:
     secrets = TenantSecrets.load_or_create(s.state_dir, tenant)
     env = {Env.TENANT: tenant}
     secure = _secure(s) if local_secure else None
+    cluster = _secure_cluster(s) if local_cluster else None
+    profile = secure or cluster
+    if cluster is not None:
+        env[Env.REDIS_CLUSTER] = "true"
+        env[Env.REPLICATION_FACTOR] = "3"
     if role in KAFKA_ROLES:
-        if secure is not None:
-            env[Env.KAFKA_BOOTSTRAP] = secure.bootstrap
+        if profile is not None:
+            env[Env.KAFKA_BOOTSTRAP] = profile.bootstrap
         env[Env.KAFKA_SECURITY_PROTOCOL] = "SASL_PLAINTEXT"
         env[Env.KAFKA_SASL_MECHANISM] = "SCRAM-SHA-512"
         env[Env.KAFKA_SASL_USERNAME] = principal(tenant, role)
         env[Env.KAFKA_SASL_PASSWORD] = secrets.passwords[role]
     if role in REDIS_ROLES:
-        base = s.redis_url if secure is None else f"redis://127.0.0.1:{secure.redis_port}/0"
+        base = s.redis_url
+        if secure is not None:
+            base = f"redis://127.0.0.1:{secure.redis_port}/0"
+        if cluster is not None:
+            base = cluster.redis_url
         env[Env.REDIS_URL] = redis_url_for(base, principal(tenant, role),
                                            secrets.passwords[role])
-    if secure is not None and role in REDIS_ROLES:
+    if profile is not None and role in REDIS_ROLES:
         # This tenant's key material only: data keys in the secure Redis (behind the ACL
         # user above), the tenant key ring in the environment, no shared key directory.
         from sessionstream.governance.keys import TenantKeys
         from sessionstream.localstack.stack import secure_tenant_key_dir
-        ring = TenantKeys(secure_tenant_key_dir(secure)).ring(tenant, create=True)
+        ring = TenantKeys(secure_tenant_key_dir(profile)).ring(tenant, create=True)
         assert ring is not None
         env[Env.KEY_STORE] = "redis"
         env[Env.TENANT_KEY] = ",".join(
             f"{v}:{base64.b64encode(k).decode()}"
             for v, k in sorted(ring.versions.items(), key=lambda vk: vk[0] != ring.current))
-        env[Env.TENANT_KEY_DIR] = str(secure.state_dir / "no-tenant-keys" / tenant)
+        env[Env.TENANT_KEY_DIR] = str(profile.state_dir / "no-tenant-keys" / tenant)
     if role == "reader":
         env[Env.DASHBOARD_TOKEN] = f"{tenant}:{secrets.dashboard_token}"
     for name, value in env.items():

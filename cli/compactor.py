@@ -16,12 +16,13 @@ import click
 
 from sessionstream import redisconn
 from sessionstream.cli.context import command_errors, settings
-from sessionstream.core.settings import Settings
+from sessionstream.core.settings import Env, Settings
 
 
 @click.command("compactor")
-@click.option("--budget", default=32_000, show_default=True,
-              help="Context budget in estimated tokens (pressure at 80%).")
+@click.option("--budget", type=int, default=None,
+              help="Context budget in estimated tokens (pressure at 80%); default "
+                   f"{Env.CONTEXT_BUDGET} or 32000, the line the dashboard draws.")
 @click.option("--keep-recent", default=4, show_default=True,
               help="Surface nodes at the end that are never shadowed.")
 @click.option("--cooldown", default=30.0, show_default=True,
@@ -29,7 +30,7 @@ from sessionstream.core.settings import Settings
 @click.option("--once", is_flag=True,
               help="Process what is in the change feed now, print a summary and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
+def compactor_cmd(budget: int | None, keep_recent: int, cooldown: float, once: bool,
                   as_json: bool) -> None:
     """Follow the tenant's change feed and compact sessions under token pressure.
 
@@ -38,6 +39,9 @@ def compactor_cmd(budget: int, keep_recent: int, cooldown: float, once: bool,
     """
     from sessionstream.core.compaction import Budget
 
+    if budget is None:
+        with command_errors():
+            budget = settings().context_budget
     try:
         b = Budget(tokens=budget, keep_recent=keep_recent)
     except ValueError as exc:

@@ -13,7 +13,9 @@ A leaf module (the core and click only), so the edges' command modules (``produc
 
   ====  ==================================================================
   0     success
-  1     a runtime failure (the message says what failed and what to do)
+  1     a runtime failure (the message says what failed and what to do), and
+        a server that answered but refused: credentials missing or wrong
+        (``NOAUTH``, ``WRONGPASS``), a permission the ACLs do not grant
   2     usage or bad input: an option, a file, an id, a variable's shape
   3     a server is unreachable: Kafka, Redis (start them with ``sessionstream up``)
   ====  ==================================================================
@@ -59,10 +61,34 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
 
 
 def _redis_unreachable() -> tuple[type[BaseException], ...]:
-    """The Redis client's own errors for a server that does not answer."""
+    """The Redis client's own errors for a server that does not answer (a cluster client
+    that reached no node raises RedisClusterException, which is no RedisError)."""
     import redis
 
-    return (redis.ConnectionError, redis.TimeoutError)
+    return (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException)
+
+
+def _refusals() -> tuple[type[BaseException], ...]:
+    """The Redis client's errors for a server that answered and refused the client
+    (redis-py makes an authentication failure a ConnectionError: it is not one)."""
+    import redis
+
+    return (redis.AuthenticationError, redis.exceptions.AuthenticationWrongNumberOfArgsError,
+            redis.exceptions.NoPermissionError)
+
+
+def refused(exc: BaseException) -> BaseException | None:
+    """The server's refusal behind ``exc`` (itself or a cause, e.g. a writer's
+    ``RedisUnavailable`` raised from a ``WRONGPASS``), or None."""
+    kinds = _refusals()
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 8:
+        if isinstance(cur, kinds):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
@@ -80,7 +106,7 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     from sessionstream.streams.errors import SinkError
 
     return (BrokerUnavailable, RedisUnavailable, SinkError, redis.ConnectionError,
-            redis.TimeoutError)
+            redis.TimeoutError, redis.exceptions.RedisClusterException)
 
 
 def exit_code_of(exc: BaseException) -> ExitCode:
@@ -89,6 +115,8 @@ def exit_code_of(exc: BaseException) -> ExitCode:
         return ExitCode(exc.exit_code) if exc.exit_code in set(ExitCode) else ExitCode.FAILED
     if isinstance(exc, _bad_input_errors()):
         return ExitCode.BAD_INPUT
+    if refused(exc) is not None:  # answered: reachable, and refused
+        return ExitCode.FAILED
     if isinstance(exc, _unreachable_errors()):
         return ExitCode.UNREACHABLE
     return ExitCode.FAILED
@@ -117,6 +145,9 @@ def command_error(exc: BaseException, message: str | None = None) -> CommandErro
         return CommandError(str(exc), ExitCode.BAD_INPUT, prefix="")
     if isinstance(exc, LegalHold):  # a refusal, not a failure: the hold says why
         return CommandError(str(exc), exit_code_of(exc), prefix="refused: ")
+    cause = refused(exc)
+    if cause is not None and cause is not exc:  # "cannot reach" would mislead: it answered
+        return CommandError(f"{exc} — {redis_refusal(cause)}", exit_code_of(exc))
     return CommandError(str(exc), exit_code_of(exc))
 
 
@@ -131,12 +162,29 @@ def command_errors() -> Iterator[None]:
         raise
     except SessionStreamError as exc:
         raise command_error(exc) from exc
+    except _refusals() as exc:  # before the unreachable ones: redis-py subclasses them
+        raise CommandError(redis_refusal(exc, _redis_at())) from exc
     except _redis_unreachable() as exc:
+        cause = refused(exc)  # a cluster client's "cannot be connected" after a refusal
+        if cause is not None:
+            raise CommandError(redis_refusal(cause, _redis_at())) from exc
         raise unreachable(f"cannot reach Redis{_redis_at()} ({exc}); start it with "
                           f"`sessionstream up` or set {Env.REDIS_URL}") from exc
-    except _redis_errors() as exc:  # e.g. a permission the ACL does not grant
+    except _redis_errors() as exc:  # e.g. a script error
         raise CommandError(f"Redis{_redis_at()} refused the command: "
                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def redis_refusal(exc: BaseException, at: str = "") -> str:
+    """The message for a Redis that refused the client (``at``: `` at <url>``)."""
+    import redis
+
+    if isinstance(exc, redis.AuthenticationError
+                  | redis.exceptions.AuthenticationWrongNumberOfArgsError):
+        return (f"Redis{at} refused the client's credentials ({type(exc).__name__}: {exc}); "
+                f"connect as a user of your tenant: {Env.REDIS_URL}=redis://<user>:"
+                "<password>@host:port/0 (`sessionstream acl env --role R` prints it)")
+    return f"Redis{at} refused the command: {type(exc).__name__}: {exc}"
 
 
 def _redis_at() -> str:
@@ -205,4 +253,5 @@ class GuardedGroup(click.Group):
 
 
 __all__ = ["CommandError", "ExitCode", "GuardedGroup", "bad_input", "command_error",
-           "command_errors", "die", "exit_code_of", "settings", "unreachable"]
+           "command_errors", "die", "exit_code_of", "redis_refusal", "refused", "settings",
+           "unreachable"]

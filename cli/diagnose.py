@@ -18,7 +18,15 @@ from typing import Any
 import click
 
 from sessionstream import redisconn
-from sessionstream.cli.context import ExitCode, command_errors, settings, unreachable
+from sessionstream.cli.context import (
+    CommandError,
+    ExitCode,
+    command_errors,
+    redis_refusal,
+    refused,
+    settings,
+    unreachable,
+)
 from sessionstream.core.diagnosis import (
     MATRIX,
     DiagnosisFacts,
@@ -76,7 +84,12 @@ def live_facts(settings: Settings, session_id: str, *, prefix: str | None = None
         log_index = bool(r.exists(keys.log_index(session_id)))
         lease_held = bool(r.exists(keys.lease(session_id)))
     except redis.RedisError as exc:
-        raise unreachable(f"cannot read Redis at {settings.redis_url}: {exc}") from exc
+        from sessionstream.producers.errors import redacted_url
+
+        at = f" at {redacted_url(settings.redis_url)}"
+        if refused(exc) is not None:  # it answered: a credential or a permission
+            raise CommandError(redis_refusal(exc, at)) from exc
+        raise unreachable(f"cannot read Redis{at}: {exc}") from exc
     finally:
         r.close()
     return DiagnosisFacts(

@@ -7,6 +7,8 @@ names (``sessionstream replay`` switches it), through ``streams.read``:
 - ``GET /api/sessions``        the session index, newest first (``?limit=N``)
 - ``GET /api/sessions/{id}``   every view of a session at one ``as_of_seq``; 404 if unknown
 - ``GET /api/events``          Server-Sent Events from the tenant's change feed (``feed.py``)
+- ``GET /api/sessions/{id}/series``  the numbers of a session's plots (``series.py``)
+- ``GET /api/tenant/series``   the numbers of the tenant's plots (``fleet.py``)
 - ``GET /healthz``             Redis reachable, and which generation readers use
 - ``GET /metrics``             Prometheus: requests, latency, auth failures (``metrics.py``)
 
@@ -33,13 +35,19 @@ from redis.asyncio import Redis
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
-from sessionstream.dashboard import timeline
+from sessionstream.dashboard import fleet, series, timeline
 from sessionstream.dashboard.auth import TokenAuth
 from sessionstream.dashboard.auth import middleware as auth_middleware
 from sessionstream.dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
 from sessionstream.dashboard.metrics import DashboardMetrics
+from sessionstream.dashboard.series import SeriesConfig
 from sessionstream.dashboard.timeline import TimelineSource
-from sessionstream.streams.read import current_generation, list_sessions, read_views
+from sessionstream.streams.read import (
+    LiveSnapshot,
+    current_generation,
+    list_sessions,
+    read_views,
+)
 
 log = logging.getLogger("sessionstream.dashboard")
 
@@ -47,7 +55,12 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 # redis-py raises its own ConnectionError / TimeoutError for socket failures; a plain
 # ConnectionResetError here is the browser going away, not Redis.
-_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError)
+_REDIS_DOWN = (rexc.ConnectionError, rexc.TimeoutError, rexc.RedisClusterException)
+# A Redis that answered and refused the dashboard's user (redis-py makes an authentication
+# failure a ConnectionError: these are caught first).
+_REDIS_REFUSED = (rexc.AuthenticationError, rexc.AuthenticationWrongNumberOfArgsError,
+                  rexc.NoPermissionError)
+_REDIS_FAILED = (*_REDIS_REFUSED, *_REDIS_DOWN)
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,12 @@ class DashboardConfig:
     #: Tenant-scoped bearer tokens (None: no authentication, for an app embedded behind
     #: its own; the ``sessionstream dashboard`` server always sets it).
     auth: TokenAuth | None = None
+    #: How session plots are read (None: from ``timeline``'s Kafka source, no prices,
+    #: no budget line; no plots without a timeline source).
+    series: SeriesConfig | None = None
+    #: The worker's consumer group, whose lag the tenant plots sample (None: no lag plot).
+    streams_group: str | None = None
+    lag_interval_s: float = 5.0
 
 
 CONFIG = web.AppKey("config", DashboardConfig)
@@ -104,6 +123,14 @@ def create_app(config: DashboardConfig) -> web.Application:
     app.router.add_get("/api/events", _events)
     if config.timeline is not None:
         timeline.setup(app, config.timeline, _snapshot)
+        series.setup(app, config.series or SeriesConfig(config.timeline, rows=config.rows),
+                     _position)
+    lag = None
+    if config.timeline is not None and config.streams_group:
+        lag = fleet.LagSampler(fleet.lag_probe(config.timeline, app[REDIS], config.keys,
+                                               config.streams_group),
+                               interval=config.lag_interval_s)
+    fleet.setup(app, fleet.FleetSeries(app[REDIS], config.keys, lag=lag))
     app.router.add_static("/static", STATIC_DIR)
     return app
 
@@ -114,7 +141,17 @@ async def _snapshot(request: web.Request, sid: str) -> Any:
     return await read_views(request.app[REDIS], config.keys, sid, rows=config.rows)
 
 
+async def _position(request: web.Request, sid: str) -> LiveSnapshot | None:
+    return await series.read_position(request.app[REDIS], request.app[CONFIG].keys, sid)
+
+
 def _redis_down(config: DashboardConfig, exc: BaseException) -> str:
+    if isinstance(exc, rexc.RedisClusterException) and isinstance(exc.__cause__,
+                                                                  _REDIS_REFUSED):
+        exc = exc.__cause__
+    if isinstance(exc, _REDIS_REFUSED):
+        return (f"Redis refused the dashboard's user ({type(exc).__name__}): give it its "
+                f"tenant's reader in {Env.REDIS_URL} (`sessionstream acl env --role reader`)")
     return (f"cannot reach Redis ({type(exc).__name__}); start it with `sessionstream up` "
             f"or point {Env.REDIS_URL} at a running server")
 
@@ -126,7 +163,7 @@ async def _json_errors(request: web.Request,
     """API errors as JSON with a sentence saying what to do; Redis outages as 503."""
     try:
         return await handler(request)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         log.warning("Redis unavailable for %s (%s)", request.path, type(exc).__name__)
         return web.json_response({"error": _redis_down(request.app[CONFIG], exc)}, status=503)
     except web.HTTPException as exc:
@@ -145,7 +182,7 @@ async def _healthz(request: web.Request) -> web.Response:
     try:
         await redis.ping()
         gen = await current_generation(redis, config.keys)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         return web.json_response({"ok": False, "error": _redis_down(config, exc)}, status=503)
     return web.json_response({"ok": True, "tenant": config.keys.tenant,
                               "prefix": config.keys.prefix, "generation": gen})
@@ -232,7 +269,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                     cursor.event_id()))
     except ConnectionResetError:
         log.debug("event stream closed by the client after %d changes", sent)
-    except _REDIS_DOWN as exc:
+    except _REDIS_FAILED as exc:
         log.warning("event stream: Redis unavailable (%s)", type(exc).__name__)
         await resp.write(frame("unavailable", {"error": _redis_down(config, exc)}))
     return resp

@@ -224,21 +224,36 @@ def _mapped(cs: Session, event: AdkEvent, adk: dict[str, Any]) -> list[Draft]:
     return out
 
 
-def _drafts(handle: SessionHandle, event: AdkEvent) -> list[Draft]:
-    """The drafts of one ADK event: the mapped ones if the core rules take them (tried
-    on a copy, so a refusal appends nothing), else one plugin event."""
+def _drafts(cs: Session | None, event: AdkEvent) -> list[Draft]:
+    """The drafts of one ADK event against the session ``cs`` as it is: the mapped ones
+    if the core rules take them (tried under a savepoint, so the session is left as it
+    was), else one plugin event."""
     adk = _dump(event)
-    cs = handle.session()
     if cs is not None:
         drafts = _mapped(cs, event, adk)
         if drafts:
+            savepoint = cs.savepoint()
             try:
                 for d in drafts:
                     cs.append(d)
                 return drafts
             except (InvariantViolation, SchemaViolation):
                 pass
+            finally:
+                cs.rollback(savepoint)
     return [Draft(EVENT, {"adk": adk})]
+
+
+def _exists(cs: Session | None) -> bool:
+    """An ADK session exists from its last create until a delete after it."""
+    if cs is None:
+        return False
+    for e in reversed(cs.events):
+        if e.type == DELETED:
+            return False
+        if e.type == CREATED:
+            return True
+    return False
 
 
 class SessionstreamSessionService(BaseSessionService):
@@ -262,15 +277,14 @@ class SessionstreamSessionService(BaseSessionService):
         return await asyncio.to_thread(fn, *args)
 
     def _shared(self, sid: str, drafts: list[Draft]) -> None:
-        """Append-flush-release on a session many processes write (app/user state)."""
+        """One write to a session many processes write (app/user state), retried while
+        another process is writing it."""
         handle = self.store.open(sid)
         deadline = time.monotonic() + self.shared_retry_s
         delay = 0.02
         while True:
             try:
-                with handle._lock:
-                    handle.append_many(drafts)
-                    handle.release()
+                handle.append_many(drafts)
                 return
             except WriterConflict:
                 if time.monotonic() > deadline:
@@ -323,16 +337,19 @@ class SessionstreamSessionService(BaseSessionService):
         sid = (session_id.strip() if session_id else None) or _new_id()
         handle = self.store.open(stream_id(app, user, sid))
         deltas = _session_util.extract_json_safe_state_delta(state or {})
-        with handle._lock:
-            if _View(handle.events()).exists:
+        record = {"app_name": app, "user_id": user, "session_id": sid,
+                  "state": deltas["session"], "created": time.time()}
+
+        def plan(cs: Session | None) -> list[Draft]:
+            if _exists(cs):
                 raise AlreadyExistsError(f"Session with id {sid} already exists.")
-            try:
-                handle.append(CREATED, {"app_name": app, "user_id": user, "session_id": sid,
-                                        "state": deltas["session"], "created": time.time()})
-                handle.flush()
-            except WriterConflict as exc:
-                raise AlreadyExistsError(f"Session with id {sid} is being written by "
-                                         f"another writer: {exc.detail}") from exc
+            return [Draft(CREATED, record)]
+
+        try:
+            handle.write(plan)
+        except WriterConflict as exc:
+            raise AlreadyExistsError(f"Session with id {sid} is being written by "
+                                     f"another writer: {exc.detail}") from exc
         user_drafts = [Draft(INDEX, {"session_id": sid, "action": "created"})]
         if deltas["user"]:
             user_drafts.append(Draft(STATE, {"delta": deltas["user"]}))
@@ -391,14 +408,11 @@ class SessionstreamSessionService(BaseSessionService):
     def _delete(self, app: str, user: str, session_id: str) -> None:
         sid = session_id.strip() if session_id else session_id
         handle = self.store.open(stream_id(app, user, sid))
-        with handle._lock:
-            if not _View(handle.events()).exists:
+        try:
+            if not handle.write(lambda cs: [Draft(DELETED, {})] if _exists(cs) else []):
                 return
-            try:
-                handle.append(DELETED, {})
-                handle.flush()
-            except WriterConflict as exc:
-                raise StaleSessionError(str(exc)) from exc
+        except WriterConflict as exc:
+            raise StaleSessionError(str(exc)) from exc
         self._shared(self._user_sid(app, user),
                      [Draft(INDEX, {"session_id": sid, "action": "deleted"})])
 
@@ -418,23 +432,25 @@ class SessionstreamSessionService(BaseSessionService):
 
     def _append(self, session: AdkSession, event: AdkEvent) -> None:
         handle = self.store.open(stream_id(session.app_name, session.user_id, session.id))
-        with handle._lock:
-            view = _View(handle.events())
-            if not view.exists:
+        marker = session._storage_update_marker
+
+        def plan(cs: Session | None) -> list[Draft]:
+            if not _exists(cs):
                 raise SessionNotFoundError(f"Session {session.id} not found.")
-            marker = session._storage_update_marker
-            if marker is not None and marker != f"seq:{view.last_seq}":
+            assert cs is not None
+            if marker is not None and marker != f"seq:{cs.next_seq - 1}":
                 raise StaleSessionError(
                     "The session has been modified in storage since it was loaded. "
                     "Please reload the session before appending more events.")
-            try:
-                stored = handle.append_many(_drafts(handle, event))
-                handle.flush()
-            except WriterConflict as exc:
-                raise StaleSessionError(
-                    f"another writer holds or took session {session.id}: {exc.detail}. "
-                    "Reload the session before appending more events.") from exc
-            session._storage_update_marker = f"seq:{stored[-1].seq}"
+            return _drafts(cs, event)
+
+        try:
+            stored = handle.write(plan)
+        except WriterConflict as exc:
+            raise StaleSessionError(
+                f"another writer holds or took session {session.id}: {exc.detail}. "
+                "Reload the session before appending more events.") from exc
+        session._storage_update_marker = f"seq:{stored[-1].seq}"
         if event.actions and event.actions.state_delta:
             self._write_scoped(session.app_name, session.user_id, event.actions.state_delta)
 

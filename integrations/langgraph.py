@@ -325,10 +325,7 @@ class SessionStreamSaver(BaseCheckpointSaver[str]):
             return th
 
     def _append(self, thread_id: str, drafts: Sequence[Draft]) -> None:
-        handle = self._handle(thread_id)
-        handle.append_many(drafts)
-        if self.durable:
-            handle.flush()
+        self._handle(thread_id).append_many(drafts, durable=self.durable)
 
     def flush(self) -> None:
         """Flush every thread this saver wrote (with ``durable=False``)."""

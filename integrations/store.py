@@ -2,31 +2,33 @@
 
 An adapter (the OpenAI Agents SDK ``Session``, the ADK session service, the LangGraph
 saver) never talks to Kafka, Redis or files itself. It asks a :class:`SessionStore` for
-the :class:`SessionHandle` of a session id and does four things with it:
+the :class:`SessionHandle` of a session id and does three things with it:
 
-``handle.events()``
-    The session's admitted events, in seq order, as every reader derives them (the
-    fleet: read back from the log; content opened, a shredded part as its placeholder).
-``handle.session()``
-    The same events as a core :class:`~sessionstream.core.session.Session` (for
-    ``derive_messages()``, the compaction planner, the surface).
-``handle.append(type, data, ...)`` / ``handle.append_many(drafts)``
-    Append through the session's write-time rules (the catalog's schema, the turn/step
-    and tool-call invariants); ``handle.acquire()`` takes the session for writing first,
-    for a read-then-write. A refused event raises the core's ``InvariantViolation``
-    / ``SchemaViolation`` and changes nothing. The first append creates the session (a
-    ``session/start``) if it has no events yet: create-or-open by id.
-``handle.flush()``
-    The durability barrier: on return every event appended through this handle is in
-    the log and admitted by readers (the fleet: acknowledged by Kafka and proven
-    admitted; a JSONL file: written and fsynced; memory: a no-op).
+``handle.write(plan)``
+    One write, whole or not at all: the handle takes the session (the fleet: its lease,
+    at once, on any node — docs/adr/0024), calls ``plan(session)`` with the core
+    :class:`~sessionstream.core.session.Session` as it is now (None: no events yet),
+    appends the drafts it returns through the session's write-time rules as one atomic
+    batch (a refused draft raises the core's ``InvariantViolation`` /
+    ``SchemaViolation`` / ``InvalidData`` and nothing of the batch is stored), makes
+    them durable and hands the session on (the fleet: flushed, proven admitted, lease
+    released). ``append`` / ``append_many`` are ``write`` of fixed drafts. With
+    ``durable=False`` the handle keeps the session until :meth:`SessionHandle.flush`.
+``handle.view(name, last=N)``
+    An :class:`~sessionstream.integrations.views.InlineView` the adapter registered:
+    a fold of the log the store keeps as it writes (the fleet: in Redis, settled with
+    each write's flush), so a process that never wrote the session reads the last
+    ``N`` entries in one call, not the log. A view behind the log (a writer that keeps
+    no views wrote meanwhile, e.g. the compaction agent) is rebuilt from the log.
+``handle.events()`` / ``handle.session()``
+    The session's admitted events in seq order as every reader derives them (the fleet:
+    read back from the log; content opened, a shredded part as its placeholder).
 
 One error, :class:`WriterConflict`, means "this write is not part of the session's
-history": another writer holds or took the session (the fleet's lease and fencing), or
-readers refused what this handle wrote. The events named in ``not_admitted`` are not in
-the history; the handle forgets its writer, so the next append re-reads the session and
-writes as its newest writer if nobody else holds it (a retry is safe). Adapters map it
-to their framework's error (ADK: ``StaleSessionError``).
+history": another writer holds the session right now, or took it while this write was
+in flight (readers refused what this handle wrote: ``not_admitted``). Nothing of the
+write is stored; reading again and retrying is safe. Adapters map it to their
+framework's error (ADK: ``StaleSessionError``).
 
 Backends, one contract (``tests/contract/store_contract.py`` runs over all of them)::
 
@@ -36,11 +38,10 @@ Backends, one contract (``tests/contract/store_contract.py`` runs over all of th
     FleetStore(WriterConfig)           Kafka + Redis through the fenced SessionWriter:
                                        any number of processes on any nodes
 
-The fleet's writer holds the session's lease from the first append until
-:meth:`SessionHandle.release` (or :meth:`SessionStore.close`); meanwhile a writer in
-another process gets :class:`WriterConflict`, and an idle lease expires after the
-config's ``lease_ttl_ms``. Handles are shared per store: ``store.open(sid)`` twice gives
-the same handle, so two framework objects on one id in one process write one history.
+The fleet holds a session's lease only during a write (a short hold per call): a
+stateless handler's next request, on another node, takes the session at once. Handles
+are shared per store: ``store.open(sid)`` twice gives the same handle, so two framework
+objects on one id in one process write one history.
 
 Framework records the catalog has no type for go in as **plugin types**
 (:func:`plugin_type`): a namespace of the adapter's own (``openai-agents/…``), never a
@@ -52,12 +53,14 @@ session as it does an unknown required type. Their data is content (sealed at re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +69,11 @@ from sessionstream.core.catalog import Catalog, EventType, F, Obj, default_catal
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonl import dumps_line, read_jsonl
-from sessionstream.core.jsonvalue import JsonValue
+from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.rows import INLINE_VIEW_CHUNK, SEALED_PREFIX
 from sessionstream.core.session import Session
+from sessionstream.governance.rows import RowCipher
+from sessionstream.integrations.views import InlineView, ViewSnapshot, ViewState
 from sessionstream.producers.errors import (
     Fenced,
     LeaseExpired,
@@ -77,21 +83,31 @@ from sessionstream.producers.errors import (
     SessionNotFound,
     WriterClosed,
 )
-from sessionstream.producers.fleet import flush_durably
 from sessionstream.producers.lease import LeaseStore
 from sessionstream.producers.resume import read_log
-from sessionstream.producers.writer import SessionWriter, WriterConfig
+from sessionstream.producers.views import INSTALL, READ, ViewRead, ViewWrite, view_args, view_keys
+from sessionstream.producers.writer import (
+    NotHandedOver,
+    SessionWriter,
+    WriterConfig,
+    release_durably,
+)
 
 __all__ = [
     "FleetStore",
     "JsonlStore",
     "MemoryStore",
+    "Plan",
     "SessionHandle",
     "SessionStore",
     "StoreError",
     "WriterConflict",
     "plugin_type",
 ]
+
+#: What a write asks of its adapter: the drafts to append, given the session as it is
+#: (None: it has no events yet).
+Plan = Callable[[Session | None], Sequence[Draft]]
 
 
 class StoreError(SessionStreamError):
@@ -144,7 +160,11 @@ class SessionHandle(ABC):
         self.store = store
         self.session_id = session_id
         self._lock = threading.RLock()  # adapters call from worker threads
+        #: The inline views' states, folded up to ``_folded`` events of the session.
+        self._views: dict[str, ViewState] = {}
+        self._folded = 0
 
+    # -- reading ----------------------------------------------------------------------
     @abstractmethod
     def events(self) -> tuple[Event, ...]:
         """The admitted events, seq order (empty: the session does not exist yet)."""
@@ -157,6 +177,24 @@ class SessionHandle(ABC):
     def exists(self) -> bool:
         return bool(self.events())
 
+    @abstractmethod
+    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
+        """The inline view ``name`` (registered with the store): its last ``last``
+        entries (None: all) and its fields, as of the last durable write."""
+
+    # -- writing ----------------------------------------------------------------------
+    @abstractmethod
+    def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
+        """Take the session, append ``plan(session)``'s drafts as one atomic batch, make
+        them durable (``durable``: else at :meth:`flush`) and hand the session on;
+        returns the events. A refused draft raises and stores nothing.
+
+        ``plan`` gets the session as it is (None: no events yet) and must not change it;
+        it may raise to abort the write (nothing is stored). On a session that does not
+        exist yet it is called with None before anything is taken (returning no drafts
+        then creates nothing), and again with the session only if another writer
+        started it meanwhile."""
+
     def append(self, type_or_draft: str | Draft, data: JsonValue = None, *,
                surface_op: SurfaceOp | str | None = None,
                source_event_seqs: Sequence[int] = (),
@@ -165,41 +203,59 @@ class SessionHandle(ABC):
         draft = Draft.of(type_or_draft, data, surface_op, source_event_seqs, turn_id, step_id)
         return self.append_many([draft])[0]
 
-    @abstractmethod
-    def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
-        """Append drafts in order; the first refused one raises (the earlier ones stay
-        appended, not yet flushed)."""
+    def append_many(self, drafts: Sequence[Draft], *, durable: bool = True) -> list[Event]:
+        """Append ``drafts`` in order, atomically (see :meth:`write`)."""
+        fixed = list(drafts)
+        return self.write(lambda _session: fixed, durable=durable)
 
     @abstractmethod
     def flush(self) -> None:
-        """The durability barrier for every event appended through this handle."""
-
-    def acquire(self) -> None:
-        """Take the session for writing now (creating it if new), so that what
-        :meth:`events` returns next is the history the next append continues — for a
-        read-then-write such as "pop the last item". The fleet: takes the lease."""
-        with self._lock:
-            if not self.exists():
-                self.append_many([])
+        """Make every write of this handle durable and hand the session on (a no-op
+        unless a write passed ``durable=False``)."""
 
     def release(self) -> None:
-        """Flush and give up writing (the fleet: release the lease). Appending again
-        takes the session back."""
+        """Give the session up (after :meth:`flush`): nothing is held between writes."""
         self.flush()
+
+    # -- views ------------------------------------------------------------------------
+    def _fold_views(self, session: Session, upto: int) -> None:
+        """Fold the session's events from ``self._folded`` up to ``upto`` into every view
+        (a view registered since: the whole log)."""
+        views = self.store.views
+        new = session.events_since(self._folded)[:upto - self._folded]
+        for name, view in views.items():
+            state = self._views.get(name)
+            todo = new
+            if state is None:
+                state = self._views[name] = ViewState()
+                todo = session.events[:upto]
+            for e in todo:
+                view.fold(state, e)
+        self._folded = upto
+
+    def _rebuild_views(self, events: Sequence[Event]) -> None:
+        self._views = {name: v.build(events) for name, v in self.store.views.items()}
+        self._folded = len(events)
 
 
 class SessionStore(ABC):
     """Opens :class:`SessionHandle` objects by session id; one handle per id."""
 
-    def __init__(self, event_types: Iterable[EventType] = ()) -> None:
+    def __init__(self, event_types: Iterable[EventType] = (),
+                 views: Iterable[InlineView] = ()) -> None:
         #: The default catalog plus the plugin types the adapters registered.
         self.catalog = _catalog(event_types)
+        #: The inline views kept for every session of this store, by name.
+        self.views: dict[str, InlineView] = {}
         self._handles: dict[str, SessionHandle] = {}
         self._lock = threading.Lock()
+        self.register((), views)
 
-    def register(self, event_types: Iterable[EventType]) -> None:
-        """Add plugin types (an adapter registers its own); registering the same type
-        again is a no-op, another type under a registered name an error."""
+    def register(self, event_types: Iterable[EventType],
+                 views: Iterable[InlineView] = ()) -> None:
+        """Add plugin types and inline views (an adapter registers its own); registering
+        the same again is a no-op, another type or view under a registered name an
+        error."""
         with self._lock:
             for t in event_types:
                 known = self.catalog.get(t.name)
@@ -209,6 +265,12 @@ class SessionStore(ABC):
                 elif known != t:
                     raise StoreError(f"event type {t.name!r} is already registered with "
                                      "another schema")
+            for v in views:
+                had = self.views.get(v.name)
+                if had is None:
+                    self.views[v.name] = v
+                elif type(had) is not type(v):
+                    raise StoreError(f"inline view {v.name!r} is already registered")
 
     def open(self, session_id: str) -> SessionHandle:
         """The handle of ``session_id`` (nothing is created until the first append)."""
@@ -224,11 +286,18 @@ class SessionStore(ABC):
     def _new_handle(self, session_id: str) -> SessionHandle: ...
 
     def close(self) -> None:
-        """Release every handle (flush, give up leases)."""
+        """Flush every handle (and, on the fleet, give back what a write still holds)."""
         with self._lock:
             handles = list(self._handles.values())
         for h in handles:
             h.release()
+
+
+def _view_of(handle: SessionHandle, name: str) -> ViewState:
+    if name not in handle.store.views:
+        raise StoreError(f"no inline view {name!r} is registered with this store "
+                         f"(registered: {sorted(handle.store.views) or 'none'})")
+    return handle._views.get(name) or ViewState()
 
 
 # ------------------------------------------------------------------- in-process
@@ -243,6 +312,8 @@ class _LocalHandle(SessionHandle):
         self._session: Session | None = (
             Session.from_events(events, catalog=store.catalog) if events else None)
         self._flushed = len(events)
+        if events:
+            self._rebuild_views(events)
 
     def events(self) -> tuple[Event, ...]:
         with self._lock:
@@ -253,17 +324,46 @@ class _LocalHandle(SessionHandle):
             s = self._session
             return Session.from_events(s.events, catalog=self.store.catalog) if s else None
 
-    def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
+    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
         with self._lock:
-            if self._session is None:
-                self._session = Session.create(self.session_id, catalog=self.store.catalog)
-            return [self._session.append(d) for d in drafts]
+            state = _view_of(self, name)
+            seq = self._session.next_seq - 1 if self._session is not None else -1
+            return ViewSnapshot.of(state, seq, last)
+
+    def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
+        with self._lock:
+            s = self._session
+            drafts = list(plan(s))
+            if not drafts:
+                return []
+            created = s is None
+            if s is None:
+                s = Session.create(self.session_id, catalog=self.store.catalog)
+            savepoint = s.savepoint()
+            try:
+                events = [s.append(d) for d in drafts]
+            except BaseException:
+                s.rollback(savepoint)
+                raise
+            s.release(savepoint)
+            self._session = s
+            if created:
+                self._rebuild_views(())
+            self._fold_views(s, len(s))
+            if durable:
+                self._flush_locked()
+            return events
 
     def flush(self) -> None:
         with self._lock:
-            if self._session is not None and len(self._session) > self._flushed:
-                self._persist(self._session.events[self._flushed:])
-                self._flushed = len(self._session)
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._session is not None and len(self._session) > self._flushed:
+            self._persist(self._session.events_since(self._flushed))
+            self._flushed = len(self._session)
+            for state in self._views.values():
+                state.published()
 
     def _persist(self, events: Sequence[Event]) -> None:
         """Memory: nothing to write."""
@@ -298,8 +398,9 @@ class JsonlStore(SessionStore):
     log``): offline and durable, for one process at a time."""
 
     def __init__(self, directory: str | os.PathLike[str],
-                 event_types: Iterable[EventType] = ()) -> None:
-        super().__init__(event_types)
+                 event_types: Iterable[EventType] = (),
+                 views: Iterable[InlineView] = ()) -> None:
+        super().__init__(event_types, views)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -319,86 +420,175 @@ class JsonlStore(SessionStore):
 _CONFLICTS = (Fenced, LeaseUnavailable, ResumeRaceLost, LeaseExpired, SessionExists)
 
 
+def _end_of(s: Session) -> tuple[int, str]:
+    last = s.last_event
+    return s.next_seq, last.event_id if last is not None else ""
+
+
 class _FleetHandle(SessionHandle):
+    """A session of the fleet, written one call at a time (docs/adr/0024): each write
+    takes the lease, appends, flushes, settles the inline views and releases; the writer
+    and its session stay in this process between writes, so the next write here
+    continues without reading the log (or reads only what other nodes added)."""
+
     store: FleetStore
 
     def __init__(self, store: FleetStore, session_id: str) -> None:
         super().__init__(store, session_id)
         self._writer: SessionWriter | None = None
+        #: The (seq, event id) the stored inline views are at, as far as this handle
+        #: knows: what the next settle expects to find (a view elsewhere is rebuilt).
+        self._stored_at: tuple[int, str] = (-1, "")
 
+    def _held(self) -> SessionWriter | None:
+        w = self._writer
+        return w if w is not None and w.held else None
+
+    # -- taking and handing on -------------------------------------------------------
     def _conflict(self, exc: Exception) -> WriterConflict:
         """Forget the writer (it is fenced or never started) and name the conflict."""
+        self._drop()
+        return WriterConflict(self.session_id, str(exc), getattr(exc, "not_admitted", ()))
+
+    def _drop(self) -> None:
         w, self._writer = self._writer, None
+        self._views, self._folded = {}, 0
         if w is not None:
             w.abandon()
-        return WriterConflict(self.session_id, str(exc),
-                              getattr(exc, "not_admitted", ()))
 
+    def _take(self) -> SessionWriter:
+        """The writer holding the session now, its session the current history."""
+        w = self._held()
+        if w is not None:
+            return w
+        try:
+            w = self._writer
+            if w is not None:
+                try:
+                    w.retake()
+                except NotHandedOver:
+                    self._drop()
+                    w = None
+            if w is None:
+                w = self._writer = SessionWriter.take(self.store.cfg, self.session_id,
+                                                      catalog=self.store.catalog)
+                self._views, self._folded = {}, 0
+        except (*_CONFLICTS, SessionNotFound, WriterClosed) as exc:
+            raise self._conflict(exc) from exc
+        s = w.session
+        if self._folded != s.next_seq:  # new here, or others wrote since our last write
+            if self._views:
+                self._fold_views(s, s.next_seq)
+            else:
+                self._rebuild_views(s.events)
+            for state in self._views.values():
+                state.published()  # as their writers stored it (a settle finds out if not)
+        last = s.last_event
+        assert last is not None
+        self._stored_at = (last.seq, last.event_id)
+        return w
+
+    def _hand_on(self, w: SessionWriter) -> None:
+        """Flush durably, settle the inline views, release the lease."""
+        cfg = self.store.cfg
+        writes = [v for name in self._views
+                  if (v := self._view_write(w.session, name)) is not None]
+        try:
+            stale = release_durably(w, writes, timeout=cfg.flush_timeout_s)
+        except _CONFLICTS as exc:
+            raise self._conflict(exc) from exc
+        for state in self._views.values():
+            state.published()
+        last = w.session.last_event
+        assert last is not None
+        self._stored_at = (last.seq, last.event_id)
+        if stale:
+            self.store._install(self.session_id, last, {n: self._views[n] for n in stale})
+
+    def _view_write(self, s: Session, name: str) -> ViewWrite | None:
+        """What changed in view ``name`` since it was stored, as one settle's write."""
+        state = self._views[name]
+        low, dirty, gone = state.changes()
+        last = s.last_event
+        assert last is not None
+        if low is None and not dirty and not gone and self._stored_at[0] == last.seq:
+            return None
+        keep = -1 if low is None else low // INLINE_VIEW_CHUNK
+        push = ([] if low is None
+                else self.store._chunks(self.session_id, name, state.entries, keep))
+        return ViewWrite(
+            name, self._stored_at, (last.seq, last.event_id), len(state.entries), keep,
+            push,
+            {k: self.store._field(self.session_id, name, k, state.fields[k]) for k in dirty},
+            sorted(gone))
+
+    # -- the handle -------------------------------------------------------------------
     def events(self) -> tuple[Event, ...]:
         with self._lock:
             w = self._writer
-            if w is not None and w.holds_lease():
-                return w.session.events  # the sole writer's copy is the history
-            cfg = self.store.cfg
+            if w is not None and (w.held or self.store.handed_off_at(self.session_id)
+                                  == _end_of(w.session)):
+                return w.session.events  # ours is the history (nobody wrote since)
             if self.store.epoch(self.session_id) == 0:
                 return ()  # never leased: no events (and no partition scan)
-            return tuple(read_log(cfg, self.session_id).admitted)
+            return tuple(read_log(self.store.cfg, self.session_id).admitted)
 
-    def _writer_or_open(self) -> SessionWriter:
-        if self._writer is not None:
-            return self._writer
-        cfg, cat = self.store.cfg, self.store.catalog
-        try:
-            try:
-                self._writer = SessionWriter.create(cfg, self.session_id, catalog=cat)
-            except SessionExists:
-                self._writer = SessionWriter.open(cfg, self.session_id, catalog=cat)
-        except (*_CONFLICTS, SessionNotFound) as exc:
-            # SessionNotFound here: create lost to another creator whose session/start
-            # is not admitted yet — the same race, seen from the other side.
-            raise self._conflict(exc) from exc
-        return self._writer
-
-    def acquire(self) -> None:
+    def session(self) -> Session | None:
         with self._lock:
-            self._writer_or_open()
+            w = self._held()
+            if w is not None:
+                return Session.from_events(w.session.events, catalog=self.store.catalog)
+        return super().session()
 
-    def append_many(self, drafts: Sequence[Draft]) -> list[Event]:
+    def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
         with self._lock:
-            w = self._writer_or_open()
+            planned: list[Draft] | None = None
+            if self._writer is None and self.store.epoch(self.session_id) == 0:
+                planned = list(plan(None))  # a new session: nothing to take yet
+                if not planned:
+                    return []  # and nothing to write: nothing is created
+            w = self._take()
+            s = w.session
             try:
-                return [w.append(d) for d in drafts]
-            except (*_CONFLICTS, WriterClosed) as exc:
-                raise self._conflict(exc) from exc
+                if planned is None or len(s) > 1:  # (someone else started it meanwhile)
+                    planned = list(plan(s))
+                events = w.append_many(planned) if planned else []
+            except BaseException:
+                if durable:
+                    self._give_back(w)
+                raise
+            self._fold_views(s, len(s))
+            if durable:
+                self._hand_on(w)
+            return events
+
+    def _give_back(self, w: SessionWriter) -> None:
+        """Release after a write whose plan or batch was refused (nothing appended)."""
+        with contextlib.suppress(WriterConflict):  # the refusal is what the caller needs
+            self._hand_on(w)
 
     def flush(self) -> None:
         with self._lock:
-            if self._writer is None:
-                return
-            try:
-                flush_durably(self._writer, timeout=self.store.cfg.flush_timeout_s)
-            except _CONFLICTS as exc:
-                raise self._conflict(exc) from exc
+            w = self._held()
+            if w is not None:
+                self._hand_on(w)
 
-    def release(self) -> None:
+    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
         with self._lock:
-            w = self._writer
-            if w is None:
-                return
-            try:
-                self.flush()
-            finally:
-                if self._writer is not None:
-                    self._writer = None
-                    w.close()
+            w = self._held()
+            if w is not None:  # a write with durable=False holds it: ours is the view
+                return ViewSnapshot.of(_view_of(self, name), w.session.next_seq - 1, last)
+        return self.store._read_view(self.session_id, name, last)
 
 
 class FleetStore(SessionStore):
     """Sessions in the tenant's Kafka topic, written through the fenced SessionWriter
-    (lease, epoch, admission proof) and read back as readers derive them."""
+    (lease, epoch, admission proof) and read back as readers derive them; the inline
+    views in Redis beside them."""
 
-    def __init__(self, cfg: WriterConfig, event_types: Iterable[EventType] = ()) -> None:
-        super().__init__(event_types)
+    def __init__(self, cfg: WriterConfig, event_types: Iterable[EventType] = (),
+                 views: Iterable[InlineView] = ()) -> None:
+        super().__init__(event_types, views)
         if cfg.cipher is not None and cfg.cipher.catalog is not self.catalog:
             # Seal by this store's catalog (plugin types registered later included: it is
             # the same object): the default one knows no plugin type and would seal every
@@ -407,32 +597,140 @@ class FleetStore(SessionStore):
             cfg = dataclasses.replace(
                 cfg, cipher=dataclasses.replace(cfg.cipher, catalog=self.catalog))
         self.cfg = cfg
-        self._leases: tuple[Any, LeaseStore] | None = None
+        self._client: Any = None
+        self._leases: LeaseStore | None = None
+        self._scripts: dict[str, Any] = {}
+        self._rows = RowCipher(cfg.cipher) if cfg.cipher is not None else None
 
     @classmethod
-    def from_settings(cls, settings: Any = None,
-                      event_types: Iterable[EventType] = ()) -> FleetStore:
+    def from_settings(cls, settings: Any = None, event_types: Iterable[EventType] = (),
+                      views: Iterable[InlineView] = ()) -> FleetStore:
         """From ``Settings`` (default: ``Settings.from_env()``)."""
         from sessionstream.core.settings import Settings
 
         s = settings if settings is not None else Settings.from_env()
-        return cls(WriterConfig.from_settings(s), event_types)
+        return cls(WriterConfig.from_settings(s), event_types, views)
+
+    # -- Redis ------------------------------------------------------------------------
+    def _redis(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = redisconn.sync_redis(self.cfg.redis_url,
+                                                    cluster=self.cfg.redis_cluster)
+                self._leases = LeaseStore(self._client, self.cfg.key_prefix,
+                                          self.cfg.redis_url)
+                self._scripts = {"read": self._client.register_script(READ),
+                                 "install": self._client.register_script(INSTALL)}
+            return self._client
 
     def epoch(self, session_id: str) -> int:
         """The session's lease epoch (0: no writer ever took it, so it has no events)."""
-        with self._lock:
-            if self._leases is None:
-                client = redisconn.sync_redis(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
-                self._leases = (client, LeaseStore(client, self.cfg.key_prefix,
-                                                   self.cfg.redis_url))
-            leases = self._leases[1]
-        return leases.current_epoch(self.cfg.tenant, session_id)
+        self._redis()
+        assert self._leases is not None
+        return self._leases.current_epoch(self.cfg.tenant, session_id)
+
+    def handed_off_at(self, session_id: str) -> tuple[int, str]:
+        """(next seq, last event id) of the session's last hand-off."""
+        self._redis()
+        assert self._leases is not None
+        return self._leases.handoff(self.cfg.tenant, session_id)
+
+    # -- inline views -----------------------------------------------------------------
+    def _seal(self, session_id: str, name: str, field: str, text: str) -> str:
+        if self._rows is None:
+            return text
+        return self._rows.seal(session_id, f"fv:{name}", f"fv:{name}:{field}", text)
+
+    def _open(self, session_id: str, name: str, field: str, stored: str) -> str | None:
+        """The clear text; None when it does not open here (sealed, and this store has no
+        cipher or the key is shredded): the reader then takes the log's placeholders."""
+        if self._rows is None:
+            return None if stored.startswith(SEALED_PREFIX) else stored
+        return self._rows.open(session_id, f"fv:{name}", f"fv:{name}:{field}", stored)
+
+    def _chunks(self, session_id: str, name: str, entries: Sequence[JsonValue],
+                start: int) -> list[str]:
+        """The chunk texts from chunk ``start`` on (sealed when content is)."""
+        out = []
+        for i in range(start, (len(entries) + INLINE_VIEW_CHUNK - 1) // INLINE_VIEW_CHUNK):
+            part = entries[i * INLINE_VIEW_CHUNK:(i + 1) * INLINE_VIEW_CHUNK]
+            out.append(self._seal(session_id, name, f"c{i}", canonical_dumps(list(part))))
+        return out
+
+    def _field(self, session_id: str, name: str, key: str, value: JsonValue) -> str:
+        return self._seal(session_id, name, f"f:{key}", canonical_dumps(value))
+
+    def _install(self, session_id: str, last: Event, views: Mapping[str, ViewState]) -> None:
+        """Write ``views`` whole (they were behind the log, or missing), if the session
+        has not moved on since ``last`` (else the next writer or reader does it)."""
+        self._redis()
+        for name, state in views.items():
+            write = ViewWrite(name, None, (last.seq, last.event_id), len(state.entries), 0,
+                              self._chunks(session_id, name, state.entries, 0),
+                              {k: self._field(session_id, name, k, v)
+                               for k, v in state.fields.items()})
+            keys = [self.cfg.keys.lease(session_id),
+                    *view_keys(self.cfg.keys, session_id, [write])]
+            self._scripts["install"](keys=keys, args=[last.seq + 1, last.event_id,
+                                                      *view_args([write])])
+
+    def _read_view(self, session_id: str, name: str, last: int | None) -> ViewSnapshot:
+        """One Redis call; a view behind the log is rebuilt from the log (and installed)."""
+        if name not in self.views:
+            raise StoreError(f"no inline view {name!r} is registered with this store "
+                             f"(registered: {sorted(self.views) or 'none'})")
+        self._redis()
+        keys = self.cfg.keys
+        raw = self._scripts["read"](keys=[keys.lease(session_id),
+                                          keys.inline_view(session_id, name),
+                                          keys.inline_view_chunks(session_id, name)],
+                                    args=[-1 if last is None else last])
+        got = ViewRead.parse(raw)
+        if got.fresh:
+            snap = self._decode(session_id, name, got, last)
+            if snap is not None:
+                return snap
+        if got.handoff_next_seq <= 0 and got.seq is None and self.epoch(session_id) == 0:
+            return ViewSnapshot(-1, 0, source="redis")  # no such session
+        return self._rebuild(session_id, name, last, got)
+
+    def _decode(self, session_id: str, name: str, got: ViewRead,
+                last: int | None) -> ViewSnapshot | None:
+        entries: list[JsonValue] = []
+        for i, chunk in enumerate(got.chunks, start=got.first_chunk):
+            text = self._open(session_id, name, f"c{i}", chunk)
+            if text is None:
+                return None  # a shredded key: the log's placeholders instead
+            entries.extend(json.loads(text))
+        fields: dict[str, JsonValue] = {}
+        for k, v in got.fields.items():
+            text = self._open(session_id, name, f"f:{k}", v)
+            if text is None:
+                return None
+            fields[k] = json.loads(text)
+        if last is not None:
+            entries = entries[-last:] if last > 0 else []
+        assert got.seq is not None
+        return ViewSnapshot(got.seq, got.count, entries, fields, "redis")
+
+    def _rebuild(self, session_id: str, name: str, last: int | None,
+                 got: ViewRead) -> ViewSnapshot:
+        """The view from the log, installed if the hand-off has not moved since."""
+        events = read_log(self.cfg, session_id).admitted
+        if not events:
+            return ViewSnapshot(-1, 0, source="log")
+        state = self.views[name].build(events)
+        if (got.handoff_next_seq == len(events)
+                and got.handoff_last_id == events[-1].event_id):
+            self._install(session_id, events[-1], {name: state})
+        return ViewSnapshot.of(state, events[-1].seq, last, "log")
 
     def _new_handle(self, session_id: str) -> SessionHandle:
         return _FleetHandle(self, session_id)
 
     def close(self) -> None:
         super().close()
-        leases, self._leases = self._leases, None
-        if leases is not None:
-            leases[0].close()
+        client, self._client = self._client, None
+        self._leases = None
+        if client is not None:
+            client.close()

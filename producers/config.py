@@ -89,6 +89,7 @@ class WriterConfig:
             "schema_registry_url": getattr(settings, "schema_registry_url", None),
             "native_decode": getattr(settings, "fold", "auto") != "python",
             "append": getattr(settings, "append", "auto"),
+            "lease_ttl_ms": getattr(settings, "lease_ttl_ms", DEFAULT_TTL_MS),
         }
         if hasattr(settings, "kafka_security"):
             base["kafka_security"] = settings.kafka_security()

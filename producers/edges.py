@@ -96,7 +96,7 @@ class WriterEdges:
         """Undo a half-done create/open/fork: release the lease, close the clients."""
         try:
             if lease is not None:
-                self.leases.release(lease, next_seq)
+                self.leases.release(lease, next_seq, lease.last_event_id)
         except RedisUnavailable:
             log.warning("session %s: lease not released (Redis unreachable); it expires "
                         "in %d ms", lease.session_id if lease else "?", self.cfg.lease_ttl_ms)

@@ -40,8 +40,8 @@ from sessionstream.core.request import (
     ToolSchema,
     resolve_header,
 )
-from sessionstream.producers.errors import SessionNotFound, UnconfirmedEvents
-from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from sessionstream.producers.errors import SessionNotFound
+from sessionstream.producers.writer import SessionWriter, WriterConfig, flush_durably, read_log
 
 Emit = Callable[..., Any]
 
@@ -76,24 +76,6 @@ class FleetSummary:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
-    """What a harness does at a durability barrier: wait, and on a timeout wait again.
-
-    A barrier that times out has not failed: the records may still be delivered (a
-    broker stalled, a leader moved). Records reported failed are resent with their
-    event ids (readers drop duplicates). The last UnconfirmedEvents propagates.
-    """
-    for attempt in range(attempts):
-        try:
-            w.flush(timeout)
-            return
-        except UnconfirmedEvents:
-            if attempt == attempts - 1:
-                raise
-            if any(state != "pending" for state in w.unconfirmed().values()):
-                w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
 
 
 #: The simulated agents' system prompt and tools: real sections and schemas, so every

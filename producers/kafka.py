@@ -296,6 +296,8 @@ class KafkaSender:
         self._log: Any = None
         self._sent: list[str] = []
         self._produced = 0
+        #: While a batch is held (hold()): its records, (key, value, event id), in order.
+        self._held: list[tuple[bytes, bytes, str]] | None = None
 
     def use_log(self, log: Any) -> bool:
         """Track deliveries with a native log (``Appender.delivery_log()``: it reads the
@@ -445,6 +447,27 @@ class KafkaSender:
         if self._on_delivery is not None:
             self._on_delivery(d)
 
+    # -- held batches: a batch validated whole before any record of it leaves -------------
+    def hold(self) -> None:
+        """Keep the records produced from now on here, unsent, until :meth:`release`
+        sends them in order or :meth:`discard` drops them (an atomic batch: the writer
+        holds while it validates, stamps and encodes, so a batch refused at its n-th
+        event sends nothing)."""
+        if self._held is not None:
+            raise RuntimeError("a batch is already held")
+        self._held = []
+
+    def release(self) -> None:
+        """Send the held records, in order (as :meth:`produce` would have)."""
+        held, self._held = self._held, None
+        for key, value, event_id in held or ():
+            self.produce(key, value, event_id)
+
+    def discard(self) -> list[str]:
+        """Drop the held records unsent; returns their event ids."""
+        held, self._held = self._held, None
+        return [eid for _, _, eid in held or ()]
+
     def produce(
         self,
         key: bytes,
@@ -453,7 +476,11 @@ class KafkaSender:
         headers: Iterable[tuple[str, bytes]] | None = None,
     ) -> Delivery | None:
         """Queue one record (tracked by ``event_id``); raises QueueFull or a mapped error.
-        Returns the record's Delivery (None with a native log: see delivery())."""
+        Returns the record's Delivery (None with a native log: see delivery()).
+        While a batch is held (:meth:`hold`) the record waits for its release."""
+        if self._held is not None and headers is None:
+            self._held.append((key, value, event_id))
+            return None
         entry = self._entry
         p = self._producer
         if entry is None or p is None or entry.pid != _PID[0]:
@@ -501,6 +528,8 @@ class KafkaSender:
         log = self._log
         if log is None:
             return False, None
+        if self._held is not None:
+            return True, self._run_held(run, log)
         entry = self._entry
         p = self._producer
         if entry is None or p is None or entry.pid != _PID[0]:
@@ -516,6 +545,23 @@ class KafkaSender:
         finally:
             self._produced += len(sent) - before
         return True, result
+
+    def _run_held(self, run: Callable[..., tuple[Any, int]], log: Any) -> Any:
+        """``run`` of produce_native while a batch is held: its records join the held
+        ones (in order, with the event ids it reports) instead of the producer."""
+        held = self._held
+        assert held is not None
+        values: list[tuple[bytes, bytes]] = []
+        sent: list[str] = []
+
+        def keep(topic: str, value: bytes, key: bytes, *_: Any) -> None:
+            values.append((key, value))
+
+        try:
+            result, _ = run(keep, lambda *_: 0, self.topic, log, sent, 0)
+        finally:
+            held.extend((k, v, eid) for (k, v), eid in zip(values, sent, strict=False))
+        return result
 
     def _send(self, p: Producer, key: bytes, value: bytes,
               d: Callable[[KafkaError | None, Message], None],

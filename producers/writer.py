@@ -29,13 +29,17 @@ clients), :mod:`producers.append_path` (the append path: stamp, record, produce)
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sessionstream.core.admission import WINDOW, AdmissionState
 from sessionstream.core.catalog import Catalog
 from sessionstream.core.events import (
     Clock,
@@ -58,6 +62,7 @@ from sessionstream.producers.edges import WriterEdges
 from sessionstream.producers.errors import (
     Fenced,
     LeaseExpired,
+    LeaseUnavailable,
     ProducerError,
     RedisUnavailable,
     ResumeRaceLost,
@@ -66,9 +71,10 @@ from sessionstream.producers.errors import (
     UnconfirmedEvents,
     WriterClosed,
 )
-from sessionstream.producers.lease import Lease
+from sessionstream.producers.lease import Lease, Settled
 from sessionstream.producers.readback import ReadBack, Rejection, read_session
 from sessionstream.producers.resume import AdmissionProof, read_back, read_log
+from sessionstream.producers.views import ViewWrite
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,74 @@ RENEW_RETRY_S = 0.5
 #: retry is at the newest epoch, so an older writer can beat it only while its own
 #: events are in flight; a newer writer ends the retries at once.
 RESUME_ATTEMPTS = 4
+
+#: Writers holding a lease in this process: an exiting process gives them up (atexit),
+#: so the next request of a conversation, on any node, does not wait out the lease.
+_HOLDING: weakref.WeakSet[SessionWriter] = weakref.WeakSet()
+_HOLDING_LOCK = threading.Lock()
+#: How long the exit hook waits, for all writers together, before it lets the rest of
+#: the leases lapse (a broker away must not hold a process's exit for long).
+EXIT_FLUSH_S = 5.0
+
+
+def _release_at_exit() -> None:
+    """Close every writer still holding a lease (flush, hand off, release). A writer
+    that cannot finish (a broker away) keeps nothing: its lease lapses after its TTL."""
+    with _HOLDING_LOCK:
+        writers = list(_HOLDING)
+    deadline = time.monotonic() + EXIT_FLUSH_S
+    for w in writers:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0.05:
+                w.abandon()  # no time left: the lease lapses after its TTL
+                continue
+            w.close(min(left, 2.0))
+        except Exception as exc:  # the process is exiting: say what, never raise
+            log.warning("session %s: lease not released at exit (%s)", w.session_id,
+                        type(exc).__name__)
+
+
+atexit.register(_release_at_exit)
+
+
+def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:
+    """What a harness does at a durability barrier: wait, and on a timeout wait again.
+
+    A barrier that times out has not failed: the records may still be delivered (a
+    broker stalled, a leader moved). Records reported failed are resent with their
+    event ids (readers drop duplicates). The last UnconfirmedEvents propagates.
+    """
+    for attempt in range(attempts):
+        try:
+            w.flush(timeout)
+            return
+        except UnconfirmedEvents:
+            if attempt == attempts - 1:
+                raise
+            if any(state != "pending" for state in w.unconfirmed().values()):
+                w.resend_unconfirmed()  # failed or possibly persisted: send the same ids
+
+
+def release_durably(w: SessionWriter, views: Sequence[ViewWrite] = (), *,
+                    attempts: int = 3, timeout: float = 30.0) -> tuple[str, ...]:
+    """:meth:`SessionWriter.release` with :func:`flush_durably`'s patience: a barrier
+    that times out is waited for again, records reported failed are resent."""
+    for attempt in range(attempts):
+        try:
+            return w.release(timeout, views)
+        except UnconfirmedEvents:
+            if attempt == attempts - 1:
+                raise
+            if any(state != "pending" for state in w.unconfirmed().values()):
+                w.resend_unconfirmed()
+    raise AssertionError("unreachable")
+
+
+class NotHandedOver(ProducerError):
+    """retake(): the session was not handed over cleanly since this writer released it
+    (a writer died or lost its lease mid-write, or one still holds it): resume it with
+    :meth:`SessionWriter.open`, which reads the log and closes what was left open."""
 
 
 @dataclass(frozen=True)
@@ -186,10 +260,17 @@ class SessionWriter:
         self._mine = self._path.mine  # every event this writer produced, in seq order
         self._offsets: dict[str, int] = {}  # acknowledged event_id -> offset
         self._partition: int | None = readback.partition if readback else None
+        #: The highest offset of the session's admitted records this writer knows (its
+        #: own acknowledged ones, what it read): where a catch-up (retake) reads from.
+        self._last_offset: int | None = (max(readback.offsets.values(), default=None)
+                                         if readback else None)
         self._idx_lo: int | None = None
         self._idx_hi: int | None = None
         self._closed: str | None = None
         self._fenced = False
+        #: Whether this writer holds the session's lease now (release() gives it up,
+        #: retake() takes it again at a new epoch).
+        self._held = True
         self._last_renew = time.monotonic()
         self._renew_retry_at = 0.0
         self._first_offset_hint = readback.start if readback else None
@@ -225,10 +306,20 @@ class SessionWriter:
             # writer is handed out: from here on any zombie of an older epoch is
             # rejected as stale, and a lost race is known now, not at the next flush.
             self._start(edges.cfg.flush_timeout_s)
+        with _HOLDING_LOCK:
+            _HOLDING.add(self)
 
     def _start(self, timeout: float) -> None:
         """Flush the seeded events and read back to their offsets: were they admitted?"""
-        self._flush_acks(timeout)
+        try:
+            self._flush_acks(timeout)
+        except UnconfirmedEvents as exc:
+            raise ProducerError(
+                f"session {self.session_id!r}: the broker did not confirm this writer's "
+                f"first {len(exc.states)} event(s) within {timeout:g}s, so it was not "
+                "handed out; they may still land. Start it again: create() raises "
+                "SessionExists if they did (then open() it), open() resumes either way"
+            ) from exc
         if self._fault is not None:
             self._fault("acknowledged")
         fresh = self._proof.end is None  # a new id at epoch 1: read from our first record
@@ -292,31 +383,50 @@ class SessionWriter:
         lease: Lease | None = None
         try:
             edges.connect()
-            lease = edges.leases.acquire(
-                cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms,
-                steal=steal,
-            )
+            try:
+                lease = edges.leases.acquire(
+                    cfg.tenant, sid, writer_id or default_writer_id(), cfg.lease_ttl_ms,
+                    steal=steal,
+                )
+            except LeaseUnavailable:
+                # A started id whose holder is away: SessionExists now (open() it), not
+                # a wait for the lease only to learn that.
+                if edges.index.get(cfg.tenant, sid) is not None:
+                    raise SessionExists(sid) from None
+                raise
             if fault is not None:
                 fault("leased")
             proof = _unstarted(edges, sid, lease, cfg.flush_timeout_s)
-            session = Session.create(
-                sid,
-                tenant=cfg.tenant,
-                lineage=lineage,
-                catalog=catalog,
-                clock=clock,
-                ids=ids,
-                writer=Writer(lease.writer_id, lease.epoch),
-                start_extra=start_extra,
-            )
-            try:
-                return cls(session, lease, edges, seeded=session.events, proof=proof,
-                           fault=fault)
-            except _LostRace as lost:
-                raise _lost_start(sid, lost) from lost
+            return cls._start_new(edges, lease, proof, lineage=lineage, catalog=catalog,
+                                  clock=clock, ids=ids, start_extra=start_extra,
+                                  fault=fault)
         except BaseException:
             edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
+
+    @classmethod
+    def _start_new(cls, edges: WriterEdges, lease: Lease, proof: AdmissionProof | None, *,
+                   lineage: Mapping[str, Any] | None = None, catalog: Catalog | None = None,
+                   clock: Clock = system_clock, ids: IdSource = uuid4_ids,
+                   start_extra: Mapping[str, Any] | None = None,
+                   fault: Callable[[str], None] | None = None) -> SessionWriter:
+        """Write the ``session/start`` of an unstarted id under ``lease`` and prove it."""
+        sid = lease.session_id
+        session = Session.create(
+            sid,
+            tenant=edges.cfg.tenant,
+            lineage=lineage,
+            catalog=catalog,
+            clock=clock,
+            ids=ids,
+            writer=Writer(lease.writer_id, lease.epoch),
+            start_extra=start_extra,
+        )
+        try:
+            return cls(session, lease, edges, seeded=session.events, proof=proof,
+                       fault=fault)
+        except _LostRace as lost:
+            raise _lost_start(sid, lost) from lost
 
     @classmethod
     def open(
@@ -339,8 +449,6 @@ class SessionWriter:
         writer that only adds to a live session between its owner's leases (the
         compaction agent), which must not close the owner's open turn.
         """
-        from sessionstream.core.recovery import recover, seed_boundary
-
         edges = WriterEdges(cfg)
         lease: Lease | None = None
         try:
@@ -355,54 +463,116 @@ class SessionWriter:
                 # Leased before (epoch > 1 now): a create() died before its start was
                 # admitted. The error names create(), which takes such an id over.
                 raise SessionNotFound(session_id, lease.epoch - 1)
-            writer = Writer(lease.writer_id, lease.epoch)
-            admitted = list(rb.admitted)
-            proof = AdmissionProof.after(rb)
-            for attempt in range(1, RESUME_ATTEMPTS + 1):
-                session = Session.from_events(admitted, catalog=catalog, clock=clock, ids=ids)
-                if session.max_epoch > lease.epoch:  # a newer writer wrote while we read
-                    raise ResumeRaceLost(
-                        session_id, lease.epoch,
-                        f"epoch {session.max_epoch} took the session and wrote before this "
-                        "resume could")
-                session.set_writer(writer)
-                if not repair:
-                    return cls(session, lease, edges, readback=rb, proof=proof)
-                before = session.next_seq
-                for draft in recover(session):
-                    session.append(draft)
-                session.append(seed_boundary("resume", session.next_seq))
-                try:
-                    w = cls(session, lease, edges, seeded=session.events[before:],
-                            readback=rb, proof=proof)
-                except _LostRace as lost:
-                    edges.sender.forget([e.event_id for e in session.events[before:]])
-                    admitted.extend(lost.admitted)
-                    newest = edges.leases.current_epoch(cfg.tenant, session_id)
-                    why = ", ".join(sorted({r.verdict.value for r in lost.refused})) or "missing"
-                    if newest > lease.epoch:
-                        raise ResumeRaceLost(
-                            session_id, lease.epoch,
-                            f"epoch {newest} took the session meanwhile; this resume's "
-                            f"first events were refused ({why})") from None
-                    log.info("session %s epoch %d: resume lost a race to an older writer "
-                             "(%s); re-reading and writing the repairs again (attempt %d)",
-                             session_id, lease.epoch, why, attempt)
-                    continue
-                log.info(
-                    "resumed session %s at epoch %d: %d events read (%d records scanned, "
-                    "via %s), %d rejected, %d repair events, attempt %d",
-                    session_id, lease.epoch, before, rb.records_scanned, rb.via,
-                    len(rb.rejections), session.next_seq - before - 1, attempt,
-                )
-                w.start_attempts = attempt
-                return w
-            raise ResumeRaceLost(
-                session_id, lease.epoch,
-                f"older writers kept winning the next seq for {RESUME_ATTEMPTS} attempts")
+            return cls._resume(edges, lease, rb, catalog=catalog, clock=clock, ids=ids,
+                               repair=repair)
         except BaseException:
             edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
             raise
+
+    @classmethod
+    def take(
+        cls,
+        cfg: WriterConfig,
+        session_id: str,
+        *,
+        writer_id: str | None = None,
+        catalog: Catalog | None = None,
+        clock: Clock = system_clock,
+        ids: IdSource = uuid4_ids,
+        timeout: float = 30.0,
+    ) -> SessionWriter:
+        """Take ``session_id`` for a write, whatever state it is in (docs/adr/0024): the
+        one call of a stateless handler, which does not know whether the conversation is
+        new, was last written by another node, or was left mid-write by a crashed one.
+
+        One lease acquire decides: an id nobody started is started (``session/start``);
+        one handed over cleanly is continued as it is, read from its index, with no
+        repair and no end-seed (a turn left open by the last request stays open for
+        this one); anything else is resumed as :meth:`open` does (read back, close what
+        a dead writer left open, end-seed). LeaseUnavailable: another writer holds it.
+        """
+        edges = WriterEdges(cfg)
+        lease: Lease | None = None
+        try:
+            edges.connect()
+            lease = edges.leases.acquire(
+                cfg.tenant, session_id, writer_id or default_writer_id(), cfg.lease_ttl_ms)
+            indexed = edges.index.get(cfg.tenant, session_id) is not None
+            if not indexed and lease.epoch == 1:
+                return cls._start_new(edges, lease, None, catalog=catalog, clock=clock,
+                                      ids=ids)
+            rb = read_back(edges, session_id, lease.index_was_clean, True, timeout,
+                           next_seq_hint=lease.next_seq_hint, repair=True)
+            if not rb.admitted:  # a create() died before its start was admitted
+                return cls._start_new(edges, lease, AdmissionProof.after(rb),
+                                      catalog=catalog, clock=clock, ids=ids)
+            last = rb.admitted[-1]
+            if (lease.handed_over and rb.next_seq == lease.next_seq_hint
+                    and last.event_id == lease.last_event_id):
+                session = Session.from_events(rb.admitted, catalog=catalog, clock=clock,
+                                              ids=ids)
+                session.set_writer(Writer(lease.writer_id, lease.epoch))
+                w = cls(session, lease, edges, readback=rb, proof=AdmissionProof.after(rb))
+                w._established = True  # a clean hand-off: see retake()
+                return w
+            return cls._resume(edges, lease, rb, catalog=catalog, clock=clock, ids=ids)
+        except BaseException:
+            edges.abort(lease, (lease.next_seq_hint or 0) if lease is not None else 0)
+            raise
+
+    @classmethod
+    def _resume(cls, edges: WriterEdges, lease: Lease, rb: ReadBack, *,
+                catalog: Catalog | None, clock: Clock, ids: IdSource,
+                repair: bool = True) -> SessionWriter:
+        """Resume the history ``rb`` read under ``lease``: recover, end-seed, prove."""
+        from sessionstream.core.recovery import recover, seed_boundary
+
+        cfg, session_id = edges.cfg, lease.session_id
+        writer = Writer(lease.writer_id, lease.epoch)
+        admitted = list(rb.admitted)
+        proof = AdmissionProof.after(rb)
+        for attempt in range(1, RESUME_ATTEMPTS + 1):
+            session = Session.from_events(admitted, catalog=catalog, clock=clock, ids=ids)
+            if session.max_epoch > lease.epoch:  # a newer writer wrote while we read
+                raise ResumeRaceLost(
+                    session_id, lease.epoch,
+                    f"epoch {session.max_epoch} took the session and wrote before this "
+                    "resume could")
+            session.set_writer(writer)
+            if not repair:
+                return cls(session, lease, edges, readback=rb, proof=proof)
+            before = session.next_seq
+            for draft in recover(session):
+                session.append(draft)
+            session.append(seed_boundary("resume", session.next_seq))
+            try:
+                w = cls(session, lease, edges, seeded=session.events[before:],
+                        readback=rb, proof=proof)
+            except _LostRace as lost:
+                edges.sender.forget([e.event_id for e in session.events[before:]])
+                admitted.extend(lost.admitted)
+                newest = edges.leases.current_epoch(cfg.tenant, session_id)
+                why = ", ".join(sorted({r.verdict.value for r in lost.refused})) or "missing"
+                if newest > lease.epoch:
+                    raise ResumeRaceLost(
+                        session_id, lease.epoch,
+                        f"epoch {newest} took the session meanwhile; this resume's "
+                        f"first events were refused ({why})") from None
+                log.info("session %s epoch %d: resume lost a race to an older writer "
+                         "(%s); re-reading and writing the repairs again (attempt %d)",
+                         session_id, lease.epoch, why, attempt)
+                continue
+            log.info(
+                "resumed session %s at epoch %d: %d events read (%d records scanned, "
+                "via %s), %d rejected, %d repair events, attempt %d",
+                session_id, lease.epoch, before, rb.records_scanned, rb.via,
+                len(rb.rejections), session.next_seq - before - 1, attempt,
+            )
+            w.start_attempts = attempt
+            return w
+        raise ResumeRaceLost(
+            session_id, lease.epoch,
+            f"older writers kept winning the next seq for {RESUME_ATTEMPTS} attempts")
 
     def fork(
         self,
@@ -473,11 +643,17 @@ class SessionWriter:
     def partition(self) -> int | None:
         return self._partition
 
+    @property
+    def held(self) -> bool:
+        """Whether this writer takes appends now, as far as it knows (no Redis call):
+        it holds the lease it took, unreleased, not fenced, not closed."""
+        return self._held and not self._fenced and self._stopped is None
+
     def holds_lease(self) -> bool:
         """Whether this writer still holds the session's lease, live (one Redis read):
         while it does, no other writer can be admitted, so its session is the history.
-        False when fenced, closed, or Redis cannot say."""
-        if self._fenced or self._stopped is not None:
+        False when fenced, closed, released, or Redis cannot say."""
+        if self._fenced or self._stopped is not None or not self._held:
             return False
         try:
             return self._e.leases.check(self.lease)
@@ -507,20 +683,42 @@ class SessionWriter:
 
     def append_many(self, items: Sequence[Draft | tuple[str, JsonValue]]) -> list[Event]:
         """Append ``items`` in order, each a :class:`Draft` or a ``(type, data)`` pair;
-        returns the stamped events. The same as ``append`` of each item in turn (the same
-        rules, events, records and errors; ``flush()`` is still the barrier), with the
-        lease checked once for the batch rather than per item.
+        returns the stamped events. Atomic: the whole batch passes the rules (and the
+        record limit) before any record of it is sent; an item refused raises and leaves
+        the session, the writer and the log as they were before the batch (the same
+        rules, events, records and errors as ``append`` of each; ``flush()`` is still the
+        barrier). The lease is checked once for the batch.
 
         On the native path one call of the extension validates, stamps, encodes (seals)
-        and produces every item whose type's rules it holds (docs/adr/0016); an item it
-        declines (a type with state effects, data it does not take, a rule that would
-        fail) is appended the one-append way and the batch goes on natively after it. An
-        item refused raises as ``append`` does: the items before it are appended (and
-        produced), it and those after it are not.
+        and hands over every item whose type's rules it holds (docs/adr/0016); what it
+        declines takes ``append``'s way, in order.
         """
         self._check_usable()
         self._maybe_renew()
-        return self._path.append_many(items)
+        path = self._path
+        mine, waiting, broken = len(path.mine), len(path.waiting), path.broken
+        savepoint = self.session.savepoint()
+        path.sender.hold()
+        try:
+            events = path.append_many(items)
+        except BaseException:
+            path.sender.discard()
+            self.session.rollback(savepoint)
+            for event in path.mine[mine:]:
+                path.records.pop(event.event_id, None)
+            del path.mine[mine:]
+            del path.waiting[waiting:]
+            path.broken = broken  # the session no longer holds what broke it
+            raise
+        self.session.release(savepoint)
+        try:
+            path.sender.release()
+        except BaseException:
+            # The batch is in the session, part of it may not be with the producer:
+            # flush() reports what was not sent; resend_unconfirmed() sends it again.
+            path.broken = "the producer refused part of an appended batch (resend it)"
+            raise
+        return events
 
     @property
     def _sender(self) -> Any:
@@ -545,6 +743,8 @@ class SessionWriter:
             self._idx_lo = lo
         if hi is not None and (self._idx_hi is None or hi > self._idx_hi):
             self._idx_hi = hi
+        if hi is not None and (self._last_offset is None or hi > self._last_offset):
+            self._last_offset = hi
         path.waiting = waiting
         return taken
 
@@ -621,37 +821,191 @@ class SessionWriter:
         stopped = self._stopped
         if stopped is not None and stopped != "closed":
             raise WriterClosed(self.session_id, stopped)
+        if not self._held:
+            return  # released: everything was flushed and handed off then
         self._flush_acks(timeout)
-        if self._settle():
+        if self._settled_here(self._settle()):
             return
         self._prove_admitted(timeout)
         self._hand_off()
 
-    def _settle(self) -> bool:
-        """The common end of a flush in one Redis round trip (index, epoch, hand-off).
+    def _settle(self, *, release: bool = False,
+                views: Sequence[ViewWrite] = ()) -> Settled | None:
+        """The common end of a flush in one Redis round trip (index, epoch, hand-off of
+        the next seq and the last event id, the inline ``views``; with ``release`` the
+        index marked clean and the lease given up).
 
-        True when the epoch is still ours and this writer's earlier events were proven
-        admitted: then every event flushed is admitted too (see flush) and the next seq
-        is handed off. False: the caller proves by reading the log (the epoch changed,
-        nothing of ours was proven yet, or Redis cannot say).
+        None when it could not ask (nothing of ours was proven yet, or Redis cannot say),
+        else what Redis said: if the epoch is still ours (:meth:`_settled_here`) every
+        event flushed is admitted too (see flush); if not, the caller proves by reading
+        the log.
         """
         if self._fenced or not self._established:
-            return False
+            return None
         offsets = None
         if self._idx_lo is not None and self._idx_hi is not None and self._partition is not None:
             offsets = (self._partition, self._idx_lo, self._idx_hi)
+        last = self.session.last_event
         try:
-            epoch, done = self._e.leases.settle(self.lease, self.next_seq, offsets)
+            settled = self._e.leases.settle(
+                self.lease, self.next_seq, offsets,
+                last_id=last.event_id if last is not None else "", release=release,
+                views=views)
         except RedisUnavailable:
-            return False  # the index offsets are kept for a later flush
-        if epoch != self.lease.epoch:
-            return False
+            return None  # the index offsets are kept for a later flush
+        if settled.epoch != self.lease.epoch:
+            return settled
         self._proven = len(self._mine)
-        if done:
+        if settled.done:
             self._idx_lo = self._idx_hi = None
+            if release:
+                self._let_go()
         else:
             self._mark_fenced("hand_off")  # the lease hash is not ours at our epoch any more
-        return True
+        return settled
+
+    def _settled_here(self, settled: Settled | None) -> bool:
+        """The settle found the epoch still ours: every event flushed is admitted."""
+        return settled is not None and settled.epoch == self.lease.epoch
+
+    def _let_go(self) -> None:
+        self._held = False
+        with _HOLDING_LOCK:
+            _HOLDING.discard(self)
+
+    # -- one write at a time: release and retake ---------------------------------------------
+    def release(self, timeout: float = 30.0,
+                views: Sequence[ViewWrite] = ()) -> tuple[str, ...]:
+        """Flush, hand the session off and give the lease up, keeping this writer's
+        session and clients: :meth:`retake` continues it at a new epoch without reading
+        the log if nobody wrote meanwhile (docs/adr/0024). What a stateless handler does
+        after each write: nobody waits for this lease to expire.
+
+        ``views``: inline view writes applied in the same call (producers.views), only if
+        the flushed events are admitted. Returns the names of those views that were not
+        where the write expected them (the caller rebuilds them whole). Raises what
+        flush() raises; a Fenced writer's views are not written.
+        """
+        stopped = self._stopped
+        if stopped is not None:
+            raise WriterClosed(self.session_id, stopped)
+        if not self._held:
+            return ()
+        self._flush_acks(timeout)
+        settled = self._settle(release=True, views=views)
+        if not self._settled_here(settled):
+            self._prove_admitted(timeout)  # raises Fenced if another writer took it
+            settled = self._settle(release=True, views=views)
+        if settled is None:
+            # Proven admitted, but Redis cannot record the hand-off: the lease lapses
+            # after its TTL (the next writer reads the log: nothing was handed over).
+            log.warning("session %s: flushed, but the hand-off was not recorded (Redis "
+                        "unreachable); the lease expires in at most %d ms",
+                        self.session_id, self.lease.ttl_ms)
+            self._let_go()
+            return ()
+        if not settled.done:
+            # Proven admitted, but the lease moved on meanwhile: nothing to hand off.
+            log.info("session %s epoch %d: flushed and admitted; the session was taken "
+                     "over meanwhile (epoch %d), so nothing is handed off",
+                     self.session_id, self.lease.epoch, settled.epoch)
+            self._let_go()
+            return ()
+        self._trim_proven()
+        return settled.stale_views
+
+    def _trim_proven(self) -> None:
+        """Forget the events proven admitted and acknowledged (a long-lived writer's
+        bookkeeping stays the size of one write, not of the session)."""
+        done = self._proven
+        if done and not self._path.waiting:
+            del self._mine[:done]
+            self._proven = 0
+            self._offsets.clear()
+
+    def retake(self, *, steal: bool = False) -> None:
+        """Take the lease again after :meth:`release`, at a new epoch, and continue.
+
+        If the session was handed over cleanly since (every holder released after proving
+        what it wrote), this writer continues at once: its own history if nobody wrote
+        meanwhile, else the others' events read from the log after its last record (the
+        index's runs) and admitted into its session. Otherwise NotHandedOver (the lease
+        is given back): resume with :meth:`open`. LeaseUnavailable: another writer holds
+        the session now.
+        """
+        if self._held:
+            return
+        if self._closed is not None:
+            raise WriterClosed(self.session_id, self._closed)
+        e = self._e
+        lease = e.leases.acquire(e.cfg.tenant, self.session_id, self.lease.writer_id,
+                                 e.cfg.lease_ttl_ms, steal=steal)
+        try:
+            self._continue(lease)
+        except BaseException:
+            try:
+                e.leases.release(lease, lease.next_seq_hint or 0, lease.last_event_id)
+            except RedisUnavailable:
+                log.warning("session %s: lease not given back (Redis unreachable)",
+                            self.session_id)
+            raise
+        self.lease = lease
+        self.session.set_writer(Writer(lease.writer_id, lease.epoch))
+        self._established = True
+        self._fenced = False
+        self._held = True
+        self._last_renew = time.monotonic()
+        self._renew_retry_at = 0.0
+        with _HOLDING_LOCK:
+            _HOLDING.add(self)
+
+    def _continue(self, lease: Lease) -> None:
+        """Bring the session to where ``lease``'s hand-off says the log ends."""
+        s = self.session
+        if not lease.handed_over:
+            raise NotHandedOver(f"session {self.session_id!r} was not handed over cleanly "
+                                f"(epoch {lease.epoch - 1}); open() resumes it")
+        hint, last = lease.next_seq_hint, lease.last_event_id
+        end = s.last_event
+        if hint == s.next_seq and end is not None and end.event_id == last:
+            return  # nobody wrote since our release
+        if hint is None or hint < s.next_seq:
+            raise NotHandedOver(f"session {self.session_id!r}: the hand-off (seq {hint}) "
+                                f"is behind this writer's session ({s.next_seq})")
+        self._catch_up(hint, last)
+
+    def _catch_up(self, hint: int, last: str) -> None:
+        """Admit what other writers added since this writer's last record: the index's
+        runs after it (clean: nothing lies past the index's last offset)."""
+        e, s = self._e, self.session
+        idx = e.index.get(e.cfg.tenant, self.session_id)
+        mine = self._last_offset
+        if idx is None or mine is None or idx.partition != self._partition:
+            raise NotHandedOver(f"session {self.session_id!r}: no index to catch up from")
+        ranges = [(max(lo, mine + 1), hi + 1) for lo, hi in idx.runs if hi > mine]
+        recent = s.events_since(max(s.next_seq - WINDOW, 0))
+        state = AdmissionState(
+            self.session_id, s.next_seq, s.max_epoch,
+            tuple((ev.event_id, ev.seq) for ev in recent), WINDOW,
+            recent[-1].event_id, recent[-1].prev_event_id is not None)
+        rb = read_session(e.cfg.bootstrap, e.cfg.topic, self.session_id, decode=e.decode,
+                          partition=idx.partition, ranges=ranges,
+                          timeout=e.cfg.flush_timeout_s,
+                          consumer_config=dict(e.cfg.kafka_security),
+                          state=state, decode_many=e.decode_many)
+        savepoint = s.savepoint()
+        try:
+            for ev in rb.admitted:
+                s.admit(ev)
+        except BaseException:
+            s.rollback(savepoint)
+            raise
+        s.release(savepoint)
+        end = s.last_event
+        if s.next_seq != hint or end is None or end.event_id != last:
+            raise NotHandedOver(f"session {self.session_id!r}: the log after this writer "
+                                f"ends at seq {s.next_seq}, the hand-off says {hint}")
+        self._last_offset = max(rb.offsets.values(), default=self._last_offset)
 
     def _update_index_quietly(self) -> None:
         try:
@@ -719,7 +1073,9 @@ class SessionWriter:
     def _hand_off(self) -> None:
         if not self._fenced:
             try:
-                if not self._e.leases.hand_off(self.lease, self.next_seq, release=False):
+                end = self.session.last_event
+                if not self._e.leases.hand_off(self.lease, self.next_seq, release=False,
+                                               last_id=end.event_id if end else ""):
                     self._mark_fenced("hand_off")
             except RedisUnavailable:
                 log.warning("session %s: could not record next-seq hand-off", self.session_id)
@@ -782,22 +1138,24 @@ class SessionWriter:
             return None
         result: Confirmation | None = None
         try:
-            if not self._fenced:
-                self.flush(timeout)
+            if not self._fenced and self._held:
                 if confirm:
+                    self.flush(timeout)
                     result = self.confirm(timeout)
-                if (result is None or result.ok) and self._established and not self._fenced:
-                    self._mark_clean()
-                try:
-                    self._e.leases.release(self.lease, self.next_seq)
-                except RedisUnavailable:
-                    # Every event is flushed; the lease just lapses after its TTL
-                    # (the next writer waits for it or takes it with steal=True).
-                    log.warning("session %s: lease not released (Redis unreachable); it "
-                                "expires in at most %d ms", self.session_id,
-                                self.lease.ttl_ms)
+                if result is None or result.ok:
+                    self.release(timeout)
+                else:  # readers disagree with the flush: hand off without marking clean
+                    try:
+                        end = self.session.last_event
+                        self._e.leases.release(self.lease, self.next_seq,
+                                               end.event_id if end else "")
+                    except RedisUnavailable:
+                        log.warning("session %s: lease not released (Redis unreachable); "
+                                    "it expires in at most %d ms", self.session_id,
+                                    self.lease.ttl_ms)
         finally:
             self._closed = "closed"
+            self._let_go()
             self._sender.close(0 if self._fenced else timeout)
             self._e.redis.close()
         return result
@@ -823,6 +1181,7 @@ class SessionWriter:
         Records already handed to the shared producer may still be delivered.
         """
         self._closed = "abandoned"
+        self._let_go()
         self._sender.close(0)
         self._e.redis.close()
 
@@ -835,10 +1194,12 @@ class SessionWriter:
 
 __all__ = [
     "Confirmation",
+    "NotHandedOver",
     "ProducerError",
     "SessionWriter",
     "WriterConfig",
     "default_writer_id",
+    "flush_durably",
     "read_log",
 ]
 

@@ -1,4 +1,5 @@
-// sessionstream dashboard: vanilla JS over /api/sessions, /api/sessions/{id} and /api/events.
+// sessionstream dashboard: vanilla JS over /api/sessions, /api/sessions/{id} and /api/events;
+// the plots (plots.js) over /api/sessions/{id}/series and /api/tenant/series.
 // Every value from the server is inserted as text (never as HTML).
 "use strict";
 
@@ -100,8 +101,20 @@ function setGeneration(gen, tenant) {
 function select(id) {
   state.selected = id;
   history.replaceState(null, "", `#s=${encodeURIComponent(id)}`);
+  window.fleetPlots?.show(false);
   renderSessions();
   loadDetail();
+}
+
+// The tenant's plots, in the detail pane while no session is selected.
+function showFleet() {
+  state.selected = null;
+  state.detail = null;
+  history.replaceState(null, "", "#fleet");
+  $("#detail").replaceChildren();
+  $("#detail-empty").classList.add("hidden");
+  renderSessions();
+  window.fleetPlots?.show(true);
 }
 
 async function loadDetail() {
@@ -205,6 +218,8 @@ function renderDetail(snap) {
           h("code", {}, `${short(r.writer?.id, 12)} e${r.writer?.epoch}`), r.reason, r.next_seq ?? "–"]))));
   }
 
+  parts.push(h("div", { id: "plots-box", class: "plots" }));
+
   const turns = v.turns || {};
   parts.push(h("h3", {}, `Turns (${turns.total ?? 0})`),
     turns.open_turn ? h("p", {}, badge("open", "open"), " turn ", h("code", {}, turns.open_turn),
@@ -281,6 +296,7 @@ function renderDetail(snap) {
   $("#detail-empty").classList.add("hidden");
   const pane = $("#detail-pane"), top = pane.scrollTop;
   $("#detail").replaceChildren(...parts.filter(Boolean));
+  window.sessionPlots?.load(snap.session_id);
   window.sessionTimeline?.load(snap.session_id);
   pane.scrollTop = top;
   performance.measure("detail-render", "detail-start");
@@ -326,6 +342,7 @@ function connect() {
     state.seen.set(c.session, c.as_of_seq);
     pendingFlash.add(c.session);
     scheduleList();
+    window.fleetPlots?.refresh();
     if (c.session === state.selected) scheduleDetail();
   });
   es.addEventListener("unavailable", (e) => { showError(JSON.parse(e.data).error); });
@@ -333,9 +350,10 @@ function connect() {
 }
 
 $("#filter").addEventListener("input", () => renderSessions());
+$("#fleet-link").addEventListener("click", (e) => { e.preventDefault(); showFleet(); });
 const fromHash = new URLSearchParams(location.hash.slice(1)).get("s");
 if (fromHash) state.selected = fromHash;
 loadSessions();
-loadDetail();
+if (state.selected) loadDetail(); else showFleet();
 connect();
 setInterval(() => renderSessions(), 15000); // keep "last activity" fresh

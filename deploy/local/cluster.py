@@ -11,10 +11,18 @@
 - Redis: six ``redis-server`` processes in cluster mode, three masters each with one
   replica (``cluster-node-timeout`` 2 s, so a killed master fails over within seconds).
 
-``ClusterConfig(secure=True)`` gives its Redis nodes the secure profile's lock: no
-anonymous user (``user default off``), an ``admin`` with a password only (0600 file under
-the state dir; replicas authenticate to masters as it), users kept in each node's ACL
-file. The plain profile stays open on loopback for the fault tests.
+``ClusterConfig(secure=True)`` (``sessionstream cluster up --secure``, state dir
+``<state dir>/cluster-secure``, the same ports) is the secure profile of
+:mod:`sessionstream.localstack.stack` on three brokers and a Redis Cluster: the brokers
+take SASL/SCRAM-SHA-512 clients and talk to each other as ``admin`` over SCRAM, their
+controller listener takes SASL/PLAIN, the StandardAuthorizer denies whatever no ACL
+allows (``admin`` its only super user, its SCRAM credential written at format time);
+every Redis node has no anonymous user (``user default off``), an ``admin`` with a
+password only (replicas authenticate to masters as it) and its users in an ACL file.
+One admin password (0600 file under the state dir) serves both; it reaches a broker
+through its environment and the format tool through a 0600 argument file, never a
+config file or a command line. Every node runs under umask 077 (ACL SAVE, AOF, RDB,
+segments: 0600). The plain profile stays open on loopback for the fault tests.
 
 The product runs on it by settings alone (:meth:`ClusterConfig.settings_env`). Fault tests
 drive the nodes through :class:`LocalCluster` (SIGKILL a partition leader, rolling
@@ -24,6 +32,7 @@ command line or working directory) are ever signalled.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -38,7 +47,12 @@ from sessionstream.core.settings import Env, Settings
 from sessionstream.kafka_config import admin_config
 from sessionstream.localstack.stack import (
     ADMIN_PRINCIPAL,
+    ADMIN_SECRET_ENV,
+    ADMIN_SECRET_REF,
     MESSAGE_MAX_BYTES,
+    PRIVATE_UMASK,
+    SCRAM_MECHANISM,
+    SECRET_PROVIDER,
     Echo,
     LocalStackError,
     StackConfig,
@@ -49,6 +63,7 @@ from sessionstream.localstack.stack import (
     _wait_gone,
     check_port_free,
     kafka_lib,
+    make_private,
     read_pid,
     redis_ready,
     require_java,
@@ -78,16 +93,16 @@ class ClusterConfig:
     redis_replicas: int = 1  # replicas per Redis master
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "sessionstream")
     pom: Path = field(default_factory=lambda: Path(__file__).with_name("pom.xml"))
-    #: Redis nodes without anonymous access (ACL file, admin password-only).
+    #: No anonymous access anywhere: SCRAM + ACLs on the brokers, ACL users on Redis.
     secure: bool = False
 
     @property
     def admin_secret_file(self) -> Path:
-        return self.state_dir / "redis-admin.secret"
+        return self.state_dir / "admin.secret"
 
     def admin_password(self) -> str | None:
-        """The secure Redis nodes' admin password (created 0600 on first use); None when
-        the nodes are open."""
+        """The secure profile's admin password, brokers and Redis nodes (created 0600 on
+        first use); None when the nodes are open."""
         if not self.secure:
             return None
         return stored_secret(self.admin_secret_file)
@@ -96,6 +111,24 @@ class ClusterConfig:
         """The keyword arguments of a redis client that talks to a node as the admin."""
         password = self.admin_password()
         return {"username": ADMIN_PRINCIPAL, "password": password} if password else {}
+
+    def client_security(self) -> dict[str, str]:
+        """librdkafka keys of the admin principal (none for the open profile)."""
+        password = self.admin_password()
+        if password is None:
+            return {}
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": ADMIN_PRINCIPAL, "sasl.password": password}
+
+    def admin_redis_url(self) -> str:
+        """The Redis Cluster as its admin (every node; a client needs any one)."""
+        from urllib.parse import quote
+
+        password = self.admin_password()
+        if password is None:
+            return self.redis_url
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self.redis_ports)
+        return f"redis://{ADMIN_PRINCIPAL}:{quote(password, safe='')}@{nodes}/0"
 
     def __post_init__(self) -> None:
         if len(self.kafka_ports) != 3 or len(self.controller_ports) != 3:
@@ -113,14 +146,16 @@ class ClusterConfig:
                                   f"and stay below 65536: {ports}")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ClusterConfig:
-        """``<state dir>/cluster``, with the cluster ports the settings give (else defaults)."""
+    def from_settings(cls, settings: Settings, *, secure: bool = False) -> ClusterConfig:
+        """``<state dir>/cluster`` (``cluster-secure`` for the secure profile), with the
+        cluster ports the settings give (else defaults)."""
         return cls(
-            state_dir=settings.state_dir / "cluster",
+            state_dir=settings.state_dir / ("cluster-secure" if secure else "cluster"),
             kafka_ports=settings.cluster_kafka_ports or DEFAULT_KAFKA_PORTS,
             controller_ports=settings.cluster_controller_ports or DEFAULT_CONTROLLER_PORTS,
             redis_ports=settings.cluster_redis_ports or DEFAULT_REDIS_PORTS,
             cache_dir=settings.cache_dir,
+            secure=secure,
         )
 
     @property
@@ -132,14 +167,24 @@ class ClusterConfig:
         """Every node: a client starts as long as any one of them answers."""
         return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.redis_ports) + "/0"
 
-    def settings_env(self) -> dict[str, str]:
-        """The environment settings that point the product at this cluster."""
-        return {
+    def settings_env(self, *, admin: bool = False) -> dict[str, str]:
+        """The environment settings that point the product at this cluster (``admin``:
+        as the secure profile's admin, password included — a tenant's processes take
+        their own principals from ``sessionstream acl env --local-cluster``)."""
+        env = {
             Env.KAFKA_BOOTSTRAP: self.bootstrap,
             Env.REDIS_URL: self.redis_url,
             Env.REDIS_CLUSTER: "true",
             Env.REPLICATION_FACTOR: "3",
         }
+        if admin and self.secure:
+            sec = self.client_security()
+            env.update({Env.KAFKA_SECURITY_PROTOCOL: sec["security.protocol"],
+                        Env.KAFKA_SASL_MECHANISM: sec["sasl.mechanism"],
+                        Env.KAFKA_SASL_USERNAME: sec["sasl.username"],
+                        Env.KAFKA_SASL_PASSWORD: sec["sasl.password"],
+                        Env.REDIS_URL: self.admin_redis_url()})
+        return env
 
 
 def _owned(pid_file: Path, home: Path) -> int | None:
@@ -206,6 +251,53 @@ class KafkaNode(_NodeProcess):
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def _listeners(self) -> list[str]:
+        if not self.cfg.secure:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ]
+        # As the single secure node (stack._secure_properties), with three of them: the
+        # brokers replicate as admin over SCRAM, the controllers vote over SASL/PLAIN.
+        pw = ADMIN_SECRET_REF
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+        plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+        return [
+            f"listeners=SASL_PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=SASL_PLAINTEXT",
+            "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,"
+            "CONTROLLER:SASL_PLAINTEXT",
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+            "sasl.mechanism.controller.protocol=PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+            f'listener.name.controller.plain.sasl.jaas.config={plain} required '
+            f'username="{ADMIN_PRINCIPAL}" password="{pw}" user_{ADMIN_PRINCIPAL}="{pw}";',
+            f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config="
+            f'{scram} required username="{ADMIN_PRINCIPAL}" password="{pw}";',
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{ADMIN_PRINCIPAL}",
+            "allow.everyone.if.no.acl.found=false",
+            *SECRET_PROVIDER,
+        ]
+
+    def _env(self) -> dict[str, str]:
+        """The node's (and its format tool's) environment: the admin's password only in
+        the secure profile, where the config names it."""
+        env = {**os.environ, "KAFKA_HEAP_OPTS": CLUSTER_JVM[0]}
+        env.pop(ADMIN_SECRET_ENV, None)
+        password = self.cfg.admin_password()
+        if password is not None:
+            env[ADMIN_SECRET_ENV] = password
+        return env
+
     def properties(self) -> str:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.cfg.controller_ports))
         return "\n".join([
@@ -213,12 +305,7 @@ class KafkaNode(_NodeProcess):
             "process.roles=broker,controller",
             f"node.id={self.node_id}",
             f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            *self._listeners(),
             f"log.dirs={self.data}",
             "num.partitions=1",
             # Three replicas, two in sync for an acks=all write: any one node may be lost.
@@ -245,17 +332,33 @@ class KafkaNode(_NodeProcess):
         return _owned(self.pid_file, self.home)
 
     def format(self, java: str, lib: Path, cluster_id: str) -> subprocess.Popen[str] | None:
-        """Start formatting the storage (once); returns the formatter, or None if formatted."""
+        """Start formatting the storage (once); returns the formatter, or None if formatted.
+
+        The secure profile's admin gets its SCRAM credential in the bootstrap metadata
+        (``--add-scram``), through a 0600 argument file: never on a command line."""
         self.data.mkdir(parents=True, exist_ok=True)
-        self.props.write_text(self.properties())
+        self._write_props()
         if (self.data / "meta.properties").is_file():
             return None
+        tool = ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)]
+        password = self.cfg.admin_password()
+        if password is not None:
+            tool += ["--add-scram",
+                     f"{SCRAM_MECHANISM}=[name={ADMIN_PRINCIPAL},password={password}]"]
+        argfile = self.home / "format.args"
+        fd = os.open(argfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(json.dumps(a) for a in tool) + "\n")
         return subprocess.Popen(
             [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
-             f"{lib}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
-             "-c", str(self.props)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+             f"{lib}/*", f"@{argfile}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self._env(),
         )
+
+    def _write_props(self) -> None:
+        fd = os.open(self.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.properties())
 
     def start(self, java: str, lib: Path) -> None:
         """Start the node (no wait); its storage must be formatted."""
@@ -265,14 +368,17 @@ class KafkaNode(_NodeProcess):
                         Env.CLUSTER_KAFKA_PORTS)
         check_port_free(self.controller_port, f"Kafka controller {self.node_id}",
                         Env.CLUSTER_CONTROLLER_PORTS)
-        self.props.write_text(self.properties())
-        env = {**os.environ, "KAFKA_HEAP_OPTS": CLUSTER_JVM[0]}
+        self._write_props()
+        if self.cfg.secure:  # the format tool's files and the log to come
+            self.log.touch()
+            make_private(self.home)
         with self.log.open("ab") as out:
             self._proc = subprocess.Popen(
                 [java, *CLUSTER_JVM, "-Dorg.slf4j.simpleLogger.showDateTime=true",
                  "-cp", f"{lib}/*", "kafka.Kafka", str(self.props)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env, cwd=self.home,
+                start_new_session=True, env=self._env(), cwd=self.home,
+                umask=PRIVATE_UMASK if self.cfg.secure else -1,
             )
         self.pid_file.write_text(f"{self._proc.pid}\n")
 
@@ -326,9 +432,9 @@ class RedisNode(_NodeProcess):
         password = self.cfg.admin_password()
         if password is None:
             return []
-        # the config file is 0600 (it holds the password a replica gives its master)
-        return [f"aclfile {self.home / 'users.acl'}", f"masteruser {ADMIN_PRINCIPAL}",
-                f"masterauth {password}"]
+        # The password a replica gives its master (`masterauth`) is no line of this
+        # file: the server reads it from its standard input at start (start()).
+        return [f"aclfile {self.home / 'users.acl'}", f"masteruser {ADMIN_PRINCIPAL}"]
 
     def pid(self) -> int | None:
         return _owned(self.pid_file, self.home)
@@ -347,10 +453,21 @@ class RedisNode(_NodeProcess):
         password = self.cfg.admin_password()
         if password is not None:
             write_acl_users(self.home / "users.acl", password)
+            make_private(self.home)
+        # `-` after the file: the server reads more config from its standard input, where
+        # the secure profile hands it the replicas' `masterauth` (no file holds it).
         self._proc = subprocess.Popen(
-            [server, str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, cwd=self.home,
+            [server, str(conf), *(["-"] if password is not None else [])],
+            stdin=subprocess.PIPE if password is not None else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            cwd=self.home,
+            # ACL SAVE, AOF rewrites and nodes.conf are rewritten: the mask keeps them 0600
+            umask=PRIVATE_UMASK if password is not None else -1,
         )
+        if password is not None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(f"masterauth {password}\n".encode())
+            self._proc.stdin.close()
         self.pid_file.write_text(f"{self._proc.pid}\n")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -442,7 +559,10 @@ class LocalCluster:
         for node, proc in formatters:
             if proc is None:
                 continue
-            out, _ = proc.communicate()
+            try:
+                out, _ = proc.communicate()
+            finally:
+                (node.home / "format.args").unlink(missing_ok=True)
             if proc.returncode != 0:
                 raise LocalStackError(f"formatting Kafka node {node.node_id} failed:\n"
                                       f"{out[-2000:]}\nTry `sessionstream cluster up --fresh`.")
@@ -450,7 +570,8 @@ class LocalCluster:
             self.echo(f"kafka-{node.node_id}: starting on {node.bootstrap} (log {node.log})")
             node.start(java, lib)
         self.wait_kafka(timeout)
-        self.echo(f"kafka cluster: ready, 3 brokers ({self.cfg.bootstrap})")
+        what = "SASL/SCRAM + ACLs, " if self.cfg.secure else ""
+        self.echo(f"kafka cluster: ready, {what}3 brokers ({self.cfg.bootstrap})")
         return [f"kafka-{n.node_id}" for n in todo]
 
     def start_kafka(self, node_id: int, wait: bool = True, timeout: float = 120.0) -> None:
@@ -484,7 +605,8 @@ class LocalCluster:
                 return 0
             # log_level 0: refused connections to a node mid-restart are expected here.
             admin = AdminClient(admin_config(node.bootstrap, {"log_level": 0,
-                                                              "socket.timeout.ms": 2000}))
+                                                              "socket.timeout.ms": 2000},
+                                             security=self.cfg.client_security()))
             try:
                 brokers = set(admin.list_topics(timeout=2).brokers)
             except Exception:
@@ -518,7 +640,8 @@ class LocalCluster:
     def _admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient(admin_config(self.cfg.bootstrap, {"log_level": 0}))
+        return AdminClient(admin_config(self.cfg.bootstrap, {"log_level": 0},
+                                        security=self.cfg.client_security()))
 
     # -- Redis Cluster -----------------------------------------------------------------
     def _redis_up(self) -> list[str]:

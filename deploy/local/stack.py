@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.files import create_if_absent
@@ -65,6 +66,21 @@ MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 #: The secure profile's super user and its SASL mechanism.
 ADMIN_PRINCIPAL = "admin"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+#: The environment variable that carries the admin's password into a secure broker (and
+#: only there): its config names it through Kafka's EnvVarConfigProvider, so no config
+#: file holds the secret (KIP-421; the broker resolves ``${env:…}`` at start).
+ADMIN_SECRET_ENV = "LOCALSTACK_KAFKA_ADMIN_SECRET"
+ADMIN_SECRET_REF = "${env:" + ADMIN_SECRET_ENV + "}"
+SECRET_PROVIDER = (
+    "config.providers=env",
+    "config.providers.env.class=org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+    # Only this variable resolves: a config cannot read anything else of the environment.
+    f"config.providers.env.param.allowlist.pattern=^{ADMIN_SECRET_ENV}$",
+)
+#: The file mode mask of the servers the secure profiles start: every file they create
+#: or rewrite (Redis' ACL file on ACL SAVE, its AOF and RDB, Kafka's segments) is 0600
+#: and every directory 0700, whatever the server does with its own files.
+PRIVATE_UMASK = 0o077
 INSTALL_JAVA = "apt-get install -y openjdk-17-jre-headless maven"
 INSTALL_REDIS = "apt-get update && apt-get install -y redis-server"
 
@@ -173,9 +189,15 @@ def secure_stack(settings: Settings) -> StackConfig:
     return cfg
 
 
-def secure_tenant_key_dir(cfg: StackConfig) -> Path:
-    """The secure profile's tenant key files: beside the outer state dir, apart from
-    the plaintext stack's (a retirement in one must not touch the other's rings)."""
+class _Profile(Protocol):
+    @property
+    def state_dir(self) -> Path: ...
+
+
+def secure_tenant_key_dir(cfg: _Profile) -> Path:
+    """The secure profiles' tenant key files (the single node's and the cluster's, each
+    in ``<state dir>/<profile>``): beside the outer state dir, apart from the plaintext
+    stack's (a retirement in one must not touch the other's rings)."""
     return Path(f"{cfg.state_dir.parent.resolve()}-secure-tenant-keys")
 
 
@@ -399,7 +421,7 @@ def _secure_properties(cfg: StackConfig) -> list[str]:
     so no connection anywhere is anonymous. ACLs are enforced by the StandardAuthorizer,
     which keeps them in the KRaft metadata log.
     """
-    pw = cfg.admin_password()
+    pw = ADMIN_SECRET_REF
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
     return [
@@ -421,6 +443,7 @@ def _secure_properties(cfg: StackConfig) -> list[str]:
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         f"super.users=User:{ADMIN_PRINCIPAL}",
         "allow.everyone.if.no.acl.found=false",
+        *SECRET_PROVIDER,
     ]
 
 
@@ -494,11 +517,14 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
     data = cfg.data_dir("kafka")
     data.mkdir(parents=True, exist_ok=True)
     props = home / "server.properties"
-    props.touch(mode=0o600)  # the secure profile's holds the admin password
+    props.touch(mode=0o600)  # no secret in it (the environment carries it), still private
     props.write_text(kafka_properties(cfg))
     log = cfg.log_file("kafka")
     classpath = f"{lib}/*"
     env = {**os.environ, "KAFKA_HEAP_OPTS": " ".join(KAFKA_HEAP)}
+    env.pop(ADMIN_SECRET_ENV, None)
+    if cfg.secure:  # the broker's environment alone carries it (its config names it)
+        env[ADMIN_SECRET_ENV] = cfg.admin_password()
     if not (data / "meta.properties").is_file():
         cid_file = home / "cluster-id"
         if not cid_file.is_file():
@@ -533,6 +559,9 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
                 f"formatting Kafka storage failed (exit {fmt.returncode}):\n"
                 f"{fmt.stdout[-2000:]}{fmt.stderr[-2000:]}\nTry `sessionstream up --fresh`."
             )
+    if cfg.secure:  # what the format tool and earlier runs wrote, and the log to come
+        log.touch()
+        make_private(home)
     what = "SASL/SCRAM + ACLs" if cfg.secure else "plaintext"
     echo(f"kafka: starting ({what}, heap {' '.join(KAFKA_HEAP)}) on "
          f"127.0.0.1:{cfg.kafka_port} (log {log})")
@@ -545,6 +574,7 @@ def kafka_up(cfg: StackConfig, echo: Echo) -> bool:
              "-cp", classpath, "kafka.Kafka", str(props)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, env=env,
+            umask=PRIVATE_UMASK if cfg.secure else -1,
         )
     cfg.pid_file("kafka").write_text(f"{proc.pid}\n")
     bootstrap = f"127.0.0.1:{cfg.kafka_port}"
@@ -638,6 +668,16 @@ def write_acl_users(path: Path, admin_password: str) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
+def make_private(root: Path) -> None:
+    """``root`` and everything under it owner-only (dirs 0700, files 0600): a state dir
+    made before the servers ran under :data:`PRIVATE_UMASK` is closed on the next start."""
+    root.chmod(0o700)
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            continue
+        path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 def redis_ready(port: int, password: str | None = None) -> bool:
     """PING answers (as the admin when ``password``: the secure Redis has no anonymous
     user)."""
@@ -668,9 +708,13 @@ def redis_up(cfg: StackConfig, echo: Echo) -> bool:
     if cfg.secure:
         write_acl_file(cfg)
     echo(f"redis: starting on 127.0.0.1:{cfg.redis_port} (log {cfg.log_file('redis')})")
+    if cfg.secure:
+        make_private(cfg.dir("redis"))
     proc = subprocess.Popen(
         [server, str(conf)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True,
+        # ACL SAVE, AOF rewrites and RDB saves create new files: the mask keeps them 0600
+        umask=PRIVATE_UMASK if cfg.secure else -1,
     )
     cfg.pid_file("redis").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + 30

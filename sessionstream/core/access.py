@@ -97,8 +97,12 @@ def kafka_acls(tenant: str, *, dlq_topic: str | None = None,
 
 
 #: Commands no tenant user gets: key-space listing (SCAN/KEYS would show other tenants'
-#: key names), server administration and anything that flushes or reconfigures.
-_DENIED = ("-@dangerous", "-@admin", "-scan", "-keys", "-randomkey")
+#: key names, DBSIZE the count of every tenant's keys), server administration and
+#: anything that flushes, kills or reconfigures what all tenants share (the script cache,
+#: functions: FUNCTION FLUSH and SCRIPT FLUSH are not in @dangerous). Every keyless
+#: command a role may still run is named in ``tests/integration/test_secure_redis.py``.
+_DENIED = ("-@dangerous", "-@admin", "-scan", "-keys", "-randomkey", "-dbsize",
+           "-function", "-script|flush", "-script|kill")
 #: A Redis Cluster client reads the slot map first (CLUSTER SLOTS, or SHARDS/NODES in
 #: newer clients): the read-only topology subcommands, in no data category. On a single
 #: node they answer "cluster support disabled" and grant nothing.

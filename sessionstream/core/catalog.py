@@ -266,13 +266,16 @@ CORE_TYPES: tuple[EventType, ...] = (
                 "provider": F("str", required=False),
                 "model": F("str", required=False),
                 "reasoning": F("list", required=False, items=F("obj")),
+                "blocks": F("list", required=False,
+                            items=F("str", enum=("reasoning", "text", "call"))),
                 "provider_fields": _PROVIDER_FIELDS,
             }
         ),
         scope=Scope.STEP,
         surface_ops=_APPEND,
         description="The completed assistant message with its tool calls (and the "
-        "model's reasoning as its API returned it, class reasoning).",
+        "model's reasoning as its API returned it, class reasoning; blocks: the order "
+        "of its reasoning blocks, text parts and calls when it was not that one).",
     ),
     EventType(
         "tool/call",

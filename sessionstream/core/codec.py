@@ -41,7 +41,7 @@ from sessionstream.core.errors import (
     UnsupportedFormat,
 )
 from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp, Writer, decoded_event
-from sessionstream.core.jsonvalue import loads_checked
+from sessionstream.core.jsonvalue import canonical_dumps, loads_checked
 from sessionstream.core.sealed import MalformedSealedPart, SealedPart
 
 MAGIC = b"\xc3\x01"
@@ -621,3 +621,86 @@ def check_readable(event: Event, catalog: Catalog) -> bool:
     if event.ignorable:
         return False
     raise UnknownRequiredEvent(event.session_id, event.seq, event.type)
+
+
+# ------------------------------------------------------------------ memory operations
+#
+# The memory topic's records (docs/adr/0030-long-term-memory.md): the same single-object
+# framing, their own schema (``memory_op.vN.avsc``), the operation's fields as canonical
+# JSON text in ``data`` and sealed content beside it, as the session envelope does. The
+# operation itself is validated by ``sessionstream.core.memory.model.op_from_json`` once
+# its sealed content is opened (the edge opens it); a record this codec cannot read is a
+# CorruptRecord, for the dead-letter topic.
+
+_MEMORY_FILE_RE = re.compile(r"memory_op\.v(\d+)\.avsc")
+
+
+def memory_schema_files(directory: Path = SCHEMA_DIR) -> list[Path]:
+    """The ``memory_op.vN.avsc`` files, oldest first."""
+    found = [(int(m.group(1)), p) for p in directory.iterdir()
+             if (m := _MEMORY_FILE_RE.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+class MemoryCodec:
+    """Encodes memory operations with the newest memory schema, decodes any known one."""
+
+    def __init__(self, schemas: Iterable[Mapping[str, Any]]) -> None:
+        versions = [load_schema(s) for s in schemas]
+        if not versions:
+            raise CodecError("no memory operation schema given")
+        self._by_fp = {v.fingerprint: v for v in versions}
+        self.reader = self.writer = versions[-1]
+        self._header = MAGIC + self.writer.fingerprint
+
+    def encode(self, record: Mapping[str, Any], sealed: Iterable[SealedPart] = ()) -> bytes:
+        """``record`` (``Op.to_json()``'s shape, content possibly replaced by placeholders)
+        and its sealed parts as one single-object-encoded Avro record."""
+        try:
+            body = {"format_version": record["format_version"], "op_id": record["op_id"],
+                    "namespace": record["namespace"], "time": record["time"],
+                    "op": record["op"], "actor": dict(record["actor"]),
+                    "data": canonical_dumps(record["data"]),
+                    "sealed": [p.to_record() for p in sealed]}
+            out = io.BytesIO()
+            out.write(self._header)
+            schemaless_writer(out, self.writer.parsed, body)
+        except (*_WRITE_ERRORS, InvalidData) as exc:
+            raise CodecError(f"cannot encode memory operation {record.get('op_id')!r}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        return out.getvalue()
+
+    def decode(self, payload: bytes | bytearray | memoryview
+               ) -> tuple[dict[str, Any], tuple[SealedPart, ...]]:
+        """The record's fields (``data`` parsed, lossless) and its sealed parts."""
+        data = payload if type(payload) is bytes else bytes(payload)
+        if len(data) < HEADER_LEN or data[:2] != MAGIC:
+            raise CorruptRecord("not a single-object Avro record (magic c3 01 + fingerprint)")
+        writer = self._by_fp.get(data[2:HEADER_LEN])
+        if writer is None:
+            raise CorruptRecord(f"unknown memory schema fingerprint {data[2:HEADER_LEN].hex()}: "
+                                "not a memory operation this build knows (upgrade sessionstream)")
+        body = io.BytesIO(data)
+        body.seek(HEADER_LEN)
+        try:
+            record: Any = schemaless_reader(
+                body, writer.parsed, None if writer is self.reader else self.reader.parsed)
+        except _READ_ERRORS as exc:
+            raise CorruptRecord(f"undecodable memory operation ({type(exc).__name__}: "
+                                f"{exc})"[:300]) from exc
+        if body.tell() != len(data):
+            raise CorruptRecord(f"{len(data) - body.tell()} trailing bytes after the record")
+        try:
+            record["data"], _ = loads_checked(record["data"])
+            sealed = tuple(SealedPart.from_record(p) for p in record.pop("sealed", ()))
+        except (InvalidData, ValueError, RecursionError) as exc:
+            raise CorruptRecord(f"memory operation {record.get('op_id')!r}: {exc}"[:300]
+                                ) from exc
+        return record, sealed
+
+
+@cache
+def memory_codec() -> MemoryCodec:
+    """The codec over the memory schema versions shipped in ``schemas/``."""
+    return MemoryCodec([json.loads(p.read_text(encoding="utf-8"))
+                        for p in memory_schema_files()])

@@ -31,6 +31,7 @@ from sessionstream.core.request import (
     RequestHeader,
     ToolProvider,
     assemble,
+    blocks_of,
     context_snapshot_ids,
     reasoning_of,
     replaced_seqs,
@@ -136,7 +137,8 @@ class Harness:
         return assemble(self.session.derive_messages(), self.registry, self.scope,
                         header=self.header, providers=self.providers,
                         variables=self.variables, snapshot_ids=context_snapshot_ids(events),
-                        replaced=replaced_seqs(events), reasoning=reasoning_of(events))
+                        replaced=replaced_seqs(events), reasoning=reasoning_of(events),
+                        blocks=blocks_of(events))
 
     def step(self, *, run_tools: bool = True) -> StepResult:
         """step/start, the model call and its record, the tools, step/end.

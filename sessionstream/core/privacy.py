@@ -98,7 +98,7 @@ CLASSIFICATION: Mapping[str, Mapping[str, DataClass | None]] = {
         "content": _S, "tool_calls": _M, "tool_calls[].call_id": _M, "tool_calls[].name": _M,
         "tool_calls[].arguments": _S, "stop_reason": _M, "usage": _M, "usage.input_tokens": _M,
         "usage.output_tokens": _M, "provider": _M, "model": _M, "reasoning": _Z,
-        "provider_fields": _S,
+        "blocks": _M, "provider_fields": _S,
     },
     "tool/call": {"call_id": _M, "name": _M, "arguments": _R, "idempotency_key": _M},
     "tool/result": {

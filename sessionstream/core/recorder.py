@@ -10,7 +10,9 @@ truncated call is never declared, so nothing can execute it; a call whose argume
 not parse is declared with empty arguments so the model can be told (the harness
 answers it with an error result and never runs the tool, ADR 0010). The model's
 reasoning (thinking blocks with their
-signatures, reasoning items) is kept as ``reasoning``, content of its own data class.
+signatures, reasoning items) is kept as ``reasoning``, content of its own data class;
+when the answer's blocks came in another order than reasoning, text, calls (interleaved
+thinking), ``blocks`` says in which, so the turn goes back to its API as received.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ def message_data(output: ModelOutput,
         calls.append(call)
         if not isinstance(c, OutputCall):
             withheld_ids[id(c)] = call["call_id"]
-    content = output.text or (output.refusal or "")
+    content: Any = output.text or (output.refusal or "")
+    if output.text_parts:  # several text blocks: kept apart, to go back block for block
+        content = [{"type": "text", "text": t} for t in output.text_parts]
     data: dict[str, Any] = {"content": content, "tool_calls": calls,
                             "stop_reason": output.stop_reason}
     if output.usage is not None:
@@ -98,6 +102,8 @@ def message_data(output: ModelOutput,
         data["omitted_output"] = dict(output.omitted)
     if output.reasoning:
         data["reasoning"] = [dict(r) for r in output.reasoning]
+    if output.blocks:
+        data["blocks"] = list(output.blocks)
     if output.response_id:
         data["response_id"] = output.response_id
     return data

@@ -316,6 +316,19 @@ def reasoning_of(events: Iterable[Event]) -> dict[int, tuple[JsonValue, ...]]:
     return out
 
 
+def blocks_of(events: Iterable[Event]) -> dict[int, tuple[str, ...]]:
+    """seq → the block order (``assistant/message.blocks``: reasoning, text and calls as
+    the API returned them, when not in that order) of every assistant message that has
+    one: what a builder follows to send the turn back as received."""
+    out: dict[int, tuple[str, ...]] = {}
+    for e in events:
+        if e.type == "assistant/message":
+            order = e.data.get("blocks")
+            if order:
+                out[e.seq] = tuple(str(k) for k in order)
+    return out
+
+
 def replaced_seqs(events: Iterable[Event]) -> dict[int, tuple[int, ...]]:
     """seq → ``source_event_seqs`` of every replace event: what each summary shadows
     (for :func:`explain`)."""
@@ -351,12 +364,22 @@ class Request:
     replaced: tuple[tuple[int, tuple[int, ...]], ...] = ()  # summary seq → seqs it shadows
     #: assistant message seq → its recorded reasoning items (each names its ``api``)
     reasoning: tuple[tuple[int, tuple[JsonValue, ...]], ...] = ()
+    #: assistant message seq → the order of its blocks, when not reasoning, text, calls
+    blocks: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def reasoning_for(self, seq: int) -> tuple[JsonValue, ...]:
         """The recorded reasoning of the assistant message from ``seq`` (may be empty)."""
         for s, items in self.reasoning:
             if s == seq:
                 return items
+        return ()
+
+    def blocks_for(self, seq: int) -> tuple[str, ...]:
+        """The recorded block order of the assistant message from ``seq`` (empty: the
+        usual one — reasoning, then text, then calls)."""
+        for s, order in self.blocks:
+            if s == seq:
+                return order
         return ()
 
     @property
@@ -390,6 +413,7 @@ def assemble(
     snapshot_ids: Mapping[int, str] | None = None,
     replaced: Mapping[int, Sequence[int]] | None = None,
     reasoning: Mapping[int, Sequence[JsonValue]] | None = None,
+    blocks: Mapping[int, Sequence[str]] | None = None,
 ) -> Request:
     """Assemble the request for the surface ``messages`` in ``scope``.
 
@@ -397,8 +421,8 @@ def assemble(
     surface has no result. ``tools`` None means every tool visible in ``scope``.
     ``snapshot_ids`` (:func:`context_snapshot_ids`) and ``replaced``
     (:func:`replaced_seqs`) only feed :func:`explain`; ``reasoning``
-    (:func:`reasoning_of`) is kept for the assistant messages still on the surface (a
-    compacted one's reasoning goes with it).
+    (:func:`reasoning_of`) and ``blocks`` (:func:`blocks_of`) are kept for the assistant
+    messages still on the surface (a compacted one's go with it).
     """
     pending = pending_calls(messages)
     if pending:
@@ -430,6 +454,10 @@ def assemble(
         reasoning=tuple(sorted(
             (seq, tuple(freeze(i) for i in items)) for seq, items in (reasoning or {}).items()
             if seq in assistant_seqs and items
+        )),
+        blocks=tuple(sorted(
+            (seq, tuple(order)) for seq, order in (blocks or {}).items()
+            if seq in assistant_seqs and order
         )),
     )
 

@@ -109,6 +109,18 @@ class KeySpace:
     def log_index(self, session_id: str) -> str:
         return self.session_key(session_id, "log")
 
+    def inline_views(self, session_id: str) -> str:
+        """The set of the session's inline view names (a deletion purges each by name)."""
+        return self.session_key(session_id, "fv")
+
+    def inline_view(self, session_id: str, name: str) -> str:
+        """An inline view's head hash (:class:`InlineViewFields` and the view's fields)."""
+        return self.session_key(session_id, f"fv:{name}")
+
+    def inline_view_chunks(self, session_id: str, name: str) -> str:
+        """An inline view's entries, as a list of chunks of ``INLINE_VIEW_CHUNK`` each."""
+        return self.session_key(session_id, f"fv:{name}:chunks")
+
     # -- per tenant --------------------------------------------------------------------
     def sessions_index(self, gen: int) -> str:
         return self.tenant_key(f"sessions:g{gen}")
@@ -392,6 +404,7 @@ class LeaseFields:
     EPOCH = "epoch"
     EXPIRES_AT = "expires_at"  # Redis server time, ms
     NEXT_SEQ = "next_seq"  # the hand-off hint written on flush/release
+    LAST_ID = "last_id"  # the event id at next_seq - 1, written with next_seq
 
 
 class LogIndexFields:
@@ -408,6 +421,20 @@ class LogIndexFields:
     RUNS = "runs"
     RUN_LO = "run_lo"
     RUN_HI = "run_hi"
+
+
+class InlineViewFields:
+    """The reserved fields of an inline view's head hash (``KeySpace.inline_view``);
+    a view's own fields are ``f:<name>``."""
+
+    SEQ = "seq"  # the last seq the view has folded (-1: none)
+    ID = "id"  # that event's id
+    COUNT = "n"  # entries in the chunk list
+    FIELD = "f:"
+
+
+#: Entries per chunk of an inline view's chunk list.
+INLINE_VIEW_CHUNK = 32
 
 
 class WatchCursorFields:
@@ -452,6 +479,10 @@ LUA_FIELDS: dict[str, str] = {
     "EPOCH": LeaseFields.EPOCH,
     "EXPIRES_AT": LeaseFields.EXPIRES_AT,
     "NEXT_SEQ": LeaseFields.NEXT_SEQ,
+    "LAST_ID": LeaseFields.LAST_ID,
+    "VSEQ": InlineViewFields.SEQ,
+    "VID": InlineViewFields.ID,
+    "VCOUNT": InlineViewFields.COUNT,
     "PARTITION": LogIndexFields.PARTITION,
     "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
     "LAST_OFFSET": LogIndexFields.LAST_OFFSET,

@@ -71,7 +71,13 @@ from sessionstream.core.events import (
     uuid4_ids,
 )
 from sessionstream.core.jsonvalue import JsonValue, check_and_freeze, check_lossless
-from sessionstream.core.surface import ABANDONING_REASONS, Messages, Surface, message_for
+from sessionstream.core.surface import (
+    ABANDONING_REASONS,
+    Messages,
+    Surface,
+    SurfaceMark,
+    message_for,
+)
 
 _CLOSING_CLEANLY = ("completed", "refused")
 
@@ -99,6 +105,24 @@ class OpenCompaction:
     shadowed_seqs: tuple[int, ...] | None = None  # from compaction/summary
     summary_seq: int | None = None
     replace_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    """What :meth:`Session.rollback` restores (see :meth:`Session.savepoint`)."""
+
+    length: int
+    writer: Writer
+    max_epoch: int
+    tenant: str | None
+    lineage: JsonValue
+    open_turn: str | None
+    open_turn_seq: int | None
+    open_step: str | None
+    calls: dict[str, PendingCall]
+    abandoned: int
+    compaction: OpenCompaction | None
+    surface: SurfaceMark
 
 
 class Session:
@@ -212,6 +236,15 @@ class Session:
         return len(self._events)
 
     @property
+    def last_event(self) -> Event | None:
+        """The last event of the log (O(1), unlike ``events[-1]`` after an append)."""
+        return self._events[-1] if self._events else None
+
+    def events_since(self, seq: int) -> tuple[Event, ...]:
+        """The events from ``seq`` on (O(their count), not the log's)."""
+        return tuple(self._events[seq:])
+
+    @property
     def next_seq(self) -> int:
         return len(self._events)
 
@@ -273,6 +306,49 @@ class Session:
     def derive_messages(self) -> Messages:
         """The model-visible messages now: an immutable view, O(1) per call."""
         return self._surface.messages()
+
+    # -- savepoints ----------------------------------------------------------------------
+    def savepoint(self) -> Savepoint:
+        """Open a savepoint: :meth:`rollback` undoes every append and admission since, so
+        a batch refused at its n-th event leaves the session as it was before the batch
+        (``SessionWriter.append_many``). O(pending calls) to open; an append costs
+        nothing more; undoing costs what the batch did (a compaction replace or an
+        abandonment inside it copies the surface once). One savepoint at a time: close
+        it with :meth:`release` or :meth:`rollback`."""
+        return Savepoint(len(self._events), self._writer, self._max_epoch, self._tenant,
+                         self._lineage, self._open_turn, self._open_turn_seq,
+                         self._open_step, dict(self._calls), len(self._abandoned),
+                         self._compaction, self._surface.mark())
+
+    def release(self, savepoint: Savepoint) -> None:
+        """Keep what was appended since ``savepoint`` and close it."""
+        self._surface.release(savepoint.surface)
+
+    def rollback(self, savepoint: Savepoint) -> None:
+        """Put the session back as it was at ``savepoint`` (and close it)."""
+        undone = self._events[savepoint.length:]
+        for event in undone:  # ids are only ever added, and only by these types
+            if event.type == "turn/start":
+                self._turn_ids.discard(event.turn_id)
+            elif event.type == "step/start":
+                self._step_ids.discard(event.step_id)
+            elif event.type == "assistant/message" and isinstance(event.data, Mapping):
+                for call in event.data.get("tool_calls", ()):
+                    self._used_call_ids.discard(call["call_id"])
+        del self._events[savepoint.length:]
+        self._events_view = None
+        while len(self._abandoned) > savepoint.abandoned:  # insertion order: newest last
+            self._abandoned.popitem()
+        self._writer = savepoint.writer
+        self._max_epoch = savepoint.max_epoch
+        self._tenant = savepoint.tenant
+        self._lineage = savepoint.lineage
+        self._open_turn = savepoint.open_turn
+        self._open_turn_seq = savepoint.open_turn_seq
+        self._open_step = savepoint.open_step
+        self._calls = savepoint.calls
+        self._compaction = savepoint.compaction
+        self._surface.rollback(savepoint.surface)
 
     # -- writing -------------------------------------------------------------------------
     def set_writer(self, writer: Writer) -> None:

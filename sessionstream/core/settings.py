@@ -71,6 +71,7 @@ class Env:
     STREAMS_GROUP = "SESSIONSTREAM_STREAMS_GROUP"
     WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
     BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
+    LEASE_TTL_MS = "SESSIONSTREAM_LEASE_TTL_MS"
     BATCH_WITHIN_MS = "SESSIONSTREAM_BATCH_WITHIN_MS"
     CONVERGE_SESSIONS = "SESSIONSTREAM_CONVERGE_SESSIONS"
     ENGINE = "SESSIONSTREAM_ENGINE"
@@ -104,6 +105,8 @@ class Env:
     CLUSTER_KAFKA_PORTS = "SESSIONSTREAM_CLUSTER_KAFKA_PORTS"
     CLUSTER_CONTROLLER_PORTS = "SESSIONSTREAM_CLUSTER_CONTROLLER_PORTS"
     CLUSTER_REDIS_PORTS = "SESSIONSTREAM_CLUSTER_REDIS_PORTS"
+    CONTEXT_BUDGET = "SESSIONSTREAM_CONTEXT_BUDGET"
+    PRICES = "SESSIONSTREAM_PRICES"
 
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
@@ -136,6 +139,12 @@ class Settings:
     wire: str = "single-object"  # or "confluent" (Schema Registry framing)
     schema_registry_url: str | None = None  # needed by wire="confluent"
     metrics_port: int | None = None  # /metrics, /healthz, /readyz of worker and compactor
+    #: The context budget in estimated tokens: the compactor's default and the line the
+    #: dashboard draws on a session's context plot.
+    context_budget: int = 32_000
+    #: A JSON file of model prices (USD per million tokens) the plots' costs come from
+    #: (``sessionstream.core.series.Prices``); None: no costs.
+    prices_file: Path | None = None
     # The cluster profile's loopback ports (sessionstream.localstack.cluster); empty: defaults.
     cluster_kafka_ports: tuple[int, ...] = ()
     cluster_controller_ports: tuple[int, ...] = ()
@@ -151,6 +160,9 @@ class Settings:
     principal: str = "operator"  # who deletes/holds, recorded in audit events
     fold: str = "auto"  # replay's and the kafka worker's fold: auto | native (Rust) | python
     append: str = "auto"  # the session writer's append path: auto | native (Rust) | python
+    #: How long a writer's lease outlives its last renewal (a writer that died mid-write
+    #: blocks the session's next writer at most this long; a live one renews it).
+    lease_ttl_ms: int = 30_000
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     # The worker's consumer instance id (static group membership, streams.membership):
@@ -235,6 +247,9 @@ class Settings:
             raise SettingsError(
                 "SESSIONSTREAM_WIRE=confluent needs SESSIONSTREAM_SCHEMA_REGISTRY_URL (the "
                 "registry's Confluent-compatible API); or use SESSIONSTREAM_WIRE=single-object")
+        if self.context_budget < 1:
+            raise SettingsError(f"{Env.CONTEXT_BUDGET}={self.context_budget} is not a number "
+                                "of tokens (1 or more)")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise SettingsError(
                 f"SESSIONSTREAM_METRICS_PORT={self.metrics_port} is not a TCP port (0-65535)")
@@ -274,6 +289,9 @@ class Settings:
                                  (Env.CONVERGE_SESSIONS, self.converge_sessions, 1)):
             if not low <= value <= 1_000_000:
                 raise SettingsError(f"{name}={value} is out of range: use {low}..1000000")
+        if not 1_000 <= self.lease_ttl_ms <= 3_600_000:
+            raise SettingsError(f"{Env.LEASE_TTL_MS}={self.lease_ttl_ms} is out of range: use "
+                                "1000..3600000 (milliseconds)")
         if self.engine not in ENGINES:
             raise SettingsError(f"{Env.ENGINE}={self.engine!r} is not an engine: use "
                                 + " or ".join(ENGINES))
@@ -388,6 +406,8 @@ class Settings:
             schema_registry_url=env.get("SESSIONSTREAM_SCHEMA_REGISTRY_URL") or None,
             metrics_port=(_int(env, "SESSIONSTREAM_METRICS_PORT", 0)
                           if env.get("SESSIONSTREAM_METRICS_PORT") else None),
+            context_budget=_int(env, Env.CONTEXT_BUDGET, 32_000),
+            prices_file=Path(env[Env.PRICES]) if env.get(Env.PRICES) else None,
             cluster_kafka_ports=_ports(env, Env.CLUSTER_KAFKA_PORTS),
             cluster_controller_ports=_ports(env, Env.CLUSTER_CONTROLLER_PORTS),
             cluster_redis_ports=_ports(env, Env.CLUSTER_REDIS_PORTS),
@@ -402,6 +422,7 @@ class Settings:
             principal=env.get("SESSIONSTREAM_PRINCIPAL") or "operator",
             fold=env.get(Env.FOLD) or "auto",
             append=env.get(Env.APPEND) or "auto",
+            lease_ttl_ms=_int(env, Env.LEASE_TTL_MS, 30_000),
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or WORKER_INSTANCE_AUTO,
             batch_max=_int(env, Env.BATCH_MAX, 2000),

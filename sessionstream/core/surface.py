@@ -160,6 +160,23 @@ class SurfaceChange:
     added: tuple[Message, ...]
 
 
+class SurfaceMark:
+    """An open savepoint of a :class:`Surface` (see :meth:`Surface.mark`)."""
+
+    __slots__ = ("copy", "edits", "length", "revision", "unanswered")
+
+    def __init__(self, length: int, revision: int, edits: int,
+                 unanswered: dict[str, None]) -> None:
+        self.length = length
+        self.revision = revision
+        self.edits = edits
+        self.unanswered = unanswered
+        #: The surface's nodes and indexes as they were at the mark, once a rewrite
+        #: needed them.
+        self.copy: tuple[list[Message], dict[int, int], dict[str, int],
+                         dict[str, int]] | None = None
+
+
 class Surface:
     """The current surface of one session, maintained incrementally.
 
@@ -178,6 +195,7 @@ class Surface:
         self._revision = 0  # bumped before every change (see revision)
         # (revision, lowest position rewritten) of each change that is not an append
         self._edits: list[tuple[int, int]] = []
+        self._mark: SurfaceMark | None = None  # an open savepoint (Session.savepoint)
 
     @classmethod
     def from_messages(cls, messages: Iterable[Message]) -> Surface:
@@ -305,6 +323,51 @@ class Surface:
                     )
         return None
 
+    # -- savepoints (Session.savepoint: a refused batch leaves the surface as it was) -----
+    def mark(self) -> SurfaceMark:
+        """Open a savepoint: :meth:`rollback` puts the surface back as it is now. Appends
+        cost nothing more (they are undone from the nodes themselves); the first replace
+        or abandonment after the mark copies the surface once (O(n), rare)."""
+        if self._mark is not None:
+            raise RuntimeError("a surface savepoint is already open")
+        self._mark = SurfaceMark(len(self._nodes), self._revision, len(self._edits),
+                                 dict(self._unanswered))
+        return self._mark
+
+    def release(self, mark: SurfaceMark) -> None:
+        """Close the savepoint ``mark`` and keep what changed since."""
+        if self._mark is mark:
+            self._mark = None
+
+    def rollback(self, mark: SurfaceMark) -> None:
+        """Undo everything since ``mark`` (and close it)."""
+        if self._mark is not mark:
+            raise RuntimeError("rollback of a surface savepoint that is not open")
+        self._mark = None
+        if mark.copy is not None:
+            (self._nodes, self._pos, self._call_node, self._result_node) = mark.copy
+        else:
+            _forget(self._nodes[mark.length:], self._pos, self._call_node, self._result_node)
+            if self._shared:  # a view may hold this list with its length: keep it intact
+                self._nodes = self._nodes[:mark.length]
+            else:
+                del self._nodes[mark.length:]
+        self._unanswered = mark.unanswered
+        self._view = None
+        self._shared = False
+        self._revision = mark.revision
+        del self._edits[mark.edits:]
+
+    def _before_rewrite(self) -> None:
+        """A replace or an abandonment under an open savepoint: keep the surface as it
+        was at the mark (the appends since undone on the copy) to go back to."""
+        mark = self._mark
+        if mark is not None and mark.copy is None:
+            pos, call_node, result_node = dict(self._pos), dict(self._call_node), \
+                dict(self._result_node)
+            _forget(self._nodes[mark.length:], pos, call_node, result_node)
+            mark.copy = (self._nodes[:mark.length], pos, call_node, result_node)
+
     # -- writing (called by Session after its rules passed) ------------------------------
     def append(self, message: Message) -> None:
         """Add a node at the end: O(1)."""
@@ -321,6 +384,7 @@ class Surface:
 
     def replace(self, seqs: Sequence[int], summary: Message) -> SurfaceChange:
         """Shadow the run of nodes ``seqs`` (checked) with ``summary`` at its position."""
+        self._before_rewrite()
         self._revision += 1
         first = self._pos[seqs[0]]
         self._edits.append((self._revision, first))
@@ -344,6 +408,7 @@ class Surface:
         change is explainable); a node left with no content and no calls is dropped.
         Returns None when none of ``call_ids`` is on the surface.
         """
+        self._before_rewrite()
         by_node: dict[int, set[str]] = {}
         for call_id in call_ids:
             self._unanswered.pop(call_id, None)
@@ -389,6 +454,17 @@ class Surface:
 
 
 _DROPPED = Message(Role.ASSISTANT, Kind.ASSISTANT, None, (-1,))
+
+
+def _forget(appended: Sequence[Message], pos: dict[int, int], call_node: dict[str, int],
+            result_node: dict[str, int]) -> None:
+    """Take nodes that were appended out of the indexes (a savepoint's undo)."""
+    for node in appended:
+        del pos[node.seqs[0]]
+        for call in node.tool_calls:
+            call_node.pop(call.call_id, None)
+        if node.call_id is not None:
+            result_node.pop(node.call_id, None)
 
 
 def abandon_calls(node: Message, dropped: Iterable[str], cause_seq: int) -> Message | None:

@@ -211,7 +211,8 @@ class Governance:
 
     def purge_redis(self, session_id: str) -> tuple[int, int]:
         """Purge the session's content from Redis: views and states of every generation,
-        its change streams, its session-index and tenant change-feed entries, its lease.
+        its change streams, its session-index and tenant change-feed entries, its lease
+        and the inline views its framework backends kept (``KeySpace.inline_views``).
 
         Kept (metadata, needed to fold the audit event in order): each row's admission
         state, watermark and meta, the fencing epoch, the writer's offset index and the
@@ -239,11 +240,17 @@ class Governance:
         with r.pipeline(transaction=False) as pipe:  # the session's slot
             for key in rows:
                 pipe.hkeys(key)
+            pipe.smembers(ks.inline_views(session_id))
             for g in gens:
                 pipe.delete(ks.session_changes(session_id, g))
             pipe.delete(ks.lease(session_id))
             out = pipe.execute()
-        deleted += sum(int(n) for n in out[len(rows):])
+        views = sorted(_text(v) for v in out[len(rows)])
+        deleted += sum(int(n) for n in out[len(rows) + 1:])
+        if views:  # the framework backends' inline views (ADR 0024): content, whole
+            deleted += int(r.delete(*[k for v in views for k in (
+                ks.inline_view(session_id, v), ks.inline_view_chunks(session_id, v))],
+                ks.inline_views(session_id)))
         content = {key: [f for f in (_text(f) for f in names)
                          if f.startswith(SessionRow.CONTENT_PREFIXES)]
                    for key, names in zip(rows, out[:len(rows)], strict=True)}

@@ -161,6 +161,24 @@ EXCLUDED: dict[str, str] = {
        f"commits[{mode}]": f"{_INTERNALS}: wraps its _insert_items to pause a compaction's "
        "row replacement" for mode in ("run-live", "run-json", "streamed-live",
                                       "streamed-json")},
+    **{f"tests/memory/test_compaction_suffix.py::{name}": f"{_INTERNALS}: makes the "
+       "compaction's insert fail with a trigger in its SQLite file (or by wrapping its "
+       "_insert_items) and asserts sqlite3.IntegrityError; our replacement is one atomic "
+       "write (a refused batch stores nothing), tested in tests/unit/"
+       "test_openai_agents_session.py" for name in (
+        "test_suffix_transaction_rolls_back_failed_insert[sqlite]",
+        "test_cancelled_suffix_transaction_settles_before_newer_append[sqlite]",
+        "test_failed_encrypted_suffix_transaction_preserves_original_tokens[sqlite-False]",
+        "test_failed_encrypted_suffix_transaction_preserves_original_tokens[sqlite-True]",
+    )},
+    **{f"tests/extensions/memory/test_encrypt_session.py::{name}": f"{_INTERNALS}: reads "
+       "its table's rows and write lock through a second sqlite3 connection; that a pop "
+       "refused by its validation removes nothing is tested on our store in tests/unit/"
+       "test_openai_agents_session.py" for name in (
+        "test_encrypted_pop_authentication_is_atomic_with_concurrent_mutations[append]",
+        "test_encrypted_pop_authentication_is_atomic_with_concurrent_mutations[clear]",
+        "test_encrypted_pop_wrong_key_preserves_row_identity",
+    )},
     "tests/memory/test_session.py::test_sqlite_session_closed_rejects_empty_add_items":
         "SQLiteSession's closed state (RuntimeError 'SQLiteSession is closed'): our close() "
         "hands the session over and the object stays usable",

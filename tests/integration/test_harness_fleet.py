@@ -13,9 +13,11 @@ from sessionstream.cli.main import main
 from sessionstream.core.events import Event
 from sessionstream.core.harness import Harness, ToolContext, ToolOutcome
 from sessionstream.core.jsonl import read_jsonl, write_jsonl
+from sessionstream.core.providers.convert import export_session, import_conversation
 from sessionstream.core.providers.scripted import Reply, ScriptedClient
 from sessionstream.producers.transfer import fetch, publish
 from sessionstream.producers.writer import SessionWriter, WriterConfig, read_log
+from tests.fixtures.bodies import INTERLEAVED
 from tests.integration.writers import writer_cfg
 from tests.unit import harness_cases as cases
 
@@ -60,6 +62,19 @@ def test_publish_then_fetch_returns_the_same_events(writer_cfg: WriterConfig,
     assert rejected == 0 and published.events == len(events)
     assert [_same(e) for e in fetched] == [_same(e) for e in events]
     assert {e.session_id for e in fetched} == {published.session_id}
+
+
+@pytest.mark.parametrize("api", sorted(INTERLEAVED))
+def test_interleaved_reasoning_survives_publish_and_fetch_in_its_place(
+        writer_cfg: WriterConfig, api: str) -> None:
+    body = INTERLEAVED[api]
+    events = list(import_conversation(api, body, session_id="interleaved").events)
+    published = publish(writer_cfg, events)
+    fetched, rejected = fetch(writer_cfg, published.session_id)
+    assert rejected == 0
+    assert [_same(e) for e in fetched] == [_same(e) for e in events]
+    built, _notes = export_session(api, fetched)
+    assert built.body == body  # every thinking block where the model put it
 
 
 def _env(monkeypatch: pytest.MonkeyPatch, cfg: WriterConfig) -> None:

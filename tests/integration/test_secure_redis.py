@@ -157,6 +157,127 @@ def test_acl_env_gives_a_process_its_tenants_user_and_key_material_only(
     assert not [x for x in used if x in applied.stdout + applied.stderr]
 
 
+def _secure_env(cfg: devstack.StackConfig) -> dict[str, str]:
+    return {**os.environ, "SESSIONSTREAM_STATE_DIR": str(cfg.state_dir.parent),
+            "SESSIONSTREAM_SECURE_REDIS_PORT": str(cfg.redis_port),
+            "SESSIONSTREAM_SECURE_KAFKA_PORT": str(cfg.kafka_port),
+            "SESSIONSTREAM_SECURE_KAFKA_CONTROLLER_PORT": str(cfg.controller_port)}
+
+
+def _modes(root: Path) -> dict[str, str]:
+    """Every path under ``root`` (and itself) -> its permission bits, octal."""
+    return {str(p.relative_to(root.parent)): oct(p.stat().st_mode & 0o777)
+            for p in [root, *root.rglob("*")]}
+
+
+def test_every_file_redis_rewrites_stays_owner_only_after_acl_apply_and_saves(
+        secure: devstack.StackConfig) -> None:
+    """ACL SAVE rewrites the ACL file with the server's own mode; AOF rewrites and RDB
+    saves make new files: all must stay 0600 (directories 0700), not only at start."""
+    done = subprocess.run([sys.executable, "-m", "sessionstream.cli.main", "acl", "apply",
+                           "--tenant", "modes", "--no-kafka", "--local-secure"],
+                          capture_output=True, text=True, env=_secure_env(secure), timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    admin = _admin(secure)
+    assert admin.acl_getuser("sessionstream.modes.reader") is not None  # saved, then:
+    admin.set("ss:{modes}:x", "1")
+    admin.bgrewriteaof()
+    admin.bgsave(schedule=True)
+    deadline = time.monotonic() + 30
+    while any(admin.info("persistence")[k] for k in ("aof_rewrite_in_progress",
+                                                     "rdb_bgsave_in_progress",
+                                                     "aof_rewrite_scheduled")):
+        assert time.monotonic() < deadline, "the background saves did not end"
+        time.sleep(0.1)
+    admin.execute_command("ACL", "SAVE")
+    admin.close()
+    root = secure.dir("redis")
+    assert (secure.data_dir("redis") / "dump.rdb").is_file()
+    modes = _modes(root)
+    assert modes["redis/users.acl"] == "0o600"
+    wrong = {p: m for p, m in modes.items() if not p.endswith(".pid")  # a pid: no secret
+             and m != ("0o700" if (root.parent / p).is_dir() else "0o600")}
+    assert wrong == {}
+
+
+def test_an_anonymous_client_of_the_secure_redis_is_refused_exit_1_not_unreachable(
+        secure: devstack.StackConfig) -> None:
+    """3 means nobody answered; a server that answered and refused is 1 (docs/cli.md)."""
+    env = {**_secure_env(secure),
+           "SESSIONSTREAM_REDIS_URL": f"redis://127.0.0.1:{secure.redis_port}/0"}
+    for args in (["views", "s1"], ["sessions"], ["dashboard", "--port", "0"]):
+        done = subprocess.run([sys.executable, "-m", "sessionstream.cli.main", *args],
+                              capture_output=True, text=True, env=env, timeout=60,
+                              check=False)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "refused the client's credentials" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    env["SESSIONSTREAM_REDIS_URL"] = f"redis://nobody:wrong@127.0.0.1:{secure.redis_port}/0"
+    done = subprocess.run([sys.executable, "-m", "sessionstream.cli.main", "sessions"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 1 and "wrong" not in done.stderr, done.stderr  # no password
+
+
+#: The keyless commands (no key for Redis to check against the user's patterns) a tenant
+#: user may run, each harmless: about its own connection, the command table or the
+#: cluster's topology, or the transaction and script calls of its own keys. Nothing here
+#: counts, lists or touches another tenant's data or what all tenants share.
+HARMLESS_KEYLESS = {
+    "asking", "client|getname", "client|getredir", "client|help", "client|id",
+    "client|info", "client|trackinginfo", "cluster|info", "cluster|nodes", "cluster|shards",
+    "cluster|slots", "command|count", "command|docs", "command|help", "command|info",
+    "command|list", "hello", "lolwut", "ping", "quit", "readonly", "readwrite", "reset",
+    # writer and worker: transactions and scripts over their own keys, the server clock
+    "multi", "exec", "discard", "unwatch", "time", "script|help",
+    "xgroup|help", "xinfo|help",
+}
+
+
+def _keyless_commands(admin: redis.Redis) -> set[str]:
+    """Every command and subcommand of the server's table that names no key (no key
+    specification: Redis has nothing to check against a user's key patterns)."""
+    out = set()
+    for name, info in admin.command().items():
+        subs = info.get("subcommands") or []
+        if not subs and not info.get("key_specifications"):
+            out.add(str(name))
+        out.update(str(sub[0]) for sub in subs if not sub[8])  # [8]: its key specifications
+    return out
+
+
+def test_no_keyless_command_a_tenant_user_may_run_reveals_or_touches_other_tenants(
+        secure: devstack.StackConfig) -> None:
+    """Every keyless command in the server's table, asked with ACL DRYRUN for each role:
+    only those named harmless above are allowed (DBSIZE, KEYS, SCAN, INFO keyspace,
+    RANDOMKEY, FUNCTION FLUSH, SCRIPT KILL, ... are refused)."""
+    admin = _admin(secure)
+    state = secure.state_dir.parent
+    passwords = TenantSecrets.load_or_create(state, "dry").passwords
+    apply_redis(admin, KeySpace("dry", "ss"), passwords)
+    keyless = _keyless_commands(admin)
+    assert {"dbsize", "keys", "scan", "info", "randomkey", "function|flush",
+            "script|kill"} <= keyless
+    for role in ("writer", "worker", "reader"):
+        allowed = set()
+        for name in keyless:
+            try:
+                verdict = admin.execute_command("ACL", "DRYRUN", principal("dry", role),
+                                                *name.split("|"))
+            except redis.ResponseError:
+                continue  # e.g. an arity error: not allowed as asked either
+            if verdict == "OK":
+                allowed.add(name)
+        assert allowed - HARMLESS_KEYLESS == set(), role
+    reader = _as(secure, "dry", "reader", passwords["reader"])
+    for call in (lambda c: c.dbsize(), lambda c: c.info("keyspace"), lambda c: c.keys("*"),
+                 lambda c: c.scan(0), lambda c: c.randomkey()):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            call(reader)
+    reader.close()
+    admin.close()
+
+
 def test_the_k8s_acl_file_loads_and_locks_redis_the_same_way(tmp_path: Path) -> None:
     secrets = {d["metadata"]["name"]: d["stringData"] for d in yaml.safe_load_all(
         (ROOT / "deploy" / "k8s" / "base" / "secrets.yaml").read_text()) if d}

@@ -298,11 +298,11 @@ def test_fork_creates_child_with_lineage(writer_cfg: WriterConfig) -> None:
 
 
 @pytest.mark.parametrize("append", ["native", "python"])
-def test_append_many_writes_what_single_appends_write_and_stops_at_a_refused_item(
+def test_append_many_writes_what_single_appends_write_and_a_refused_batch_stores_nothing(
         writer_cfg: WriterConfig, append: str) -> None:
     """A batch (stateless chunks between stateful types, Drafts and pairs) is one
     session's log in order, flushed and admitted; an item refused raises the core's
-    error with the items before it appended and durable and none after it."""
+    error and nothing of its batch is appended or sent — not the items before it."""
     if append == "native" and na.why_not(codec.encode) is not None:
         pytest.skip("the native extension is not built")
     from sessionstream.core.events import Draft
@@ -330,7 +330,8 @@ def test_append_many_writes_what_single_appends_write_and_stops_at_a_refused_ite
                        ("assistant/chunk", {"text": "ok 2"}),
                        ("assistant/chunk", {"text": 42}),
                        ("assistant/chunk", {"text": "never"})])
-    assert [e.data["text"] for e in w.session.events[-2:]] == ["ok 1", "ok 2"]
+    assert w.session.events[-1].type == "step/start"  # "ok 1", "ok 2" were never appended
+    w.append_many([("assistant/chunk", {"text": "ok 1"}), ("assistant/chunk", {"text": "ok 2"})])
     w.flush(10)
     w.close()
     rb = read_log(cfg, w.session_id)
@@ -367,3 +368,41 @@ def test_append_many_records_that_time_out_are_unconfirmed_exactly_and_resent(
     w.close()
     rb = read_log(writer_cfg, w.session_id)
     assert [e.event_id for e in rb.admitted] == [e.event_id for e in w.session.events]
+
+
+def test_create_on_a_started_id_whose_holder_is_away_says_session_exists_at_once(
+        writer_cfg: WriterConfig) -> None:
+    """The documented "create, then open on SessionExists": a started id whose holder
+    died with its lease live is SessionExists now, not a wait for the lease."""
+    from sessionstream.producers.errors import SessionExists
+
+    cfg = dataclasses.replace(writer_cfg, lease_ttl_ms=600_000)
+    w = SessionWriter.create(cfg)
+    w.append("user/message", {"content": "hi"})
+    w.flush(10)
+    w.abandon()  # a crash: the lease stays live for ten minutes
+    with pytest.raises(SessionExists):
+        SessionWriter.create(cfg, w.session_id)
+
+
+def test_release_then_retake_continues_without_reading_and_after_another_node_catches_up(
+        writer_cfg: WriterConfig) -> None:
+    """A per-write hold: release() hands the session off; retake() continues at a new
+    epoch — with its own session as is when nobody wrote meanwhile, else after reading
+    only what the other node added — and no repair or end-seed is written."""
+    a = SessionWriter.create(writer_cfg)
+    a.append("turn/start", {})
+    a.append("user/message", {"content": "from a"})
+    a.release()
+    b = SessionWriter.take(writer_cfg, a.session_id)  # another node, its first write
+    assert b.session.open_turn is not None  # the turn a left open stays open
+    b.append("user/message", {"content": "from b"})
+    b.release()
+    a.retake()
+    assert a.epoch > b.epoch and a.session.events[-1].data["content"] == "from b"
+    a.append("turn/end", {"reason": "completed"})
+    a.close()
+    types = [e.type for e in read_log(writer_cfg, a.session_id).admitted]
+    assert types == ["session/start", "turn/start", "user/message", "user/message",
+                     "turn/end"]  # one history; nothing repaired, no end-seed
+    b.close()

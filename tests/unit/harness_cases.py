@@ -23,6 +23,7 @@ from sessionstream.core.request import (
     StaticTools,
     ToolSchema,
     assemble,
+    blocks_of,
     context_snapshot_ids,
     reasoning_of,
     replaced_seqs,
@@ -61,7 +62,8 @@ def request_of(session: Session, messages: Any = None, header: Any = HEADER) -> 
     return assemble(messages if messages is not None else session.derive_messages(),
                     registry(), header=header, providers=[TOOLS],
                     variables={"agent": "Ada"}, snapshot_ids=context_snapshot_ids(events),
-                    replaced=replaced_seqs(events), reasoning=reasoning_of(events))
+                    replaced=replaced_seqs(events), reasoning=reasoning_of(events),
+                    blocks=blocks_of(events))
 
 
 def manual() -> Session:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,8 +27,11 @@ try:  # the SDKs' HTTP client: httpx2 in current releases, httpx before
 except ImportError:  # pragma: no cover
     import httpx  # type: ignore[no-redef]
 from anthropic.types import MessageParam, TextBlockParam, ToolParam
+from anthropic.types import message_create_params as mcp
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.chat import completion_create_params as ccp
 from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+from openai.types.responses import response_create_params as rcp
 from pydantic import TypeAdapter
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
@@ -71,10 +75,36 @@ def _validate_gemini(body: dict[str, Any]) -> None:
         check_model(gtypes.GenerateContentConfig, body["config"], "/config")
 
 
+#: The SDKs' own types of a create call's arguments (the body's top-level keys).
+_CREATE_PARAMS = {"openai-chat": ccp.CompletionCreateParamsBase,
+                  "openai-responses": rcp.ResponseCreateParamsBase,
+                  "anthropic": mcp.MessageCreateParamsBase}
+#: Keys validated item by item below.
+_ITEMS = {"messages", "input", "tools", "system"}
+#: Messages API parameters of earlier versions the installed SDK has no argument for
+#: (it sends them only through ``extra_body``): a body may still carry them as sent.
+EARLIER_PARAMS = {"anthropic": {"temperature", "top_p", "top_k", "mcp_servers"}}
+
+
+def check_params(api: str, body: dict[str, Any]) -> None:
+    """Every top-level key is an argument of the SDK's create call, of its type."""
+    hints = typing.get_type_hints(_CREATE_PARAMS[api])
+    for key, value in body.items():
+        if key in _ITEMS or key in EARLIER_PARAMS.get(api, ()):
+            continue
+        if key == "stream":
+            assert isinstance(value, bool), f"/stream: {value!r}"
+            continue
+        assert key in hints, f"/{key}: not an argument of the SDK's create call"
+        check(hints[key], value, f"/{key}")
+
+
 def validate(api: str, body: dict[str, Any]) -> None:
     if api == "gemini":
         _validate_gemini(body)
-    elif api == "openai-chat":
+        return
+    check_params(api, body)
+    if api == "openai-chat":
         for i, m in enumerate(body["messages"]):
             check(ChatCompletionMessageParam, m, f"/messages/{i}")
         for i, t in enumerate(body.get("tools", ())):

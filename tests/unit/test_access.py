@@ -107,8 +107,15 @@ def test_the_secure_profile_has_scram_the_standard_authorizer_and_no_anonymous_a
     assert props["listeners"].startswith("SASL_PLAINTEXT://127.0.0.1:29192,")
     assert "PLAINTEXT:PLAINTEXT" not in props["listener.security.protocol.map"]
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
-    assert (tmp_path / "kafka" / "admin.secret").stat().st_mode & 0o077 == 0
     assert cfg.client_security()["sasl.password"] == cfg.admin_password()
+    assert (tmp_path / "kafka" / "admin.secret").stat().st_mode & 0o077 == 0
+    # the broker reads the admin's password from its environment, never from this file
+    text = devstack.kafka_properties(cfg)
+    assert cfg.admin_password() not in text
+    jaas = [v for k, v in props.items() if k.endswith("sasl.jaas.config")]
+    assert len(jaas) == 2 and all(devstack.ADMIN_SECRET_REF in v for v in jaas)
+    assert props["config.providers.env.param.allowlist.pattern"] == (
+        f"^{devstack.ADMIN_SECRET_ENV}$")
 
 
 def test_racing_first_uses_of_the_admin_secret_all_read_the_one_whole_secret(

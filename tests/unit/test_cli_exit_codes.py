@@ -7,11 +7,13 @@ from typing import Any
 
 import click
 import pytest
+import redis
 from click.testing import CliRunner
 
 from sessionstream.cli.context import (
     ExitCode,
     GuardedGroup,
+    command_error,
     command_errors,
     exit_code_of,
     settings,
@@ -44,9 +46,25 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"
     (SinkError("Redis session writes failed 8 times"), ExitCode.UNREACHABLE),
     (SummarizerError("no summary"), ExitCode.FAILED),
     (SessionStreamError("anything else of ours"), ExitCode.FAILED),
+    # a server that answered and refused is no unreachable server
+    (redis.AuthenticationError("NOAUTH HELLO must be called ..."), ExitCode.FAILED),
+    (redis.exceptions.NoPermissionError("NOPERM"), ExitCode.FAILED),
+    (redis.ConnectionError("Error 111 connecting"), ExitCode.UNREACHABLE),
 ])
 def test_each_kind_of_error_has_its_exit_status(exc: BaseException, code: ExitCode) -> None:
     assert exit_code_of(exc) is code
+
+
+def test_an_error_raised_from_a_refusal_exits_1_and_says_it_was_refused() -> None:
+    try:
+        try:
+            raise redis.AuthenticationError("WRONGPASS invalid username-password pair")
+        except redis.RedisError as exc:
+            raise RedisUnavailable("lease acquire", "redis://u:secret@h:1/0") from exc
+    except RedisUnavailable as outer:
+        assert exit_code_of(outer) is ExitCode.FAILED
+        message = command_error(outer).format_message()
+    assert "refused the client's credentials" in message and "secret" not in message
 
 
 def test_a_bad_variable_is_bad_input_for_a_server_command_and_harmless_offline() -> None:

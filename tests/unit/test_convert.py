@@ -13,6 +13,7 @@ from sessionstream.core.providers.common import group
 from sessionstream.core.providers.convert import export_session, import_conversation
 from sessionstream.core.providers.errors import ConversationImportError
 from sessionstream.core.session import Session
+from tests.fixtures.bodies import REASONING
 from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import validate
 
@@ -88,39 +89,11 @@ def test_what_the_log_cannot_carry_is_reported_on_import() -> None:
         {"type": "message", "role": "assistant", "content": "hello"}]}
     imp = _import("openai-responses", body)
     assert [n.path for n in imp.report] == ["/input/1"]
-    anth = {"model": "m", "max_tokens": 5, "messages": [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [{"type": "text", "text": "yo"},
-                                          {"type": "thinking", "thinking": "hmm",
-                                           "signature": "s"}]}]}
-    assert [n.path for n in _import("anthropic", anth).report] == ["/messages/1/content/1"]
 
 
-REASONING_BODIES = {
-    "anthropic": {"model": "m", "max_tokens": 4096,
-                  "thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": [
-                      {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                      {"role": "assistant", "content": [
-                          {"type": "thinking", "thinking": "hmm", "signature": "sig1"},
-                          {"type": "redacted_thinking", "data": "opaque"},
-                          {"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]},
-                      {"role": "user", "content": [
-                          {"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]}],
-                  "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
-    "openai-responses": {"model": "m", "input": [
-        {"type": "message", "role": "user", "content": "hi"},
-        {"type": "reasoning", "id": "rs_1", "encrypted_content": "enc",
-         "summary": [{"type": "summary_text", "text": "thinking"}], "status": "completed"},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "ok"}],
-        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"},
-                   "strict": False}]},
-}
-
-
-@pytest.mark.parametrize("api", sorted(REASONING_BODIES))
+@pytest.mark.parametrize("api", sorted(REASONING))
 def test_reasoning_is_imported_as_its_class_and_exported_back_unchanged(api: str) -> None:
-    body = REASONING_BODIES[api]
+    body = REASONING[api]
     imp = _import(api, body)
     assert not imp.report
     msg = next(e for e in imp.events if e.type == "assistant/message")

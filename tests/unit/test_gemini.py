@@ -28,6 +28,7 @@ from sessionstream.core.providers.errors import IncompleteStream, ProviderRespon
 from sessionstream.core.providers.rules import problems
 from sessionstream.core.providers.scripted import Reply, ScriptedClient, gemini_signature, render
 from sessionstream.core.session import Session
+from tests.fixtures.bodies import GEMINI, SIG1
 from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import gemini_client, gemini_sse, httpx, validate
 
@@ -308,47 +309,17 @@ def test_thoughts_count_as_output_tokens_and_are_reported_as_reasoning_tokens() 
 
 # ----------------------------------------------------------------------------- import/export
 
-SIG, SIG1, SIG2 = "c2lnLTA=", "c2lnLTE=", "c2lnLTI="  # base64, as Gemini sends bytes
-BODY = {
-    "model": "gemini-2.5-pro",
-    "contents": [
-        {"role": "user", "parts": [{"text": "What changed?"}, {"text": "Be brief."}]},
-        {"role": "model", "parts": [
-            {"text": "Compare the two.", "thought": True, "thought_signature": SIG},
-            {"function_call": {"name": "run_sql", "args": {"q": "a"}},
-             "thought_signature": SIG1},
-            {"function_call": {"name": "run_sql", "args": {"q": "b"}}}]},
-        {"role": "user", "parts": [
-            {"function_response": {"name": "run_sql", "response": {"output": {"rows": 1}}}},
-            {"function_response": {"name": "run_sql", "response": {"error": "timeout"}}}]},
-        {"role": "model", "parts": [{"text": "One row; the other timed out.",
-                                     "thought_signature": SIG2}]},
-        {"role": "user", "parts": [{"text": "Thanks"}]},
-    ],
-    "config": {
-        "system_instruction": {"parts": [{"text": "You are terse."}]},
-        "tools": [{"function_declarations": [{"name": "run_sql", "description": "SQL",
-                                              "parameters_json_schema": {"type": "object"}}]}],
-        "max_output_tokens": 2048,
-        "thinking_config": {"include_thoughts": True, "thinking_budget": 1024},
-        "temperature": 0.3,
-        "safety_settings": [{"category": "HARM_CATEGORY_HARASSMENT",
-                             "threshold": "BLOCK_NONE"}],
-    },
-}
-
-
 def _import(body: Any) -> Any:
     return import_conversation("gemini", body, session_id="imp", clock=CountingClock(),
                                ids=SequentialIds("imp"))
 
 
 def test_a_gemini_body_survives_import_then_export_unchanged() -> None:
-    validate("gemini", BODY)
-    imported = _import(BODY)
+    validate("gemini", GEMINI)
+    imported = _import(GEMINI)
     assert imported.report == ()
     built, _notes = export_session("gemini", imported.events)
-    assert built.body == BODY
+    assert built.body == GEMINI
     message = next(e for e in imported.events if e.type == "assistant/message")
     assert [c["call_id"] for c in message.data["tool_calls"]] == ["ssg-1-0", "ssg-1-1"]
     results = [e.data for e in imported.events if e.type == "tool/result"]
@@ -357,8 +328,8 @@ def test_a_gemini_body_survives_import_then_export_unchanged() -> None:
 
 
 def test_a_bare_list_of_contents_imports_as_its_body() -> None:
-    alone = {"contents": BODY["contents"]}
-    assert [e.data for e in _import(BODY["contents"]).events][1:] == [
+    alone = {"contents": GEMINI["contents"]}
+    assert [e.data for e in _import(GEMINI["contents"]).events][1:] == [
         e.data for e in _import(alone).events][1:]
 
 
@@ -372,25 +343,25 @@ def test_a_camel_case_or_rest_layout_body_imports_as_the_same_session() -> None:
             return [camel(v, key) for v in value]
         return value
 
-    sdk = _import(BODY)
-    camel_case = {"model": BODY["model"], "contents": camel(BODY["contents"]),
-                  "config": camel(BODY["config"])}
+    sdk = _import(GEMINI)
+    camel_case = {"model": GEMINI["model"], "contents": camel(GEMINI["contents"]),
+                  "config": camel(GEMINI["config"])}
     assert camel_case["contents"][1]["parts"][1]["thoughtSignature"] == SIG1
-    config = camel(BODY["config"])
-    rest = {"model": BODY["model"], "contents": camel(BODY["contents"]),
+    config = camel(GEMINI["config"])
+    rest = {"model": GEMINI["model"], "contents": camel(GEMINI["contents"]),
             "systemInstruction": config.pop("systemInstruction"), "tools": config.pop("tools"),
             "safetySettings": config.pop("safetySettings"), "generationConfig": config}
     for body in (camel_case, rest):
         imported = _import(body)
         assert [e.data for e in imported.events] == [e.data for e in sdk.events]
-        assert [n.note[:16] for n in imported.report] == (
-            ["REST layout read"] if body is rest else [])
+        assert {n.note[:16] for n in imported.report} == (
+            {"REST layout read"} if body is rest else set())
         built, _notes = export_session("gemini", imported.events)
-        assert built.body == BODY  # the SDK form, whatever was read
+        assert built.body == GEMINI  # the SDK form, whatever was read
 
 
 def test_what_the_log_cannot_carry_is_reported_on_import_and_export() -> None:
-    body = copy.deepcopy(BODY)
+    body = copy.deepcopy(GEMINI)
     body["config"]["tools"].append({"google_search": {}})
     body["contents"][0]["parts"].append({"inline_data": {"mime_type": "image/png",
                                                          "data": "iVBORw0K"}})
@@ -407,7 +378,7 @@ def test_what_the_log_cannot_carry_is_reported_on_import_and_export() -> None:
 
 
 def test_a_field_the_reader_does_not_map_is_named_never_dropped_silently() -> None:
-    body = copy.deepcopy(BODY)
+    body = copy.deepcopy(GEMINI)
     body["contents"][0]["x_content_extra"] = 1
     body["contents"][0]["parts"][0]["media_resolution"] = {"level": "MEDIA_RESOLUTION_LOW"}
     model = next(i for i, c in enumerate(body["contents"]) if c["role"] == "model")
@@ -418,7 +389,7 @@ def test_a_field_the_reader_does_not_map_is_named_never_dropped_silently() -> No
     assert {"/contents/0/x_content_extra", "/contents/0/parts/0/media_resolution",
             f"/contents/{model}/parts/0/videoMetadata",
             "/config/tools/0/function_declarations/0/behavior"} <= named
-    assert not [n for n in _import(BODY).report]  # the mapped fields alone: no note
+    assert not [n for n in _import(GEMINI).report]  # the mapped fields alone: no note
 
 
 class _MalformedCall:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ from hypothesis import strategies as st
 
 from sessionstream.cli.main import main
 from sessionstream.core.events import CountingClock, SequentialIds
+from sessionstream.core.providers import convert, fields
 from sessionstream.core.providers.convert import export_session, import_conversation
 from sessionstream.core.providers.errors import FieldTypeError, NestingTooDeep
 from sessionstream.core.providers.fields import MAX_BODY_DEPTH, TABLES, render_tables
 from sessionstream.core.session import Session
+from tests.fixtures.bodies import FULL, NOTED
 from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import validate
 
@@ -35,90 +38,6 @@ def _round_trip(api: str, body: Any) -> tuple[dict[str, Any], list[str]]:
     imp = _import(api, body)
     built, notes = export_session(api, list(imp.events))
     return built.body, [n.path for n in imp.report] + [n.path for n in notes]
-
-
-#: One body per API that uses every field its tables name as mapped or kept (each valid
-#: for the official SDK's request types), so a round trip must give it back exactly.
-FULL: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "model": "gpt-x", "max_completion_tokens": 300, "max_tokens": 250,
-        "reasoning_effort": "low",
-        "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.5,
-        "top_p": 0.9, "n": 1, "stop": ["END"], "seed": 7, "tool_choice": "auto",
-        "parallel_tool_calls": False, "response_format": {"type": "text"}, "user": "u-1",
-        "metadata": {"k": "v"}, "store": False, "logprobs": False, "top_logprobs": 0,
-        "presence_penalty": 0.0, "frequency_penalty": 0.1, "logit_bias": {"42": -1},
-        "modalities": ["text"], "audio": None, "prediction": None, "service_tier": "auto",
-        "verbosity": "low", "web_search_options": {}, "prompt_cache_key": "pk",
-        "safety_identifier": "sid",
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "name": "alice", "content": "weather?"},
-            {"role": "assistant", "name": "bot", "content": None, "audio": None,
-             "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                 "name": "weather", "arguments": '{"city":"Oslo"}'}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
-            {"role": "assistant", "content": [{"type": "text", "text": "It rains."}]},
-            {"role": "user", "content": [{"type": "text", "text": "thanks"}]}],
-        "tools": [{"type": "function", "function": {
-            "name": "weather", "description": "Weather of a city", "strict": True,
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
-    },
-    "openai-responses": {
-        "model": "o-x", "instructions": "Be brief.", "max_output_tokens": 500,
-        "reasoning": {"effort": "high", "summary": "auto", "generate_summary": None},
-        "stream": True, "stream_options": {"include_obfuscation": False}, "store": False,
-        "include": ["reasoning.encrypted_content"], "previous_response_id": None,
-        "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "parallel_tool_calls": True,
-        "text": {"format": {"type": "text"}}, "truncation": "disabled",
-        "metadata": {"k": "v"}, "user": "u-1", "service_tier": "auto", "background": False,
-        "max_tool_calls": 3, "prompt": None, "prompt_cache_key": "pk",
-        "safety_identifier": "sid", "top_logprobs": 0, "conversation": None,
-        "input": [
-            {"type": "message", "role": "user", "content": "weather?"},
-            {"type": "message", "role": "user", "status": "completed",
-             "content": [{"type": "input_text", "text": "in Oslo"}]},
-            {"type": "reasoning", "id": "rs_1", "summary": [
-                {"type": "summary_text", "text": "look it up"}], "encrypted_content": "enc",
-             "status": "completed"},
-            {"type": "function_call", "id": "fc_1", "status": "completed", "call_id": "call_1",
-             "name": "weather", "arguments": '{"city":"Oslo"}'},
-            {"type": "function_call_output", "id": "fco_1", "status": "completed",
-             "call_id": "call_1", "output": "rain"},
-            {"type": "message", "role": "assistant", "id": "msg_abc", "status": "completed",
-             "content": [{"type": "output_text", "text": "It rains.", "logprobs": [],
-                          "annotations": [{"type": "url_citation", "url": "https://example.org",
-                                           "title": "t", "start_index": 0, "end_index": 2}]}]},
-            {"type": "message", "role": "user", "content": "thanks"}],
-        "tools": [{"type": "function", "name": "weather", "description": "Weather of a city",
-                   "strict": True, "parameters": {"type": "object", "properties": {
-                       "city": {"type": "string"}}}}],
-    },
-    "anthropic": {
-        "model": "claude-x", "max_tokens": 2048, "stream": True,
-        "thinking": {"type": "enabled", "budget_tokens": 1024}, "temperature": 1.0,
-        "top_p": 0.9, "top_k": 5, "stop_sequences": ["END"], "metadata": {"user_id": "u-1"},
-        "tool_choice": {"type": "auto"}, "service_tier": "auto", "container": None,
-        "mcp_servers": [],
-        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "weather?",
-                                          "cache_control": {"type": "ephemeral"}}]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "look it up", "signature": "sig"},
-                {"type": "redacted_thinking", "data": "opaque"},
-                {"type": "text", "text": "Checking.", "citations": None},
-                {"type": "tool_use", "id": "call_1", "name": "weather",
-                 "input": {"city": "Oslo"}, "cache_control": {"type": "ephemeral"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "call_1", "content": "rain",
-                 "is_error": True, "cache_control": {"type": "ephemeral"}}]}],
-        "tools": [{"name": "weather", "description": "Weather of a city",
-                   "cache_control": {"type": "ephemeral"},
-                   "input_schema": {"type": "object", "properties": {
-                       "city": {"type": "string"}}}}],
-    },
-}
 
 
 def _keys(value: Any) -> set[str]:
@@ -184,30 +103,6 @@ def test_an_export_to_another_api_notes_every_kept_field(api: str, other: str) -
     noted = {s for n in notes if f"of {api} not carried into {other}" in n.note for s in n.seqs}
     assert {e.seq for e in kept} <= noted
     assert "fc_1" not in json.dumps(built.body) and "alice" not in json.dumps(built.body)
-
-
-#: Fields the log has no place for: each must be named by the import report.
-NOTED: dict[str, tuple[dict[str, Any], set[str]]] = {
-    "openai-chat": ({"model": "m", "messages": [
-        {"role": "developer", "name": "ops", "content": [
-            {"type": "text", "text": "Be ", "x_new": 1}, {"type": "text", "text": "brief."}]},
-        {"role": "user", "content": [{"type": "text", "text": "a"}]},
-        {"role": "assistant", "content": None, "refusal": "No."}]},
-        {"/messages/0", "/messages/0/name", "/messages/0/content",
-         "/messages/0/content/0/x_new", "/messages/2"}),
-    "openai-responses": ({"model": "m", "input": [
-        {"type": "message", "role": "user", "content": "hi"},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
-        {"type": "message", "role": "assistant", "id": "msg_2", "status": "completed",
-         "content": [{"type": "refusal", "refusal": "No."}]}]},
-        {"/input/1", "/input/2/content"}),
-    "anthropic": ({"model": "m", "max_tokens": 9, "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "hi"}], "x_new": 1},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "yo"},
-            {"type": "thinking", "thinking": "late", "signature": "s"}]}]},
-        {"/messages/0/x_new", "/messages/1/content/1"}),
-}
 
 
 def _diff(a: Any, b: Any, path: str = "") -> set[str]:
@@ -290,6 +185,70 @@ def _wrong(kinds: tuple[str, ...]) -> Any:
         if kind not in kinds:
             return value
     return None  # pragma: no cover - every table names a narrower kind set
+
+
+def _named_fields(api: str, body: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Every field of ``body`` a field table names, as (JSON pointer, accepted kinds):
+    found by watching which table the importer applies to which object."""
+    seen: list[tuple[str, Any, Mapping[str, Any]]] = []
+
+    def watching(table: Any, obj: Mapping[str, Any], path: str, *args: Any) -> Any:
+        seen.append((path, table, obj))
+        return fields.take(table, obj, path, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(convert, "take", watching)
+        _import(api, body)
+    name = convert._snake if api == "gemini" else str
+    return [(f"{path}/{key}", table.mapped.get(name(key)) or table.kept[name(key)])
+            for path, table, obj in seen for key in obj
+            if name(key) in table.mapped or name(key) in table.kept]
+
+
+def _set(body: Any, pointer: str, value: Any) -> None:
+    *parents, last = pointer.split("/")[1:]
+    node = body
+    for token in parents:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    node[int(last) if isinstance(node, list) else last] = value
+
+
+#: What the issue's hostile bodies put in typed fields (a number for text, text for a
+#: number or a flag, text that is no base64 for a signature, null, containers).
+HOSTILE = st.sampled_from([5, 1.5, "hot", "yes", "1", "not base64!", None, True, [], {},
+                           [1], {"a": 1}])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_hostile_value_in_any_typed_field_is_a_named_error_at_its_pointer(data: Any) -> None:
+    api = data.draw(st.sampled_from(sorted(FULL)))
+    named = _named_fields(api, FULL[api])
+    pointer, kinds = data.draw(st.sampled_from(named))
+    value = data.draw(HOSTILE)
+    body = copy.deepcopy(FULL[api])
+    _set(body, pointer, value)
+    if fields._accepts(kinds, value):  # a value of a kind the field takes: no type error
+        return
+    with pytest.raises(FieldTypeError) as info:
+        _import(api, body)
+    assert info.value.path == pointer
+
+
+def test_the_hostile_property_sees_every_table_of_every_api() -> None:
+    """Guards the property above: each API's full body reaches every one of its tables."""
+    for api in FULL:
+        named = {p for p, _k in _named_fields(api, FULL[api])}
+        assert len(named) > 20, api
+    seen: set[str] = set()
+    for api in FULL:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(convert, "take", lambda table, *a, _api=api: (
+                seen.add(f"{_api} {table.where}"), fields.take(table, *a))[1])
+            _import(api, FULL[api])
+    # the Responses body carries its system prompt as instructions, not as a message
+    assert {f"{api} {t.where}" for api in TABLES for t in TABLES[api].values()} - seen == {
+        "openai-responses /input/* (message, role system, developer)"}
 
 
 @pytest.mark.parametrize(("api", "key"), [(api, key) for api in sorted(TABLES)

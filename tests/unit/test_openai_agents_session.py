@@ -11,6 +11,7 @@ from agents.memory.session import is_openai_responses_compaction_aware_session
 from agents.memory.session_settings import SessionSettings
 
 from sessionstream.core.compaction import Budget
+from sessionstream.core.events import Draft
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT
 from sessionstream.integrations.openai_agents import CLEAR, POP, SessionstreamSession, items_of
@@ -149,22 +150,47 @@ async def test_a_non_dict_item_is_refused_with_a_clear_error() -> None:
         await s.add_items(["not an item"])  # type: ignore[list-item]
 
 
-def test_a_mirror_behind_the_handle_is_read_again_not_taken_for_a_refusal(
+def test_items_are_mapped_against_the_session_as_the_write_takes_it(
         store: SessionStore) -> None:
-    # Another writer's events land between the adapter reading the session and its
-    # append (on the fleet: the events the writer reads when it takes the lease).
-    from sessionstream.integrations.openai_agents import _Writer
-
+    """Another writer's events that land before this write are part of the session the
+    items are mapped against (on the fleet: what the writer reads when it takes the
+    lease): the batch continues them, nothing is duplicated as a plugin item."""
     s = SessionstreamSession("behind", store)
     h = s.handle
     h.append("user/message", {"content": "first"})
-    w = _Writer(h)
-    h.append("user/message", {"content": "from another writer"})
-    w.add({"role": "user", "content": "mine"})
-    w.add({"role": "assistant", "content": "answer"})
-    w.end_batch()
+    h.append_many([Draft("turn/start", {}), Draft("step/start", {})])  # someone else's
+    s._add_sync([{"role": "assistant", "content": "answer"},
+                 {"role": "user", "content": "mine"}])
     types = [e.type for e in h.events()]
-    assert types.count("openai-agents/item") == 0  # no duplicate as a plugin item
-    assert [e.data.get("content") for e in h.events() if e.type == "user/message"] == [
-        "first", "from another writer", "mine"]
-    assert types[-4:] == ["step/start", "assistant/message", "step/end", "turn/end"]
+    assert types.count("openai-agents/item") == 0
+    assert types[2:] == ["turn/start", "step/start", "assistant/message", "step/end",
+                         "turn/end", "user/message"]
+
+
+async def test_a_batch_with_an_item_the_log_cannot_take_stores_none_of_it(
+        store: SessionStore) -> None:
+    """add_items is atomic: a non-JSON value in the third item refuses the whole batch
+    (SQLiteSession rolls the transaction back the same way)."""
+    s = SessionstreamSession("atomic", store)
+    await s.add_items([{"role": "user", "content": "kept"}])
+    with pytest.raises(TypeError, match="nothing of the batch was stored"):
+        await s.add_items([{"role": "user", "content": "a"},
+                           {"role": "assistant", "content": "b"},
+                           {"role": "user", "content": float("nan")}])
+    assert await s.get_items() == [{"role": "user", "content": "kept"}]
+    await s.add_items([{"role": "assistant", "content": "still writable"}])
+    assert len(await s.get_items()) == 2
+
+
+async def test_a_pop_whose_validation_fails_removes_nothing(store: SessionStore) -> None:
+    s = SessionstreamSession("auth-pop", store)
+    await s.add_items([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+
+    def refuse(item: object) -> None:
+        raise ValueError("not authentic")
+
+    with pytest.raises(ValueError, match="not authentic"):
+        await s._pop_item_with_validation(refuse)
+    assert [i["content"] for i in await s.get_items()] == ["one", "two"]
+    assert (await s._pop_item_with_validation(lambda item: None))["content"] == "two"
+    assert [i["content"] for i in await s.get_items()] == ["one"]

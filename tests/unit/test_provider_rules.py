@@ -4,6 +4,7 @@ and named errors, stable id mapping, and a property over generated sessions."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionstream.core.harness import Harness
+from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import DELETED_TEXT, DataClass, split
 from sessionstream.core.providers import APIS, build
 from sessionstream.core.providers.convert import export_session, import_conversation, surface_of
@@ -22,7 +24,7 @@ from sessionstream.core.providers.rules import (
     from_anthropic_id,
     problems,
 )
-from sessionstream.core.providers.scripted import Reply, ScriptedClient
+from sessionstream.core.providers.scripted import Reply, ScriptedClient, render
 from sessionstream.core.session import Session
 from tests.unit import harness_cases as cases
 from tests.unit.sdk_check import validate
@@ -153,26 +155,98 @@ IDS = st.sampled_from(["c1", "call_1", "functions.lookup:0", "toolu_01", "c1~2",
 TEXT = st.sampled_from(["", " ", "\n\t", "ok", "two words", "ü ✓"])
 
 
+@dataclass
+class Generated:
+    """A generated session, the API that answered it, and its replies in order."""
+
+    session: Session
+    origin: str
+    replies: list[Reply]
+    variant: str
+    hostile: bool = False  # reasoning of the wrong kinds was added to one message
+
+
 @st.composite
-def sessions(draw: st.DrawFn) -> tuple[Session, str]:
+def sessions(draw: st.DrawFn) -> Generated:
     origin = draw(st.sampled_from(APIS))
     turns = draw(st.integers(1, 3))
     s = cases.new_session("gen")
+    every: list[Reply] = []
     for t in range(turns):
         steps = draw(st.integers(0, 2))
+        # interleaved: a second thought after the text, before the calls (Anthropic,
+        # Gemini); the other APIs' scripted replies have none
         replies = [Reply(draw(TEXT), [(draw(IDS), "run_sql", {"n": i}) for i in range(
             draw(st.integers(1, 2)))], thinking=draw(st.sampled_from(["", "hm"])),
-            response_id=f"r{t}-{k}") for k in range(steps)]
-        replies.append(Reply(draw(st.sampled_from(["done", " "])), thinking="fin"))
+            interleaved=draw(st.sampled_from(["", "then"])), response_id=f"r{t}-{k}")
+            for k in range(steps)]
+        replies.append(Reply(draw(st.sampled_from(["done", " "])), thinking="fin",
+                             interleaved=draw(st.sampled_from(["", "so"])),
+                             response_id=f"r{t}-last"))
         results = draw(st.sampled_from(["1 row", " ", "", {"rows": 2}]))
         options = {"thinking": THINKING} if origin == "anthropic" and draw(st.booleans()) \
             else {}
         h = Harness(s, ScriptedClient(origin, replies), origin, cases.THINKING_HEADER,
                     cases.registry(),
                     providers=[cases.TOOLS], tools={"run_sql": lambda a, c, r=results: r},
-                    variables={"agent": "Ada"}, options=options)
+                    variables={"agent": "Ada"}, options=options,
+                    stream=draw(st.booleans()))
         h.turn(draw(TEXT) if t else "start")
-    return s, draw(st.sampled_from(["clear", "surface-deleted", "reasoning-deleted"]))
+        every += replies
+    hostile = draw(st.lists(st.sampled_from(HOSTILE_REASONING), max_size=2))
+    if hostile:  # recorded reasoning no API returned: a builder must not send it
+        at = draw(st.sampled_from([e.seq for e in s.events if e.type == "assistant/message"]))
+        s = Session.from_events([e.replace(data={**thaw(e.data), "reasoning": [
+            *thaw(e.data.get("reasoning") or []), *hostile]}) if e.seq == at else e
+            for e in s.events])
+    return Generated(s, origin, every,
+                     draw(st.sampled_from(["clear", "surface-deleted", "reasoning-deleted"])),
+                     bool(hostile))
+
+
+#: Recorded reasoning of the wrong kinds (the values the issue's hostile bodies carry).
+HOSTILE_REASONING: list[dict[str, Any]] = [
+    {"api": "gemini", "type": "thought", "text": 5},
+    {"api": "gemini", "type": "thought", "text": "x", "thought_signature": 5},
+    {"api": "gemini", "type": "signature", "anchor": "call", "index": 0,
+     "thought_signature": "not base64!"},
+    {"api": "gemini", "type": "signature", "anchor": "text", "index": True,
+     "thought_signature": "c2ln"},
+    {"api": "gemini", "type": "signature", "anchor": "call", "index": "0",
+     "thought_signature": "c2ln"},
+    {"api": "anthropic", "type": "thinking", "thinking": "x", "signature": 5},
+    {"api": "anthropic", "type": "redacted_thinking", "data": None},
+    {"api": "openai-responses", "type": "reasoning", "id": "rs_x",
+     "summary": [{"type": "summary_text", "text": 1}]},
+    {"api": "openai-responses", "type": "reasoning", "id": "rs_y", "summary": [],
+     "encrypted_content": 5},
+    {"api": "openai-responses", "type": "reasoning", "id": 5},
+]
+
+
+def _kinds_answered(api: str, reply: Reply) -> list[str]:
+    """The kinds of a reply's blocks as the API answered them, without the blank text a
+    builder leaves out (and none when only reasoning is left: the message is omitted)."""
+    if api == "anthropic":
+        kind = {"thinking": "reasoning", "redacted_thinking": "reasoning", "text": "text",
+                "tool_use": "call"}
+        kinds = [kind[b["type"]] for b in render(api, reply)["content"]
+                 if b["type"] != "text" or b["text"].strip()]
+    else:
+        kinds = ["call" if "functionCall" in p else "reasoning" if p.get("thought")
+                 else "text" for p in render(api, reply)["candidates"][0]["content"]["parts"]
+                 if "functionCall" in p or p.get("thought") or p["text"].strip()]
+    return kinds if set(kinds) - {"reasoning"} else []
+
+
+def _kinds_sent(api: str, body: dict[str, Any]) -> list[str]:
+    if api == "anthropic":
+        kind = {"thinking": "reasoning", "redacted_thinking": "reasoning", "text": "text",
+                "tool_use": "call"}
+        return [kind[b["type"]] for m in body["messages"] if m["role"] == "assistant"
+                for b in m["content"]]
+    return ["call" if "function_call" in p else "reasoning" if p.get("thought") else "text"
+            for c in body["contents"] if c["role"] == "model" for p in c["parts"]]
 
 
 def _deleted(s: Session, classes: list[DataClass]) -> Session:
@@ -184,8 +258,8 @@ def _deleted(s: Session, classes: list[DataClass]) -> Session:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions(), st.booleans())
 def test_every_built_body_passes_the_sdk_types_and_the_api_rules(
-        generated: tuple[Session, str], thinking: bool) -> None:
-    s, variant = generated
+        generated: Generated, thinking: bool) -> None:
+    s, variant = generated.session, generated.variant
     if variant != "clear":
         s = _deleted(s, [DataClass.SURFACE if variant == "surface-deleted"
                          else DataClass.REASONING])
@@ -200,4 +274,12 @@ def test_every_built_body_passes_the_sdk_types_and_the_api_rules(
         validate(api, built.body)
         assert problems(api, built.body) == []
         exported, _notes = export_session(api, list(s.events))
+        validate(api, exported.body)
         assert json.dumps(exported.body)  # plain JSON
+        if api == generated.origin in ("anthropic", "gemini") and variant != \
+                "surface-deleted" and not generated.hostile:
+            # each turn goes back to its API in the order it came (its reasoning's places
+            # skipped where the reasoning is deleted)
+            answered = [k for r in generated.replies for k in _kinds_answered(api, r)
+                        if variant == "clear" or k != "reasoning"]
+            assert _kinds_sent(api, built.body) == answered

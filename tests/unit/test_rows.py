@@ -16,14 +16,15 @@ from sessionstream.core.rows import (
     lua_literals,
     read_change_entry,
 )
-from sessionstream.producers import index, lease
+from sessionstream.producers import index, lease, views
 from sessionstream.streams import replay_compare, sink_scripts
 
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
 LUA_TOKENS = {"GET", "HGET", "HGETALL", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD",
-              "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " "}
+              "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " ",
+              "DEL", "LTRIM", "RPUSH", "SADD", "LRANGE"}
 
 SCRIPTS = {
     "sink_scripts.WRITE_SESSION_LUA": sink_scripts.WRITE_SESSION_LUA,
@@ -35,6 +36,8 @@ SCRIPTS = {
     "lease._CHECK": lease._CHECK,
     "lease._HANDOFF": lease._HANDOFF,
     "lease._SETTLE": lease._SETTLE,
+    "views.INSTALL": views.INSTALL,
+    "views.READ": views.READ,
     "index._RECORD": index._RECORD,
     "index._MARK_CLEAN": index._MARK_CLEAN,
 }
@@ -46,6 +49,9 @@ def test_session_keys_share_the_session_hash_tag() -> None:
     assert KEYS.lease("s1") == "ss:{acme/s1}:lease"
     assert KEYS.epoch("s1") == "ss:{acme/s1}:epoch"
     assert KEYS.log_index("s1") == "ss:{acme/s1}:log"
+    assert KEYS.inline_views("s1") == "ss:{acme/s1}:fv"
+    assert KEYS.inline_view("s1", "a/b") == "ss:{acme/s1}:fv:a/b"
+    assert KEYS.inline_view_chunks("s1", "a/b") == "ss:{acme/s1}:fv:a/b:chunks"
 
 
 def test_tenant_keys_share_the_tenant_hash_tag() -> None:

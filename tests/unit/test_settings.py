@@ -65,6 +65,8 @@ def test_settings_are_frozen() -> None:
         ({"SESSIONSTREAM_KAFKA_BOOTSTRAP": "h:99999"}, "SESSIONSTREAM_KAFKA_BOOTSTRAP"),
         ({"SESSIONSTREAM_REDIS_URL": "http://x:1"}, "SESSIONSTREAM_REDIS_URL"),
         ({"SESSIONSTREAM_KAFKA_PORT": "x"}, "SESSIONSTREAM_KAFKA_PORT"),
+        ({"SESSIONSTREAM_LEASE_TTL_MS": "50"}, "SESSIONSTREAM_LEASE_TTL_MS"),
+        ({"SESSIONSTREAM_LEASE_TTL_MS": "soon"}, "SESSIONSTREAM_LEASE_TTL_MS"),
     ],
 )
 def test_invalid_values_name_the_variable(env: dict[str, str], names: str) -> None:
@@ -181,3 +183,11 @@ def test_settings_built_in_code_and_from_the_environment_default_alike() -> None
     code, env = Settings(), Settings.from_env({})
     assert (code.engine, code.fold, code.append) == (env.engine, env.fold, env.append)
     assert code.engine == "kafka"
+
+
+def test_the_lease_length_comes_from_the_environment_into_every_writer() -> None:
+    from sessionstream.producers.config import WriterConfig
+
+    assert Settings.from_env({}).lease_ttl_ms == 30_000
+    s = Settings.from_env({"SESSIONSTREAM_LEASE_TTL_MS": "5000"})
+    assert WriterConfig.from_settings(s).lease_ttl_ms == 5000

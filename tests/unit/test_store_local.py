@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sessionstream.core.events import Draft
 from sessionstream.core.jsonl import read_jsonl
 from sessionstream.integrations.store import JsonlStore, MemoryStore, SessionStore, StoreError
 from tests.contract.store_contract import NOTE, MakeStore, StoreContract
@@ -36,11 +37,12 @@ class TestJsonlStore(StoreContract):
 def test_a_jsonl_session_is_a_log_file_the_cli_reads(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path, [NOTE])
     h = store.open("s-1")
-    h.append("user/message", {"content": "hi"})
+    h.append_many([Draft("user/message", {"content": "deferred"})], durable=False)
     assert not (tmp_path / "s-1.jsonl").exists()  # nothing durable before the flush
     h.flush()
+    h.append("user/message", {"content": "hi"})  # a durable write: in the file on return
     events = read_jsonl(tmp_path / "s-1.jsonl", catalog=store.catalog)
-    assert [e.type for e in events] == ["session/start", "user/message"]
+    assert [e.type for e in events] == ["session/start", "user/message", "user/message"]
 
 
 def test_a_jsonl_store_refuses_an_id_that_cannot_name_a_file(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from sessionstream.core.providers import anthropic, gemini, openai_chat, openai_responses
 from sessionstream.core.providers.common import APIS, Built
 from sessionstream.core.providers.errors import ProviderMappingError, ProviderResponseError
+from sessionstream.core.providers.fields import kind_of
 from sessionstream.core.providers.output import ModelOutput
 from sessionstream.core.request import Request
 
@@ -69,7 +70,7 @@ def parse_response(api: str, body: Mapping[str, Any]) -> ModelOutput:
     check_api(api)
     if not isinstance(body, Mapping):
         raise ProviderResponseError(api, "$", f"expected a response object, got "
-                                    f"{type(body).__name__}")
+                                    f"{kind_of(body)}")
     return _PARSERS[api](body)
 
 

@@ -11,35 +11,41 @@ says so). ``reasoning_effort`` has no Messages field: it is reported, not sent; 
 thinking is the ``thinking`` option (the body's ``thinking`` as is).
 
 Recorded thinking (``thinking`` blocks with their signatures, ``redacted_thinking``)
-goes back first in its assistant message, unmodified and in its order, as the API
-requires; with thinking on, an open tool round whose assistant message has no thinking
-(compacted, deleted, recorded from another API) would be refused, so the request turns
-thinking off (a note) rather than send it.
+goes back unmodified in its assistant message, every block where the model put it
+(``assistant/message.blocks``: interleaved thinking, text after a call), so the turn is
+sent back exactly as received, as the API requires; with thinking on, an open tool round
+whose assistant message has no thinking (compacted, deleted, recorded from another API)
+would be refused, so the request turns thinking off (a note) rather than send it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionstream.core.jsonvalue import thaw
-from sessionstream.core.messages import Message
+from sessionstream.core.messages import Message, ToolCall
 from sessionstream.core.providers.common import (
     MOVED,
     Built,
     Collector,
+    arrange,
     group,
     header_part,
     message_source,
     nonblank_system,
     nonblank_texts,
     reasoning_parts,
+    round_source,
+    text_entries,
     tool_result_text,
     tools_of,
 )
 from sessionstream.core.providers.errors import IncompleteStream
 from sessionstream.core.providers.output import (
     ModelOutput,
+    block_order,
     count_kinds,
     fail,
     finish_calls,
@@ -47,7 +53,13 @@ from sessionstream.core.providers.output import (
     reasoning_item,
     usage_of,
 )
-from sessionstream.core.providers.rules import ANTHROPIC_ID, anthropic_id, check
+from sessionstream.core.providers.rules import (
+    ANTHROPIC_ID,
+    Problem,
+    anthropic_id,
+    blank_message,
+    check,
+)
 from sessionstream.core.request import Request
 
 API = "anthropic"
@@ -56,11 +68,11 @@ API = "anthropic"
 DEFAULT_MAX_TOKENS = 4096
 
 
+_BLANK = "Anthropic refuses such text blocks"
+
+
 def _text_blocks(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
-    if m.content == "":  # no text at all (a message of tool calls): nothing omitted
-        return []
-    return [{"type": "text", "text": t} for t in
-            nonblank_texts(m, c, path, "Anthropic refuses such text blocks")]
+    return [{"type": "text", "text": t} for t in nonblank_texts(m, c, path, _BLANK)]
 
 
 def _id(call_id: str | None, c: Collector, path: str, seqs: tuple[int, ...]) -> str:
@@ -147,6 +159,7 @@ def build(request: Request, *, stream: bool = False,
             c.origin(f"/system/{i}", part="system", sections=[p.section_id],
                      variables=list(p.variables))
     messages: list[dict[str, Any]] = []
+    blank: list[Problem] = []  # user messages left out as blank: named if they matter
     for item in group(request.messages):
         path = f"/messages/{len(messages)}"
         if item.kind == "results":
@@ -167,22 +180,32 @@ def build(request: Request, *, stream: bool = False,
                 blocks.append(block)
                 c.origin(f"{path}/content/{j}", **message_source(m))
             messages.append({"role": "user", "content": blocks})
+            c.origin(path, **round_source(item.messages))
             continue
         m = item.messages[0]
         if item.kind == "assistant":
-            reasoning = _thinking_blocks(request, m, c, path)
-            content = reasoning + _text_blocks(m, c, path)
-            for tc in m.tool_calls:
-                c.origin(f"{path}/content/{len(content)}", part="tool_call",
-                         call_id=tc.call_id, seqs=list(m.seqs))
-                content.append({"type": "tool_use", "id": _id(
-                    tc.call_id, c, f"{path}/content/{len(content)}/id", m.seqs),
-                    "name": tc.name, "input": thaw(tc.arguments)})
-            if len(content) == len(reasoning):
+            kinds: dict[str, Sequence[dict[str, Any] | ToolCall | None]] = {
+                "reasoning": _thinking_blocks(request, m, c, path),
+                "text": [None if t is None else {"type": "text", "text": t}
+                         for t in text_entries(m, c, path, _BLANK)],
+                "call": m.tool_calls}
+            arranged: list[tuple[str, dict[str, Any] | ToolCall]] = arrange(
+                request.blocks_for(m.seqs[0]), kinds)
+            if all(kind == "reasoning" for kind, _b in arranged):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue
-            for j in range(len(reasoning)):
-                c.origin(f"{path}/content/{j}", part="reasoning", seqs=list(m.seqs))
+            content: list[dict[str, Any]] = []
+            for kind, part in arranged:  # in the order the model answered
+                at = f"{path}/content/{len(content)}"
+                if isinstance(part, ToolCall):
+                    c.origin(at, part="tool_call", call_id=part.call_id, seqs=list(m.seqs))
+                    content.append({"type": "tool_use", "id": _id(
+                        part.call_id, c, f"{at}/id", m.seqs), "name": part.name,
+                        "input": thaw(part.arguments)})
+                    continue
+                if kind == "reasoning":
+                    c.origin(at, part="reasoning", seqs=list(m.seqs))
+                content.append(part)
             messages.append({"role": "assistant", "content": content})
             c.origin(path, **message_source(m))
             continue
@@ -191,6 +214,7 @@ def build(request: Request, *, stream: bool = False,
         content = _text_blocks(m, c, path)
         if not content:
             c.note(path, "empty user message omitted", m.seqs)
+            blank.append(blank_message(f"{path}/content", m.seqs, _BLANK))
             continue
         messages.append({"role": "user", "content": content})
         c.origin(path, **message_source(m))
@@ -204,7 +228,7 @@ def build(request: Request, *, stream: bool = False,
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
-    check(API, body)  # what the API refuses beyond the SDK types: a named error
+    check(API, body, blank)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 
@@ -228,42 +252,55 @@ def _usage(u: Any) -> dict[str, int] | None:
     })
 
 
-def _fold(blocks: list[Any], path: str
-          ) -> tuple[str, list[tuple[str, str, Any]], list[str], list[dict[str, Any]]]:
-    omitted: list[str] = []
-    text: list[str] = []
-    raw: list[tuple[str, str, Any]] = []
-    reasoning: list[dict[str, Any]] = []
+@dataclass
+class _Folded:
+    """The blocks of one answer, by kind, and their kinds in the order received."""
+
+    text: list[str] = field(default_factory=list)
+    raw: list[tuple[str, str, Any]] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
+    reasoning: list[dict[str, Any]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+
+
+def _fold(blocks: list[Any], path: str) -> _Folded:
+    out = _Folded()
     for i, block in enumerate(blocks):
         p = f"{path}[{i}]"
         kind = get(API, block, "type", p, str)
         if kind == "text":
-            text.append(get(API, block, "text", p, str))
+            out.text.append(get(API, block, "text", p, str))
+            out.order.append("text")
         elif kind == "tool_use":
-            raw.append((get(API, block, "id", p, str), get(API, block, "name", p, str),
-                        get(API, block, "input", p, (dict, str))))
+            out.raw.append((get(API, block, "id", p, str), get(API, block, "name", p, str),
+                            get(API, block, "input", p, (dict, str))))
+            out.order.append("call")
         elif kind == "thinking":
             get(API, block, "thinking", p, str)
             get(API, block, "signature", p, str)
-            reasoning.append(reasoning_item(API, block, ("type", "thinking", "signature")))
+            out.reasoning.append(reasoning_item(API, block, ("type", "thinking", "signature")))
+            out.order.append("reasoning")
         elif kind == "redacted_thinking":
             get(API, block, "data", p, str)
-            reasoning.append(reasoning_item(API, block, ("type", "data")))
+            out.reasoning.append(reasoning_item(API, block, ("type", "data")))
+            out.order.append("reasoning")
         else:  # server-tool blocks and unknown ones: counted on the message
-            omitted.append(kind)
-    return "".join(text), raw, omitted, reasoning
+            out.omitted.append(kind)
+    return out
 
 
 def _output(msg: Mapping[str, Any], blocks: list[Any], path: str, usage: Any,
             chunks: tuple[str, ...] = ()) -> ModelOutput:
-    text, raw, omitted, reasoning = _fold(blocks, path)
+    f = _fold(blocks, path)
+    text = "".join(f.text)
     provider_stop = get(API, msg, "stop_reason", "$", str, optional=True)
     stop = _STOPS.get(provider_stop or "", "other")
-    calls, withheld = finish_calls(raw, stop == "max_tokens")
+    calls, withheld = finish_calls(f.raw, stop == "max_tokens")
     return ModelOutput(API, get(API, msg, "model", "$", str, optional=True),
                        get(API, msg, "id", "$", str, optional=True), text, calls, stop,
                        provider_stop, _usage(usage), text if stop == "refusal" else None,
-                       withheld, chunks, count_kinds(omitted), tuple(reasoning))
+                       withheld, chunks, count_kinds(f.omitted), tuple(f.reasoning),
+                       tuple(f.text) if len(f.text) > 1 else (), block_order(f.order))
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelOutput:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps, thaw
 from sessionstream.core.messages import Kind, Message, Role
 from sessionstream.core.providers.errors import ProviderMappingError
+from sessionstream.core.providers.output import BLOCK_KINDS
 from sessionstream.core.request import Request, SystemPart
 
 #: The provider request/response formats this build maps (``--provider`` values).
@@ -78,6 +79,13 @@ class Collector:
 
     def note(self, path: str, note: str, seqs: Sequence[int] = ()) -> None:
         self.notes.append(Note(path, note, tuple(seqs)))
+
+
+def round_source(results: Sequence[Message]) -> dict[str, Any]:
+    """The origin of the one message (Anthropic) or content (Gemini) that carries a call
+    round's results: the results' call ids and seqs (each result has its own too)."""
+    return {"part": "results", "call_ids": [m.call_id for m in results],
+            "seqs": [s for m in results for s in m.seqs]}
 
 
 def message_source(m: Message) -> dict[str, Any]:
@@ -168,15 +176,24 @@ def content_parts(content: JsonValue) -> list[TextPart]:
     return [TextPart(canonical_dumps(content), serialised=True)]
 
 
-def nonblank_texts(m: Message, c: Collector, path: str, refusal: str) -> list[str]:
-    """The texts of ``m``'s content parts that are not blank; a serialised part and any
-    blank part omitted are noted (``refusal``: why the API needs it, for the note)."""
+def text_entries(m: Message, c: Collector, path: str, refusal: str) -> list[str | None]:
+    """The text of each of ``m``'s content parts, None for a blank one (left out, with a
+    note; ``refusal``: why the API needs it). A message without text (content ``""``, as
+    a message of tool calls has) has no part, and nothing is noted; a serialised part
+    is noted."""
+    if m.content in ("", None):
+        return []
     parts = content_parts(m.content)
     if any(p.serialised for p in parts):
         c.note(path, "non-text content part serialised as JSON text", m.seqs)
     if any(not p.text.strip() for p in parts):
         c.note(path, f"empty or whitespace-only text part omitted ({refusal})", m.seqs)
-    return [p.text for p in parts if p.text.strip()]
+    return [p.text if p.text.strip() else None for p in parts]
+
+
+def nonblank_texts(m: Message, c: Collector, path: str, refusal: str) -> list[str]:
+    """The texts of ``m``'s content parts that are not blank (:func:`text_entries`)."""
+    return [t for t in text_entries(m, c, path, refusal) if t is not None]
 
 
 def nonblank_system(request: Request, c: Collector, path: str, refusal: str
@@ -316,3 +333,37 @@ def reasoning_parts(request: Request, m: Message, api: str, c: Collector, path: 
         c.note(path, f"reasoning of {', '.join(sorted(foreign))} not sent: only the API that "
                "produced it may see it", m.seqs)
     return mine
+
+
+# ---------------------------------------------------------------------------- block order
+
+T = TypeVar("T")
+
+
+def arrange(order: Sequence[str], blocks: Mapping[str, Sequence[T | None]]
+            ) -> list[tuple[str, T]]:
+    """An assistant message's blocks (by kind: ``reasoning``, ``text``, ``call``) in its
+    recorded ``order`` (``assistant/message.blocks``; empty: reasoning, then text, then
+    calls). Each kind's blocks keep their own order and take the places ``order`` gives
+    that kind; a place without a block (reasoning deleted or of another API) is skipped,
+    and a block without a place (the log changed since: a shredded text) goes after, in
+    the usual order. A None block (a blank text a builder leaves out) keeps its place and
+    is left out. Returns (kind, block) pairs."""
+    taken = dict.fromkeys(BLOCK_KINDS, 0)
+    placed: list[tuple[str, T | None]] = []
+    for kind in order:
+        mine = blocks.get(kind, ())
+        if kind in taken and taken[kind] < len(mine):
+            placed.append((kind, mine[taken[kind]]))
+            taken[kind] += 1
+    for kind in BLOCK_KINDS:
+        placed += [(kind, b) for b in blocks.get(kind, ())[taken[kind]:]]
+    return [(kind, b) for kind, b in placed if b is not None]
+
+
+def order_not_kept(request: Request, m: Message, c: Collector, path: str, why: str) -> None:
+    """Note that an API without a place for it sends ``m``'s text before its calls although
+    the model answered otherwise (``why``: what the format does)."""
+    order = [k for k in request.blocks_for(m.seqs[0]) if k != "reasoning"]
+    if order != sorted(order, key=BLOCK_KINDS.index):
+        c.note(path, f"block order of the assistant message not kept: {why}", m.seqs)

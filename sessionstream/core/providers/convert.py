@@ -7,13 +7,14 @@ assistant message is one step (``request/header`` + ``assistant/message``), each
 result becomes ``tool/call`` + ``tool/result`` in that step. The system prompt, the tool
 schemas, the model and other request parameters are kept in ``session/start`` under
 ``imported``, so an export can send them again. Thinking blocks (with their
-signatures) and Responses reasoning items become the assistant message's ``reasoning``
-(class ``reasoning``), sent back only to the same API. Every field goes by its field
-table (:mod:`~sessionstream.core.providers.fields`): mapped into the events, kept
-verbatim (``provider_fields`` on the message's event: a Chat ``name``, Responses item ids
-and statuses), or listed in the report (unknown item types, thinking after a text block,
-a field of a text part); a field of the wrong JSON kind is a ``FieldTypeError`` and a body
-nested too deep a ``NestingTooDeep``, both naming the JSON pointer.
+signatures), Gemini thoughts and Responses reasoning items become the assistant
+message's ``reasoning`` (class ``reasoning``), sent back only to the same API, and an
+answer's blocks keep their order (``blocks``: interleaved thinking, ADR 0028). Every
+field goes by its field table (:mod:`~sessionstream.core.providers.fields`): mapped into
+the events, kept verbatim (``provider_fields`` on the message's event: a Chat ``name``,
+Responses item ids and statuses), or listed in the report (unknown item types, a field of
+a text part); a field of the wrong JSON kind is a ``FieldTypeError`` and a body nested too
+deep a ``NestingTooDeep``, both naming the JSON pointer.
 
 :func:`export_session` builds the body for the session's next request with the
 builders, and reports what the format could not carry (the builder's notes, plus the
@@ -26,6 +27,7 @@ report names (tests check it per format and per field table).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ from sessionstream.core.events import (
 from sessionstream.core.jsonvalue import MAX_DEPTH, thaw
 from sessionstream.core.messages import Kind
 from sessionstream.core.providers import build, check_api
-from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note
+from sessionstream.core.providers.common import ERROR_PREFIX, Built, Note, Origin
 from sessionstream.core.providers.errors import (
     ConversationImportError,
     FieldTypeError,
@@ -53,6 +55,7 @@ from sessionstream.core.providers.fields import (
     TABLES,
     at,
     check_depth,
+    escape,
     kind_of,
     overlay,
     take,
@@ -60,7 +63,7 @@ from sessionstream.core.providers.fields import (
 from sessionstream.core.providers.gemini import THINKING_LEVELS as GEMINI_LEVELS
 from sessionstream.core.providers.gemini import gemini_key
 from sessionstream.core.providers.openai_responses import REASONING_KEYS
-from sessionstream.core.providers.output import reasoning_item
+from sessionstream.core.providers.output import block_order, reasoning_item
 from sessionstream.core.providers.rules import GEMINI_SYNTH_PREFIX, from_anthropic_id
 from sessionstream.core.request import (
     PromptRegistry,
@@ -69,6 +72,7 @@ from sessionstream.core.request import (
     StaticTools,
     ToolSchema,
     assemble,
+    blocks_of,
     context_snapshot_ids,
     header_from_event,
     reasoning_of,
@@ -123,12 +127,20 @@ class _Conv:
     def wrong_kind(self, path: str, expected: tuple[str, ...], got: str) -> FieldTypeError:
         return FieldTypeError(self.source, path, expected, got)
 
+    def told_apart(self, obj: Mapping[str, Any], path: str, *keys: str) -> None:
+        """The keys an object is told apart by (``type``, ``role``) must be text: a wrong
+        kind is a FieldTypeError before the object is read as anything."""
+        for key in keys:
+            if key in obj and not isinstance(obj[key], str):
+                raise self.wrong_kind(f"{path}/{key}", ("string",), kind_of(obj[key]))
+
     def take(self, table: str, obj: Mapping[str, Any], path: str) -> dict[str, Any]:
         """Type-check ``obj`` by its field table; the fields to keep verbatim."""
         tables = TABLES.get(self.api)
         if tables is None or table not in tables:
             return {}
-        return take(tables[table], obj, path, self.wrong_kind, self.note)
+        return take(tables[table], obj, path, self.wrong_kind, self.note,
+                    _snake if self.api == "gemini" else str)
 
 
 @dataclass(frozen=True)
@@ -147,15 +159,20 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
         return content
     if not isinstance(content, list):
         raise conv.fail(path, f"content must be a string or a list of parts, got "
-                        f"{type(content).__name__}")
+                        f"{kind_of(content)}")
     parts: list[Any] = []
     kept: list[dict[str, Any] | None] = []
     for i, part in enumerate(content):
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object",), kind_of(part))
+        conv.told_apart(part, f"{path}/{i}", "type")
+        if not isinstance(part.get("type"), str):
             raise conv.fail(f"{path}/{i}", "a content part must be an object with a type")
         kept.append(None)
-        if part["type"] in text_types and isinstance(part.get("text"), str):
+        if part["type"] in text_types:
             kept[-1] = conv.take(table, part, f"{path}/{i}") or None
+            if not isinstance(part.get("text"), str):
+                raise conv.fail(f"{path}/{i}/text", "a text part needs its text")
             parts.append({"type": "text", "text": part["text"]})
         else:
             parts.append(dict(part))
@@ -167,17 +184,25 @@ def _text_parts(conv: _Conv, content: Any, path: str, text_types: Sequence[str],
 
 
 def _joined(conv: _Conv, content: Any, path: str, what: str, table: str = "part") -> Any:
-    """A content the log keeps as one text (system, tool output): parts joined."""
+    """A content the log keeps as one text (system, tool output): its text parts joined;
+    a part that is not an object is a FieldTypeError, one without text is noted."""
     if not isinstance(content, list):
         return content
+    texts: list[str] = []
     for i, part in enumerate(content):
-        if isinstance(part, Mapping):
-            for key in conv.take(table, part, f"{path}/{i}"):
-                conv.note(f"{path}/{i}/{key}", f"field {key!r} not imported: the log keeps "
-                          f"{what} as one text")
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object",), kind_of(part))
+        for key in conv.take(table, part, f"{path}/{i}"):
+            conv.note(f"{path}/{i}/{key}", f"field {key!r} not imported: the log keeps "
+                      f"{what} as one text")
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            conv.note(f"{path}/{i}", f"{part.get('type')} part not imported: the log keeps "
+                      f"{what} as one text")
     if len(content) > 1:
         conv.note(path, f"{what} parts joined into one text (the log keeps it as text)")
-    return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+    return "".join(texts)
 
 
 def _args(conv: _Conv, text: Any, path: str) -> Any:
@@ -264,6 +289,7 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
         path = f"/messages/{i}"
         if not isinstance(m, Mapping):
             raise conv.fail(path, "a message must be an object")
+        conv.told_apart(m, path, "role")
         role = m.get("role")
         if role in ("system", "developer"):
             conv.take("system", m, path)
@@ -303,7 +329,7 @@ def _read_chat(conv: _Conv, body: Mapping[str, Any]) -> None:
                               _args(conv, fn.get("arguments"), f"{p}/function/arguments")))
             if m.get("refusal"):
                 conv.note(path, _REFUSAL)
-            conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [])))
+            conv.items.append(("assistant", path, (text, calls, m.get("refusal"), [], ())))
         elif role == "tool":
             kept = conv.take("tool", m, path)
             if kept:
@@ -357,7 +383,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             path = pending_text[0] if pending_text else calls_path
             conv.items.append(("assistant", path,
                                (pending_text[1] if pending_text else "", calls, None,
-                                [r for _p, r in thoughts])))
+                                [r for _p, r in thoughts], ())))
             thoughts = []
         pending_text, calls = None, []
 
@@ -370,6 +396,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         path = f"/input/{i}"
         if not isinstance(item, Mapping):
             raise conv.fail(path, "an input item must be an object")
+        conv.told_apart(item, path, "type", "role")
         kind = item.get("type", "message")
         role = item.get("role")
         if kind == "message" and role == "assistant":
@@ -384,12 +411,15 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
                 refusal = "".join(p.get("refusal", "") for p in content
                                   if isinstance(p, Mapping) and p.get("type") == "refusal")
                 content = [p for p in content if p.get("type") != "refusal"] or refusal
-                conv.note(f"{path}/content", _REFUSAL)
+                conv.note(f"{path}/content", "refusal imported as the message's content with "
+                          "stop reason refusal (an export to Responses sends it back as the "
+                          "refusal part it was when the message kept its id; another API "
+                          "gets it as the content)")
             pending_text = (path, _text_parts(conv, content, f"{path}/content",
                                               ("output_text", "text")))
             if refusal:
                 conv.items.append(("assistant", path, (pending_text[1], [], refusal,
-                                                       [r for _p, r in thoughts])))
+                                                       [r for _p, r in thoughts], ())))
                 thoughts.clear()
                 pending_text = None
         elif kind == "function_call":
@@ -405,6 +435,12 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
             flush_assistant()
             conv.take("reasoning_item", item, path)
             _require_str(conv, item, "id", path)
+            for key, table in (("summary", "reasoning_summary"),
+                               ("content", "reasoning_content")):
+                for j, part in enumerate(item.get(key) or ()):
+                    if not isinstance(part, Mapping):
+                        raise conv.wrong_kind(f"{path}/{key}/{j}", ("object",), kind_of(part))
+                    conv.take(table, part, f"{path}/{key}/{j}")
             thoughts.append((path, reasoning_item(conv.api, item, REASONING_KEYS)))
         elif kind == "message" and role in ("system", "developer"):
             flush_assistant()
@@ -444,6 +480,7 @@ def _read_responses(conv: _Conv, body: Mapping[str, Any]) -> None:
         if kept:
             conv.params["reasoning"] = kept  # an export merges it with the effort
     for p, t in _read_tools(conv, body):
+        conv.told_apart(t, p, "type")
         if t.get("type") != "function":  # a built-in tool: kept for the same API
             conv.imported.setdefault("other_tools", []).append({"at": int(p.rsplit("/", 1)[1]),
                                                                 "tool": dict(t)})
@@ -478,6 +515,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
         for i, b in enumerate(system):
             if not isinstance(b, Mapping):
                 raise conv.wrong_kind(f"/system/{i}", ("object",), kind_of(b))
+            conv.told_apart(b, f"/system/{i}", "type")
             kept = conv.take("system", b, f"/system/{i}")
             if b.get("type") != "text":
                 conv.note(f"/system/{i}", f"system block of type {b.get('type')!r} not "
@@ -488,6 +526,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             conv.system.append(b["text"])
     for i, m in enumerate(messages):
         path = f"/messages/{i}"
+        if isinstance(m, Mapping):
+            conv.told_apart(m, path, "role")
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
             raise conv.fail(path, "a message must be an object with role user or assistant")
         conv.take("message", m, path)
@@ -504,24 +544,31 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             text_kept: list[dict[str, Any] | None] = []
             calls: list[tuple[str, str, Any]] = []
             thinking: list[dict[str, Any]] = []
+            order: list[str] = []  # the blocks' kinds as received (interleaved thinking)
             for j, block in enumerate(content):
                 p = f"{path}/content/{j}"
                 if not isinstance(block, Mapping):
                     raise conv.wrong_kind(p, ("object",), kind_of(block))
+                conv.told_apart(block, p, "type")
                 kind = block.get("type")
-                if kind == "thinking" and not texts and not calls:
+                if kind == "thinking":
                     conv.take("thinking", block, p)
                     _require_str(conv, block, "signature", p)
                     _require_str(conv, block, "thinking", p)
                     thinking.append(reasoning_item(conv.api, block,
                                                    ("type", "thinking", "signature")))
-                elif kind == "redacted_thinking" and not texts and not calls:
+                    order.append("reasoning")
+                elif kind == "redacted_thinking":
                     conv.take("redacted_thinking", block, p)
                     _require_str(conv, block, "data", p)
                     thinking.append(reasoning_item(conv.api, block, ("type", "data")))
+                    order.append("reasoning")
                 elif kind == "text":
                     text_kept.append(conv.take("text", block, p) or None)
-                    texts.append({"type": "text", "text": block.get("text", "")})
+                    if not isinstance(block.get("text"), str):
+                        raise conv.fail(f"{p}/text", "a text block needs its text")
+                    texts.append({"type": "text", "text": block["text"]})
+                    order.append("text")
                 elif kind == "tool_use":
                     kept = conv.take("tool_use", block, p)
                     call_id = from_anthropic_id(_require_str(conv, block, "id", p))
@@ -529,6 +576,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                         conv.kept_calls[call_id] = kept
                     calls.append((call_id, _require_str(conv, block, "name", p),
                                   _args(conv, block.get("input", {}), f"{p}/input")))
+                    order.append("call")
                 else:
                     conv.note(p, f"{kind} block not imported: the session log has no event "
                               "for it")
@@ -536,7 +584,7 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             if any(text_kept):
                 conv.kept_parts[f"{path}/content"] = text_kept
             conv.items.append(("assistant", path, (text if texts else "", calls, None,
-                                                   thinking)))
+                                                   thinking, block_order(order))))
             continue
         others: list[Any] = []
         others_kept: list[dict[str, Any] | None] = []
@@ -546,7 +594,8 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
             if not others:
                 run = path if j == 0 else p
             if not isinstance(block, Mapping):
-                raise conv.fail(p, "a content block must be an object")
+                raise conv.wrong_kind(p, ("object",), kind_of(block))
+            conv.told_apart(block, p, "type")
             if block.get("type") == "tool_result":
                 kept = conv.take("tool_result", block, p)
                 if kept:
@@ -563,8 +612,10 @@ def _read_anthropic(conv: _Conv, body: Mapping[str, Any]) -> None:
                 status = "error" if block.get("is_error") else "ok"
                 conv.items.append(("result", p, (from_anthropic_id(
                     _require_str(conv, block, "tool_use_id", p)), status, result)))
-            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            elif block.get("type") == "text":
                 others_kept.append(conv.take("text", block, p) or None)
+                if not isinstance(block.get("text"), str):
+                    raise conv.fail(f"{p}/text", "a text block needs its text")
                 others.append({"type": "text", "text": block["text"]})
             else:
                 if not isinstance(block.get("type"), str):
@@ -589,120 +640,197 @@ def _snake(key: str) -> str:
     return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in key)
 
 
-#: The fields of each kind of Gemini object the reader maps (snake_case); any other
-#: field of one is named in the import report (the log has no place for it).
-_GEMINI_READ = {
-    "content": {"role", "parts"},
-    "model_part": {"text", "thought", "thought_signature", "function_call"},
-    "user_part": {"text", "function_response"},
-    "function_call": {"id", "name", "args"},
-    "function_response": {"id", "name", "response"},
-    "declaration": {"name", "description", "parameters_json_schema", "parameters"},
-}
+def _signature(conv: _Conv, value: Any, path: str) -> str | None:
+    """A part's thought signature (bytes as base64 text, type-checked by the tables) in
+    the canonical padded form the SDK writes; a different spelling is noted."""
+    if value is None:
+        return None
+    canonical = base64.b64encode(base64.b64decode(value + "=" * (-len(value) % 4))).decode()
+    if canonical != value:
+        conv.note(path, "thought signature written as canonical base64 (the same bytes, "
+                  "padded as the SDK writes them)")
+    return canonical
 
 
-def _gemini_unread(conv: _Conv, obj: Mapping[str, Any], path: str, kind: str) -> None:
-    """Note each field of ``obj`` the reader does not map: nothing is dropped silently."""
-    for key in obj:
-        if _snake(key) not in _GEMINI_READ[kind]:
-            conv.note(f"{path}/{key}", f"field {key!r} not imported: the session log has "
-                      "no place for it, so an export does not send it")
+def _gemini_system(conv: _Conv, system: Any, path: str) -> None:
+    """``system_instruction``: a string, a Content, or a list of parts / strings."""
+    if system is None:
+        return
+    if isinstance(system, str):
+        conv.system.append(system)
+        return
+    if isinstance(system, Mapping):
+        conv.take("content", system, path)
+        parts, path = system.get(gemini_key(system, "parts")), f"{path}/parts"
+        if not isinstance(parts, list):
+            raise conv.wrong_kind(path, ("array",), kind_of(parts))
+    else:
+        parts = system
+        conv.note(path, "system instruction as a list read as its parts: an export writes "
+                  "a Content of text parts")
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            conv.system.append(part)
+            continue
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(f"{path}/{i}", ("object", "string"), kind_of(part))
+        conv.take("system", part, f"{path}/{i}")
+        text = part.get(gemini_key(part, "text"))
+        if isinstance(text, str):
+            conv.system.append(text)
+        else:
+            conv.note(f"{path}/{i}", "system instruction part without text not imported: "
+                      "system sections are text")
+
+
+def _gemini_model(conv: _Conv, i: int, parts: list[Any], path: str) -> None:
+    """A ``model`` content: thoughts, text, calls and signatures, in the order received."""
+    def k(obj: Any, key: str) -> Any:
+        return obj.get(gemini_key(obj, key)) if isinstance(obj, Mapping) else None
+
+    def answer_text(part: Any) -> bool:
+        return isinstance(part, Mapping) and not k(part, "thought") and \
+            not isinstance(k(part, "function_call"), Mapping) and bool(k(part, "text"))
+
+    has_text = any(answer_text(part) for part in parts)
+    texts: list[Any] = []
+    calls: list[tuple[str, str, Any]] = []
+    reasoning: list[dict[str, Any]] = []
+    order: list[str] = []
+
+    def text_signature(sig: str, index: int | None) -> None:
+        item: dict[str, Any] = {"api": conv.api, "type": "signature", "anchor": "text",
+                                "thought_signature": sig}
+        if index is not None:
+            item["index"] = index
+        reasoning.append(item)
+
+    for j, part in enumerate(parts):
+        p = f"{path}/parts/{j}"
+        if not isinstance(part, Mapping):
+            raise conv.wrong_kind(p, ("object",), kind_of(part))
+        fc = k(part, "function_call")
+        text = k(part, "text")
+        if gemini_key(part, "function_call") not in part and gemini_key(part, "text") not in part:
+            conv.note(p, "part not imported: the session log has no event for it")
+            continue
+        conv.take("model_part", part, p)
+        sig = _signature(conv, k(part, "thought_signature"),
+                         f"{p}/{gemini_key(part, 'thought_signature')}")
+        if fc is not None:
+            fp = f"{p}/{gemini_key(part, 'function_call')}"
+            conv.take("function_call", fc, fp)
+            name = _require_str(conv, fc, gemini_key(fc, "name"), fp)
+            call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
+            if sig:
+                reasoning.append({"api": conv.api, "type": "signature", "anchor": "call",
+                                  "index": len(calls), "thought_signature": sig})
+            calls.append((call_id, name, _args(conv, k(fc, "args") or {},
+                                               f"{fp}/{gemini_key(fc, 'args')}")))
+            order.append("call")
+        elif k(part, "thought"):
+            item = {"api": conv.api, "type": "thought", "text": text}
+            if sig:
+                item["thought_signature"] = sig
+            reasoning.append(item)
+            order.append("reasoning")
+        elif text:
+            if sig:
+                text_signature(sig, len(texts))
+            texts.append({"type": "text", "text": text})
+            order.append("text")
+        elif sig and not has_text:  # a signature alone, where the answer has no text
+            if "text" in order:
+                conv.note(p, "a second thought signature on an empty text part not "
+                          "imported: the log keeps one where the answer has no text")
+                continue
+            text_signature(sig, None)
+            order.append("text")
+        elif sig:
+            target = max(len(texts) - 1, 0)
+            if any(r.get("anchor") == "text" and r.get("index") == target for r in reasoning):
+                conv.note(p, "thought signature of an empty text part not imported: the text "
+                          "part it would go on has its own")
+                continue
+            text_signature(sig, target)
+            conv.note(p, "thought signature of an empty text part: an export sends it on "
+                      "the text part " + ("before" if texts else "after") + " it")
+        else:
+            conv.note(p, "empty text part not imported (Gemini refuses empty parts)")
+    last = len(texts) - 1
+    for r in reasoning:  # the last text part's signature needs no index (the log's default)
+        if r.get("anchor") == "text" and r.get("index") == last:
+            del r["index"]
+    content: Any = texts[0]["text"] if len(texts) == 1 else texts
+    conv.items.append(("assistant", path, (content if texts else "", calls, None, reasoning,
+                                           block_order(order))))
 
 
 def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
     """A generateContent body in the builder's (the SDK's) form; camelCase keys are read
-    too (an export writes snake_case)."""
+    too (an export writes snake_case). Every field goes by the Gemini field tables:
+    a wrong JSON kind is a FieldTypeError naming the pointer as the body spells it."""
     def k(obj: Any, key: str) -> Any:
         return obj.get(gemini_key(obj, key)) if isinstance(obj, Mapping) else None
 
+    conv.params.update(conv.take("body", body, ""))
     contents = body.get("contents")
     if not isinstance(contents, list):
         raise conv.fail("/contents", "a Gemini body needs a contents list")
-    config = body.get("config") or {}
-    if not isinstance(config, Mapping):
-        raise conv.fail("/config", "config must be an object")
+    config: Mapping[str, Any] = body.get("config") or {}
+    conv.take("config", config, "/config")
+    where = {_snake(key): f"/config/{key}" for key in config}
     rest_layout = [key for key in _GEMINI_REST_KEYS if key in body]
     if rest_layout:  # the REST request: its generation config and tools sit at the top
-        generation = body.get("generationConfig") or body.get("generation_config") or {}
-        if not isinstance(generation, Mapping):
-            raise conv.fail("/generationConfig", "generationConfig must be an object")
+        gen_key = next((key for key in ("generationConfig", "generation_config")
+                        if key in body), None)
+        generation = body.get(gen_key) or {} if gen_key else {}
+        if gen_key:
+            conv.take("config", generation, f"/{gen_key}")
+        where.update({_snake(key): f"/{gen_key}/{key}" for key in generation})
+        where.update({_snake(key): f"/{key}" for key in rest_layout
+                      if not key.startswith("generation")})
         config = {**config, **generation, **{key: body[key] for key in rest_layout
                                              if not key.startswith("generation")}}
-        conv.note("/", "REST layout read (top-level " + ", ".join(rest_layout) + "); an "
-                  "export writes the SDK form, with all of it in config")
+        for key in rest_layout:
+            conv.note(f"/{key}", f"REST layout read: {key} goes into config (an export "
+                      "writes the SDK form)")
+        conv.note("/config", "REST layout read: an export writes the SDK form, with the "
+                  "top-level keys in config")
     config = {_snake(key): v for key, v in config.items()}  # the SDK form's spelling
-    if isinstance(config.get("thinking_config"), Mapping):
-        config["thinking_config"] = {_snake(key): v for key, v in
-                                     config["thinking_config"].items()}
-    system = k(config, "system_instruction")
-    if isinstance(system, str):
-        conv.system.append(system)
-    elif isinstance(system, Mapping):
-        conv.system += [str(k(p, "text") or "") for p in k(system, "parts") or ()]
+    thinking = config.get("thinking_config")
+    if isinstance(thinking, Mapping):
+        conv.take("thinking_config", thinking, where["thinking_config"])
+        config["thinking_config"] = {_snake(key): v for key, v in thinking.items()}
+    _gemini_system(conv, config.get("system_instruction"),
+                   where.get("system_instruction", "/config/system_instruction"))
     pending: list[tuple[str, str]] = []  # (call id, name) of the last model content
     for i, content in enumerate(contents):
         path = f"/contents/{i}"
-        if not isinstance(content, Mapping) or content.get("role") not in ("user", "model"):
-            raise conv.fail(path, "a content must be an object with role user or model")
+        if not isinstance(content, Mapping):
+            raise conv.wrong_kind(path, ("object",), kind_of(content))
+        conv.take("content", content, path)
+        if content.get("role") not in ("user", "model"):
+            raise conv.fail(f"{path}/role", "a content's role must be user or model")
         parts = content.get("parts")
         if not isinstance(parts, list):
             raise conv.fail(f"{path}/parts", "parts must be a list")
-        _gemini_unread(conv, content, path, "content")
         if content["role"] == "model":
-            texts: list[Any] = []
-            calls: list[tuple[str, str, Any]] = []
-            reasoning: list[dict[str, Any]] = []
-            for j, part in enumerate(parts):
-                p = f"{path}/parts/{j}"
-                if not isinstance(part, Mapping):
-                    raise conv.fail(p, "a part must be an object")
-                sig = k(part, "thought_signature")
-                fc = k(part, "function_call")
-                if isinstance(fc, Mapping) or k(part, "text") is not None:
-                    _gemini_unread(conv, part, p, "model_part")
-                if isinstance(fc, Mapping):
-                    _gemini_unread(conv, fc, f"{p}/function_call", "function_call")
-                    name = _require_str(conv, fc, "name", f"{p}/function_call")
-                    call_id = k(fc, "id") or f"{GEMINI_SYNTH_PREFIX}{i}-{len(calls)}"
-                    if sig:
-                        reasoning.append({"api": conv.api, "type": "signature",
-                                          "anchor": "call", "index": len(calls),
-                                          "thought_signature": sig})
-                    calls.append((call_id, name, _args(conv, k(fc, "args") or {},
-                                                       f"{p}/function_call/args")))
-                elif k(part, "thought") and isinstance(k(part, "text"), str):
-                    if texts or calls:
-                        conv.note(p, "thought part after the answer: an export sends the "
-                                  "thoughts first")
-                    item = {"api": conv.api, "type": "thought", "text": k(part, "text")}
-                    if sig:
-                        item["thought_signature"] = sig
-                    reasoning.append(item)
-                elif isinstance(k(part, "text"), str):
-                    if k(part, "text"):
-                        texts.append({"type": "text", "text": k(part, "text")})
-                    if sig:
-                        reasoning = [r for r in reasoning if r.get("anchor") != "text"]
-                        reasoning.append({"api": conv.api, "type": "signature",
-                                          "anchor": "text", "thought_signature": sig})
-                else:
-                    conv.note(p, "part not imported: the session log has no event for it")
-            text: Any = texts[0]["text"] if len(texts) == 1 else texts
-            conv.items.append(("assistant", path, (text if texts else "", calls, None,
-                                                   reasoning)))
-            pending = [(c, n) for c, n, _a in calls]
+            _gemini_model(conv, i, parts, path)
+            pending = [(c, n) for c, n, _a in conv.items[-1][2][1]]
             continue
         others: list[Any] = []
         for j, part in enumerate(parts):
             p = f"{path}/parts/{j}"
             if not isinstance(part, Mapping):
-                raise conv.fail(p, "a part must be an object")
+                raise conv.wrong_kind(p, ("object",), kind_of(part))
             fr = k(part, "function_response")
-            if isinstance(fr, Mapping) or isinstance(k(part, "text"), str):
-                _gemini_unread(conv, part, p, "user_part")
-            if isinstance(fr, Mapping):
-                _gemini_unread(conv, fr, f"{p}/function_response", "function_response")
-                name = _require_str(conv, fr, "name", f"{p}/function_response")
+            if gemini_key(part, "function_response") in part or gemini_key(part, "text") in part:
+                conv.take("user_part", part, p)
+            if fr is not None:
+                fp = f"{p}/{gemini_key(part, 'function_response')}"
+                conv.take("function_response", fr, fp)
+                name = _require_str(conv, fr, gemini_key(fr, "name"), fp)
                 call_id = k(fr, "id") or next((c for c, n in pending if n == name), None)
                 if call_id is None:
                     raise conv.fail(p, f"a function response {name!r} without its call in "
@@ -728,26 +856,30 @@ def _read_gemini(conv: _Conv, body: Mapping[str, Any]) -> None:
             single = others[0]["text"] if len(others) == 1 and others[0].get("type") == \
                 "text" else others
             conv.items.append(("user", path, single))
-    conv.max_tokens = k(config, "max_output_tokens")
-    rest = {key: v for key, v in config.items() if gemini_key(config, "max_output_tokens")
-            != key and key not in ("system_instruction", "systemInstruction", "tools")}
-    thinking = rest.get(gemini_key(rest, "thinking_config"))
+    conv.max_tokens = config.get("max_output_tokens")
+    rest = {key: v for key, v in config.items()
+            if key not in ("max_output_tokens", "system_instruction", "tools")}
+    thinking = rest.get("thinking_config")
     level = k(thinking, "thinking_level")
     if isinstance(thinking, Mapping) and len(thinking) == 1 and isinstance(level, str) and \
             level.lower() in GEMINI_LEVELS:
         conv.reasoning_effort = level.lower()  # the builder sends it back as this level
-        del rest[gemini_key(rest, "thinking_config")]
+        del rest["thinking_config"]
     if rest:
         conv.params["config"] = rest
-    for i, t in enumerate(k(config, "tools") or ()):
+    tools_path = where.get("tools", "/config/tools")
+    for i, t in enumerate(config.get("tools") or ()):
+        if not isinstance(t, Mapping):
+            raise conv.wrong_kind(f"{tools_path}/{i}", ("object",), kind_of(t))
         decls = k(t, "function_declarations")
         if not isinstance(decls, list) or len(t) != 1:
-            conv.note(f"/config/tools/{i}", "a tool other than function declarations is not "
+            conv.note(f"{tools_path}/{i}", "a tool other than function declarations is not "
                       "imported")
-        for j, d in enumerate(decls or ()):
-            p = f"/config/tools/{i}/function_declarations/{j}"
-            if isinstance(d, Mapping):
-                _gemini_unread(conv, d, p, "declaration")
+        for j, d in enumerate(decls if isinstance(decls, list) else ()):
+            p = f"{tools_path}/{i}/{gemini_key(t, 'function_declarations')}/{j}"
+            if not isinstance(d, Mapping):
+                raise conv.wrong_kind(p, ("object",), kind_of(d))
+            conv.take("declaration", d, p)
             params = k(d, "parameters_json_schema")
             if params is None and k(d, "parameters") is not None:
                 params = k(d, "parameters")
@@ -777,7 +909,7 @@ def import_conversation(api: str, body: Any, *, session_id: str, source: str = "
         body = {key: body}
     if not isinstance(body, Mapping):
         raise conv.fail("/", f"expected a request body object or a message list, got "
-                        f"{type(body).__name__}")
+                        f"{kind_of(body)}")
     check_depth(body, lambda path: NestingTooDeep(source, path, MAX_BODY_DEPTH))
     _READERS[api](conv, body)
     model = body.get("model")
@@ -832,7 +964,7 @@ def _write(conv: _Conv, s: Session) -> None:
                                       **_provider_fields(conv, path)})
             last_answered = False
         elif kind == "assistant":
-            text, calls, refusal, reasoning = value
+            text, calls, refusal, reasoning, blocks = value
             if declared:
                 raise conv.fail(path, f"an assistant message while tool call(s) "
                                 f"{', '.join(sorted(declared))} have no result")
@@ -852,6 +984,8 @@ def _write(conv: _Conv, s: Session) -> None:
                 data["refusal"] = refusal
             if reasoning:
                 data["reasoning"] = reasoning
+            if blocks:
+                data["blocks"] = list(blocks)
             data.update(_provider_fields(conv, path, [c for c, _n, _a in calls]))
             for c, _n, _a in calls:
                 if c in declared or c in answered:
@@ -922,7 +1056,7 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
     request = assemble(messages, registry, header=header,
                        providers=[StaticTools("export", list(tools))],
                        snapshot_ids=context_snapshot_ids(events), replaced=replaced_seqs(events),
-                       reasoning=reasoning_of(events))
+                       reasoning=reasoning_of(events), blocks=blocks_of(events))
     params = imported.get("params") or {}
     options: dict[str, Any] = {}
     if imported.get("format") == api == "anthropic" and isinstance(params.get("thinking"),
@@ -932,9 +1066,11 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             (params.get("config") or {}).get("thinking_config"), Mapping):
         options["thinking"] = params["config"]["thinking_config"]
     built = build(api, request, **options)
+    origins = list(built.origins)
     same = imported.get("format") == api
     if params and same:  # the builder decides on its options (thinking may go off)
-        overlay(built.body, {k: v for k, v in params.items() if k not in options})
+        _carry_params(built.body, {k: v for k, v in params.items() if k not in options},
+                      origins)
     else:
         report += [Note(f"/{k}", f"request parameter {k!r} of {imported.get('format')} is "
                         f"not carried into {api}") for k in params]
@@ -942,8 +1078,11 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             and "max_completion_tokens" in built.body and "max_tokens" not in built.body):
         # Chat has two names for it: the import's body used the older one
         built.body["max_tokens"] = built.body.pop("max_completion_tokens")
+        origins = [Origin("/max_tokens", o.source) if o.path == "/max_completion_tokens"
+                   else o for o in origins]
     if from_import:
-        _carry_tools(api, imported, built, report)
+        _carry_tools(api, imported, built, report, origins)
+    built = Built(built.api, built.body, tuple(origins), built.notes)
     if from_registry:
         _carry_system(api, imported, built, report)
     _carry_fields(api, events, built, report)
@@ -955,6 +1094,25 @@ def export_session(api: str, events: Sequence[Event], *, registry: PromptRegistr
             report.append(Note("", "compaction summary sent as a user message (the range it "
                                "replaced is not carried)", m.seqs))
     return built, tuple(built.notes) + tuple(report)
+
+
+#: The origin of what an export takes from ``session/start.imported`` (seq 0).
+_IMPORTED = {"part": "imported", "seqs": [0]}
+
+
+def _carry_params(body: dict[str, Any], params: Mapping[str, Any],
+                  origins: list[Origin]) -> None:
+    """Put the imported request parameters back, each with its origin (a parameter
+    merged into an object the builder made, e.g. Gemini's ``config``, key by key)."""
+    merged = {k for k, v in params.items() if isinstance(v, Mapping)
+              and isinstance(body.get(k), dict)}
+    overlay(body, params)
+    known = {o.path for o in origins}
+    for key, value in params.items():
+        paths = [(f"/{escape(key)}/{escape(sub)}", f"{key}.{sub}") for sub in value] \
+            if key in merged else [(f"/{escape(key)}", key)]
+        origins += [Origin(path, {**_IMPORTED, "param": name}) for path, name in paths
+                    if path not in known]
 
 
 def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[Note]) -> None:
@@ -986,6 +1144,27 @@ def _carry_fields(api: str, events: Sequence[Event], built: Built, report: list[
             if lost:
                 report.append(Note(o.path, f"text-part field(s) {', '.join(lost)} of "
                                    f"{carried['api']} not carried into {api}", tuple(seqs)))
+        if same and api == "openai-responses" and part == "message" and \
+                target.get("role") == "assistant" and "id" in target:
+            _output_message(target, event.data, report, o.path, tuple(seqs))
+
+
+def _output_message(target: dict[str, Any], data: Mapping[str, Any], report: list[Note],
+                    path: str, seqs: tuple[int, ...]) -> None:
+    """A Responses assistant message that keeps its item id is an output message, whose
+    content the SDK's types want as ``output_text`` and ``refusal`` parts: a refusal
+    goes back as the refusal part it came as, a string content as one text part."""
+    refusal = data.get("refusal")
+    content = target.get("content")
+    if isinstance(content, str):
+        if isinstance(refusal, str) and content == refusal:
+            target["content"] = [{"type": "refusal", "refusal": refusal}]
+            return
+        target["content"] = [{"type": "output_text", "text": content, "annotations": []}]
+        report.append(Note(f"{path}/content", "content sent as one output_text part: an "
+                           "assistant message with an item id is an output message", seqs))
+    elif isinstance(content, list) and isinstance(refusal, str) and refusal:
+        content.append({"type": "refusal", "refusal": refusal})
 
 
 def _carry_parts(target: Any, content: Any, parts: Sequence[Any]) -> list[str]:
@@ -1037,7 +1216,7 @@ def _carry_system(api: str, imported: Mapping[str, Any], built: Built,
 
 
 def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
-                 report: list[Note]) -> None:
+                 report: list[Note], origins: list[Origin]) -> None:
     """Kept fields of the imported tool schemas (e.g. ``strict``), by tool name, and the
     built-in tools the builders do not know, at their place."""
     sent = {(t.get("function") or {}).get("name") if api == "openai-chat" else t.get("name"): t
@@ -1056,10 +1235,22 @@ def _carry_tools(api: str, imported: Mapping[str, Any], built: Built,
     for other in imported.get("other_tools") or ():
         if imported.get("format") == api:
             tools = built.body.setdefault("tools", [])
-            tools.insert(min(other["at"], len(tools)), thaw(other["tool"]))
+            at_index = min(other["at"], len(tools))
+            tools.insert(at_index, thaw(other["tool"]))
+            origins[:] = [_shifted(o, at_index) for o in origins]
+            origins.append(Origin(f"/tools/{at_index}", {**_IMPORTED, "tool": other[
+                "tool"].get("type")}))
         else:
             report.append(Note("/tools", f"built-in tool {other['tool'].get('type')!r} of "
                                f"{imported.get('format')} not carried into {api}"))
+
+
+def _shifted(o: Origin, inserted: int) -> Origin:
+    """``o`` after a tool was inserted at ``/tools/<inserted>`` (later tools move up)."""
+    head, _, rest = o.path.removeprefix("/tools/").partition("/")
+    if not o.path.startswith("/tools/") or not head.isdigit() or int(head) < inserted:
+        return o
+    return Origin(f"/tools/{int(head) + 1}" + (f"/{rest}" if rest else ""), o.source)
 
 
 def surface_of(events: Sequence[Event]) -> list[dict[str, Any]]:

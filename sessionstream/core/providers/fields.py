@@ -22,6 +22,7 @@ never a body that no provider accepts. :func:`check_depth` bounds the nesting fi
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,11 +71,25 @@ _RESPONSES_PARAMS = _params(
     conversation="string|object")
 
 _ANTHROPIC_PARAMS = _params(
-    stream="boolean", thinking="object", temperature="number", top_p="number",
-    top_k="integer", stop_sequences="array", metadata="object", tool_choice="object",
-    service_tier="string", container="string|object", mcp_servers="array")
+    stream="boolean", thinking="object", stop_sequences="array", metadata="object",
+    tool_choice="object", service_tier="string", container="string|object",
+    cache_control="object", inference_geo="string", output_config="object", speed="string",
+    diagnostics="object", user_profile_id="string", workspace_id="string",
+    # earlier versions' sampling parameters and the beta API's MCP servers
+    temperature="number", top_p="number", top_k="integer", mcp_servers="array")
 
 _TEXT_PART = {"type": ("string",), "text": ("string",)}
+
+#: google-genai's ``GenerateContentConfig`` fields a Gemini import keeps (in
+#: ``imported.params.config``) and type-checks; any other config field is kept unchecked.
+_GEMINI_CONFIG = _params(
+    temperature="number", top_p="number", top_k="number", candidate_count="integer",
+    stop_sequences="array", presence_penalty="number", frequency_penalty="number",
+    seed="integer", response_mime_type="string", response_json_schema="object|boolean",
+    response_schema="object", response_logprobs="boolean", logprobs="integer",
+    safety_settings="array", tool_config="object", labels="object", cached_content="string",
+    response_modalities="array", media_resolution="string", speech_config="object|string",
+    audio_timestamp="boolean", automatic_function_calling="object", image_config="object")
 
 TABLES: Mapping[str, Mapping[str, Table]] = {
     "openai-chat": {
@@ -132,6 +147,8 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
             "type": ("string",), "id": ("string",), "summary": ("array",),
             "content": ("array", "null"), "encrypted_content": ("string", "null"),
             "status": ("string", "null")}, rest="noted"),
+        "reasoning_summary": Table("/input/* (reasoning)/summary/*", _TEXT_PART),
+        "reasoning_content": Table("/input/* (reasoning)/content/*", _TEXT_PART),
         "part": Table("/input/*/content/* (input_text, output_text)", _TEXT_PART,
                       {"annotations": ("array",), "logprobs": ("array",)}),
         "tools": Table("/tools/* (function)", {
@@ -162,6 +179,43 @@ TABLES: Mapping[str, Mapping[str, Table]] = {
         "tools": Table("/tools/*", {
             "name": ("string",), "description": ("string",), "input_schema": ("object",)}),
     },
+    # Gemini bodies are read in snake_case and camelCase alike (a pointer names the key as
+    # the body spells it); the REST layout's top-level keys are read into config.
+    "gemini": {
+        "body": Table("/", {
+            "model": ("string",), "contents": ("array",), "config": ("object", "null"),
+            "system_instruction": ("object", "string", "null"), "tools": ("array", "null"),
+            "tool_config": ("object", "null"), "safety_settings": ("array", "null"),
+            "generation_config": ("object", "null"), "cached_content": ("string", "null")},
+            {"stream": ("boolean", "null")}),
+        "config": Table("/config", {
+            "system_instruction": ("object", "string", "null"), "tools": ("array", "null"),
+            "max_output_tokens": ("integer", "null"), "thinking_config": ("object", "null")},
+            _GEMINI_CONFIG),
+        "thinking_config": Table("/config/thinking_config", {
+            "thinking_level": ("string", "null")},
+            {"include_thoughts": ("boolean", "null"), "thinking_budget": ("integer", "null")}),
+        "system": Table("/config/system_instruction/parts/*", {"text": ("string",)},
+                        rest="noted"),
+        "content": Table("/contents/*", {"role": ("string",), "parts": ("array",)},
+                         rest="noted"),
+        "model_part": Table("/contents/* (role model)/parts/* (text, function_call)", {
+            "text": ("string",), "thought": ("boolean", "null"),
+            "thought_signature": ("base64 text", "null"), "function_call": ("object",)},
+            rest="noted"),
+        "user_part": Table("/contents/* (role user)/parts/* (text, function_response)", {
+            "text": ("string",), "function_response": ("object",)}, rest="noted"),
+        "function_call": Table("/contents/*/parts/*/function_call", {
+            "id": ("string", "null"), "name": ("string",), "args": ("object", "null")},
+            rest="noted"),
+        "function_response": Table("/contents/*/parts/*/function_response", {
+            "id": ("string", "null"), "name": ("string",), "response": ("object",)},
+            rest="noted"),
+        "declaration": Table("/config/tools/*/function_declarations/*", {
+            "name": ("string",), "description": ("string", "null"),
+            "parameters_json_schema": ("object", "boolean", "null"),
+            "parameters": ("object", "null")}, rest="noted"),
+    },
 }
 
 
@@ -184,9 +238,29 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
+def is_base64(value: Any) -> bool:
+    """Whether ``value`` is text in the standard base64 alphabet (padding optional), as
+    the Gemini SDK reads bytes from JSON."""
+    if not isinstance(value, str):
+        return False
+    try:
+        base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except ValueError:
+        return False
+    return True
+
+
 def _accepts(kinds: tuple[str, ...], value: Any) -> bool:
     kind = kind_of(value)
-    return kind in kinds or (kind == "integer" and "number" in kinds)
+    return kind in kinds or (kind == "integer" and "number" in kinds) or (
+        "base64 text" in kinds and is_base64(value))
+
+
+def _got(kinds: tuple[str, ...], value: Any) -> str:
+    """How an error names a refused value (a string that is no base64 says so)."""
+    if "base64 text" in kinds and isinstance(value, str):
+        return "text that is not base64"
+    return kind_of(value)
 
 
 #: ``fail(pointer, expected kinds, got)``: raises the caller's named error.
@@ -196,21 +270,23 @@ NoteFn = Callable[[str, str], None]
 
 
 def take(table: Table, obj: Mapping[str, Any], path: str, fail: TypeFail,
-         note: NoteFn) -> dict[str, Any]:
+         note: NoteFn, name: Callable[[str], str] = str) -> dict[str, Any]:
     """Check the kinds of ``obj``'s named fields; return the fields to keep verbatim.
 
     Mapped fields are the caller's to translate; a field the table does not name is kept
     or noted by the table's ``rest`` (a noted field with an empty value — ``[]``, ``{}``,
-    null — carries nothing and is not noted).
+    null — carries nothing and is not noted). ``name`` gives the table's name of a key
+    (Gemini: snake_case of a camelCase key); pointers name the key as ``obj`` spells it.
     """
     kept: dict[str, Any] = {}
     for key, value in obj.items():
-        kinds = table.mapped.get(key) or table.kept.get(key)
+        field_name = name(key)
+        kinds = table.mapped.get(field_name) or table.kept.get(field_name)
         if kinds is not None and not _accepts(kinds, value):
-            raise fail(f"{path}/{key}", kinds, kind_of(value))
-        if key in table.mapped:
+            raise fail(f"{path}/{escape(key)}", kinds, _got(kinds, value))
+        if field_name in table.mapped:
             continue
-        if key in table.kept or table.rest == "kept":
+        if field_name in table.kept or table.rest == "kept":
             kept[key] = value
         elif value not in (None, [], {}):
             note(f"{path}/{key}", f"field {key!r} not imported: the session log has no place "
@@ -226,7 +302,7 @@ def check_depth(value: Any, fail: Callable[[str], Exception],
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, Mapping):
-            children: Any = ((f"{path}/{_escape(str(k))}", v) for k, v in item.items())
+            children: Any = ((f"{path}/{escape(str(k))}", v) for k, v in item.items())
         elif isinstance(item, list):
             children = ((f"{path}/{i}", v) for i, v in enumerate(item))
         else:
@@ -236,7 +312,8 @@ def check_depth(value: Any, fail: Callable[[str], Exception],
         stack.extend((v, p, depth + 1) for p, v in children)
 
 
-def _escape(token: str) -> str:
+def escape(token: str) -> str:
+    """One JSON pointer token."""
     return token.replace("~", "~0").replace("/", "~1")
 
 

@@ -8,13 +8,15 @@ selects ``generate_content_stream``, and a client removes it before the call).
 
 system sections → ``config.system_instruction``, one text part per section; user,
 context and summary messages → ``user`` contents of text parts; assistant messages →
-``model`` contents: recorded thoughts first, the text, then ``function_call`` parts
-(``args`` the object); all results of one call round → ONE ``user`` content right after,
-``function_response`` parts in the order of the calls, ``response`` ``{"output": …}``, or
-``{"error": …}`` for status error (a JSON result is sent as it is, not as text). Tool
-schemas → one tool of ``function_declarations`` with ``parameters_json_schema``.
-``max_tokens`` → ``config.max_output_tokens``; ``reasoning_effort`` (minimal, low,
-medium, high) → ``config.thinking_config.thinking_level``; the option ``thinking`` is
+``model`` contents: recorded thoughts, text parts and ``function_call`` parts (``args``
+the object) in the order the model answered (``assistant/message.blocks``; without it
+thoughts first, then the text, then the calls); all results of one call round → ONE
+``user`` content right after, ``function_response`` parts in the order of the calls,
+``response`` ``{"output": …}``, or ``{"error": …}`` for status error (a JSON result is
+sent as it is, not as text). Tool schemas → one tool of ``function_declarations`` with
+``parameters_json_schema``. ``max_tokens`` → ``config.max_output_tokens``;
+``reasoning_effort`` (minimal, low, medium, high) →
+``config.thinking_config.thinking_level``; the option ``thinking`` is
 ``config.thinking_config`` as is.
 
 Call ids: Gemini may answer function calls without an id (responses then answer calls
@@ -25,13 +27,14 @@ Reasoning (class ``reasoning``, replayed to Gemini only): ``thought`` parts (the
 summary, with its ``thought_signature`` when it has one) and the signatures Gemini puts
 on other parts, anchored to them: ``{"type": "signature", "anchor": "call", "index": k}``
 is the signature of the message's k-th function call (Gemini refuses a tool loop whose
-call comes back without it), ``"anchor": "text"`` the one on its text (sent on the last
-text part, or alone in an empty text part when there is no text).
+call comes back without it), ``"anchor": "text"`` the one on its text: on text part
+``index``, or (no index) on the last one, or alone in an empty text part where the
+message has no text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sessionstream.core.jsonvalue import thaw
@@ -40,23 +43,33 @@ from sessionstream.core.providers.common import (
     MOVED,
     Built,
     Collector,
+    arrange,
     attachment_text,
     group,
     message_source,
     nonblank_system,
     nonblank_texts,
     reasoning_parts,
+    round_source,
+    text_entries,
 )
 from sessionstream.core.providers.errors import IncompleteStream
+from sessionstream.core.providers.fields import is_base64, kind_of
 from sessionstream.core.providers.output import (
     ModelOutput,
+    block_order,
     count_kinds,
     fail,
     finish_calls,
     get,
     usage_of,
 )
-from sessionstream.core.providers.rules import GEMINI_SYNTH_PREFIX, check
+from sessionstream.core.providers.rules import (
+    GEMINI_SYNTH_PREFIX,
+    Problem,
+    blank_message,
+    check,
+)
 from sessionstream.core.request import Request
 
 API = "gemini"
@@ -72,32 +85,72 @@ def sent_id(call_id: str | None) -> str | None:
     return call_id
 
 
+_BLANK = "Gemini refuses empty parts"
+
+
 def _text_parts(m: Message, c: Collector, path: str) -> list[dict[str, Any]]:
-    return [{"text": t} for t in nonblank_texts(m, c, path, "Gemini refuses empty parts")]
+    return [{"text": t} for t in nonblank_texts(m, c, path, _BLANK)]
+
+
+#: A text signature's anchor: the index of its text part (None: the last one, or an
+#: empty text part of its own where the message has no text).
+TextAnchor = tuple[str, int | None]
 
 
 def _reasoning(request: Request, m: Message, c: Collector, path: str
-               ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], str]]:
+               ) -> tuple[list[dict[str, Any]], dict[TextAnchor, str]]:
     """(thought parts, signatures by anchor) of ``m``'s recorded Gemini reasoning."""
     thoughts: list[dict[str, Any]] = []
-    anchored: dict[tuple[str, int], str] = {}
+    anchored: dict[TextAnchor, str] = {}
     for item in reasoning_parts(request, m, API, c, path):
         kind = item.get("type")
         sig = item.get("thought_signature")
+        index = item.get("index")
+        if sig is not None and not is_base64(sig):  # bytes travel as base64 text
+            c.note(path, f"recorded reasoning part {kind!r} with a thought signature that is "
+                   "not base64 text not sent", m.seqs)
+            continue
+        if isinstance(index, bool) or (isinstance(index, int) and index < 0):
+            index = "invalid"  # not a part's place: the part is not sent (below)
         if kind == "thought" and isinstance(item.get("text"), str):
             part: dict[str, Any] = {"text": item["text"], "thought": True}
             if isinstance(sig, str):
                 part["thought_signature"] = sig
             thoughts.append(part)
         elif kind == "signature" and isinstance(sig, str) and item.get("anchor") == "call" \
-                and isinstance(item.get("index"), int):
-            anchored[("call", item["index"])] = sig
-        elif kind == "signature" and isinstance(sig, str) and item.get("anchor") == "text":
-            anchored[("text", 0)] = sig
+                and isinstance(index, int):
+            anchored[("call", index)] = sig
+        elif kind == "signature" and isinstance(sig, str) and item.get("anchor") == "text" \
+                and (index is None or isinstance(index, int)):
+            anchored[("text", index)] = sig
         else:
             c.note(path, f"recorded reasoning part {kind!r} without its text or signature "
                    "not sent", m.seqs)
     return thoughts, anchored
+
+
+def _signed_texts(m: Message, c: Collector, path: str, anchored: dict[TextAnchor, str]
+                  ) -> list[dict[str, Any] | None]:
+    """The text parts of ``m`` (None: a blank one, left out) with their signatures: on
+    the part they were given with, or alone in an empty text part where that part is
+    blank or the message has no text (Gemini sends such a part itself)."""
+    texts: list[dict[str, Any] | None] = [
+        None if t is None else {"text": t} for t in text_entries(m, c, path, _BLANK)]
+    for (kind, index), sig in sorted(anchored.items(), key=lambda a: (a[0][1] is None,
+                                                                      a[0][1] or 0)):
+        if kind != "text":
+            continue
+        if index is None:  # the last text part, or one of its own
+            index = max((i for i, t in enumerate(texts) if t is not None),
+                        default=len(texts) - 1 if texts else None)
+        if index is None:
+            texts.append({"text": "", "thought_signature": sig})
+        elif index < len(texts):
+            texts[index] = {**(texts[index] or {"text": ""}), "thought_signature": sig}
+        else:
+            c.note(path, f"thought signature of text part {index} not sent: the message has "
+                   "no such part now", m.seqs)
+    return texts
 
 
 def _response(m: Message, c: Collector, path: str) -> dict[str, Any]:
@@ -132,6 +185,7 @@ def build(request: Request, *, stream: bool = False,
             c.origin(f"/config/system_instruction/parts/{i}", part="system",
                      sections=[p.section_id], variables=list(p.variables))
     contents: list[dict[str, Any]] = []
+    blank: list[Problem] = []  # user messages left out as blank: named if they matter
     names: dict[str, str] = {}
     round_order: list[str] = []
     for item in group(request.messages):
@@ -151,16 +205,11 @@ def build(request: Request, *, stream: bool = False,
                 parts.append({"function_response": fr})
                 c.origin(f"{path}/parts/{j}", **message_source(m))
             contents.append({"role": "user", "parts": parts})
+            c.origin(path, **round_source(ordered))
             continue
         m = item.messages[0]
         if item.kind == "assistant":
             thoughts, anchored = _reasoning(request, m, c, path)
-            texts = _text_parts(m, c, path)
-            if ("text", 0) in anchored:
-                if texts:
-                    texts[-1]["thought_signature"] = anchored[("text", 0)]
-                else:
-                    texts = [{"text": "", "thought_signature": anchored[("text", 0)]}]
             calls: list[dict[str, Any]] = []
             for k, tc in enumerate(m.tool_calls):
                 fc: dict[str, Any] = {"name": tc.name, "args": thaw(tc.arguments)}
@@ -172,10 +221,14 @@ def build(request: Request, *, stream: bool = False,
                 calls.append(part)
                 names[tc.call_id] = tc.name
             round_order = [tc.call_id for tc in m.tool_calls]
-            if not calls and not [t for t in texts if t["text"]]:
+            blocks: dict[str, Sequence[dict[str, Any] | None]] = {
+                "reasoning": thoughts, "text": _signed_texts(m, c, path, anchored),
+                "call": calls}
+            arranged = arrange(request.blocks_for(m.seqs[0]), blocks)
+            if not calls and not any(kind == "text" and p["text"] for kind, p in arranged):
                 c.note(path, "empty assistant message omitted", m.seqs)
                 continue
-            parts = thoughts + texts + calls
+            parts = [p for _kind, p in arranged]  # in the order the model answered
             prev = contents[-1] if contents else None
             if prev is not None and prev["role"] == "model":
                 # turns alternate, and a function call turn must follow a user turn: two
@@ -192,12 +245,15 @@ def build(request: Request, *, stream: bool = False,
                 contents.append({"role": "model", "parts": parts})
                 c.origin(path, **message_source(m))
                 base = 0
-            for j in range(len(thoughts)):
-                c.origin(f"{path}/parts/{base + j}", part="reasoning", seqs=list(m.seqs))
-            first_call = base + len(thoughts) + len(texts)
-            for k, tc in enumerate(m.tool_calls):
-                c.origin(f"{path}/parts/{first_call + k}", part="tool_call",
-                         call_id=tc.call_id, seqs=list(m.seqs))
+            calls_seen = 0
+            for j, (kind, _p) in enumerate(arranged):
+                if kind == "reasoning":
+                    c.origin(f"{path}/parts/{base + j}", part="reasoning", seqs=list(m.seqs))
+                elif kind == "call":
+                    tc = m.tool_calls[calls_seen]
+                    calls_seen += 1
+                    c.origin(f"{path}/parts/{base + j}", part="tool_call",
+                             call_id=tc.call_id, seqs=list(m.seqs))
             if base:
                 c.origin(f"{path}/parts/{base}", **message_source(m))
             continue
@@ -206,6 +262,7 @@ def build(request: Request, *, stream: bool = False,
         parts = _text_parts(m, c, path)
         if not parts:
             c.note(path, "empty user message omitted", m.seqs)
+            blank.append(blank_message(f"{path}/parts", m.seqs, _BLANK))
             continue
         contents.append({"role": "user", "parts": parts})
         c.origin(path, **message_source(m))
@@ -245,7 +302,7 @@ def build(request: Request, *, stream: bool = False,
     if stream:
         body["stream"] = True
         c.origin("/stream", part="builder", option="stream")
-    check(API, body)  # what the API refuses beyond the SDK types: a named error
+    check(API, body, blank)  # what the API refuses beyond the SDK types: a named error
     return Built(API, body, tuple(c.origins), tuple(c.notes))
 
 
@@ -302,20 +359,36 @@ _OTHER_PARTS = ("executable_code", "code_execution_result", "inline_data", "file
 
 
 class _Fold:
-    """The parts of one answer (a whole response, or a stream's chunks in order)."""
+    """The parts of one answer (a whole response, or a stream's chunks in order), kept in
+    the order received. A streamed text or thought arrives in pieces, one chunk after
+    another: the first part of a chunk joins the last part of the chunk before when both
+    are of the same kind; parts within one chunk (or one whole response) stay apart."""
 
     def __init__(self, response_id: str | None) -> None:
         self.response_id = response_id
-        self.text: list[str] = []
+        self.text: list[str] = []  # the answer's text parts
         self.raw: list[tuple[str, str, Any]] = []
         self.reasoning: list[dict[str, Any]] = []
         self.omitted: list[str] = []
+        self.order: list[str] = []  # the kinds of the parts, as received
 
-    def part(self, part: Any, p: str) -> str | None:
-        """Take one part; returns its text when it is answer text (a stream delta)."""
+    def _sign_text(self, sig: str, index: int | None) -> None:
+        """A text part's signature (a later one for the same part replaces it)."""
+        self.reasoning = [r for r in self.reasoning if not (
+            r.get("anchor") == "text" and r.get("index") == index)]
+        item: dict[str, Any] = {"api": API, "type": "signature", "anchor": "text",
+                                "thought_signature": sig}
+        if index is not None:
+            item["index"] = index
+        self.reasoning.append(item)
+
+    def part(self, part: Any, p: str, continues: bool = False) -> str | None:
+        """Take one part; returns its text when it is answer text (a stream delta).
+        ``continues``: the part opens a stream chunk (it may continue the last one)."""
         if not isinstance(part, Mapping):
-            fail(API, p, f"expected an object, got {type(part).__name__}")
+            fail(API, p, f"expected an object, got {kind_of(part)}")
         sig = _get(part, "thought_signature", p, str, optional=True)
+        previous = self.order[-1] if self.order else None
         if _has(part, "function_call"):
             fc = _get(part, "function_call", p, dict)
             fp = f"{p}.function_call"
@@ -327,13 +400,14 @@ class _Fold:
                 self.reasoning.append({"api": API, "type": "signature", "anchor": "call",
                                        "index": len(self.raw), "thought_signature": sig})
             self.raw.append((call_id, name, args))
+            self.order.append("call")
             return None
         if _has(part, "text") or (sig and not any(_has(part, k) for k in _OTHER_PARTS)):
             text = _get(part, "text", p, str, optional=True) or ""
             if _get(part, "thought", p, bool, optional=True):
                 last = self.reasoning[-1] if self.reasoning else None
-                if last is not None and last["type"] == "thought" and \
-                        "thought_signature" not in last:
+                if continues and previous == "reasoning" and last is not None and \
+                        last["type"] == "thought" and "thought_signature" not in last:
                     last["text"] += text  # a streamed thought arrives in pieces
                     if sig:
                         last["thought_signature"] = sig
@@ -342,13 +416,18 @@ class _Fold:
                     if sig:
                         item["thought_signature"] = sig
                     self.reasoning.append(item)
+                    self.order.append("reasoning")
                 return None
-            if sig:
-                self.reasoning = [r for r in self.reasoning if r.get("anchor") != "text"]
-                self.reasoning.append({"api": API, "type": "signature", "anchor": "text",
-                                       "thought_signature": sig})
-            if text:
+            if text and continues and previous == "text" and self.text:
+                self.text[-1] += text  # a streamed text arrives in pieces
+            elif text:
                 self.text.append(text)
+                self.order.append("text")
+            if sig and self.text:  # on this text, or (streamed) after it: the text's
+                self._sign_text(sig, len(self.text) - 1)
+            elif sig and "text" not in self.order:  # a signature where there is no text
+                self._sign_text(sig, None)
+                self.order.append("text")
             return text or None
         kind = next((k for k in _OTHER_PARTS if _has(part, k)), "unknown")
         self.omitted.append(kind)
@@ -360,9 +439,15 @@ class _Fold:
         if stop == "end_turn" and self.raw:
             stop = "tool_use"  # Gemini stops with STOP whether or not it called tools
         calls, withheld = finish_calls(self.raw, stop == "max_tokens")
+        reasoning = [dict(r) for r in self.reasoning]
+        for r in reasoning:  # the last text part's signature needs no index (the default)
+            if r.get("anchor") == "text" and r.get("index") == len(self.text) - 1:
+                del r["index"]
         return ModelOutput(API, model, self.response_id, "".join(self.text), calls, stop,
                            finish, _usage(usage), None, withheld, chunks,
-                           count_kinds(self.omitted), tuple(self.reasoning))
+                           count_kinds(self.omitted), tuple(reasoning),
+                           tuple(self.text) if len(self.text) > 1 else (),
+                           block_order(self.order))
 
 
 def _error(body: Mapping[str, Any], path: str) -> None:
@@ -436,7 +521,7 @@ class GeminiStreamParser:
         path = f"chunk[{self._n}]"
         self._n += 1
         if not isinstance(chunk, Mapping):
-            fail(API, path, f"expected an object, got {type(chunk).__name__}")
+            fail(API, path, f"expected an object, got {kind_of(chunk)}")
         _error(chunk, path)
         self._fold.response_id = _get(chunk, "response_id", path, str, optional=True) or \
             self._fold.response_id
@@ -449,7 +534,8 @@ class GeminiStreamParser:
             return []
         deltas = []
         for i, part in enumerate(_parts(cand, f"{path}.candidates[0]")):
-            text = self._fold.part(part, f"{path}.candidates[0].content.parts[{i}]")
+            text = self._fold.part(part, f"{path}.candidates[0].content.parts[{i}]",
+                                   continues=i == 0)
             if text:
                 deltas.append(text)
         self._chunks += deltas

@@ -25,6 +25,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    order_not_kept,
     reasoning_parts,
     system_origin,
     tool_result_text,
@@ -72,6 +73,8 @@ def build(request: Request, *, stream: bool = False) -> Built:
         path = f"/messages/{len(messages)}"
         if item.kind == "assistant":
             reasoning_parts(request, m, API, c, path)  # Chat takes no reasoning back: notes
+            order_not_kept(request, m, c, path, "a Chat Completions message carries its "
+                           "text apart from its tool calls")
             text, serialised = _assistant_text(m)
             if not text and not m.tool_calls:
                 c.note(path, "empty assistant message omitted", m.seqs)

@@ -33,6 +33,7 @@ from sessionstream.core.providers.common import (
     group,
     header_part,
     message_source,
+    order_not_kept,
     reasoning_parts,
     system_origin,
     tool_result_text,
@@ -66,6 +67,21 @@ def _user_content(m: Message) -> tuple[Any, bool]:
 REASONING_KEYS = ("type", "id", "summary", "content", "encrypted_content", "status")
 
 
+def _sendable(item: Mapping[str, Any]) -> bool:
+    """Whether a recorded reasoning item has the shape the API takes back: summary and
+    content lists of text parts, text for the encrypted content and the status."""
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list | tuple) or not all(
+                isinstance(p, Mapping) and isinstance(p.get("text"), str)
+                and isinstance(p.get("type"), str) for p in parts):
+            return False
+    return all(item.get(k) is None or isinstance(item[k], str)
+               for k in ("encrypted_content", "status"))
+
+
 def _reasoning_items(request: Request, m: Message, c: Collector, path: str, stateless: bool
                      ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -73,6 +89,10 @@ def _reasoning_items(request: Request, m: Message, c: Collector, path: str, stat
         if item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
             c.note(path, f"recorded reasoning part {item.get('type')!r} without an id not "
                    "sent", m.seqs)
+            continue
+        if not _sendable(item):
+            c.note(path, f"reasoning item {item['id']} not sent: its recorded summary, "
+                   "content or encrypted content is not of the API's shape", m.seqs)
             continue
         if stateless and not item.get("encrypted_content"):
             c.note(path, f"reasoning item {item['id']} not sent: it has no encrypted content "
@@ -114,6 +134,8 @@ def build(request: Request, *, stream: bool = False, stateless: bool = False) ->
             continue
         m = item.messages[0]
         if item.kind == "assistant":
+            order_not_kept(request, m, c, f"/input/{len(items)}", "the Responses builder "
+                           "sends a message's text before its function calls")
             parts = [p for p in content_parts(m.content) if p.text]
             if parts or m.tool_calls:  # a reasoning item must be followed by its output
                 for r in _reasoning_items(request, m, c, f"/input/{len(items)}", stateless):
@@ -213,7 +235,9 @@ def _fold_items(items: list[Any], path: str
                         get(API, item, "arguments", p, str)))
         elif kind == "reasoning":
             get(API, item, "id", p, str)
-            get(API, item, "summary", p, list, optional=True)
+            for key in ("summary", "content"):
+                for j, part in enumerate(get(API, item, key, p, list, optional=True) or ()):
+                    get(API, part, "text", f"{p}.{key}[{j}]", str)
             get(API, item, "encrypted_content", p, str, optional=True)
             reasoning.append(reasoning_item(API, item, REASONING_KEYS))
         else:  # built-in tool items and unknown ones: counted on the message

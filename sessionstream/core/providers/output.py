@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from sessionstream.core.jsonvalue import JsonValue
 from sessionstream.core.providers.errors import ProviderResponseError
+from sessionstream.core.providers.fields import kind_of
 
 #: Neutral stop reasons (the provider's own value is kept as provider_stop_reason).
 STOP_REASONS = ("end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal",
@@ -70,6 +71,12 @@ class ModelOutput:
     #: redacted thinking, reasoning items), each with its ``api``: recorded as content
     #: of class ``reasoning`` and replayed only to that API
     reasoning: tuple[Mapping[str, Any], ...] = ()
+    #: the text of each text block (part) when there are several: kept apart, so the
+    #: assistant turn goes back to its API block for block
+    text_parts: tuple[str, ...] = ()
+    #: the kinds of the answer's blocks in the order received, when it is not the usual
+    #: one (:func:`block_order`): interleaved thinking, text after a call
+    blocks: tuple[str, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -81,18 +88,33 @@ class ModelOutput:
         return not self.tool_calls and self.provider_stop_reason in LOST_CALL_STOPS
 
 
+#: The kinds of block an assistant turn's order names: a reasoning block (Anthropic
+#: thinking or redacted thinking, a Gemini thought part), a text part, a tool call.
+BLOCK_KINDS = ("reasoning", "text", "call")
+
+
+def block_order(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``assistant/message.blocks`` for an answer whose blocks came in this order: empty
+    when the order is the usual one — every reasoning block, then the text, then the
+    calls — which every builder produces without it (so the log only says so when the
+    order says something)."""
+    ranks = [BLOCK_KINDS.index(k) for k in kinds]
+    return () if ranks == sorted(ranks) else tuple(kinds)
+
+
 def fail(api: str, path: str, reason: str) -> NoReturn:
     raise ProviderResponseError(api, path, reason)
 
 
-_KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+_KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object",
+               bool: "a boolean"}
 
 
 def get(api: str, obj: Any, key: str, path: str, kind: type | tuple[type, ...],
         *, optional: bool = False) -> Any:
     """``obj[key]`` checked to be of ``kind`` (None allowed when ``optional``)."""
     if not isinstance(obj, Mapping):
-        fail(api, path, f"expected an object, got {type(obj).__name__}")
+        fail(api, path, f"expected an object, got {kind_of(obj)}")
     value = obj.get(key)
     if value is None and optional:
         return None
@@ -101,7 +123,7 @@ def get(api: str, obj: Any, key: str, path: str, kind: type | tuple[type, ...],
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         want = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
-        fail(api, f"{path}.{key}", f"expected {want}, got {type(value).__name__}")
+        fail(api, f"{path}.{key}", f"expected {want}, got {kind_of(value)}")
     return value
 
 

@@ -37,7 +37,7 @@ valid id is sent as is (unless it starts with ``ssx-`` itself).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -400,18 +400,34 @@ def problems(api: str, body: Mapping[str, Any]) -> list[Problem]:
     return _RULES[api](body)
 
 
-def check(api: str, body: Mapping[str, Any]) -> None:
-    """Raise :class:`BodyRefused` (or :class:`EmptyRequest`) when ``body`` breaks a rule."""
+def check(api: str, body: Mapping[str, Any], omitted: Sequence[Problem] = ()) -> None:
+    """Raise :class:`BodyRefused` (or :class:`EmptyRequest`) when ``body`` breaks a rule.
+
+    ``omitted``: the user messages the builder left out because the API refuses them as
+    they are (blank text), each named where it would have been: when the body has no
+    message left, or does not start with the user's, they are the reason, and the error
+    names them (a surface with no message at all is :class:`EmptyRequest`).
+    """
     found = problems(api, body)
     if not found:
         return
     if all(p.rule == "non-empty" and p.path in ("/messages", "/input", "/contents")
            for p in found):
+        if omitted:
+            raise BodyRefused(api, list(omitted))
         raise EmptyRequest(f"{api}: nothing to send ({found[0].detail}): the surface has no "
                            "message yet (a session that stopped right after turn/start?)")
+    if any(p.rule == "user-first" for p in found):
+        found += omitted
     raise BodyRefused(api, found)
 
 
+def blank_message(path: str, seqs: Sequence[int], api_refuses: str) -> Problem:
+    """The problem of a user message left out because all its text is blank."""
+    return Problem(path, "no-blank-text", f"the user message of seq "
+                   f"{', '.join(map(str, seqs))} is empty or only whitespace ({api_refuses})")
+
+
 __all__ = ["ANTHROPIC_ID", "GEMINI_SYNTH_PREFIX", "BodyRefused", "EmptyRequest", "Problem",
-           "anthropic_id", "check",
+           "anthropic_id", "blank_message", "check",
            "from_anthropic_id", "problems"]

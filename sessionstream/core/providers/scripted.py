@@ -37,11 +37,21 @@ class Reply:
     #: (its signature on the first function call, else on the text); Chat has none
     thinking: str = ""
     redacted: bool = False  # Anthropic: a redacted_thinking block instead
+    #: interleaved thinking: a second thought after the text, before the calls (an
+    #: Anthropic thinking block with its own signature, a Gemini thought part); the
+    #: other APIs' replies have none
+    interleaved: str = ""
 
     @property
     def signature(self) -> str:
         """The opaque token the scripted API signs this reply's reasoning with."""
         digest = hashlib.sha256(f"{self.response_id}\0{self.thinking}".encode()).hexdigest()
+        return "sig_" + digest[:24]
+
+    @property
+    def second_signature(self) -> str:
+        """The signature of the interleaved thought."""
+        digest = hashlib.sha256(f"{self.response_id}\1{self.interleaved}".encode()).hexdigest()
         return "sig_" + digest[:24]
 
     @property
@@ -221,6 +231,9 @@ def _anthropic_blocks(r: Reply) -> list[dict[str, Any]]:
     text = r.text or r.refusal
     if text:
         blocks.append({"type": "text", "text": text, "citations": None})
+    if r.interleaved:
+        blocks.append({"type": "thinking", "thinking": r.interleaved,
+                       "signature": r.second_signature})
     for cid, name, args in r.tool_calls:
         # a call cut at max_tokens has no parsed input in a whole response
         blocks.append({"type": "tool_use", "id": cid, "name": name,
@@ -290,6 +303,8 @@ def _gemini_parts(r: Reply) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"text": r.thinking, "thought": True}] if r.thinking else []
     if r.text and r.stop_reason != "refusal":
         parts.append({"text": r.text})
+    if r.interleaved:
+        parts.append({"text": r.interleaved, "thought": True})
     parts += [{"functionCall": {"id": cid, "name": name, "args": dict(args)}}
               for cid, name, args in r.tool_calls]
     if r.thinking and parts:  # Gemini signs the first call, else the last part
