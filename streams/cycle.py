@@ -15,12 +15,10 @@ folder (the port, :mod:`~sessionstream.streams.fold`) through it:
    a conflict (another worker moved it) refolds it from the stored row, up to
    ``MAX_CONFLICT_RETRIES`` times.
 
-The kafka engine overlaps the batches (:meth:`BatchCycle.pipelined`): batch N+1 is folded
-while N's write is in flight, then N is finished before anything of N+1 is written, and
-N+1's writes of sessions N could not write are dropped and refolded from the stored rows.
-
-Replay folds in memory instead (:meth:`BatchCycle.fold`) and writes each session once per
-:meth:`BatchCycle.flush` (in the background while the next batches fold, ADR 0015).
+The kafka engine overlaps the batches (:meth:`BatchCycle.pipelined`): N+1 is folded while
+N's write is in flight; N is finished before anything of N+1 is written, and N+1's writes
+of sessions N could not write are dropped and refolded from the stored rows. Replay folds
+in memory (:meth:`BatchCycle.fold`), writes once per :meth:`BatchCycle.flush` (ADR 0015).
 
 Idempotency: a session row stores ``as_of_offset``; a write whose last offset is not
 past it is refused, so a redelivered batch changes nothing.
@@ -136,18 +134,16 @@ class BatchCycle:
         for key in [k for k in self._progress if _split_tp(k) in gone]:
             del self._progress[key]
 
-    # -- between batches: a folder's upkeep (streams.processor converges bumped units) --
+    # -- upkeep between batches: none here (streams.processor rebuilds bumped units) ----
     def schedule_converge(self, topic: str, partitions: Iterable[int]) -> None:
-        """After an assignment: upkeep of ``partitions`` to run between batches (none
-        here; a projection with versioned rows rebuilds them, streams.processor)."""
+        """After an assignment: the upkeep of ``partitions`` (:meth:`converge_step`)."""
 
     @property
     def converging(self) -> bool:
         return False
 
     async def converge_step(self, limit: int = 64, concurrency: int = 4) -> int:
-        """One bounded step of that upkeep; how many rows it rewrote."""
-        return 0
+        return 0  # rows rewritten
 
     async def generation(self) -> int:
         """The generation to write (pinned, or the pointer's: read now); a new one
@@ -170,16 +166,12 @@ class BatchCycle:
 
     async def pipelined(self, records: Sequence[Record], previous: InFlight | None
                         ) -> tuple[BatchReport | None, InFlight | BatchReport]:
-        """Fold ``records`` while ``previous``'s batch write is in flight (ADR 0014).
-
-        ``previous`` is finished here once this batch is folded and before anything of
-        this batch is written: its outcomes decide (a session whose write was refused
-        is refolded from the stored row, and so are this batch's records of it); a
-        moved generation folds both batches again. Returns ``previous``'s report (None
-        without one) and this batch in flight (its one call sent), or its report when
-        it was written here (dead letters, a sink without the one-call write). The
-        caller commits ``previous`` after this returns, this batch only after its
-        :meth:`complete`."""
+        """Fold ``records`` while ``previous``'s write is in flight (ADR 0014); finish
+        ``previous`` before anything of this batch is written (a refused session is
+        refolded from its row, this batch's records of it too; a moved generation folds
+        both again). Returns ``previous``'s report (None: none) and this batch in
+        flight, or its report when written here (dead letters, no one-call write). The
+        caller commits ``previous`` now, this batch after its :meth:`complete`."""
         async with self._lock:
             flight = PreviousBatch(previous)
             current = await self._begin(records, flight) if records else BatchReport()
@@ -394,14 +386,10 @@ class BatchCycle:
 
     async def flush(self, background: bool = False) -> BatchReport:
         """Write every session folded since the last flush (one script call each), then
-        the tenant writes and the progress. A session that moved meanwhile (only another
-        writer of this generation can do that) is not written and counted as a conflict.
-
-        ``background``: the writes are taken from the folder now, and sealing and the
-        Redis writes go on while the caller folds the next batches (ADR 0015);
-        :meth:`settle_flush` waits for them, and the next flush (or a fold that moves a
-        session to another folder) does first. The returned report then counts nothing
-        of them."""
+        the tenant writes and the progress; a session another writer moved meanwhile is
+        counted as a conflict. ``background``: sealing and writing go on while the
+        caller folds on (ADR 0015); :meth:`settle_flush` (and the next flush, or a fold
+        that moves a session to another folder) waits for them."""
         async with self._lock:
             report = await self.settle_flush()
             writes = self.folder.take()

@@ -226,15 +226,12 @@ class NativeFolder:
     async def _fold_live(self, batch: Batch, items: list[Any]) -> Folded:
         out = Folded()
         records, progress = batch.records, batch.progress
-        # Sessions met for the first time, by the records' keys, are loaded first: one
-        # fold decodes each record once (a second fold below is for what keys miss). A
-        # session whose first record here is its first event (seq 0, past the progress)
-        # is started without a row load: no row can hold it yet, and if one does after
-        # all (another group, a lost progress) the write's compare-and-set (base offset
-        # -1) refuses it and the session is folded from the stored row.
+        # Sessions met for the first time (by the records' keys) are loaded first; one
+        # whose first record here is its seq 0 past the progress is started unread (if a
+        # row exists after all, the compare-and-set on base offset -1 refuses the write
+        # and the session is refolded from the stored row).
         ahead = self.extension.new_sessions(items, self._python, progress)
-        # their rows' data keys are looked up (or created: file reads, an fsync) on a
-        # thread meanwhile, so the seal below finds them in the key store's cache
+        # their rows' keys are looked up (or created) on a thread meanwhile
         keys = (asyncio.ensure_future(asyncio.to_thread(
             self.sealer.prefetch_keys, [sid for sid, _, _ in ahead]))
             if ahead and self.sealer.row_cipher is not None else None)
@@ -242,8 +239,7 @@ class NativeFolder:
             await self._resume(batch.generation,
                                [(sid, p, []) for sid, p, fresh in ahead if not fresh],
                                [(sid, p) for sid, p, fresh in ahead if fresh])
-        # the fold releases the GIL: on a thread, the event loop reads the previous
-        # batch's reply meanwhile (nothing else touches the extension's folder)
+        # off the event loop (the GIL released): the previous batch's reply is read
         got = await self._on_fold_thread(self.extension.fold, items, progress,
                                          set(self._python), True)
         out.skipped += got.skipped
@@ -275,9 +271,8 @@ class NativeFolder:
         if keys is not None:
             await keys
         for sid in live:
-            # built now, overlapping the previous batch's write; what it needs of the
-            # session's last write is taken as written: a write that is refused drops
-            # the session, and this one with it
+            # built now, overlapping the previous write, taken as written (a refusal
+            # drops the session)
             w = self._unsealed(sid)
             if self._seals:
                 w = self.sealer.sealed(w)
@@ -292,8 +287,7 @@ class NativeFolder:
 
     async def _resume(self, gen: int, unknown: Sequence[tuple[str, int, list[int]]],
                       fresh: Sequence[tuple[str, int]] = ()) -> None:
-        """Start or load each session met for the first time (one round trip); ``fresh``
-        ones (their first event is in this batch) are started unread."""
+        """Start ``fresh`` sessions unread, load the others (one round trip)."""
         for sid, partition in fresh:
             self._forget_py(sid)
             self.extension.start(sid, partition)
@@ -307,8 +301,7 @@ class NativeFolder:
             if not stored or SessionRow.AS_OF_OFFSET not in stored:
                 self.extension.start(sid, partition)
                 continue
-            # the codec reassembles chunked rows and opens sealed fields; the native
-            # units' states are handed over whole, as their encode gives them
+            # reassembled and opened by the codec, handed over as encode gives them
             cur = self._codec.load(sid, partition, stored)
             if cur.stale or cur.quarantine is not None:
                 self._python.add(sid)  # the reference rebuilds or holds it
@@ -372,8 +365,7 @@ class NativeFolder:
         meta = json.loads(fields[SessionRow.META])
         cur = self._codec.load(sid, int(meta[MetaFields.PARTITION]), fields)
         written = self._written.pop(sid, None)
-        # The base is the row as written: the Python units' states as last written; the
-        # native chunked units (no such state here) are rewritten whole when changed.
+        # the base is the row as written (native chunked units rewritten whole)
         py_base = self._py_base.pop(sid, {})
         chunks = self._chunks.pop(sid, {})
         base = CachedSession(sid, cur.partition, cur.admission, {**cur.states, **py_base},
@@ -497,9 +489,8 @@ class NativeFolder:
                                   if not isinstance(d := decode(r), Undecodable)))
 
     def _on_fold_thread(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """``fn(*args)`` on the fold's own thread (the extension releases the GIL): one
-        thread allocates and frees the sessions' state, so its allocator's pages are
-        reused batch after batch instead of spread over the loop's worker threads."""
+        """``fn(*args)`` on the fold's own thread: one thread allocates and frees the
+        sessions' state, so its allocator reuses its pages batch after batch."""
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="native-fold")
         return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
