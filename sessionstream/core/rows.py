@@ -483,6 +483,7 @@ LUA_FIELDS: dict[str, str] = {
     "VSEQ": InlineViewFields.SEQ,
     "VID": InlineViewFields.ID,
     "VCOUNT": InlineViewFields.COUNT,
+    "VFIELD": InlineViewFields.FIELD,
     "PARTITION": LogIndexFields.PARTITION,
     "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
     "LAST_OFFSET": LogIndexFields.LAST_OFFSET,

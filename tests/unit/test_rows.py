@@ -24,7 +24,7 @@ KEYS = KeySpace("acme", "ss")
 #: Redis commands, flags and plain values the scripts may spell in quotes.
 LUA_TOKENS = {"GET", "HGET", "HGETALL", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD",
               "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " ",
-              "DEL", "LTRIM", "RPUSH", "SADD", "LRANGE"}
+              "DEL", "LTRIM", "RPUSH", "SADD", "LRANGE", "HSTRLEN"}
 
 SCRIPTS = {
     "sink_scripts.WRITE_SESSION_LUA": sink_scripts.WRITE_SESSION_LUA,
@@ -38,6 +38,7 @@ SCRIPTS = {
     "lease._SETTLE": lease._SETTLE,
     "views.INSTALL": views.INSTALL,
     "views.READ": views.READ,
+    "views.gather_script": views.gather_script(""),
     "index._RECORD": index._RECORD,
     "index._MARK_CLEAN": index._MARK_CLEAN,
 }
