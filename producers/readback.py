@@ -65,7 +65,7 @@ class NativeDecoder:
 
     @staticmethod
     def available() -> bool:
-        return _native is not None and hasattr(_native, "Decoder")
+        return _native is not None
 
     def __call__(self, records: Sequence[Record]) -> list[Decoded]:
         tuples = self._native.decode([r.value for r in records])

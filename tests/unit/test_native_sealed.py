@@ -32,13 +32,12 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
-from sessionstream.streams.native_fold import NativeFold
 from tests.unit.test_native_fold import _assert_same, _fold, _records, fleets
 from tests.unit.test_streams_processor import processor
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)
@@ -55,19 +54,19 @@ def _sealed(cipher: ContentCipher, events: list[Event],
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int], store: FileKeyStore,
-         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], NativeFold]:
+         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
     """Fold with two pipelines (each its own opener) over the same key store."""
     def pipeline() -> ReaderPipeline:
         return ReaderPipeline.default(opener=SealedContentOpener(ContentCipher(store, "default")))
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
     py = processor(py_sink, pipeline(), dead_letters=py_dlq)
-    na = NativeFold(processor(na_sink, pipeline(), dead_letters=na_dlq))
+    na = processor(na_sink, pipeline(), dead_letters=na_dlq, fold="native")
     if chunk is not None:
-        py.codec.chunk = na.proc.codec.chunk = chunk
+        py.codec.chunk = na.codec.chunk = chunk
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes))
-    return (py_sink, na_sink, py_dlq, na_dlq), na
+    return (py_sink, na_sink, py_dlq, na_dlq), na.folder
 
 
 def _values(sink: MemorySink, sid: str) -> str:
@@ -214,18 +213,18 @@ def _two_batches(sealed: list[Event], half: int, store: FileKeyStore, native: bo
                  between: Any) -> tuple[MemorySink, Any]:
     sink = MemorySink()
     proc = processor(sink, ReaderPipeline.default(
-        opener=SealedContentOpener(ContentCipher(store, "default"))))
-    driver: Any = NativeFold(proc) if native else proc
+        opener=SealedContentOpener(ContentCipher(store, "default"))),
+        fold="native" if native else "python")
     records = _records([(e, "k1") for e in sealed], 1)
 
     async def go() -> None:
-        await driver.fold(records[:half])
-        await driver.flush()
+        await proc.fold(records[:half])
+        await proc.flush()
         between()
-        await driver.fold(records[half:])
-        await driver.flush()
+        await proc.fold(records[half:])
+        await proc.flush()
     asyncio.run(go())
-    return sink, driver
+    return sink, proc.folder
 
 
 def _contents(events: list[Event]) -> list[str]:
