@@ -22,7 +22,17 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::aead::Aes256Gcm;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+/// `sessionstream.core.privacy.compress_plaintext`, looked up once.
+static COMPRESS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+
+fn compress_plaintext(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    Ok(COMPRESS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("sessionstream.core.privacy")?.getattr("compress_plaintext")?.unbind())
+    })?.bind(py))
+}
 
 use crate::crypto;
 use crate::json;
@@ -963,7 +973,18 @@ impl Appender {
                                              class, &paths);
             let at = sealed.len() * crypto::NONCE_BYTES;
             let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
-            let Some(ciphertext) = cipher.seal(&nonce, plain.as_bytes(), &ad)
+            // Compressed before sealing by the core's own function (the one
+            // implementation: the same record bytes whichever path sealed it).
+            let framed;
+            let plaintext: &[u8] = if plain.len() >= crypto::COMPRESS_FROM {
+                framed = compress_plaintext(key.py())?.call1((PyBytes::new(key.py(),
+                                                                           plain.as_bytes()),))?;
+                let Ok(b) = framed.downcast::<PyBytes>() else { return Ok(None) };
+                b.as_bytes()
+            } else {
+                plain.as_bytes()
+            };
+            let Some(ciphertext) = cipher.seal(&nonce, plaintext, &ad)
             else { return Ok(None) };
             sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.to_owned(),
                                     origin: event_id.to_owned(), paths, nonce, ciphertext });

@@ -311,3 +311,26 @@ def test_the_store_epoch_changes_on_shreds_followed_from_the_feed_and_on_rewrap(
     assert missing.key is None and until == clock.now  # a missing key is not kept
     a.rewrap("default")
     assert a.cache_epoch("default")[0] != e1
+
+
+def test_parts_compressed_before_sealing_are_inflated_natively_as_in_python(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Content is DEFLATE-framed before it is sealed once it gains (core/privacy.py);
+    the extension opens framed and plain parts alike, and folds as Python does."""
+    from sessionstream.core import privacy
+
+    framed = []
+    real = privacy.compress_plaintext
+
+    def counting(text: bytes) -> bytes:
+        out = real(text)
+        framed.append(out[:1] == b"\x00")
+        return out
+
+    monkeypatch.setattr(privacy, "compress_plaintext", counting)
+    store = FileKeyStore(tmp_path / "keys")
+    _, merged = _fleet(store)
+    assert any(framed) and not all(framed)  # both kinds of parts are in the logs
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 3), [53], {2}, store)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()  # every part opened in the extension
