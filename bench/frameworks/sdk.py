@@ -179,7 +179,7 @@ def run(ctx: Ctx) -> list[Result]:
                 t0 = time.perf_counter()
                 run_(long[n].get_items(limit=20))
                 w20[n].append(time.perf_counter() - t0)
-            for _ in range(ctx.rounds):
+            for _ in range(max(ctx.rounds, 7)):
                 t0 = time.perf_counter()
                 run_(long[n].get_items())
                 wall[n].append(time.perf_counter() - t0)
@@ -193,7 +193,7 @@ def run(ctx: Ctx) -> list[Result]:
         out += _ratios(ctx, f"get_items(limit=20), fresh process, {total} items", f20,
                        "<= 3x")
         fall = {n: child(MODULE, "read", {"backend": n, "sid": sid, "where": where,
-                                          "limit": None, "n": ctx.rounds + 1,
+                                          "limit": None, "n": max(ctx.rounds, 7) + 1,
                                           "total": total}, env)["timings"][1:]
                 for n in names}
         out += _ratios(ctx, f"get_items(), fresh process, {total} items", fall, "<= 1.5x")
