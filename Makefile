@@ -84,8 +84,10 @@ test: $(STAMP) $(NATIVE_STAMP)
 # The benchmark set against the running local servers, then one table of ratios; by hand
 # only (never part of `make test`): the figures depend on the machine and its load.
 # QUICK=1 (or `make bench-quick`): sized down to under 5 minutes, figures marked quick.
+# BASELINE=DIR: another commit's checkout, installed (`git worktree add DIR <commit> &&
+# make -C DIR install`): its worker and replays run beside this one's, in the same run.
 bench: $(STAMP) $(NATIVE_STAMP)
-	PYTHONPATH=. $(PY) bench/run.py $(if $(QUICK),--quick)
+	PYTHONPATH=. $(PY) bench/run.py $(if $(QUICK),--quick) $(if $(BASELINE),--baseline $(BASELINE))
 
 bench-quick: $(STAMP) $(NATIVE_STAMP)
 	PYTHONPATH=. $(PY) bench/run.py --quick

@@ -39,8 +39,7 @@ from sessionstream.core.rows import KeySpace
 from sessionstream.core.settings import Settings
 from sessionstream.core.simulate import simulate_session
 from sessionstream.redisconn import async_redis
-from sessionstream.streams import native_fold
-from sessionstream.streams.native_fold import NativeFold
+from sessionstream.streams import fold_native
 from sessionstream.streams.ports import SessionWrite
 from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink
@@ -83,16 +82,16 @@ async def near(records: list[Record], at: int, batch: int, window: int, chunked:
     redis = async_redis(URL, decode_responses=True)
     keys = KeySpace("bench", f"bench-delta-{uuid.uuid4().hex[:8]}")
     sink = Counting(redis, keys)
-    proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="bench")
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="bench",
+                     fold="native" if native else "python")
     proc.codec.chunked = chunked
-    driver = NativeFold(proc) if native else None
 
     async def step(part: list[Record]) -> None:
-        if driver is None:
+        if not native:
             await proc.process(part)
         else:  # the native path: fold in the extension, flush to Redis
-            await driver.fold(part)
-            await driver.flush()
+            await proc.fold(part)
+            await proc.flush()
 
     try:
         for i in range(0, at, 2000):
@@ -157,7 +156,7 @@ async def main() -> None:
     modes = [(True, False, "chunked rows (ADR 0013)"), (False, False, "whole rows (baseline) ")]
     if args.native_only:
         modes = []
-    if native_fold.available():
+    if fold_native.available():
         modes.append((True, True, "native fold, chunked   "))
     for chunked, native, label in modes:
         sb, st, sc = await near(records, args.small, args.batch, args.window, chunked, native)
@@ -166,7 +165,7 @@ async def main() -> None:
               f"{st * 1e3:6.2f} ms (cpu {sc * 1e3:.2f}); near {args.events // 1000}k events "
               f"{lb / 1024:8.1f} KiB {lt * 1e3:6.2f} ms (cpu {lc * 1e3:.2f}); ratio bytes "
               f"{lb / sb:5.2f}x, time {lt / st:5.2f}x, cpu {lc / sc:5.2f}x (target <= 1.5x)")
-        if native or (chunked and not native_fold.available()):
+        if native or (chunked and not fold_native.available()):
             base = (f"near {args.small:,} events: {sb / 1024:.1f} KiB, "
                     f"{sc * 1e3:.2f} ms CPU per batch")
             where = label.strip()

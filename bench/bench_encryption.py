@@ -107,7 +107,6 @@ def _fold_proc(records: list[tuple[str, bytes]], native: bool, opener: Any) -> f
 
     from sessionstream.core.pipeline import Record
     from sessionstream.streams.memory import MemorySink
-    from sessionstream.streams.native_fold import NativeFold
     from sessionstream.streams.processor import Processor
 
     recs, offsets = [], [0] * 4
@@ -117,11 +116,10 @@ def _fold_proc(records: list[tuple[str, bytes]], native: bool, opener: Any) -> f
         offsets[p] += 1
     spent = 0.0
     for _ in range(3):
-        proc = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
-                         group="bench")
-        driver: Any = NativeFold(proc) if native else proc
+        driver = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
+                           group="bench", fold="native" if native else "python")
 
-        async def run(driver: Any = driver) -> None:
+        async def run(driver: Processor = driver) -> None:
             for i in range(0, len(recs), 500):
                 await driver.fold(recs[i:i + 500])
             await driver.flush()
@@ -139,7 +137,6 @@ def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any,
 
     from sessionstream.core.pipeline import Record
     from sessionstream.streams.memory import MemorySink
-    from sessionstream.streams.native_fold import NativeFold
     from sessionstream.streams.processor import Processor
 
     recs, offsets = [], [0] * 4
@@ -147,9 +144,8 @@ def _fold_once(records: list[tuple[str, bytes]], native: bool, opener: Any,
         p = sum(sid.encode()) % 4
         recs.append(Record("bench", p, offsets[p], sid.encode(), value))
         offsets[p] += 1
-    proc = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
-                     group="bench", rows=rows)
-    driver: Any = NativeFold(proc) if native else proc
+    driver = Processor(pipeline=ReaderPipeline.default(opener=opener), sink=MemorySink(),
+                       group="bench", rows=rows, fold="native" if native else "python")
 
     async def run() -> None:
         for i in range(0, len(recs), 500):
@@ -181,7 +177,7 @@ def _interleaved(logs: list[list[Event]], live: int) -> list[Event]:
 
 def _icount_child(path: str, n: int, live: int) -> None:
     """One run under callgrind: make the records (both kinds), fold ``n`` of ``path``."""
-    from sessionstream.streams import native_fold  # noqa: F401  (imported by the base run too)
+    from sessionstream.streams import fold_native  # noqa: F401  (imported by the base run too)
 
     events = _interleaved(_logs(), live)
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +217,7 @@ def _instructions(path: str, n: int, live: int) -> int | None:
 
 
 def icount(n: int, live: int, paths: list[str]) -> None:
-    from sessionstream.streams import native_fold
+    from sessionstream.streams import fold_native
 
     if shutil.which("valgrind") is None:
         print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
@@ -235,7 +231,7 @@ def icount(n: int, live: int, paths: list[str]) -> None:
     per: dict[str, float] = {}
     layout = f"{live} sessions at a time" if live > 0 else "session after session"
     for path in paths:
-        if PATHS[path][0] and not native_fold.available():
+        if PATHS[path][0] and not fold_native.available():
             continue
         full = _instructions(path, n, live)
         if full is not None:
@@ -296,9 +292,9 @@ def main() -> None:
                               (sealed_records, ReaderPipeline.default(opener=opener)))
         print(f"fold ({events} events): clear {plain:,.0f}/s, encrypted {opened:,.0f}/s, "
               f"ratio {opened / plain:.2f} (target >= 0.9)")
-        from sessionstream.streams import native_fold
+        from sessionstream.streams import fold_native
 
-        folds = [False] + ([True] if native_fold.available() else [])
+        folds = [False] + ([True] if fold_native.available() else [])
         rates: dict[tuple[bool, bool], float] = {}
         for native in folds:
             plain, opened = _pair(_fold_proc, (clear_records, native, None),

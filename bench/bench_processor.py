@@ -38,9 +38,8 @@ from fastavro import schemaless_reader
 from sessionstream.core.codec import HEADER_LEN, default_codec, encode
 from sessionstream.core.pipeline import ReaderPipeline, Record
 from sessionstream.core.simulate import simulate_session
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from sessionstream.streams.memory import MemorySink
-from sessionstream.streams.native_fold import NativeFold
 from sessionstream.streams.processor import Processor
 
 TOPIC = "bench.processor"
@@ -82,12 +81,12 @@ async def run(records: list[Record], batch: int) -> float:
 
 async def run_fold(records: list[Record], batch: int, native: bool) -> float:
     """Replay's path: fold in memory, flush once (Python processor or native fold)."""
-    proc = Processor(pipeline=ReaderPipeline.default(), sink=MemorySink(), group="bench")
-    driver = NativeFold(proc) if native else proc
+    proc = Processor(pipeline=ReaderPipeline.default(), sink=MemorySink(), group="bench",
+                     fold="native" if native else "python")
     t0 = time.perf_counter()
     for i in range(0, len(records), batch):
-        await driver.fold(records[i:i + batch])
-    await driver.flush()
+        await proc.fold(records[i:i + batch])
+    await proc.flush()
     return len(records) / (time.perf_counter() - t0)
 
 
@@ -120,7 +119,7 @@ def icount(args: argparse.Namespace) -> None:
     if shutil.which("valgrind") is None:
         print("instruction count: skipped (valgrind is not installed: apt-get install valgrind)")
         return
-    modes = ["process", "fold-python"] + (["fold-native"] if native_fold.available() else [])
+    modes = ["process", "fold-python"] + (["fold-native"] if fold_native.available() else [])
     base = instructions(args, 0, "process")
     if base is None:
         print("instruction count: skipped (callgrind printed no total)")
@@ -184,7 +183,7 @@ def main() -> None:
     fold_py = folds[len(folds) // 2]
     print(f"in-memory fold + one flush (replay's path), Python: {fold_py:,.0f} events/s; "
           f"ratio to the bare decode {fold_py / raw:.2f}x")
-    if native_fold.available():
+    if fold_native.available():
         nats = sorted(asyncio.run(run_fold(records, args.batch, True))
                       for _ in range(args.runs))
         fold_na = nats[len(nats) // 2]

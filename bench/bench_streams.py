@@ -5,6 +5,7 @@
         [--repeat 5] [--skip-latency] [--skip-replay] [--results FILE]
     PYTHONPATH=. python bench/bench_streams.py --replay-only --events 1000000 --folds native
         [--keep] [--topic T --prefix P]
+    PYTHONPATH=. python bench/bench_streams.py --baseline ../base   # beside another commit
 
 Prints, measured in the same run over the same topic:
 1. raw confluent-kafka consume loop (events/s) — the baseline. The default topic (1M
@@ -14,16 +15,21 @@ Prints, measured in the same run over the same topic:
    whose raw read lasted under 2 s;
 2. worker fold throughput per engine (events/s, from its first write to caught up), ratio,
    and the worker's CPU time per event over the same span (beside the raw loop's);
-3. in-process replay rate (confluent consumer + processor, events/s) and the ratio, per
-   fold path twice: cold (a fresh key store: every session's data keys are created, as
-   on a first replay) and warm (a new store over the same keys: they exist, the cache is
-   empty). Each replay writes its own key prefix; the cold one switches readers to its
-   generation, so the warm one compares every session with it;
+3. replay rate (confluent consumer + processor, events/s, in a process of its own:
+   bench/replay_once.py) and the ratio, per fold path twice: cold (a fresh key store:
+   every session's data keys are created, as on a first replay) and warm (a new store
+   over the same keys: they exist, the cache is empty). Each replay writes its own key
+   prefix; the cold one switches readers to its generation, so the warm one compares
+   every session with it;
 4. append -> visible in Redis latency p50/p99 at a fixed produce rate, per engine, with
    the producer in its own process (bench/lat_producer.py, the writers' producer config)
    and a per-stage breakdown (produce -> broker ack -> consumed -> folded -> Redis
    written -> feed read; the kafka engine writes its stage times when
    the trace_stages setting names a file); ratio to the log's own produce->consumed.
+With ``--baseline DIR`` (a checkout of another commit, installed: ``git worktree add DIR
+<commit> && make -C DIR install``) the kafka worker and the replays of that commit run on
+the same topic, interleaved with this one's (``kafka@base``, ``replay@base``), and each
+row of the table names both: the figures of the two commits from the same run.
 Uses a fresh topic, consumer groups and Redis prefix; deletes them afterwards (``--keep``
 keeps the topic and the Redis keys and prints how to reuse them: ``--topic``/``--prefix``
 replay them again without producing; the bench deletes what it reused unless ``--keep``).
@@ -32,10 +38,8 @@ replay them again without producing; the bench deletes what it reused unless ``-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -48,19 +52,17 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from redis.asyncio import Redis
 
 from bench.results import Result, Spread, record
 from sessionstream.core.codec import encode
 from sessionstream.core.rows import KeySpace, SessionRow
 from sessionstream.core.settings import Env, Settings
 from sessionstream.core.simulate import simulate_session
-from sessionstream.governance.wiring import key_store, reader_pipeline, row_cipher
-from sessionstream.streams.replay import replay
 
 
 def make_events(n: int, seed: int = 1) -> list:  # type: ignore[type-arg]
@@ -122,14 +124,29 @@ FAUST_VARIANTS = {
 KAFKA_FOLDS = {"kafka": None, "kafka-native": "native", "kafka-python": "python"}
 
 
+#: An engine name ending in this runs the baseline checkout's worker (``--baseline``).
+BASE = "@base"
+#: The baseline checkout (``--baseline``): its interpreter runs its own package.
+BASELINE: dict[str, Path] = {}
+
+
+def python_of(engine: str) -> str:
+    """The interpreter of ``engine``'s checkout: this one's, or the baseline's."""
+    return str(BASELINE["dir"] / ".venv" / "bin" / "python") if engine.endswith(BASE) \
+        else sys.executable
+
+
 def worker_env(engine: str, env: dict[str, str]) -> dict[str, str]:
-    fold = KAFKA_FOLDS.get(engine)
-    return {**env, Env.FOLD: fold} if fold else env
+    fold = KAFKA_FOLDS.get(engine.removesuffix(BASE))
+    env = {**env, Env.FOLD: fold} if fold else env
+    if engine.endswith(BASE):  # the baseline's package, not this checkout's
+        env = {**env, "PYTHONPATH": str(BASELINE["dir"])}
+    return env
 
 
 def worker_cmd(engine: str, variant: str = "uvloop") -> list[str]:
-    if engine in KAFKA_FOLDS:
-        return [sys.executable, "-m", "sessionstream.streams.engine_kafka"]
+    if engine.removesuffix(BASE) in KAFKA_FOLDS:
+        return [python_of(engine), "-m", "sessionstream.streams.engine_kafka"]
     loop, app = FAUST_VARIANTS[variant]
     return [sys.executable, "-m", "faust", "--loop", loop, "-A", app, "worker",
             "--without-web", "-l", "warn"]
@@ -319,7 +336,14 @@ def main() -> None:
     ap.add_argument("--topic", help="replay this existing bench topic (made by --keep) "
                                     "instead of producing one; with --replay-only")
     ap.add_argument("--prefix", help="the Redis key prefix --keep printed, with --topic")
+    ap.add_argument("--baseline", type=Path,
+                    help="a checkout of another commit, installed (its .venv): its worker "
+                         "and replays run beside this one's, on the same topic")
     args = ap.parse_args()
+    if args.baseline is not None:
+        BASELINE["dir"] = args.baseline.resolve()
+        if not Path(python_of(BASE)).exists():
+            ap.error(f"--baseline {args.baseline}: no .venv there (make -C DIR install)")
     if args.quick:
         if "--events" not in sys.argv:
             args.events = 100_000
@@ -333,6 +357,7 @@ def main() -> None:
     topic, lat_topic = args.topic or f"bench.streams.{tag}", f"bench.streams.lat.{tag}"
     prefix = args.prefix or f"bench-{tag}"
     engines = args.engines.split(",")
+    base_engines = [e + BASE for e in engines if e in KAFKA_FOLDS] if BASELINE else []
     lat_topics = {e: f"{lat_topic}.{e}" for e in engines}  # one each: session ids repeat
     made = [lat_topic, *lat_topics.values()] if not args.replay_only else []
     if not args.topic:
@@ -381,19 +406,24 @@ def main() -> None:
                   + (f" ({quick})" if quick else ""))
 
             env.update({Env.EVENTS_TOPIC: topic, Env.DLQ_TOPIC: lat_topic})
-            runs = [(e, v) for e in engines
+            runs = [(e, v) for e in [*engines, *base_engines]
                     for v in (args.faust_variants.split(",") if e == "faust" else ["-"])]
             runs = runs * args.repeat
             folds: dict[str, list[float]] = {}
             cpus: dict[str, list[float]] = {}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
                                                               env.get("PYTHONPATH")]))
-            for engine, variant in ([] if args.replay_only else runs):
+            # one untimed run first: the sessions' data keys exist for every timed one
+            warm = [("kafka", "-", True)] if base_engines else []
+            for engine, variant, *untimed in ([] if args.replay_only
+                                              else [*warm, *((e, v) for e, v in runs)]):
                 name = engine if variant == "-" else f"{engine}-{variant.replace('+', '-')}"
-                run = len(folds.get(name, []))
-                env.update({Env.STREAMS_GROUP: f"bench-{name}-{run}-{tag}",
-                            Env.KEY_PREFIX: f"{prefix}-{name}" + (f"-{run}" if run else "")})
+                run = len(folds.get(name, [])) + (100 if untimed else 0)
+                ident = name.replace("@", "-")
+                env.update({Env.STREAMS_GROUP: f"bench-{ident}-{run}-{tag}",
+                            Env.KEY_PREFIX: f"{prefix}-{ident}" + (f"-{run}" if run else "")})
                 w = subprocess.Popen(worker_cmd(engine, variant), env=worker_env(engine, env),
+                                     cwd=BASELINE["dir"] if engine.endswith(BASE) else None,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 procs.append(w)
                 keys = KeySpace(s.tenant, env[Env.KEY_PREFIX])
@@ -414,6 +444,10 @@ def main() -> None:
                     time.sleep(0.05)
                 fold = n_events / (time.perf_counter() - t0)
                 cpu = cpu_seconds(w.pid) - cpu0
+                if untimed:
+                    w.terminate()
+                    w.wait(30)
+                    continue
                 folds.setdefault(name, []).append(fold)
                 print(f"{name} worker fold: {fold:,.0f} events/s  (ratio to raw "
                       f"{fold / raw:.3f}, target >= 0.5); worker CPU "
@@ -435,51 +469,77 @@ def main() -> None:
                     "; ".join(filter(None, [f"min-max {spread.low / raw:.3f}-"
                                             f"{spread.high / raw:.3f} over {spread.rounds}",
                                             quick]))))
+            for n in [n for n in folds if n.endswith(BASE)]:
+                new, old = statistics.median(cpus[n.removesuffix(BASE)]), statistics.median(cpus[n])
+                print(f"{n.removesuffix(BASE)} worker CPU per event: {new:.2f} us, the "
+                      f"baseline's {old:.2f} us ({new / old:.2f}x)")
+                record(args.results, Result(
+                    "streams", f"{n.removesuffix(BASE)} worker CPU per event, {n_events:,} "
+                    "events (us)", f"baseline commit {old:.2f} us", f"{new:.2f} us", new,
+                    "<= 4 us", f"{new / old:.2f}x the baseline's; {quick}".strip("; ")))
 
-            async def run_replay(fold: str, store_settings: Settings, where: str
-                                 ) -> tuple[float, str, str]:
-                ar = Redis.from_url(s.redis_url, decode_responses=True)
-                store = key_store(store_settings)  # as the CLI: one key cache for both
-                rep = await replay(bootstrap=s.kafka_bootstrap, redis=ar,
-                                   keys=KeySpace(s.tenant, where), topic=topic,
-                                   switch=True, fold=fold,
-                                   pipeline=reader_pipeline(store_settings, store),
-                                   rows=row_cipher(store_settings, store))
-                await ar.aclose()
-                assert rep.equals_live, rep.different[:5]
-                compared = (f"{rep.equal} sessions equal to the previous generation, "
-                            f"{len(rep.not_comparable)} not comparable; seconds "
-                            + ", ".join(f"{k} {v:.1f}" for k, v in rep.phases.items()))
-                return rep.rate, rep.fold, compared
+            def run_replay(fold: str, checkout: str, key_dir: str, where: str
+                           ) -> dict[str, Any]:
+                """One replay in a process of its own (bench/replay_once.py), with this
+                checkout's interpreter or the baseline's (``checkout`` "@base")."""
+                renv = {**os.environ, "PYTHONPATH": str(BASELINE["dir"]) if checkout
+                        else os.getcwd()}
+                done = subprocess.run(
+                    [python_of(checkout), str(Path(__file__).parent / "replay_once.py"),
+                     topic, where, fold, key_dir], env=renv, capture_output=True, text=True,
+                    cwd=BASELINE["dir"] if checkout else None, check=False)
+                if done.returncode:
+                    raise SystemExit(f"replay{checkout} failed:\n{done.stderr[-3000:]}")
+                got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+                assert got["different"] == 0, got
+                return got
+
+            checkouts = ["", BASE] if BASELINE else [""]
             for fold in ([] if args.skip_replay else args.folds.split(",")):
+                rates: dict[str, dict[str, float]] = {c: {} for c in checkouts}
+                path = fold
+                cpu_of: dict[str, dict[str, float]] = {c: {} for c in checkouts}
                 # cold: a key store of its own, empty (every session's data keys are
                 # created); warm: a new store over the same keys (they exist, its
-                # cache is empty). Both replay into their own prefix: the warm one
-                # compares every session with the cold one's generation.
-                fresh = tempfile.mkdtemp(prefix="ssbench-keys-")
-                store_settings = dataclasses.replace(
-                    s, key_dir=Path(fresh), key_prefix=f"{prefix}-keys-{fold}")
-                rates = {}
+                # cache is empty). Each replays into its own prefix: the warm one
+                # compares every session with the cold one's generation. The two
+                # checkouts take turns.
+                fresh = {c: tempfile.mkdtemp(prefix="ssbench-keys-") for c in checkouts}
                 for temp in ("cold", "warm"):
-                    rrate, path, compared = asyncio.run(
-                        run_replay(fold, store_settings, f"{prefix}-replay-{fold}"))
-                    rates[temp] = rrate
-                    print(f"replay ({path} fold, one process, {temp} key store): "
-                          f"{rrate:,.0f} events/s  (ratio to raw {rrate / raw:.2f}; over "
-                          f"{n_events} events; target >= 100k/s over 1M; {compared})",
-                          flush=True)
+                    for c in checkouts:
+                        got = run_replay(fold, c, fresh[c],
+                                         f"{prefix}-replay-{fold}{c.replace('@', '-')}")
+                        rates[c][temp] = got["rate"]
+                        path = got["fold"] if not c else path
+                        cpu_of[c][temp] = got["cpu"] * 1e6 / got["events"]
+                        print(f"replay{c} ({got['fold']} fold, one process, {temp} key store):"
+                              f" {got['rate']:,.0f} events/s, {cpu_of[c][temp]:.1f} us CPU/"
+                              f"event (ratio to raw {got['rate'] / raw:.2f}; over {n_events}"
+                              f" events; {got['equal']} sessions equal to the previous "
+                              f"generation, {got['not_comparable']} not comparable; seconds "
+                              + ", ".join(f"{k} {v:.1f}" for k, v in got["phases"].items())
+                              + ")", flush=True)
+                for temp in ("cold", "warm"):
+                    rate = rates[""][temp]
+                    if BASELINE:
+                        old = rates[BASE][temp]
+                        baseline = f"baseline commit {old / 1000:,.0f} k/s"
+                        note = f"{rate / old:.2f}x the baseline's"
+                    else:
+                        baseline, note = f"raw consume {raw:,.0f}/s", ""
                     record(args.results, Result(
                         "streams", f"replay, {path} fold, {temp} key store, "
-                        f"{n_events:,} events (k events/s)",
-                        f"raw consume {raw:,.0f}/s", f"{rrate / raw:.2f}x raw",
-                        rrate / 1000, ">= 100 k/s", quick))
-                print(f"replay ({path} fold): cold / warm {rates['cold'] / rates['warm']:.2f}x "
-                      "(target >= 0.9x)")
+                        f"{n_events:,} events (k events/s)", baseline,
+                        f"{rate / 1000:,.0f} k/s, {cpu_of[''][temp]:.1f} us CPU/event",
+                        rate / 1000, ">= 150 k/s", "; ".join(filter(None, [note, quick]))))
+                print(f"replay ({path} fold): cold / warm "
+                      f"{rates['']['cold'] / rates['']['warm']:.2f}x (target >= 0.9x)")
                 record(args.results, Result(
                     "streams", f"replay, {path} fold, cold / warm key store",
-                    f"warm {rates['warm']:,.0f}/s", f"cold {rates['cold']:,.0f}/s",
-                    rates["cold"] / rates["warm"], ">= 0.9x", quick))
-                shutil.rmtree(fresh, ignore_errors=True)
+                    f"warm {rates['']['warm']:,.0f}/s", f"cold {rates['']['cold']:,.0f}/s",
+                    rates[""]["cold"] / rates[""]["warm"], ">= 0.9x", quick))
+                for d in fresh.values():
+                    shutil.rmtree(d, ignore_errors=True)
 
         for ei, engine in enumerate([] if args.replay_only or args.skip_latency
                                     else engines):

@@ -1,6 +1,6 @@
 """The benchmark set in one session, then one table of ratios (``make bench``).
 
-    PYTHONPATH=. python bench/run.py [--quick] [--only streams,producer,...]
+    PYTHONPATH=. python bench/run.py [--quick] [--only streams,producer,...] [--baseline DIR]
 
 Runs each bench below as its own process (its lines are printed as they come), each
 appending its result rows to one file, then prints ONE table: each measure, its baseline
@@ -11,8 +11,11 @@ box; its figures are marked quick (a short raw read measures start-up as much as
 reading). After each bench it prints what else used the machine meanwhile (the share of
 CPU time waiting on the disk or taken by the host, and Redis' background saves, which
 write its whole dataset beside the benches) and marks a bench over 10 % disturbed.
-Run by hand against the local servers, never by ``make test`` or CI: the figures
-depend on the machine and its load, which the header prints.
+``--baseline DIR`` (``make bench BASELINE=DIR``): a checkout of another commit, installed
+(``git worktree add DIR <commit> && make -C DIR install``); the streams bench runs that
+commit's worker and replays on the same topic, interleaved with this one's, and the
+table shows both. Run by hand against the local servers, never by ``make test`` or CI:
+the figures depend on the machine and its load, which the header prints.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="the sized-down set (< 5 min)")
     ap.add_argument("--only", help=f"comma-separated subset of {', '.join(BENCHES)}")
+    ap.add_argument("--baseline", help="a checkout of another commit, installed: the streams "
+                                       "bench runs its worker and replays beside this one's")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
@@ -131,7 +136,9 @@ def main() -> None:
         for name in names:
             full, quick = BENCHES[name]
             argv = [sys.executable, str(HERE / f"bench_{name}.py"),
-                    *(quick if args.quick else full), "--results", str(results)]
+                    *(quick if args.quick else full), "--results", str(results),
+                    *(["--baseline", args.baseline] if args.baseline and name == "streams"
+                      else [])]
             print(f"\n== {name}: {' '.join(argv[2:])}", flush=True)
             t0 = time.monotonic()
             watch = Disturbance()

@@ -100,7 +100,8 @@ def compact_file_cmd(file: Path, output: Path | None, budget: int, trigger: str,
 
 @click.group("compaction")
 def compaction_group() -> None:
-    """Inspect compaction attempts (the six questions of seed §4.10.1)."""
+    """Inspect compaction attempts: the six questions each one answers
+    (docs/compaction.md, "The six questions")."""
 
 
 @compaction_group.command("report")

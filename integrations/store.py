@@ -20,6 +20,8 @@ the :class:`SessionHandle` of a session id and does three things with it:
     each write's flush), so a process that never wrote the session reads the last
     ``N`` entries in one call, not the log. A view behind the log (a writer that keeps
     no views wrote meanwhile, e.g. the compaction agent) is rebuilt from the log.
+    ``handle.gather(name, gather, args)`` reads only the fields a walk over the view's
+    pointers needs (a LangGraph checkpoint and its channel values), in one call.
 ``handle.events()`` / ``handle.session()``
     The session's admitted events in seq order as every reader derives them (the fleet:
     read back from the log; content opened, a shredded part as its placeholder).
@@ -70,10 +72,11 @@ from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.events import Draft, Event, SurfaceOp
 from sessionstream.core.jsonl import dumps_line, read_jsonl
 from sessionstream.core.jsonvalue import JsonValue, canonical_dumps
+from sessionstream.core.privacy import unit_class
 from sessionstream.core.rows import INLINE_VIEW_CHUNK, SEALED_PREFIX
 from sessionstream.core.session import Session
 from sessionstream.governance.rows import RowCipher
-from sessionstream.integrations.views import InlineView, ViewSnapshot, ViewState
+from sessionstream.integrations.views import InlineView, ViewGather, ViewSnapshot, ViewState
 from sessionstream.producers.errors import (
     Fenced,
     LeaseExpired,
@@ -85,7 +88,16 @@ from sessionstream.producers.errors import (
 )
 from sessionstream.producers.lease import LeaseStore
 from sessionstream.producers.resume import read_log
-from sessionstream.producers.views import INSTALL, READ, ViewRead, ViewWrite, view_args, view_keys
+from sessionstream.producers.views import (
+    INSTALL,
+    READ,
+    Gathered,
+    ViewRead,
+    ViewWrite,
+    gather_script,
+    view_args,
+    view_keys,
+)
 from sessionstream.producers.writer import (
     NotHandedOver,
     SessionWriter,
@@ -163,6 +175,14 @@ class SessionHandle(ABC):
         #: The inline views' states, folded up to ``_folded`` events of the session.
         self._views: dict[str, ViewState] = {}
         self._folded = 0
+        #: Whether the handle keeps the data of the events it wrote once they are handed
+        #: on (the fleet keeps its writer's session between writes). False, for an adapter
+        #: that reads only through views: it keeps their envelopes, and forgets the data
+        #: of the ignorable events off the surface (``Session.forget_data``), so a long
+        #: session of plugin records costs a handle O(events) small, not its values;
+        #: ``events()`` and ``session()`` then read the log, and a plan sees the session's
+        #: state (turns, calls), not those events' data.
+        self.retain_events = True
 
     # -- reading ----------------------------------------------------------------------
     @abstractmethod
@@ -178,9 +198,16 @@ class SessionHandle(ABC):
         return bool(self.events())
 
     @abstractmethod
-    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
+    def view(self, name: str, last: int | None = None, *,
+             fields: bool = True) -> ViewSnapshot:
         """The inline view ``name`` (registered with the store): its last ``last``
-        entries (None: all) and its fields, as of the last durable write."""
+        entries (None: all) and its fields (``fields=False``: none), as of the last
+        durable write."""
+
+    @abstractmethod
+    def gather(self, name: str, gather: ViewGather, args: Sequence[str]) -> ViewSnapshot:
+        """The fields of view ``name`` that ``gather`` takes (given ``args``), opened, as
+        of the last durable write; no entries. One call on the fleet."""
 
     # -- writing ----------------------------------------------------------------------
     @abstractmethod
@@ -285,6 +312,13 @@ class SessionStore(ABC):
     @abstractmethod
     def _new_handle(self, session_id: str) -> SessionHandle: ...
 
+    def read_views(self, reads: Sequence[tuple[str, str, int | None]]) -> list[ViewSnapshot]:
+        """Several inline views at once, in order: each ``(session id, view name, last)``
+        read as :meth:`SessionHandle.view` reads it (the fleet: every view in one
+        pipelined round trip, a stale one then rebuilt from the log as ``view`` does) —
+        what a listing of many sessions, or a session with its shared state, reads."""
+        return [self.open(sid).view(name, last) for sid, name, last in reads]
+
     def close(self) -> None:
         """Flush every handle (and, on the fleet, give back what a write still holds)."""
         with self._lock:
@@ -324,11 +358,18 @@ class _LocalHandle(SessionHandle):
             s = self._session
             return Session.from_events(s.events, catalog=self.store.catalog) if s else None
 
-    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
+    def view(self, name: str, last: int | None = None, *,
+             fields: bool = True) -> ViewSnapshot:
         with self._lock:
             state = _view_of(self, name)
             seq = self._session.next_seq - 1 if self._session is not None else -1
-            return ViewSnapshot.of(state, seq, last)
+            return ViewSnapshot.of(state, seq, last, fields=fields)
+
+    def gather(self, name: str, gather: ViewGather, args: Sequence[str]) -> ViewSnapshot:
+        with self._lock:
+            state = _view_of(self, name)
+            seq = self._session.next_seq - 1 if self._session is not None else -1
+            return ViewSnapshot.gathered(state, seq, gather, args)
 
     def write(self, plan: Plan, *, durable: bool = True) -> list[Event]:
         with self._lock:
@@ -439,6 +480,11 @@ class _FleetHandle(SessionHandle):
         #: The (seq, event id) the stored inline views are at, as far as this handle
         #: knows: what the next settle expects to find (a view elsewhere is rebuilt).
         self._stored_at: tuple[int, str] = (-1, "")
+        #: The views whose state holds every field (folded from the whole log since a
+        #: view that keeps no fields last forgot them): a stale one is installed from it.
+        self._whole: set[str] = set()
+        #: The writer's session forgot event data (``retain_events`` False).
+        self._forgot = False
 
     def _held(self) -> SessionWriter | None:
         w = self._writer
@@ -453,8 +499,13 @@ class _FleetHandle(SessionHandle):
     def _drop(self) -> None:
         w, self._writer = self._writer, None
         self._views, self._folded = {}, 0
+        self._forgot = False
         if w is not None:
             w.abandon()
+
+    def _rebuild_views(self, events: Sequence[Event]) -> None:
+        super()._rebuild_views(events)
+        self._whole = set(self._views)
 
     def _take(self) -> SessionWriter:
         """The writer holding the session now, its session the current history."""
@@ -472,10 +523,14 @@ class _FleetHandle(SessionHandle):
             if w is None:
                 w = self._writer = SessionWriter.take(self.store.cfg, self.session_id,
                                                       catalog=self.store.catalog)
-                self._views, self._folded = {}, 0
+                self._views, self._folded, self._forgot = {}, 0, False
         except (*_CONFLICTS, SessionNotFound, WriterClosed) as exc:
             raise self._conflict(exc) from exc
         s = w.session
+        if self._forgot and self._views.keys() != self.store.views.keys():
+            # a view registered since: the session no longer holds what it must fold
+            self._rebuild_views(read_log(self.store.cfg, self.session_id).admitted)
+            self._folded = s.next_seq
         if self._folded != s.next_seq:  # new here, or others wrote since our last write
             if self._views:
                 self._fold_views(s, s.next_seq)
@@ -497,13 +552,25 @@ class _FleetHandle(SessionHandle):
             stale = release_durably(w, writes, timeout=cfg.flush_timeout_s)
         except _CONFLICTS as exc:
             raise self._conflict(exc) from exc
-        for state in self._views.values():
-            state.published()
         last = w.session.last_event
         assert last is not None
         self._stored_at = (last.seq, last.event_id)
         if stale:
-            self.store._install(self.session_id, last, {n: self._views[n] for n in stale})
+            views = self.store.views
+            whole = [n for n in stale if views[n].keeps_fields or n in self._whole]
+            if whole:
+                self.store._install(self.session_id, last, {n: self._views[n] for n in whole})
+            if len(whole) < len(stale):  # forgotten fields: rebuilt from the log
+                self.store._install_from_log(self.session_id,
+                                             [n for n in stale if n not in whole])
+        for name, state in self._views.items():
+            state.published()
+            if not self.store.views[name].keeps_fields:
+                state.fields.clear()
+                self._whole.discard(name)
+        if not self.retain_events:
+            w.session.forget_data(w.session.next_seq)
+            self._forgot = True
 
     def _view_write(self, s: Session, name: str) -> ViewWrite | None:
         """What changed in view ``name`` since it was stored, as one settle's write."""
@@ -526,8 +593,10 @@ class _FleetHandle(SessionHandle):
     def events(self) -> tuple[Event, ...]:
         with self._lock:
             w = self._writer
-            if w is not None and (w.held or self.store.handed_off_at(self.session_id)
-                                  == _end_of(w.session)):
+            if self._forgot and w is not None and w.held:
+                self._hand_on(w)  # its session forgot data: what it holds goes to the log
+            if w is not None and not self._forgot and (
+                    w.held or self.store.handed_off_at(self.session_id) == _end_of(w.session)):
                 return w.session.events  # ours is the history (nobody wrote since)
             if self.store.epoch(self.session_id) == 0:
                 return ()  # never leased: no events (and no partition scan)
@@ -536,7 +605,7 @@ class _FleetHandle(SessionHandle):
     def session(self) -> Session | None:
         with self._lock:
             w = self._held()
-            if w is not None:
+            if w is not None and not self._forgot:
                 return Session.from_events(w.session.events, catalog=self.store.catalog)
         return super().session()
 
@@ -573,12 +642,33 @@ class _FleetHandle(SessionHandle):
             if w is not None:
                 self._hand_on(w)
 
-    def view(self, name: str, last: int | None = None) -> ViewSnapshot:
+    def view(self, name: str, last: int | None = None, *,
+             fields: bool = True) -> ViewSnapshot:
         with self._lock:
-            w = self._held()
+            w = self._held_view(name)
             if w is not None:  # a write with durable=False holds it: ours is the view
-                return ViewSnapshot.of(_view_of(self, name), w.session.next_seq - 1, last)
-        return self.store._read_view(self.session_id, name, last)
+                return ViewSnapshot.of(_view_of(self, name), w.session.next_seq - 1, last,
+                                       fields=fields)
+        return self.store._read_view(self.session_id, name, last, fields)
+
+    def gather(self, name: str, gather: ViewGather, args: Sequence[str]) -> ViewSnapshot:
+        with self._lock:
+            w = self._held_view(name)
+            if w is not None:
+                return ViewSnapshot.gathered(_view_of(self, name), w.session.next_seq - 1,
+                                             gather, args)
+        return self.store._gather(self.session_id, name, gather, args)
+
+    def _held_view(self, name: str) -> SessionWriter | None:
+        """The writer if a write with durable=False holds the session and view ``name``
+        is read from its state; a view that keeps no fields is read from Redis, after
+        the held write is flushed."""
+        w = self._held()
+        view = self.store.views.get(name)
+        if w is not None and view is not None and not view.keeps_fields:
+            self._hand_on(w)
+            return None
+        return w
 
 
 class FleetStore(SessionStore):
@@ -600,6 +690,7 @@ class FleetStore(SessionStore):
         self._client: Any = None
         self._leases: LeaseStore | None = None
         self._scripts: dict[str, Any] = {}
+        self._gathers: dict[str, Any] = {}  # the registered gather scripts, by Lua body
         self._rows = RowCipher(cfg.cipher) if cfg.cipher is not None else None
 
     @classmethod
@@ -621,7 +712,13 @@ class FleetStore(SessionStore):
                                           self.cfg.redis_url)
                 self._scripts = {"read": self._client.register_script(READ),
                                  "install": self._client.register_script(INSTALL)}
+                self._gathers = {}
             return self._client
+
+    def redis(self) -> Any:
+        """The store's Redis client, for an adapter's own keys beside the sessions' (the
+        LangGraph saver's thread index): one connection pool per store."""
+        return self._redis()
 
     def epoch(self, session_id: str) -> int:
         """The session's lease epoch (0: no writer ever took it, so it has no events)."""
@@ -641,6 +738,23 @@ class FleetStore(SessionStore):
             return text
         return self._rows.seal(session_id, f"fv:{name}", f"fv:{name}:{field}", text)
 
+    def opens(self, session_id: str, name: str) -> bool:
+        """Whether this store opens the sealed content of view ``name`` of the session
+        now: False once the session's key is shredded (or the key store cannot say). An
+        adapter that keeps in memory a value it wrote asks before it serves it, as a read
+        of the view would (the content may have been deleted since)."""
+        rows = self._rows
+        if rows is None or not rows.cipher.enabled:
+            return True  # this store writes the view's content clear
+        cls = unit_class(f"fv:{name}")
+        if cls is None:
+            return True  # a class stored clear
+        try:
+            found = rows.cipher.store.lookup(rows.tenant, session_id, cls)
+        except SessionStreamError:
+            return False
+        return found.key is not None
+
     def _open(self, session_id: str, name: str, field: str, stored: str) -> str | None:
         """The clear text; None when it does not open here (sealed, and this store has no
         cipher or the key is shredded): the reader then takes the log's placeholders."""
@@ -658,7 +772,10 @@ class FleetStore(SessionStore):
         return out
 
     def _field(self, session_id: str, name: str, key: str, value: JsonValue) -> str:
-        return self._seal(session_id, name, f"f:{key}", canonical_dumps(value))
+        text = canonical_dumps(value)
+        if self.views[name].is_clear(key):
+            return text  # metadata a gather follows (InlineView.clear_fields)
+        return self._seal(session_id, name, f"f:{key}", text)
 
     def _install(self, session_id: str, last: Event, views: Mapping[str, ViewState]) -> None:
         """Write ``views`` whole (they were behind the log, or missing), if the session
@@ -674,25 +791,102 @@ class FleetStore(SessionStore):
             self._scripts["install"](keys=keys, args=[last.seq + 1, last.event_id,
                                                       *view_args([write])])
 
-    def _read_view(self, session_id: str, name: str, last: int | None) -> ViewSnapshot:
-        """One Redis call; a view behind the log is rebuilt from the log (and installed)."""
-        if name not in self.views:
+    def _registered(self, name: str) -> InlineView:
+        view = self.views.get(name)
+        if view is None:
             raise StoreError(f"no inline view {name!r} is registered with this store "
                              f"(registered: {sorted(self.views) or 'none'})")
+        return view
+
+    def _read_view(self, session_id: str, name: str, last: int | None,
+                   fields: bool = True) -> ViewSnapshot:
+        """One Redis call; a view behind the log is rebuilt from the log (and installed)."""
+        self._registered(name)
         self._redis()
+        raw = self._scripts["read"](**self._read_call(session_id, name, last, fields))
+        return self._resolve(session_id, name, last, fields, ViewRead.parse(raw))
+
+    def read_views(self, reads: Sequence[tuple[str, str, int | None]]) -> list[ViewSnapshot]:
+        out: list[ViewSnapshot | None] = [None] * len(reads)
+        todo = []
+        for i, (sid, name, last) in enumerate(reads):
+            self._registered(name)
+            handle = self._handles.get(sid)
+            if isinstance(handle, _FleetHandle) and handle._held() is not None:
+                out[i] = handle.view(name, last)  # a write with durable=False holds it
+            else:
+                todo.append(i)
+        if todo:
+            client = self._redis()
+            with client.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    self._scripts["read"](**self._read_call(*reads[i]), client=pipe)
+                raws = pipe.execute()
+            for i, raw in zip(todo, raws, strict=True):
+                sid, name, last = reads[i]
+                out[i] = self._resolve(sid, name, last, True, ViewRead.parse(raw))
+        return [snap for snap in out if snap is not None]
+
+    def _read_call(self, session_id: str, name: str, last: int | None,
+                   fields: bool = True) -> dict[str, Any]:
+        """The keys and arguments of one READ."""
         keys = self.cfg.keys
-        raw = self._scripts["read"](keys=[keys.lease(session_id),
-                                          keys.inline_view(session_id, name),
-                                          keys.inline_view_chunks(session_id, name)],
-                                    args=[-1 if last is None else last])
-        got = ViewRead.parse(raw)
+        return {"keys": [keys.lease(session_id), keys.inline_view(session_id, name),
+                         keys.inline_view_chunks(session_id, name)],
+                "args": [-1 if last is None else last, 1 if fields else 0]}
+
+    def _resolve(self, session_id: str, name: str, last: int | None, fields: bool,
+                 got: ViewRead) -> ViewSnapshot:
+        """The snapshot a READ found, or (stale, shredded, missing) the log's."""
         if got.fresh:
             snap = self._decode(session_id, name, got, last)
             if snap is not None:
                 return snap
         if got.handoff_next_seq <= 0 and got.seq is None and self.epoch(session_id) == 0:
             return ViewSnapshot(-1, 0, source="redis")  # no such session
-        return self._rebuild(session_id, name, last, got)
+        rebuilt = self._rebuild(session_id, name, got.handoff_next_seq, got.handoff_last_id)
+        if rebuilt is None:
+            return ViewSnapshot(-1, 0, source="log")
+        state, seq = rebuilt
+        return ViewSnapshot.of(state, seq, last, "log", fields=fields)
+
+    def _gather(self, session_id: str, name: str, gather: ViewGather,
+                args: Sequence[str]) -> ViewSnapshot:
+        """One Redis call (the gather's script); a view behind the log is rebuilt from
+        the log (and installed) and the gather taken from it."""
+        view = self._registered(name)
+        client = self._redis()
+        script = self._gathers.get(gather.lua)
+        if script is None:
+            script = self._gathers[gather.lua] = client.register_script(
+                gather_script(gather.lua))
+        keys = self.cfg.keys
+        head = keys.inline_view(session_id, name)
+        for _ in range(3):  # the view may move between the gather and its second read
+            got = Gathered.parse(script(keys=[keys.lease(session_id), head], args=list(args)))
+            if not got.fresh:
+                break
+            wanted = got.fetch_wanted(client, head)
+            if wanted is None:
+                continue
+            fields: dict[str, JsonValue] = {}
+            for k, stored in (*got.fields.items(), *wanted.items()):
+                text = stored if view.is_clear(k) else self._open(session_id, name,
+                                                                   f"f:{k}", stored)
+                if text is None:
+                    break  # a shredded key: the log's placeholders instead
+                fields[k] = json.loads(text)
+            else:
+                assert got.seq is not None
+                return ViewSnapshot(got.seq, got.count, (), fields, "redis")
+            break
+        if got.handoff_next_seq <= 0 and got.seq is None and self.epoch(session_id) == 0:
+            return ViewSnapshot(-1, 0, source="redis")  # no such session
+        rebuilt = self._rebuild(session_id, name, got.handoff_next_seq, got.handoff_last_id)
+        if rebuilt is None:
+            return ViewSnapshot(-1, 0, source="log")
+        state, seq = rebuilt
+        return ViewSnapshot.gathered(state, seq, gather, args, "log")
 
     def _decode(self, session_id: str, name: str, got: ViewRead,
                 last: int | None) -> ViewSnapshot | None:
@@ -713,17 +907,25 @@ class FleetStore(SessionStore):
         assert got.seq is not None
         return ViewSnapshot(got.seq, got.count, entries, fields, "redis")
 
-    def _rebuild(self, session_id: str, name: str, last: int | None,
-                 got: ViewRead) -> ViewSnapshot:
-        """The view from the log, installed if the hand-off has not moved since."""
+    def _rebuild(self, session_id: str, name: str, handoff_next_seq: int,
+                 handoff_last_id: str) -> tuple[ViewState, int] | None:
+        """The view from the log and its seq (None: no events), installed if the
+        hand-off read with it has not moved since."""
         events = read_log(self.cfg, session_id).admitted
         if not events:
-            return ViewSnapshot(-1, 0, source="log")
+            return None
         state = self.views[name].build(events)
-        if (got.handoff_next_seq == len(events)
-                and got.handoff_last_id == events[-1].event_id):
+        if handoff_next_seq == len(events) and handoff_last_id == events[-1].event_id:
             self._install(session_id, events[-1], {name: state})
-        return ViewSnapshot.of(state, events[-1].seq, last, "log")
+        return state, events[-1].seq
+
+    def _install_from_log(self, session_id: str, names: Sequence[str]) -> None:
+        """Rebuild ``names`` from the log and install them (if the session has not moved
+        on meanwhile): views a writer found stale and no longer holds whole."""
+        events = read_log(self.cfg, session_id).admitted
+        if events:
+            self._install(session_id, events[-1],
+                          {n: self.views[n].build(events) for n in names})
 
     def _new_handle(self, session_id: str) -> SessionHandle:
         return _FleetHandle(self, session_id)

@@ -15,14 +15,14 @@ sends only that, whatever the length of the session.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import JsonValue, thaw
 
-__all__ = ["InlineView", "ViewSnapshot", "ViewState"]
+__all__ = ["InlineView", "ViewGather", "ViewSnapshot", "ViewState"]
 
 
 class ViewState:
@@ -77,9 +77,10 @@ class ViewState:
         self._gone.discard(name)
 
     def delete(self, name: str) -> None:
-        if name in self.fields:
-            del self.fields[name]
-            self._gone.add(name)
+        """Delete field ``name`` (also one this state no longer holds in memory: a view
+        that keeps no fields, :attr:`InlineView.keeps_fields`)."""
+        self.fields.pop(name, None)
+        self._gone.add(name)
         self._dirty.discard(name)
 
     # -- what changed ---------------------------------------------------------------------
@@ -99,6 +100,21 @@ class InlineView(ABC):
 
     #: The view's name (a plugin namespace of its own: ``<framework>/<what>``).
     name: str
+    #: Prefixes of the field names whose values are metadata only (ids, versions,
+    #: names): stored in the clear, so that a :class:`ViewGather` can follow the pointers
+    #: they hold inside Redis. Every other field and every entry is sealed as content.
+    clear_fields: tuple[str, ...] = ()
+    #: Whether a writer keeps the view's field values in memory once they are stored.
+    #: False suits a view of many large fields read back by name, whose fold never reads
+    #: a field (it keeps what it needs in ``aux``): the fleet then forgets each value once
+    #: it is stored, so a handle holds the fold's bookkeeping, not the view; a view found
+    #: behind the log is rebuilt from the log, and a write held with ``durable=False`` is
+    #: flushed before the view is read.
+    keeps_fields: bool = True
+
+    def is_clear(self, field: str) -> bool:
+        """Is ``field`` stored in the clear (see :attr:`clear_fields`)?"""
+        return bool(self.clear_fields) and field.startswith(self.clear_fields)
 
     @abstractmethod
     def fold(self, state: ViewState, event: Event) -> None:
@@ -111,6 +127,23 @@ class InlineView(ABC):
             self.fold(state, event)
         state.published()
         return state
+
+
+@dataclass(frozen=True)
+class ViewGather:
+    """A read of the fields of a view that a walk over its pointers needs, in one call.
+
+    ``lua`` is the body of a Redis script (``producers.views.gather_script`` wraps it):
+    it calls ``take(name)`` for each field the read needs, which returns the stored
+    text (nil: no such field) — JSON for a clear field (``cjson.decode`` it to follow
+    what it names), sealed otherwise — and may read ``ARGV``. ``collect`` is the same
+    walk in Python, over ``get(name)`` returning the field's value (None: absent): the
+    read of a store in memory and of a view rebuilt from the log. The two must take the
+    same fields; the store returns exactly those (opened) in ``ViewSnapshot.fields``.
+    """
+
+    lua: str
+    collect: Callable[[Callable[[str], JsonValue | None], Sequence[str]], None]
 
 
 @dataclass(frozen=True)
@@ -128,9 +161,26 @@ class ViewSnapshot:
 
     @classmethod
     def of(cls, state: ViewState, seq: int, last: int | None,
-           source: str = "memory") -> ViewSnapshot:
+           source: str = "memory", *, fields: bool = True) -> ViewSnapshot:
         entries = state.entries if last is None else (
             state.entries[-last:] if last > 0 else [])
         # copies: what a caller does with what it read must not reach the state
         return cls(seq, len(state.entries), [thaw(e) for e in entries],
-                   {k: thaw(v) for k, v in state.fields.items()}, source)
+                   {k: thaw(v) for k, v in state.fields.items()} if fields else {}, source)
+
+    @classmethod
+    def gathered(cls, state: ViewState, seq: int, gather: ViewGather, args: Sequence[str],
+                 source: str = "memory") -> ViewSnapshot:
+        """The fields ``gather`` takes from ``state`` (copies), no entries."""
+        taken: dict[str, JsonValue] = {}
+
+        def get(name: str) -> JsonValue | None:
+            if name not in taken:
+                value = state.fields.get(name)
+                if value is None:
+                    return None
+                taken[name] = thaw(value)
+            return taken[name]
+
+        gather.collect(get, args)
+        return cls(seq, len(state.entries), (), taken, source)

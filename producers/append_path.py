@@ -31,7 +31,12 @@ from sessionstream.producers.attachments import AttachmentStore, spill_tool_resu
 from sessionstream.producers.errors import MessageTooLarge
 from sessionstream.producers.kafka import POLL_EVERY
 from sessionstream.producers.limits import ENVELOPE_OVERHEAD, size_bound
-from sessionstream.producers.native_append import NativeAppend, PythonAppend, select
+from sessionstream.producers.native_append import (
+    BatchProduce,
+    NativeAppend,
+    PythonAppend,
+    select,
+)
 
 #: An item of ``append_many``: a Draft or a ``(type, data)`` pair.
 Item = Draft | tuple[str, JsonValue]
@@ -262,14 +267,14 @@ class NativePath(ReferencePath):
         it: the record limit and this path's bookkeeping handed to the extension."""
         many, session, seal, key, limit = self._many, self.session, self._seal, self.key, \
             self.limit
-        records, mine, waiting = self.records, self.mine, self.waiting
 
         def run(produce: Any, poll: Any, topic: str, log: Any, sent: list[str],
                 since: int) -> tuple[Any, int]:
-            j, left, since = many(session, items, start, Draft, seal, produce, poll, topic,
-                                  log, sent, since, POLL_EVERY, key, limit, records, mine,
-                                  waiting)
-            return (j, left), since
+            out = many(session, items, start, BatchProduce(
+                draft=Draft, seal=seal, produce=produce, poll=poll, topic=topic, log=log,
+                sent=sent, since_poll=since, poll_every=POLL_EVERY, key=key, limit=limit,
+                records=self.records, mine=self.mine, waiting=self.waiting))
+            return (out.next, out.left), out.since_poll
 
         return run
 

@@ -14,8 +14,8 @@ others one walk of ``data`` checks, freezes and renders it and the core runs the
 (``Session.append_checked``); sealing is one more call. Whatever the extension
 declines (a rule that would fail, data that is not lossless JSON, an unusual field, a
 fork's inherited seed) takes the reference path before anything changed, so a
-rejection reads exactly as before: tests/unit/test_native_append.py holds both to the
-same events, bytes and errors.
+rejection reads exactly as before: tests/unit/test_native_append.py holds the two append
+paths (producers.append_path) to the same events, bytes and errors.
 
 Selected by ``WriterConfig.append`` (``Settings.append``, from the environment):
 ``auto`` (native when the extension is installed and the writer uses the default
@@ -26,12 +26,13 @@ single-object codec), ``native`` (required: an error says why it cannot serve),
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sessionstream.core import events as _events
 from sessionstream.core.catalog import F, Obj, Scope
-from sessionstream.core.events import FORMAT_VERSION, Draft, Event, SurfaceOp
+from sessionstream.core.events import FORMAT_VERSION, Event, SurfaceOp
 from sessionstream.core.jsonvalue import FrozenList, FrozenMap, JsonValue
 from sessionstream.core.privacy import sealing_plan
 from sessionstream.core.sealed import DataClass
@@ -42,6 +43,9 @@ from sessionstream.native import INSTALL_HINT, WHY_NOT
 from sessionstream.native import ext as _native
 from sessionstream.producers.errors import ProducerError
 from sessionstream.producers.limits import ENVELOPE_OVERHEAD
+
+if TYPE_CHECKING:
+    from sessionstream.native import ManyAppended
 
 APPEND_PATHS = ("auto", "native", "python")
 #: Nonce bytes handed to one native seal: 12 per data class.
@@ -88,6 +92,37 @@ def rules_for(session: Session, etype: str) -> tuple[Any, ...] | None:
             _obj_spec(t.schema))
 
 
+@dataclass(slots=True)
+class BatchProduce:
+    """What ``Appender.append_many`` takes from the writer's append path and its sender,
+    by name: the extension produces each record of a batch and does the path's
+    bookkeeping in these very lists (``records``, ``mine``, ``waiting``) and the
+    sender's (``sent``), as ``AppendPath.produce`` does for one record."""
+
+    #: the Draft class (an item of this type is a draft; else a ``(type, data)`` pair)
+    draft: type
+    #: what a record is sealed with (``NativeAppend.seal_args``; None: clear)
+    seal: tuple[Any, ...] | None
+    #: the sender's ``Producer.produce`` and ``poll``, its topic and delivery log
+    produce: Callable[..., Any]
+    poll: Callable[[float], Any]
+    topic: str
+    log: Any
+    #: the sender's ids produced (one per record)
+    sent: list[str]
+    #: records produced since the last poll; a poll every ``poll_every``
+    since_poll: int
+    poll_every: int
+    #: the record key (the session id) and the largest record, key included (bytes)
+    key: bytes
+    limit: int
+    #: the path's bookkeeping: event_id -> record, the events produced, the ids whose
+    #: acknowledgement is not taken in yet
+    records: dict[str, bytes]
+    mine: list[Event]
+    waiting: list[str]
+
+
 class NativeAppendUnavailable(ProducerError):
     """The append setting says native but the extension cannot serve this writer."""
 
@@ -115,9 +150,11 @@ class PythonAppend:
     #: What ``stamp`` seals with (None: clear content).
     seal_args: tuple[Any, ...] | None = None
     #: ``Appender.append_many`` (native/src/append.rs): ``stamp`` of a list of drafts
-    #: with each record handed straight to the producer (SessionWriter.append_many).
-    #: The reference has none: its batch is a loop of single appends.
-    append_many: Callable[..., tuple[int, tuple[Event, bytes | None] | None, int]] | None = None
+    #: with each record handed straight to the producer (SessionWriter.append_many),
+    #: what it needs named by a :class:`BatchProduce`. The reference has none: its
+    #: batch is a loop of single appends.
+    append_many: Callable[[Session, Sequence[Any], int, BatchProduce], ManyAppended] | None \
+        = None
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
         """The record of a stamped event: sealed as the cipher seals, encoded."""
@@ -153,8 +190,6 @@ class NativeAppend(PythonAppend):
         self.freeze = self._app.freeze  # type: ignore[method-assign]
         self.stamp = self._app.append
         self.append_many = self._app.append_many
-        #: The last (event, record) stamp wrote (record() hands it out once).
-        self._last: tuple[Event, bytes] | None = None
 
     def bind(self, limit: int) -> None:
         self._app.bind(_events.decoded_event, [SurfaceOp.NONE, SurfaceOp.APPEND,
@@ -187,10 +222,6 @@ class NativeAppend(PythonAppend):
         return key
 
     def record(self, event: Event, origin: tuple[str, str] | None = None) -> bytes:
-        last = self._last
-        if last is not None and last[0] is event:
-            self._last = None
-            return last[1]
         app = self._app
         value: bytes | None
         if not self._seals or event.sealed:
@@ -211,8 +242,8 @@ def why_not(encode: Callable[[Event], bytes]) -> str | None:
     """Why the native append path cannot serve a writer encoding with ``encode``."""
     from sessionstream.core import codec
 
-    if _native is None or not hasattr(getattr(_native, "Appender", None), "append"):
-        return WHY_NOT or "the native extension has no Appender (an older build)"
+    if _native is None:
+        return WHY_NOT or "the native extension is not available"
     if encode is not codec.encode:
         return "the writer uses another codec (e.g. the confluent wire)"
     files = codec.schema_files()
@@ -245,25 +276,5 @@ def select(setting: str, encode: Callable[[Event], bytes], cipher: ContentCipher
     return PythonAppend(encode, cipher)
 
 
-def append(path: PythonAppend, session: Session, draft: Draft) -> Event:
-    """Check, stamp and add ``draft`` to ``session`` through ``path`` (no size check:
-    the writer checks the size in between, see SessionWriter.append); the clear record
-    ``stamp`` wrote is what ``path.record(event)`` returns next."""
-    stamp = path.stamp
-    if stamp is not None:
-        done = stamp(session, draft.type, draft.data, draft.surface_op,
-                     draft.source_event_seqs, draft.turn_id, draft.step_id, True,
-                     path.seal_args)
-        if done is not None:
-            event, value = done
-            if value is not None and isinstance(path, NativeAppend):
-                path._last = (event, value)
-            return event
-    prepared = path.freeze(draft.data)
-    if prepared is None:
-        return session.append(draft)
-    return session.append_checked(draft, prepared[0], prepared[1])
-
-
-__all__ = ["APPEND_PATHS", "STATEFUL_TYPES", "NativeAppend", "NativeAppendUnavailable",
-           "PythonAppend", "append", "rules_for", "select", "why_not"]
+__all__ = ["APPEND_PATHS", "STATEFUL_TYPES", "BatchProduce", "NativeAppend",
+           "NativeAppendUnavailable", "PythonAppend", "rules_for", "select", "why_not"]

@@ -10,6 +10,9 @@ partition is scanned (the partition follows from the key hash).
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +65,7 @@ class NativeDecoder:
 
     @staticmethod
     def available() -> bool:
-        return _native is not None and hasattr(_native, "Decoder")
+        return _native is not None
 
     def __call__(self, records: Sequence[Record]) -> list[Decoded]:
         tuples = self._native.decode([r.value for r in records])
@@ -200,6 +203,86 @@ def _consumer(bootstrap: str, config: dict[str, Any] | None = None,
     return Consumer(consumer_config(bootstrap, private_group("readback"), extra))
 
 
+class _Route:
+    """The error_cb of a pooled consumer: reports go to the read using it now."""
+
+    __slots__ = ("target",)
+
+    def __init__(self) -> None:
+        self.target: _Down | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        target = self.target
+        if target is not None:
+            target(err)
+
+
+class ConsumerPool:
+    """Read-back consumers kept per process between reads (assign() only: no group, no
+    commits, so one serves any read). A writer that takes a session over reads a few
+    records (a catch-up, a proof): creating and connecting a consumer for each read cost
+    more than the read. A consumer goes back unassigned; one whose read failed is closed
+    instead. Reset in a fork()ed child (a consumer's threads do not survive a fork)."""
+
+    #: Idle consumers kept per configuration.
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[Any, ...], list[tuple[Consumer, _Route]]] = {}
+        self._pid = os.getpid()
+        #: A fork()ed child's inherited consumers: kept, never used nor closed (their
+        #: librdkafka threads did not survive the fork; destroying them would crash).
+        self._inherited: list[Any] = []
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._inherited.append(self._idle)
+        self._idle, self._pid = {}, os.getpid()
+        self._lock = threading.Lock()
+
+    def take(self, bootstrap: str, config: dict[str, Any],
+             down: _Down) -> tuple[tuple[Any, ...], Consumer, _Route]:
+        key = (bootstrap, tuple(sorted((k, str(v)) for k, v in config.items())))
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                consumer, route = idle.pop()
+                route.target = down
+                return key, consumer, route
+        route = _Route()
+        route.target = down
+        return key, _consumer(bootstrap, {**config, "error_cb": route}), route
+
+    def give(self, key: tuple[Any, ...], consumer: Consumer, route: _Route,
+             ok: bool) -> None:
+        route.target = None
+        if ok:
+            try:
+                consumer.unassign()
+            except KafkaException:
+                ok = False
+        if ok:
+            with self._lock:
+                idle = self._idle.setdefault(key, [])
+                if self._pid == os.getpid() and len(idle) < self.KEEP:
+                    idle.append((consumer, route))
+                    return
+        consumer.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for consumers in idle.values():
+            for consumer, _ in consumers:
+                consumer.close()
+
+
+#: The process's read-back consumers.
+CONSUMERS = ConsumerPool()
+atexit.register(CONSUMERS.close)
+
+
 def partition_count(consumer: Consumer, topic: str, timeout: float = 10.0,
                     down: _Down | None = None, bootstrap: str = "") -> int:
     """The topic's partition count; with ``down``, fails fast when every broker is down."""
@@ -255,8 +338,10 @@ def scan_session(
     key = session_id.encode()
     down = _Down()
     t0 = time.monotonic()
-    consumer = _consumer(bootstrap, {**(SEEKING if ranges is not None else {}),
-                                     **(consumer_config or {})}, down)
+    slot, consumer, route = CONSUMERS.take(
+        bootstrap, {**(SEEKING if ranges is not None else {}), **(consumer_config or {})},
+        down)
+    ok = False
     try:
         if partition is None:
             partition = partition_for(
@@ -298,9 +383,10 @@ def scan_session(
         for first, stop in spans:
             _read_span(consumer, scan, key, session_id, first, stop, timeout,
                        down, bootstrap, t0)
+        ok = True
         return scan
     finally:
-        consumer.close()
+        CONSUMERS.give(slot, consumer, route, ok)
 
 
 def _clip(ranges: Sequence[tuple[int | None, int | None]], low: int,
@@ -352,6 +438,8 @@ def _read_span(consumer: Consumer, scan: Scan, key: bytes, session_id: str, firs
                 )
             off = msg.offset()
             assert off is not None  # a fetched record always has an offset
+            if off < position:
+                continue  # fetched for an earlier assignment of a pooled consumer
             if off >= stop:
                 position = stop
                 break

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 import uuid
@@ -115,6 +116,8 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
+# A fork()ed child holds none of its parent's leases: its exit must not release them.
+os.register_at_fork(after_in_child=_HOLDING.clear)
 
 
 def flush_durably(w: Any, *, attempts: int = 3, timeout: float = 30.0) -> None:

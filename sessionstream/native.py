@@ -2,44 +2,48 @@
 ``native/``, built into the wheel by ``pip install``): the only module that imports it.
 
 ``ext`` is the extension module, or None when it cannot be imported; ``WHY_NOT`` then says
-why and how to fix it, once for every caller. The writer's append path, the readers'
-decoder, the fold, the sink's packer and replay take the members they use from ``ext``
-through :func:`member`, so a build without one of them falls back as a whole.
+why and how to fix it, once for every caller. What crosses the boundary is typed by the
+stub beside it (``sessionstream/_native.pyi``: named result types, no positional
+tuples), which the type checker reads for every use of ``ext``; the extension is built
+from the same tree, so every member the stub names is there when ``ext`` is.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the named types of the boundary, for annotations (_native.pyi)
+    from sessionstream._native import (  # noqa: F401  (names callers annotate with)
+        Appender,
+        Folder,
+        FoldOut,
+        ManyAppended,
+    )
 
 INSTALL_HINT = ("reinstall sessionstream where Rust's cargo is on PATH (`pip install "
                 "--force-reinstall sessionstream`, or `make install` in a checkout)")
 
-ext: Any  # the extension module (untyped: compiled), or None
 WHY_NOT: str | None
 try:
-    import sessionstream._native as _ext
+    import sessionstream._native as ext  # typed by _native.pyi
 except ImportError as exc:  # pragma: no cover - depends on the install
-    ext = None
+    # None at run time; typed as the extension, so every caller checks available()
+    # (or ``ext is not None``) before it touches a member
+    ext = None  # type: ignore[assignment]
     WHY_NOT = (f"the native extension sessionstream._native cannot be imported ({exc}); "
                f"{INSTALL_HINT}")
 else:
-    ext, WHY_NOT = _ext, None
+    WHY_NOT = None
     # The extension draws event ids from a buffer of random bytes: a forked child must
     # not reuse its parent's (as events.uuid4_ids drops its pieces).
-    if hasattr(getattr(_ext, "Appender", None), "after_fork"):
-        os.register_at_fork(after_in_child=_ext.Appender.after_fork)
+    os.register_at_fork(after_in_child=ext.Appender.after_fork)
 
 
 def available() -> bool:
     """Whether the extension is importable."""
     return ext is not None
-
-
-def member(name: str) -> Any:
-    """The extension's ``name`` (a class or function), or None without it."""
-    return getattr(ext, name, None) if ext is not None else None
 
 
 _warned: set[str] = set()
@@ -55,4 +59,4 @@ def warn_fallback(log: logging.Logger, what: str, reason: str | None) -> None:
                 reason or WHY_NOT or "the native path cannot serve this configuration")
 
 
-__all__ = ["INSTALL_HINT", "WHY_NOT", "available", "ext", "member", "warn_fallback"]
+__all__ = ["INSTALL_HINT", "WHY_NOT", "available", "ext", "warn_fallback"]

@@ -4,15 +4,15 @@ After an assignment the worker schedules its partitions (:meth:`Convergence.sche
 between batches it runs bounded steps (:meth:`Convergence.step`): read the next sessions
 of the index, find those whose stored unit versions differ from the code's, rebuild the
 stale units from the log and write them. Sessions with new events are rebuilt when
-their cursor loads anyway. A step runs under the processor's lock, on its cache
-(:class:`ConvergenceHost`, implemented by :class:`streams.processor.Processor`).
+their cursor loads anyway. A step runs under the batch cycle's lock, on the reference
+fold's cache (:class:`Rebuilder`; :meth:`streams.processor.Processor.converge_step`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from sessionstream.core.rows import MetaFields, SessionRow
@@ -22,16 +22,11 @@ from sessionstream.streams.session_row import CachedSession, SessionRowCodec
 log = logging.getLogger("sessionstream.streams")
 
 
-class ConvergenceHost(Protocol):
-    """What a convergence step needs of the processor whose cache it shares."""
+class Rebuilder(Protocol):
+    """What a convergence step uses of the reference fold (:class:`streams.fold_python.
+    PythonFolder`), whose cache it shares."""
 
-    sink: Sink
-    group: str
     codec: SessionRowCodec
-
-    async def current_generation(self) -> int: ...
-
-    def is_cached(self, session_id: str) -> bool: ...
 
     async def rebuild(self, cur: CachedSession, topic: str) -> CachedSession: ...
 
@@ -62,13 +57,14 @@ class Convergence:
     def active(self) -> bool:
         return self.topic is not None and bool(self.partitions)
 
-    async def step(self, host: ConvergenceHost, limit: int, concurrency: int) -> int:
-        """Check the next ``limit`` sessions; rebuild and write the stale ones (at most
-        ``concurrency`` log read-backs at once). Returns the number rebuilt."""
+    async def step(self, sink: Sink, gen: int, group: str, host: Rebuilder,
+                   held: Callable[[str], bool], limit: int, concurrency: int) -> int:
+        """Check the next ``limit`` sessions of generation ``gen``; rebuild and write the
+        stale ones that the fold does not hold (``held``), at most ``concurrency`` log
+        read-backs at once. Returns the number rebuilt."""
         topic = self.topic
         assert topic is not None
-        gen = await host.current_generation()
-        ids = await host.sink.session_ids(gen, self.next, limit)
+        ids = await sink.session_ids(gen, self.next, limit)
         if not ids:
             log.info("state_version convergence done: %d sessions checked, %d rebuilt",
                      self.checked, self.rebuilt)
@@ -77,13 +73,12 @@ class Convergence:
         self.next += len(ids)
         codec = host.codec
         fields = [SessionRow.META, *(SessionRow.state_version(u.key) for u in codec.units)]
-        rows = await host.sink.load_fields(gen, [s for s in ids if not host.is_cached(s)],
-                                           fields)
+        rows = await sink.load_fields(gen, [s for s in ids if not held(s)], fields)
         stale = [sid for sid, row in rows.items() if self._ours(row) and codec.is_stale(row)]
         self.checked += len(ids)
         if not stale:
             return 0
-        loaded = await host.sink.load(gen, stale)
+        loaded = await sink.load(gen, stale)
         sem = asyncio.Semaphore(concurrency)
 
         async def rebuild(sid: str) -> CachedSession | None:
@@ -95,7 +90,7 @@ class Convergence:
 
         cursors = [c for c in await asyncio.gather(*(rebuild(s) for s in stale)) if c]
         folded = [r for c in cursors if (r := host.fold_pending(c)) is not None]
-        outcomes = await host.sink.write_sessions(gen, [w for _, w in folded])
+        outcomes = await sink.write_sessions(gen, [w for _, w in folded])
         writes = []
         for (new, write), outcome in zip(folded, outcomes, strict=True):
             if outcome.status == "applied":
@@ -103,7 +98,7 @@ class Convergence:
                 writes.append(write)
             else:  # moved meanwhile: its next batch loads and rebuilds it
                 host.drop(write.session_id)
-        await host.sink.write_tenant(gen, writes, host.group, {})
+        await sink.write_tenant(gen, writes, group, {})
         self.rebuilt += len(writes)
         log.info("state_version convergence: %d sessions checked, %d rebuilt so far",
                  self.checked, self.rebuilt)

@@ -1,4 +1,4 @@
-"""The kafka engine: a confluent-kafka consumer-group loop driving the same Processor.
+"""The kafka engine: a confluent-kafka consumer-group loop driving a batch cycle.
 
 Run: ``sessionstream worker --engine kafka`` (or ``python -m streams.engine_kafka``).
 Why it exists: faust's own per-event machinery caps a worker at ~1–2k events/s
@@ -13,9 +13,10 @@ processor. Same guarantees as the faust worker:
   unit ``state_version`` was bumped are rebuilt in bounded steps between batches;
 - a processor bug ends the process (status 70) before the batch is committed.
 
-The fold setting (``Settings.fold``: auto | native | python) picks the fold:
-``streams.native_fold.NativeFold`` (the Rust extension; the default when it is
-installed) or the Python processor; both keep the guarantees above.
+The fold setting (``Settings.fold``: auto | native | python) picks the folder the batch
+cycle drives (``streams.processor.folder_for``): the Rust extension (the default when it
+is installed) or the Python reference; both keep the guarantees above. The loop folds a
+batch while the previous one's write is in flight (ADR 0014).
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from sessionstream.core.errors import SchemaUnavailable
 from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Env, Settings
 from sessionstream.producers.kafka_clients import KafkaClients
-from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams.cycle import BatchCycle, InFlight
 from sessionstream.streams.errors import TopicMissing
-from sessionstream.streams.native_flush import InFlight
-from sessionstream.streams.native_fold import NativeFold, NativeUnavailable, live_driver
-from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.fold import MessageBatch
+from sessionstream.streams.fold_native import NativeUnavailable
+from sessionstream.streams.ports import BatchReport
 from sessionstream.streams.trace import StageTrace
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ from sessionstream.streams.worker import (
     process_retrying,
 )
 
-#: The extension reads a batch's messages in one pass (streams.batch); None without it.
-_scan = native.member("scan_messages")
+#: The extension reads a batch's messages in one pass (streams.fold); None without it.
+_scan = native.ext.scan_messages if native.available() else None
 
 log = logging.getLogger("sessionstream.streams.worker")
 
@@ -74,12 +75,11 @@ GC_THRESHOLD = 20_000
 class KafkaEngine:
     """One consumer of the worker's group; ``run()`` until ``stop()``."""
 
-    def __init__(self, cfg: WorkerConfig, processor: Processor) -> None:
+    def __init__(self, cfg: WorkerConfig, processor: BatchCycle) -> None:
         self.cfg = cfg
+        #: The batch cycle (built for the fold setting: NativeUnavailable for
+        #: fold=native without the extension, raised where it is built)
         self.processor = processor
-        #: What folds each batch: the native fold or the processor itself (both have
-        #: process() and forget()); raises NativeUnavailable for fold=native without it.
-        self.driver: NativeFold | Processor = live_driver(processor, cfg.settings.fold)
         self._stop = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics: WorkerMetrics | None = None  # set when a metrics port is configured
@@ -214,7 +214,7 @@ class KafkaEngine:
                     await self._drain(flight)
                     flight = None
                     parts, self._rebalanced = self._rebalanced, []
-                    self.driver.forget(parts)
+                    self.processor.forget(parts)
                     records = self._assigned_only(records)
                 if records:
                     if self.trace is not None:
@@ -246,11 +246,13 @@ class KafkaEngine:
 
     def _records(self, msgs: list[Message]) -> Sequence[Record]:
         """The batch's records: with the extension, the messages themselves (a Record
-        is built only for one Python reads: streams.batch); errors are logged or raised."""
+        is built only for one Python reads: streams.fold); errors are logged or raised."""
         if _scan is not None:
             good, errors, high, first = _scan(msgs)
             for i in errors:
-                self._consumer_error(msgs[i].error())
+                err = msgs[i].error()
+                if err is not None:  # the scan says so
+                    self._consumer_error(err)
             kept = msgs if not errors else [msgs[i] for i in good]
             return MessageBatch(kept, high, first)
         out = []
@@ -293,9 +295,9 @@ class KafkaEngine:
 
     @property
     def overlaps(self) -> bool:
-        """Whether a batch is folded while the previous one's write is in flight (the
-        native fold; not while stage times are traced, which follow one batch)."""
-        return isinstance(self.driver, NativeFold) and self.trace is None
+        """Whether a batch is folded while the previous one's write is in flight (not
+        while stage times are traced, which follow one batch)."""
+        return self.trace is None
 
     async def _process(self, records: Sequence[Record], flight: InFlight | None
                        ) -> InFlight | None:
@@ -305,15 +307,15 @@ class KafkaEngine:
         retried = self.metrics.schema_retries.inc if self.metrics is not None else None
         try:
             if self.overlaps:
-                assert isinstance(self.driver, NativeFold)
                 try:
-                    previous, current = await self.driver.pipelined(records, flight)
+                    previous, current = await self.processor.pipelined(records, flight)
                 except SchemaUnavailable:
                     # the registry is down: finish the one in flight, then retry this
                     # batch on its own as the sequential path does
                     if flight is not None:
                         await self._drain(flight)
-                    report = await process_retrying(self.driver, records, on_retry=retried)
+                    report = await process_retrying(self.processor, records,
+                                                    on_retry=retried)
                     self._done(records, report, began)
                     return None
                 if flight is not None and previous is not None:
@@ -323,7 +325,7 @@ class KafkaEngine:
                     return None
                 self._began[current] = began
                 return current
-            report = await process_retrying(self.driver, records, on_retry=retried)
+            report = await process_retrying(self.processor, records, on_retry=retried)
         except SchemaUnavailable as exc:
             log.critical("the schema registry stayed unavailable (%s); exiting before the "
                          "batch is acknowledged, a restart re-reads it", exc)
@@ -339,9 +341,8 @@ class KafkaEngine:
         """Finish the batch in flight (if any) and commit it."""
         if flight is None:
             return
-        assert isinstance(self.driver, NativeFold)
         try:
-            report = await self.driver.complete(flight)
+            report = await self.processor.complete(flight)
         except Exception:
             log.critical("projection processor failed; exiting so the batch is re-read:\n%s",
                          traceback.format_exc())
@@ -374,11 +375,12 @@ class KafkaEngine:
 
 async def _main(cfg: WorkerConfig) -> None:
     try:
-        engine = KafkaEngine(cfg, build_processor(cfg))
+        proc = build_processor(cfg, fold=cfg.settings.fold)
     except NativeUnavailable as exc:
         log.critical("%s", exc)
         sys.exit(EXIT_CONFIG)
-    log.info("fold: %s", "native" if isinstance(engine.driver, NativeFold) else "python")
+    engine = KafkaEngine(cfg, proc)
+    log.info("fold: %s", proc.folder.name)
     # What start-up built (modules, the registry, clients) lives to the end: out of the
     # collector's passes; the batches' garbage is collected less often, in larger passes.
     gc.collect()
@@ -394,9 +396,9 @@ async def _main(cfg: WorkerConfig) -> None:
         from sessionstream.streams.metrics import WorkerMetrics, observe_sink, start_server
 
         engine.metrics = WorkerMetrics(cfg.settings.tenant)
-        observe_sink(engine.metrics, engine.processor.sink)
-        engine.lag_probe = probe_from_settings(cfg.settings, engine.processor.sink,
-                                               engine.processor.pipeline, cfg.topic, cfg.group)
+        observe_sink(engine.metrics, proc.sink)
+        engine.lag_probe = probe_from_settings(cfg.settings, proc.sink, proc.pipeline,
+                                               cfg.topic, cfg.group)
         runner = await start_server(engine.metrics, port, engine.ready)
         log.info("metrics on :%d (/metrics, /healthz, /readyz)", port)
     try:

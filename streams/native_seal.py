@@ -4,8 +4,8 @@ Content-bearing row fields are sealed in Redis as the codec seals them (ADR 0011
 extension with the governance row cipher (byte-compatible, the Python codec opens them),
 else field by field through the codec's sealer. With ``keep_digests`` (replay) each
 sealed field's digest is kept once its write applied, so replay's compare opens only the
-live row (ADR 0015). :class:`RowSealer` is that half of :class:`~sessionstream.streams.
-native_fold.NativeFold`.
+live row (ADR 0015). :class:`WriteSealer` does it for
+:class:`~sessionstream.streams.fold_native.NativeFolder`.
 
 Sealed content in the log is opened in the extension when the pipeline's opener is the
 governance one (:class:`~sessionstream.governance.opener.SealedContentOpener`): the key
@@ -20,18 +20,18 @@ still answer it (a missing key is asked again each batch).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sessionstream.core.errors import ContentKeyShredded
 from sessionstream.core.jsonvalue import canonical_dumps
 from sessionstream.core.privacy import DataClass, KeyState, unit_class
 from sessionstream.core.rows import SEALED_PREFIX, SessionRow
 from sessionstream.native import ext as _native  # absent: the Python fold
 from sessionstream.streams.ports import SessionWrite
 
-#: Sealing with the digests replay keeps (an older build: hashed in Python instead).
-_digested_seal = getattr(_native, "seal_row_digested", None)
-#: Sessions whose sealed fields' digests a replay keeps (``NativeFold.keep_digests``);
+#: Sessions whose sealed fields' digests a replay keeps (``Folder.keep_digests``);
 #: past it the compare opens both rows of the others (ADR 0015).
 DIGEST_SESSIONS = 200_000
 #: How a sealed row field value starts (sessionstream.governance.rows.PREFIX) and how
@@ -40,7 +40,7 @@ SEALED_REF = SEALED_PREFIX + "sha1:"
 _CLASSES = {c.value: c for c in DataClass}
 
 
-class RowSealer:
+class WriteSealer:
     """Seals a session write's content-bearing fields in place, with the codec's row
     sealer ``rows`` (None: rows are stored clear), and keeps their digests for replay."""
 
@@ -60,6 +60,9 @@ class RowSealer:
         self.digests: dict[str, dict[str, tuple[str, bytes]]] = {}
         #: the digests of writes not yet applied, per session (``digested`` keeps them)
         self.pending: dict[str, dict[str, tuple[str, bytes]]] = {}
+        #: per session, its row keys by class value, until when (the store's clock) and
+        #: from which store generation they may be used without asking it again
+        self.keys: dict[str, tuple[dict[str, bytes | None], float, int]] = {}
 
     def prefetch_keys(self, sids: list[str]) -> None:
         """Look up (or create) the row keys of ``sids`` into the key store's cache, in
@@ -73,9 +76,10 @@ class RowSealer:
         ``keep_digests``, their digests noted until the write applies)."""
         fields = w.fields
         assert isinstance(fields, dict)
-        if self.keep_digests and self.row_cipher is not None and _digested_seal is not None:
+        if self.keep_digests and self.row_cipher is not None:
             # sealed and hashed in the extension, without the GIL (ADR 0015)
-            got = self._seal_native(w.session_id, fields, _digested_seal)
+            assert _native is not None  # a row cipher is kept only with the extension
+            got = self._seal_native(w.session_id, fields, _native.seal_row_digested)
             if w.session_id in self.digests or len(self.digests) < DIGEST_SESSIONS:
                 self.pending[w.session_id] = {name: (SEALED_REF + sha, digest)
                                               for name, sha, digest in got}
@@ -113,11 +117,38 @@ class RowSealer:
     def _seal_native(self, sid: str, fields: dict[str, str], seal: Any) -> Any:
         """``fields`` sealed in place by the extension with the governance row cipher
         (``seal``: ``seal_row`` or ``seal_row_digested``); what ``seal`` returns."""
-        row_key, classes = self.row_cipher.row_key, _CLASSES
+        return seal(self.row_cipher.tenant, sid, fields, self._unit_classes,
+                    self._keys_of(sid))
 
-        def key_of(cls: str) -> bytes | None:
-            return row_key(sid, classes[cls])
-        return seal(self.row_cipher.tenant, sid, fields, self._unit_classes, key_of)
+    def _keys_of(self, sid: str) -> Callable[[str], bytes | None]:
+        """The session's row keys by class value, as a dict's ``get`` (the extension
+        asks it per class without a Python frame), kept while the key store would give
+        the same answers (``KeyStore.data_key_until``: a shred reaches them when it
+        reaches the store; a store without that answer is asked per write)."""
+        cipher = self.row_cipher
+        store = cipher.cipher.store
+        hit = self.keys.get(sid)
+        if hit is not None and hit[2] == store.generation and store.monotonic() < hit[1]:
+            return hit[0].get
+        generation = store.generation
+        until = getattr(store, "data_key_until", None)
+        keys: dict[str, bytes | None] = {}
+        good = math.inf
+        for cls in self._row_classes:
+            if not cipher.cipher.enabled:
+                keys[cls.value] = None  # rows stored clear
+            elif until is None:
+                keys[cls.value] = cipher.row_key(sid, cls)
+                good = -math.inf  # no freshness answer: asked again at the next write
+            else:
+                try:
+                    keys[cls.value], fresh = until(cipher.tenant, sid, cls)
+                except ContentKeyShredded:  # stored clear (governance.rows); asked again
+                    keys[cls.value], fresh = None, -math.inf
+                good = min(good, fresh)
+        if good > -math.inf:
+            self.keys[sid] = (keys, good, generation)
+        return keys.get
 
     def seal(self, sid: str, fields: dict[str, str]) -> None:
         """Content-bearing fields are sealed in Redis, as the codec does: in the
@@ -181,7 +212,7 @@ def _cipher_of(opener: Any) -> Any:
 def _row_cipher_of(rows: Any) -> Any:
     """The codec's sealer when it is the governance row cipher (whose format the
     extension writes), else None."""
-    if rows is None or not hasattr(_native, "seal_row"):
+    if rows is None or _native is None:
         return None
     try:
         from sessionstream.governance.rows import RowCipher
@@ -232,5 +263,5 @@ def _placeholder(cipher: Any) -> Any:
     return placeholder
 
 
-__all__ = ["DIGEST_SESSIONS", "SEALED_REF", "RowSealer", "field_digest", "key_epoch",
+__all__ = ["DIGEST_SESSIONS", "SEALED_REF", "WriteSealer", "field_digest", "key_epoch",
            "key_lookup", "opener_args", "sealed_ref", "unit_of"]

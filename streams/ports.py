@@ -9,7 +9,7 @@ Redis and Kafka ones.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sessionstream.core.pipeline import DeadLetterReason, Record
@@ -62,6 +62,23 @@ class BatchOutcome:
     outcomes: tuple[WriteOutcome, ...] = ()
     #: the progress was written (no session conflicted)
     progress_written: bool = False
+
+
+@dataclass
+class BatchReport:
+    """What one batch did (the engines log it and count it in their metrics)."""
+
+    records: int = 0
+    skipped: int = 0  # at or below partition progress or a session's as_of_offset
+    sessions_written: int = 0
+    sessions_noop: int = 0
+    conflicts: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    #: Admission verdicts other than ``admitted`` of the records written this batch
+    #: (``duplicate``, ``stale_epoch``, ...), counted once per applied write.
+    verdicts: dict[str, int] = field(default_factory=dict)
+    rebuilt: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class BatchSink(Protocol):

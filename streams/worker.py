@@ -29,7 +29,8 @@ from sessionstream.governance.wiring import key_store, reader_pipeline, row_ciph
 from sessionstream.streams import membership
 from sessionstream.streams.errors import TopicMissing
 from sessionstream.streams.kafka_io import KafkaDeadLetters, KafkaLogReader, missing_topics
-from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.ports import BatchReport
+from sessionstream.streams.processor import Processor
 from sessionstream.streams.sink import RedisSink, Retry
 
 #: Exit status when the processor meets a bug: nothing of the batch is acknowledged.
@@ -98,7 +99,10 @@ def build_sink(cfg: WorkerConfig) -> RedisSink:
                      retry=Retry(attempts=None))
 
 
-def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Processor:
+def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None, *,
+                    fold: str = "python") -> Processor:
+    """The worker's processor; ``fold``: the fold setting (the kafka engine passes the
+    settings'; the faust engine folds in Python)."""
     store = key_store(cfg.settings)  # one key cache for opening events and sealing rows
     return Processor(
         pipeline=reader_pipeline(cfg.settings, store), sink=sink or build_sink(cfg),
@@ -107,11 +111,12 @@ def build_processor(cfg: WorkerConfig, sink: RedisSink | None = None) -> Process
                                   security=cfg.settings.kafka_security()),
         dead_letters=KafkaDeadLetters(cfg.settings.kafka_bootstrap, cfg.dlq_topic,
                                       security=cfg.settings.kafka_security()),
+        fold=fold,
     )
 
 
 class BatchFolder(Protocol):
-    """What folds a live batch: the processor, or the native fold driving it."""
+    """What folds a live batch (a batch cycle: ``streams.cycle.BatchCycle``)."""
 
     async def process(self, records: Sequence[Record]) -> BatchReport: ...
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 import uuid
 from pathlib import Path
@@ -30,17 +31,30 @@ from sessionstream.core.settings import Env, Settings
 MODULE = "bench.frameworks.sdk"
 
 
+#: Words of the generated conversation: made-up, Zipf-distributed (a few frequent, many
+#: rare), so messages differ the way real ones do and the topic's compression is not
+#: flattered by repeated templates.
+_SYLLABLES = ["ka", "lo", "mi", "ren", "sta", "vo", "tel", "ur", "pa", "qua", "di", "ner",
+              "so", "bri", "gan", "ox", "le", "tur", "ami", "cor"]
+_RNG = random.Random(20261204)
+_WORDS = ["".join(_RNG.choice(_SYLLABLES) for _ in range(_RNG.randint(1, 4)))
+          for _ in range(3000)]
+_WEIGHTS = [1 / (i + 1) for i in range(len(_WORDS))]
+
+
+def _text(n: int, words: int) -> str:
+    rng = random.Random(n)
+    return " ".join(rng.choices(_WORDS, _WEIGHTS, k=rng.randint(words // 2, words))) + "."
+
+
 def user(n: int) -> dict[str, Any]:
-    return {"role": "user", "content": f"Question {n}: how did outpatient volume change "
-                                       f"year over year in region {n % 17}?"}
+    return {"role": "user", "content": f"Question {n}: {_text(n, 40)}"}
 
 
 def assistant(n: int) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "id": f"msg_{n:08d}",
             "status": "completed",
-            "content": [{"type": "output_text", "annotations": [],
-                         "text": f"Answer {n}: volume rose 4.{n % 10}% against last year, "
-                                 "driven by imaging and same-day clinics."}]}
+            "content": [{"type": "output_text", "annotations": [], "text": _text(n, 80)}]}
 
 
 def items(start: int, count: int) -> list[dict[str, Any]]:
@@ -165,7 +179,7 @@ def run(ctx: Ctx) -> list[Result]:
                 t0 = time.perf_counter()
                 run_(long[n].get_items(limit=20))
                 w20[n].append(time.perf_counter() - t0)
-            for _ in range(ctx.rounds):
+            for _ in range(max(ctx.rounds, 7)):
                 t0 = time.perf_counter()
                 run_(long[n].get_items())
                 wall[n].append(time.perf_counter() - t0)
@@ -179,7 +193,7 @@ def run(ctx: Ctx) -> list[Result]:
         out += _ratios(ctx, f"get_items(limit=20), fresh process, {total} items", f20,
                        "<= 3x")
         fall = {n: child(MODULE, "read", {"backend": n, "sid": sid, "where": where,
-                                          "limit": None, "n": ctx.rounds + 1,
+                                          "limit": None, "n": max(ctx.rounds, 7) + 1,
                                           "total": total}, env)["timings"][1:]
                 for n in names}
         out += _ratios(ctx, f"get_items(), fresh process, {total} items", fall, "<= 1.5x")

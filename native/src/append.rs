@@ -22,7 +22,17 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::aead::Aes256Gcm;
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+/// `sessionstream.core.privacy.compress_plaintext`, looked up once.
+static COMPRESS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+
+fn compress_plaintext(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    Ok(COMPRESS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("sessionstream.core.privacy")?.getattr("compress_plaintext")?.unbind())
+    })?.bind(py))
+}
 
 use crate::crypto;
 use crate::json;
@@ -65,6 +75,23 @@ struct Plan {
 struct Node {
     placeholder: Option<String>,
     children: HashMap<Tok, Node>,
+}
+
+/// Where `Appender.append_many` stopped (named fields: sessionstream/_native.pyi).
+#[pyclass(frozen, module = "sessionstream._native")]
+pub struct ManyAppended {
+    /// the index of the first item not produced (the length of the items: all were)
+    #[pyo3(get)]
+    next: usize,
+    /// None when that item was not started (declined before any change, or not a Draft
+    /// or pair: the caller appends it on the ordinary path, which raises what it
+    /// raises); else (event, record or None) stamped into the session but not produced
+    /// (over the limit, refused by the producer, or its record left to Python)
+    #[pyo3(get)]
+    left: Option<Py<PyAny>>,
+    /// records produced since the last poll (the caller carries it to the next call)
+    #[pyo3(get)]
+    since_poll: usize,
 }
 
 #[pyclass(module = "sessionstream._native")]
@@ -668,37 +695,55 @@ impl Appender {
     }
 
     /// The writer's batch append (SessionWriter.append_many): `append` of each of
-    /// `items[start..]` (a `draft` (the Draft class), or a `(type, data)` pair), each record handed
-    /// straight to the producer (`produce(topic, value, key, -1, log)`, the native
-    /// delivery log as its callback), with the writer's bookkeeping done here:
-    /// `records[event_id] = value`, the event onto `mine`, its id onto
-    /// `unharvested` and `sent`, and `poll(0)` once per `poll_every` records
-    /// (`since_poll` carries the count across calls). Stops at the first item it
-    /// does not finish; returns (index of that item, leftover, since_poll):
-    /// leftover is None when the item was not started (declined before any change,
-    /// or not a Draft/pair: the caller appends it on the ordinary path, which
-    /// raises what it raises), or (event, record) stamped into the session but not
-    /// produced (over `limit` with the key, or the producer refused it: the caller's
-    /// `_produce` raises or retries as it does for one append). An error of a call
-    /// it makes (the id source, the clock, a key lookup) propagates.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (session, items, start, draft, seal, produce, poll, topic, log, sent,
-                        since_poll, poll_every, key, limit, records, mine, unharvested))]
+    /// `items[start..]` (a Draft, or a `(type, data)` pair), each record handed straight
+    /// to the producer, with the writer's bookkeeping done here. `batch` names what it
+    /// uses (read by attribute, once per call: producers.native_append.BatchProduce):
+    /// `draft` (the Draft class), `seal` (as `append`'s), `produce(topic, value, key,
+    /// -1, log)` and `poll(0)` of the sender's producer, its `topic` and delivery `log`,
+    /// the lists it fills per record produced (`records[event_id] = value`, the event
+    /// onto `mine`, its id onto `waiting` and `sent`), `poll_every` and `since_poll`
+    /// (one poll per that many records, the count carried across calls), the record
+    /// `key` and its `limit` (bytes, key included). Stops at the first item it does
+    /// not finish: the `ManyAppended` says which, and the leftover.
     fn append_many<'py>(&mut self, py: Python<'py>, session: &Bound<'py, PyAny>,
-                        items: &Bound<'py, PyAny>, start: usize, draft: &Bound<'py, PyAny>,
-                        seal: Option<&Bound<'py, PyAny>>, produce: &Bound<'py, PyAny>,
-                        poll: &Bound<'py, PyAny>, topic: &Bound<'py, PyAny>,
-                        log: &Bound<'py, PyAny>, sent: &Bound<'py, PyList>,
-                        mut since_poll: usize, poll_every: usize, key: &Bound<'py, PyBytes>,
-                        limit: usize, records: &Bound<'py, PyDict>, mine: &Bound<'py, PyList>,
-                        unharvested: &Bound<'py, PyList>)
-        -> PyResult<(usize, Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>, usize)> {
+                        items: &Bound<'py, PyAny>, start: usize, batch: &Bound<'py, PyAny>)
+        -> PyResult<ManyAppended> {
+        let get = |name: &Bound<'py, PyString>| batch.getattr(name);
+        let draft = get(pyo3::intern!(py, "draft"))?;
+        let seal = get(pyo3::intern!(py, "seal"))?;
+        let seal = if seal.is_none() { None } else { Some(&seal) };
+        let produce = get(pyo3::intern!(py, "produce"))?;
+        let poll = get(pyo3::intern!(py, "poll"))?;
+        let topic = get(pyo3::intern!(py, "topic"))?;
+        let log = get(pyo3::intern!(py, "log"))?;
+        let sent = get(pyo3::intern!(py, "sent"))?;
+        let sent = sent.downcast::<PyList>()?;
+        let mut since_poll: usize = get(pyo3::intern!(py, "since_poll"))?.extract()?;
+        let poll_every: usize = get(pyo3::intern!(py, "poll_every"))?.extract()?;
+        let key = get(pyo3::intern!(py, "key"))?;
+        let key = key.downcast::<PyBytes>()?;
+        let limit: usize = get(pyo3::intern!(py, "limit"))?.extract()?;
+        let records = get(pyo3::intern!(py, "records"))?;
+        let records = records.downcast::<PyDict>()?;
+        let mine = get(pyo3::intern!(py, "mine"))?;
+        let mine = mine.downcast::<PyList>()?;
+        let waiting = get(pyo3::intern!(py, "waiting"))?;
+        let waiting = waiting.downcast::<PyList>()?;
         let seq = items.downcast::<pyo3::types::PySequence>()?;
         let n = seq.len()?;
         let none = py.None().into_bound(py);
         let empty = PyTuple::empty(py).into_any();
         let key_len = key.as_bytes().len();
         let minus_one = (-1i64).into_pyobject(py)?.into_any();
+        let stopped = |next: usize, left: Option<(Bound<'py, PyAny>, Option<Bound<'py, PyBytes>>)>,
+                       since_poll: usize| -> PyResult<ManyAppended> {
+            let left = match left {
+                None => None,
+                Some((event, value)) => Some((event, value)).map(|v| v.into_pyobject(py))
+                    .transpose()?.map(|t| t.into_any().unbind()),
+            };
+            Ok(ManyAppended { next, left, since_poll })
+        };
         let mut i = start;
         while i < n {
             let item = seq.get_item(i)?;
@@ -710,7 +755,7 @@ impl Appender {
                 let data = if data.is_none() { PyDict::new(py).into_any() } else { data };
                 self.append_impl(py, session, &t.get_item(0)?, &data, &none, &empty, &none,
                                  &none, true, seal)?
-            } else if item.get_type().is(draft) {
+            } else if item.get_type().is(&draft) {
                 let g = |name: &Bound<'py, PyString>| item.getattr(name);
                 self.append_impl(py, session, &g(pyo3::intern!(py, "type"))?,
                                  &g(pyo3::intern!(py, "data"))?,
@@ -724,20 +769,20 @@ impl Appender {
             let Some((event, value)) = done else { break };
             let Some(value) = value else {
                 // Stamped, its record left to Python (sealing it needs the reference).
-                return Ok((i, Some((event, None)), since_poll));
+                return stopped(i, Some((event, None)), since_poll);
             };
             if value.as_bytes().len() + key_len > limit {
-                return Ok((i, Some((event, Some(value))), since_poll));
+                return stopped(i, Some((event, Some(value))), since_poll);
             }
-            if produce.call1((topic, &value, key, &minus_one, log)).is_err() {
+            if produce.call1((&topic, &value, key, &minus_one, &log)).is_err() {
                 // BufferError (queue full) or a KafkaException: the caller's _produce
                 // waits for room or maps the error, as for one append.
-                return Ok((i, Some((event, Some(value))), since_poll));
+                return stopped(i, Some((event, Some(value))), since_poll);
             }
             let eid = event.getattr(pyo3::intern!(py, "event_id"))?;
             records.set_item(&eid, &value)?;
             mine.append(&event)?;
-            unharvested.append(&eid)?;
+            waiting.append(&eid)?;
             sent.append(&eid)?;
             since_poll += 1;
             if since_poll >= poll_every {
@@ -746,7 +791,7 @@ impl Appender {
             }
             i += 1;
         }
-        Ok((i, None, since_poll))
+        stopped(i, None, since_poll)
     }
 
     /// Whether `append` fills events in place (the Event layout checked out at bind).
@@ -928,7 +973,18 @@ impl Appender {
                                              class, &paths);
             let at = sealed.len() * crypto::NONCE_BYTES;
             let nonce = nonces[at..at + crypto::NONCE_BYTES].to_vec();
-            let Some(ciphertext) = cipher.seal(&nonce, plain.as_bytes(), &ad)
+            // Compressed before sealing by the core's own function (the one
+            // implementation: the same record bytes whichever path sealed it).
+            let framed;
+            let plaintext: &[u8] = if plain.len() >= crypto::COMPRESS_FROM {
+                framed = compress_plaintext(key.py())?.call1((PyBytes::new(key.py(),
+                                                                           plain.as_bytes()),))?;
+                let Ok(b) = framed.downcast::<PyBytes>() else { return Ok(None) };
+                b.as_bytes()
+            } else {
+                plain.as_bytes()
+            };
+            let Some(ciphertext) = cipher.seal(&nonce, plaintext, &ad)
             else { return Ok(None) };
             sealed.push(SealedOut { class: class.to_owned(), key_session: session_id.to_owned(),
                                     origin: event_id.to_owned(), paths, nonce, ciphertext });

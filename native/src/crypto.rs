@@ -213,6 +213,23 @@ pub trait Keys {
     fn placeholder(&mut self, event_type: &str, path: &str, text: &str) -> Result<Value, Refuse>;
 }
 
+/// A part's plaintext framing (core/privacy.py): JSON text as is, or FRAMED, DEFLATE and
+/// a raw DEFLATE stream; parts shorter than COMPRESS_FROM bytes of JSON are never framed.
+pub const FRAMED: u8 = 0x00;
+const DEFLATE: u8 = 0x01;
+pub const COMPRESS_FROM: usize = 64;
+/// What a part may inflate to (privacy.PLAINTEXT_LIMIT).
+const PLAINTEXT_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The JSON text of a framed plaintext; None for an unknown framing or a stream that does
+/// not inflate whole within the limit (Python raises SealedContentError for both).
+pub fn inflate(plain: &[u8]) -> Option<Vec<u8>> {
+    if plain.len() < 2 || plain[0] != FRAMED || plain[1] != DEFLATE {
+        return None;
+    }
+    miniz_oxide::inflate::decompress_to_vec_with_limit(&plain[2..], PLAINTEXT_LIMIT).ok()
+}
+
 /// The opened data.
 pub struct Opened {
     pub data: Value,
@@ -251,7 +268,14 @@ impl Opener<'_> {
                                      &mut scratch.plain) {
                         return Err(Refuse);
                     }
-                    let text = std::str::from_utf8(&scratch.plain).map_err(|_| Refuse)?;
+                    let inflated;
+                    let plain: &[u8] = if scratch.plain.first() == Some(&FRAMED) {
+                        inflated = inflate(&scratch.plain).ok_or(Refuse)?;
+                        &inflated
+                    } else {
+                        &scratch.plain
+                    };
+                    let text = std::str::from_utf8(plain).map_err(|_| Refuse)?;
                     let Some(Value::Array(values)) = json::parse_checked(text) else {
                         return Err(Refuse);
                     };

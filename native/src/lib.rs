@@ -203,7 +203,8 @@ pub struct Folder {
     python_types: HashSet<String>,
     versions: HashMap<String, i64>,
     window: i64,
-    sessions: HashMap<String, Sess>,
+    /// Boxed: the map moves pointers when it grows, not whole sessions.
+    sessions: HashMap<String, Box<Sess>>,
     /// How to undo the last fold of each session it folded (None: it was new).
     snapshots: HashMap<String, Option<undo::Checkpoint>>,
     opener: Option<OpenerConfig>,
@@ -211,6 +212,39 @@ pub struct Folder {
     shapes: HashMap<String, Vec<rowwrite::Shape>>,
     /// The last batch's record bytes (reused: its capacity stays).
     arena: Vec<u8>,
+}
+
+/// What `Folder.fold` made of a batch (named fields: sessionstream/_native.pyi).
+#[pyclass(frozen, module = "sessionstream._native")]
+pub struct FoldOut {
+    /// list[int]: indices of the records the caller must decode (dead letters, or a
+    /// record Python reads and this build does not)
+    #[pyo3(get)]
+    dead: Py<PyAny>,
+    /// list[(session id, partition, indices of its admitted records a Python unit
+    /// reads)]: the sessions folded here
+    #[pyo3(get)]
+    native: Py<PyAny>,
+    /// list[(session id, indices of its records)]: the sessions handed to the caller
+    /// (owned by it, or holding an event this fold does not fold exactly)
+    #[pyo3(get)]
+    handed: Py<PyAny>,
+    /// dict[partition, the highest offset of the batch]
+    #[pyo3(get)]
+    high: Py<PyAny>,
+    /// records skipped by the progress or a session's as_of_offset
+    #[pyo3(get)]
+    skipped: usize,
+    /// dict[record index, envelope tuple (session_id, seq, event_id, time, type, data
+    /// text, surface op 0/1/2, source_event_seqs, writer id, writer epoch,
+    /// format_version, ignorable, turn_id, step_id, prev_event_id)] of each admitted
+    /// record a Python unit reads, data opened when it was sealed
+    #[pyo3(get)]
+    envelopes: Py<PyAny>,
+    /// list[(session id, partition, record indices)]: with `known_only`, the sessions
+    /// this folder does not hold (not folded)
+    #[pyo3(get)]
+    unknown: Py<PyAny>,
 }
 
 /// The tenant and the Python callables the opener asks (see `set_opener`).
@@ -393,21 +427,10 @@ impl Folder {
     /// Fold one batch. `records`: objects with `partition`, `offset`, `key`, `value`;
     /// `progress`: partition -> last offset already in the sink (skipped).
     /// `python_owned`: sessions the caller folds itself (left alone here).
-    /// Returns (python_decode, sessions, python_sessions, high, skipped, opened):
-    /// record indices the caller must decode (dead letters); per natively folded
-    /// session (session id, indices of its admitted records a Python unit reads);
-    /// per session handed to the caller (session id, indices of its records); the
-    /// highest offset per partition; records skipped by progress or as_of_offset;
-    /// per admitted record a Python unit reads, by index, its envelope as a tuple
-    /// (session_id, seq, event_id, time, type, data text, surface op 0/1/2,
-    /// source_event_seqs, writer id, writer epoch, format_version, ignorable, turn_id,
-    /// step_id, prev_event_id), data opened when it was sealed: the caller builds the
-    /// Python event from it instead of decoding the record again.
-    /// With `known_only` (the live worker), a session this folder does not hold yet
-    /// is not folded: it comes back in the last list (session id, partition, record
-    /// indices) for the caller to `start` or `load` from its stored row, and fold
-    /// those records again.
-    #[allow(clippy::type_complexity)]
+    /// Returns a `FoldOut` (its fields say what each holds). With `known_only` (the live
+    /// worker), a session this folder does not hold yet is not folded: it comes back in
+    /// `FoldOut.unknown` for the caller to `start` or `load` from its stored row, and
+    /// fold those records again.
     #[pyo3(signature = (records, progress, python_owned, known_only = false))]
     fn fold(
         &mut self,
@@ -416,9 +439,7 @@ impl Folder {
         progress: HashMap<i64, i64>,
         python_owned: HashSet<String>,
         known_only: bool,
-    ) -> PyResult<(Vec<usize>, Vec<(String, i64, Vec<usize>)>, Vec<(String, Vec<usize>)>,
-                   HashMap<i64, i64>, usize, HashMap<usize, Py<PyTuple>>,
-                   Vec<(String, i64, Vec<usize>)>)> {
+    ) -> PyResult<FoldOut> {
         // Under the GIL: each record's partition, offset, key and value, copied out (owned
         // bytes). The decode and the fold run without it (another thread, e.g. replay's
         // consumer, runs meanwhile); the envelopes for the Python units are built after.
@@ -458,11 +479,20 @@ impl Folder {
         let (dead, native, handed, high, skipped, envelopes, unknown) = py.allow_threads(
             || self.fold_owned(&raw, &arena, &progress, &python_owned, known_only));
         self.arena = arena;
-        let mut opened = HashMap::with_capacity(envelopes.len());
+        let opened = PyDict::new(py);
         for (idx, env) in envelopes {
-            opened.insert(idx, env.to_py(py)?);
+            opened.set_item(idx, env.to_py(py)?)?;
         }
-        Ok((dead, native, handed, high, skipped, opened, unknown))
+        let list = |v: Bound<'_, PyAny>| v.unbind();
+        Ok(FoldOut {
+            dead: list(dead.into_pyobject(py)?.into_any()),
+            native: list(native.into_pyobject(py)?.into_any()),
+            handed: list(handed.into_pyobject(py)?.into_any()),
+            high: list(high.into_pyobject(py)?.into_any()),
+            skipped,
+            envelopes: opened.into_any().unbind(),
+            unknown: list(unknown.into_pyobject(py)?.into_any()),
+        })
     }
 
     /// Undo this batch's fold of `session_id` (a Python unit failed on one of its
@@ -611,7 +641,8 @@ impl Folder {
     fn start(&mut self, session_id: &str, partition: i64) {
         let window = self.window;
         self.snapshots.remove(session_id); // a checkpoint of what it replaces is void
-        self.sessions.insert(session_id.to_string(), Sess::new(session_id, partition, window));
+        self.sessions.insert(session_id.to_string(),
+                             Box::new(Sess::new(session_id, partition, window)));
     }
 
     /// Continue a session from its stored row (`fields`: view:/state:/sv: of the native
@@ -627,7 +658,7 @@ impl Folder {
             Some(mut s) => {
                 s.seed = seed;
                 self.snapshots.remove(session_id);
-                self.sessions.insert(session_id.to_string(), s);
+                self.sessions.insert(session_id.to_string(), Box::new(s));
                 true
             }
             None => false,
@@ -828,9 +859,9 @@ impl Folder {
                 continue;
             }
             let window = self.window;
-            let before = self.sessions.get_mut(&sid).map(undo::Checkpoint::take);
+            let before = self.sessions.get_mut(&sid).map(|s| undo::Checkpoint::take(s));
             let sess = self.sessions.entry(sid.clone())
-                .or_insert_with(|| Sess::new(&sid, partition, window));
+                .or_insert_with(|| Box::new(Sess::new(&sid, partition, window)));
             let mut py_idx = Vec::new();
             let mut touched = false;
             let mut aborted = false;
@@ -1200,8 +1231,10 @@ fn native_units() -> Vec<&'static str> {
 #[pyo3(name = "_native")]
 fn sessionstream_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Folder>()?;
+    m.add_class::<FoldOut>()?;
     m.add_class::<decode::Decoder>()?;
     m.add_class::<append::Appender>()?;
+    m.add_class::<append::ManyAppended>()?;
     m.add_function(wrap_pyfunction!(native_units, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row, m)?)?;
     m.add_function(wrap_pyfunction!(rowseal::seal_row_digested, m)?)?;

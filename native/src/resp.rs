@@ -7,15 +7,40 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+/// A run of RESP bulk strings (`$<len>\r\n<bytes>\r\n` each), counted.
 struct Resp {
     body: Vec<u8>,
     args: usize,
 }
 
+/// The decimal digits of `n` into `out` (no allocation: a length or an offset per arg).
+fn push_int(out: &mut Vec<u8>, n: i64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let neg = n < 0;
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if neg {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
 impl Resp {
+    fn with_capacity(n: usize) -> Resp {
+        Resp { body: Vec::with_capacity(n), args: 0 }
+    }
+
     fn arg(&mut self, raw: &[u8]) {
         self.body.push(b'$');
-        self.body.extend_from_slice(raw.len().to_string().as_bytes());
+        push_int(&mut self.body, raw.len() as i64);
         self.body.extend_from_slice(b"\r\n");
         self.body.extend_from_slice(raw);
         self.body.extend_from_slice(b"\r\n");
@@ -23,7 +48,9 @@ impl Resp {
     }
 
     fn int(&mut self, n: i64) {
-        self.arg(n.to_string().as_bytes());
+        let mut digits = Vec::with_capacity(20);
+        push_int(&mut digits, n);
+        self.arg(&digits);
     }
 
     fn text(&mut self, v: &Bound<'_, PyAny>, what: &str) -> PyResult<()> {
@@ -49,8 +76,21 @@ pub fn pack_session_writes<'py>(py: Python<'py>, command: &str, script: &str,
                                 keys_before: Vec<String>, args_before: Vec<String>,
                                 tail: Vec<String>)
                                 -> PyResult<Bound<'py, PyBytes>> {
-    let mut keys = Resp { body: Vec::with_capacity(calls.len() * 96), args: 0 };
-    let mut args = Resp { body: Vec::with_capacity(calls.len() * 1024), args: 0 };
+    // the fields' bytes first, so the arguments are written into one allocation
+    let mut size = 64 * (tail.len() + args_before.len() + 8);
+    for call in calls.iter() {
+        if let Ok(t) = call.downcast::<PyTuple>() {
+            if let Ok(f) = t.get_item(7) {
+                if let Ok(d) = f.downcast::<PyDict>() {
+                    for (k, v) in d.iter() {
+                        size += 32 + k.len().unwrap_or(0) + v.len().unwrap_or(0);
+                    }
+                }
+            }
+        }
+    }
+    let mut keys = Resp::with_capacity(calls.len() * 96 + 64 * keys_before.len());
+    let mut args = Resp::with_capacity(size + calls.len() * 256);
     for k in &keys_before {
         keys.arg(k.as_bytes());
     }
@@ -86,17 +126,23 @@ pub fn pack_session_writes<'py>(py: Python<'py>, command: &str, script: &str,
     for a in &tail {
         args.arg(a.as_bytes());
     }
-    let mut head = Resp { body: Vec::with_capacity(64), args: 0 };
+    let mut head = Resp::with_capacity(128);
     head.arg(command.as_bytes());
     head.arg(script.as_bytes());
     head.int((keys.args) as i64);
     let total = head.args + keys.args + args.args;
-    let mut out = Vec::with_capacity(16 + head.body.len() + keys.body.len() + args.body.len());
-    out.push(b'*');
-    out.extend_from_slice(total.to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&head.body);
-    out.extend_from_slice(&keys.body);
-    out.extend_from_slice(&args.body);
-    Ok(PyBytes::new(py, &out))
+    let mut star = vec![b'*'];
+    push_int(&mut star, total as i64);
+    star.extend_from_slice(b"\r\n");
+    let parts = [&star[..], &head.body[..], &keys.body[..], &args.body[..]];
+    let len = parts.iter().map(|p| p.len()).sum();
+    // written straight into the bytes object (no second buffer)
+    PyBytes::new_with(py, len, |buf| {
+        let mut at = 0;
+        for part in parts {
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        Ok(())
+    })
 }

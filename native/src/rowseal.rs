@@ -37,17 +37,34 @@ pub fn row_ad(tenant: &str, session_id: &str, field: &str) -> Vec<u8> {
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-/// Standard base64 with padding, appended to `out`.
+/// Standard base64 with padding, appended to `out` (whole quads written as bytes).
 pub fn b64_into(raw: &[u8], out: &mut String) {
-    out.reserve(raw.len().div_ceil(3) * 4);
-    for chunk in raw.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(B64[(n >> 18) as usize & 63] as char);
-        out.push(B64[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { B64[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+    let mut bytes = std::mem::take(out).into_bytes();
+    let start = bytes.len();
+    bytes.resize(start + raw.len().div_ceil(3) * 4, b'=');
+    let dst = &mut bytes[start..];
+    let mut j = 0;
+    let mut chunks = raw.chunks_exact(3);
+    for c in &mut chunks {
+        let n = (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2]);
+        dst[j] = B64[(n >> 18) as usize & 63];
+        dst[j + 1] = B64[(n >> 12) as usize & 63];
+        dst[j + 2] = B64[(n >> 6) as usize & 63];
+        dst[j + 3] = B64[n as usize & 63];
+        j += 4;
     }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let b1 = *rest.get(1).unwrap_or(&0);
+        let n = (u32::from(rest[0]) << 16) | (u32::from(b1) << 8);
+        dst[j] = B64[(n >> 18) as usize & 63];
+        dst[j + 1] = B64[(n >> 12) as usize & 63];
+        if rest.len() > 1 {
+            dst[j + 2] = B64[(n >> 6) as usize & 63];
+        }
+    }
+    // only ASCII was written after a valid string
+    *out = String::from_utf8(bytes).expect("base64 is ASCII");
 }
 
 /// One sealed field value.

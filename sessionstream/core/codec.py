@@ -573,12 +573,18 @@ def event_from_envelope(t: tuple[Any, ...]) -> Event:
 
 def schema_fingerprints(directory: Path = SCHEMA_DIR) -> list[tuple[bytes, int]]:
     """(fingerprint, N) of every shipped ``session_event.vN.avsc`` (the native decoder's
-    table)."""
+    table). Computed once per process and directory: every writer's read-back decoder
+    asks for it (~3 ms of parsing and fingerprinting each time)."""
+    return list(_fingerprints(directory))
+
+
+@cache
+def _fingerprints(directory: Path) -> tuple[tuple[bytes, int], ...]:
     out = []
     for path in schema_files(directory):
         version = int(path.name.split(".v")[1].split(".")[0])
         out.append((load_schema(json.loads(path.read_text("utf-8"))).fingerprint, version))
-    return out
+    return tuple(out)
 
 
 def _sealed(session_id: str, seq: int, items: Any) -> tuple[SealedPart, ...]:

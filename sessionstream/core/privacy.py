@@ -38,6 +38,7 @@ implementation must agree on — :func:`associated_data` and the plaintext layou
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -455,15 +456,57 @@ def associated_data(
     return b"".join(pieces)
 
 
+#: A sealed part's plaintext is its values' canonical JSON array — or, once it is long
+#: enough to gain, that text compressed: the framing byte 0x00 (no JSON text starts
+#: with it), the method 0x01 (raw DEFLATE, RFC 1951, zlib level 6), then the stream.
+#: Compressing before sealing is what keeps the topic's compression: AES-GCM output
+#: looks random to the producer's lz4.
+FRAMED = 0x00
+DEFLATE = b"\x00\x01"
+#: Below this many bytes of JSON a part is sealed as is.
+COMPRESS_FROM = 64
+#: An opened part inflates to at most this many bytes (a record is at most a few MiB).
+PLAINTEXT_LIMIT = 64 * 1024 * 1024
+
+
+def compress_plaintext(text: bytes) -> bytes:
+    """The plaintext of a part's JSON ``text``: DEFLATE-framed when that is shorter. The
+    one implementation: the native append path calls it too, so records are the same
+    bytes whichever path sealed them."""
+    if len(text) < COMPRESS_FROM:
+        return text
+    packed = zlib.compress(text, 6, -15)
+    return DEFLATE + packed if len(packed) + len(DEFLATE) < len(text) else text
+
+
+def plaintext_json(plaintext: bytes) -> bytes:
+    """The JSON text of an opened part's plaintext (inflated when it is framed)."""
+    if not plaintext or plaintext[0] != FRAMED:
+        return plaintext
+    if plaintext[:2] != DEFLATE:
+        raise SealedContentError(f"opened content has an unknown framing "
+                                 f"(method {plaintext[1:2].hex() or 'missing'})")
+    inflater = zlib.decompressobj(-15)
+    try:
+        text = inflater.decompress(plaintext[2:], PLAINTEXT_LIMIT)
+    except zlib.error as exc:
+        raise SealedContentError(f"opened content does not inflate: {exc}") from None
+    if not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+        raise SealedContentError("opened content is not one whole DEFLATE stream within "
+                                 f"{PLAINTEXT_LIMIT} bytes")
+    return text
+
+
 def part_plaintext(values: Sequence[JsonValue]) -> bytes:
-    """The plaintext of a sealed part: canonical JSON array of the values, path order."""
-    return canonical_dumps(list(values)).encode("utf-8")
+    """The plaintext of a sealed part: canonical JSON array of the values, path order
+    (:func:`compress_plaintext`)."""
+    return compress_plaintext(canonical_dumps(list(values)).encode("utf-8"))
 
 
 def part_values(plaintext: bytes, count: int) -> list[JsonValue]:
     """The values of an opened part: lossless JSON (checked as the codec checks data)."""
     try:
-        values = loads_frozen(plaintext.decode("utf-8"))
+        values = loads_frozen(plaintext_json(plaintext).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, InvalidData, RecursionError) as exc:
         raise SealedContentError(f"opened content is not lossless JSON: {exc}") from None
     if not isinstance(values, list | FrozenList) or len(values) != count:

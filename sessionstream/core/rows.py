@@ -448,10 +448,16 @@ class WatchCursorFields:
 CHANGE_FIELD = "change"
 
 
+#: The encoder of change entries: canonical JSON (``jsonvalue.canonical_dumps``) of the
+#: entry's plain fields, built once (an entry is made per session write).
+_ENTRY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+
+
 def change_entry(session_id: str, as_of_seq: int, offset: int, changed: Iterable[str]) -> str:
     """The JSON of one change-stream entry (canonical, so a repeat is byte-identical)."""
-    return canonical_dumps({"session": session_id, "as_of_seq": as_of_seq, "offset": offset,
-                            "changed": list(changed)})
+    return _ENTRY.encode({"session": session_id, "as_of_seq": as_of_seq, "offset": offset,
+                          "changed": list(changed)})
 
 
 def read_change_entry(fields: Mapping[str, str]) -> dict[str, Any] | None:
@@ -477,6 +483,7 @@ LUA_FIELDS: dict[str, str] = {
     "VSEQ": InlineViewFields.SEQ,
     "VID": InlineViewFields.ID,
     "VCOUNT": InlineViewFields.COUNT,
+    "VFIELD": InlineViewFields.FIELD,
     "PARTITION": LogIndexFields.PARTITION,
     "FIRST_OFFSET": LogIndexFields.FIRST_OFFSET,
     "LAST_OFFSET": LogIndexFields.LAST_OFFSET,

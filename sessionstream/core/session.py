@@ -70,7 +70,7 @@ from sessionstream.core.events import (
     system_clock,
     uuid4_ids,
 )
-from sessionstream.core.jsonvalue import JsonValue, check_and_freeze, check_lossless
+from sessionstream.core.jsonvalue import JsonValue, check_and_freeze, check_lossless, freeze
 from sessionstream.core.surface import (
     ABANDONING_REASONS,
     Messages,
@@ -160,6 +160,7 @@ class Session:
         self._abandoned: dict[str, str] = {}  # call_id -> turn that abandoned it
         self._compaction: OpenCompaction | None = None
         self._surface = Surface()
+        self._forgotten = 0  # events before this seq had their data forgotten (if any)
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -349,6 +350,24 @@ class Session:
         self._calls = savepoint.calls
         self._compaction = savepoint.compaction
         self._surface.rollback(savepoint.surface)
+
+    def forget_data(self, upto: int) -> None:
+        """Keep only the envelope of the ignorable events off the surface before seq
+        ``upto``: their data becomes ``{}``. For a writer that appends after a long log of
+        plugin records it never reads back (a LangGraph thread's checkpoints): the rules
+        never read such an event's data once it is admitted (it opens no turn, step, call
+        or compaction, and is not on the surface), so the session appends exactly as
+        before, and holds O(envelope) per event instead of every value; only
+        :attr:`events` no longer carries those values (the log does). O(events since the
+        last call)."""
+        upto = min(upto, len(self._events))
+        empty = freeze({})
+        for i in range(min(self._forgotten, upto), upto):
+            e = self._events[i]
+            if e.ignorable and e.surface_op is SurfaceOp.NONE and e.data != empty:
+                self._events[i] = e.replace(data=empty)
+        self._forgotten = max(self._forgotten, upto)
+        self._events_view = None
 
     # -- writing -------------------------------------------------------------------------
     def set_writer(self, writer: Writer) -> None:

@@ -16,11 +16,23 @@ import pytest
 from sessionstream.core.catalog import EventType, F, default_catalog
 from sessionstream.core.compaction import Budget, plan_compaction
 from sessionstream.core.errors import InvariantViolation, SchemaViolation
-from sessionstream.core.events import Draft
+from sessionstream.core.events import Draft, Event
 from sessionstream.core.session import Session
 from sessionstream.integrations.store import SessionStore, StoreError, plugin_type
+from sessionstream.integrations.views import InlineView, ViewState
 
 NOTE = plugin_type("contracttest/note", {"text": F("str")}, description="a test record")
+
+
+class NotesView(InlineView):
+    """A test view: the notes' texts as entries, the events folded as a field."""
+
+    name = "contracttest/notes"
+
+    def fold(self, state: ViewState, event: Event) -> None:
+        if event.type == NOTE.name:
+            state.push(event.data["text"])
+        state.set("events", event.seq + 1)
 
 MakeStore = Callable[..., SessionStore]
 
@@ -134,6 +146,28 @@ class StoreContract:
         assert _texts(self._store(make_store), sid) == [
             "question 1", "answer 1", "question 2", "answer 2"]
         store.close()
+
+    def test_read_views_reads_each_view_as_view_does_in_order(
+            self, make_store: MakeStore, sid: str) -> None:
+        store = self._store(make_store)
+        store.register((), [NotesView()])
+        for n, s in ((40, f"{sid}-a"), (3, f"{sid}-b")):
+            store.open(s).append_many([Draft(NOTE.name, {"text": f"{s} {i}"})
+                                       for i in range(n)])
+        reader = self._store(make_store)  # another process: the views from where they are
+        reader.register((), [NotesView()])
+        reads = [(f"{sid}-b", NotesView.name, 2), (f"{sid}-none", NotesView.name, None),
+                 (f"{sid}-a", NotesView.name, 0), (f"{sid}-a", NotesView.name, None)]
+        got = reader.read_views(reads)
+        assert [(g.seq, g.count, list(g.entries), g.fields) for g in got] == [
+            (3, 3, [f"{sid}-b 1", f"{sid}-b 2"], {"events": 4}), (-1, 0, [], {}),
+            (40, 40, [], {"events": 41}),
+            (40, 40, [f"{sid}-a {i}" for i in range(40)], {"events": 41})]
+        assert got == [reader.open(s).view(name, last) for s, name, last in reads]
+        with pytest.raises(StoreError, match="no inline view"):
+            reader.read_views([(f"{sid}-a", "contracttest/other", None)])
+        store.close()
+        reader.close()
 
     def test_audited_compaction_shadows_history_and_destroys_none(
             self, make_store: MakeStore, sid: str) -> None:

@@ -1,6 +1,8 @@
-"""ADK through two processes and through a deletion (real Kafka + Redis, sealed content):
-two "nodes" race one session and leave one history with StaleSessionError for the loser;
-``sessionstream delete`` shreds an ADK session and ADK then reads placeholders."""
+"""ADK through separate processes and through a deletion (real Kafka + Redis, sealed
+content): a conversation served by ten processes in turn keeps every message; two "nodes"
+race one session and leave one history with StaleSessionError for the loser, also when
+one's write is forced to overlap the other's; ``sessionstream delete`` shreds an ADK
+session and ADK then reads placeholders."""
 
 from __future__ import annotations
 
@@ -83,6 +85,61 @@ async def test_two_processes_race_one_session_one_history_stale_for_the_loser(
     got = await reader.get_session(app_name=app, user_id="u", session_id="race")
     assert got is not None
     assert texts(got) == [f"{winner[0]['name']} {i}" for i in range(n)]
+    await reader.close()
+
+
+async def test_a_conversation_served_by_ten_processes_in_turn_keeps_every_message(
+        env: dict[str, str]) -> None:
+    """A stateless tier: each turn is a process that builds the service, loads the
+    session, appends the user's message and the agent's answer, and exits without
+    closing; the next process (another node) continues at once. The first handoff is
+    the one that failed before (A creates and writes a turn, B appends the next user
+    message: 'outside-turn', then StaleSessionError)."""
+    app = f"ten{uuid.uuid4().hex[:8]}"
+    child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT),
+                 "SESSIONSTREAM_LEASE_TTL_MS": "60000"}  # a lease left held would show
+    for n in range(10):
+        run = subprocess.run(
+            [sys.executable, "-m", "tests.integration.adk_turn_child", app, "conv", str(n)],
+            cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads(run.stdout.strip().splitlines()[-1]) == {"found": 2 * n}
+    reader = _service(env)
+    got = await reader.get_session(app_name=app, user_id="u", session_id="conv")
+    assert got is not None
+    assert texts(got) == [t for n in range(10) for t in (f"question {n}", f"answer {n}")]
+    # each process continued the history it was handed: no resume, no repair
+    log = reader.store.open(stream_id(app, "u", "conv")).events()
+    assert [e.type for e in log].count("session/end-seed") == 0
+    assert not [e for e in log if e.type == "turn/end" and e.data["reason"] != "completed"]
+    await reader.close()
+
+
+async def test_a_write_overlapping_another_process_s_waits_and_is_stale(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """The racer appends while the holder's write is in flight (forced: the holder's
+    write waits until the racer's met the held session): the racer waits for it, then
+    finds the session changed and gets StaleSessionError with nothing stored; reloaded,
+    it appends at once."""
+    app = f"over{uuid.uuid4().hex[:8]}"
+    svc = _service(env)
+    await svc.create_session(app_name=app, user_id="u", session_id="s")
+    await svc.close()
+    child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    procs = {role: subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.adk_overlap_child", role, app,
+         str(tmp_path)], cwd=ROOT, env=child_env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for role in ("holder", "racer")}
+    out = {}
+    for role, p in procs.items():
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr[-3000:]
+        out[role] = json.loads(stdout.strip().splitlines()[-1])
+    assert (tmp_path / "tried").exists()  # the racer's write met the held session
+    assert out == {"holder": ["ok"], "racer": ["StaleSessionError", "ok"]}
+    reader = _service(env)
+    got = await reader.get_session(app_name=app, user_id="u", session_id="s")
+    assert got is not None and texts(got) == ["holder", "racer, reloaded"]
     await reader.close()
 
 

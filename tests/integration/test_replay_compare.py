@@ -29,7 +29,7 @@ from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
 from sessionstream.producers.writer import SessionWriter, WriterConfig
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from sessionstream.streams.replay import ReplayReport, allocate_generation, replay
 from tests.integration.streams_helpers import fleet, interleave, produce
 from tests.integration.writers import tool_turn, writer_cfg
@@ -147,7 +147,7 @@ async def test_sealed_rows_compare_by_their_opened_views(
     assert sys.getswitchinterval() == interval
     # the native fold kept digests of what it sealed: only the live rows were opened
     native = second.fold == "native"
-    assert native == (fold == "auto" and native_fold.available())
+    assert native == (fold == "auto" and fold_native.available())
     assert second.by_digest == (4 if native else 0)
     sid = writers[0].session_id
     row = keys.session_row(sid, second.generation)

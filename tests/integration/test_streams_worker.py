@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from sessionstream.core.events import make_event
 from sessionstream.core.settings import Settings
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from tests.integration.procs import ROOT, WORKER, ProcessGroup
 from tests.integration.streams_helpers import (
     caught_up,
@@ -43,7 +43,7 @@ def start_worker(procs: ProcessGroup, engine: str, env: dict[str, str]) -> Any:
     if engine == "faust":
         return procs.start_faust_worker(APP, env)
     fold = "python" if engine == "kafka-python" else (
-        "native" if native_fold.available() else "python")
+        "native" if fold_native.available() else "python")
     return procs.start_module(WORKER, env={**env, "SESSIONSTREAM_FOLD": fold},
                               name="kafka-worker")
 
@@ -100,7 +100,7 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     # a replay generation equals the live one, and readers switch to it
     worker.stop()
     if engine != "faust":  # the fold path the worker ran
-        want = "native" if engine == "kafka" and native_fold.available() else "python"
+        want = "native" if engine == "kafka" and fold_native.available() else "python"
         assert f"fold: {want}" in worker.log_path.read_text(errors="replace")
     else:  # faust kept its data dir where the settings said, not in the working directory
         assert (procs.faust_datadir / consumer_group / "v1").is_dir()
@@ -110,7 +110,7 @@ def test_every_view_equals_the_offline_fold_poison_goes_to_dlq_unknown_quarantin
     report = json.loads(out.stdout)
     assert report["equals_live"] and report["switched"]
     # the replay folded natively when the extension is built (CI builds it)
-    assert report["fold"] == ("native" if native_fold.available() else "python")
+    assert report["fold"] == ("native" if fold_native.available() else "python")
     assert report["equal"] == 200 and report["not_comparable"] == []
     assert int(redis_client.get(f"{redis_prefix}:{{{settings.tenant}}}:generation")) == \
         report["generation"]
@@ -216,7 +216,7 @@ def test_a_missing_dead_letter_topic_fails_at_start_with_a_clear_message(
     assert "sessionstream topics ensure" in worker.log_tail()
 
 
-@pytest.mark.skipif(not native_fold.available(), reason="the overlap is the native fold's")
+@pytest.mark.skipif(not fold_native.available(), reason="the overlap is the native fold's")
 async def test_a_rebalance_while_a_batch_write_is_in_flight_loses_and_repeats_nothing(
     settings: Settings, unique_topic: Callable[..., str], consumer_group: str,
     redis_client: redis.Redis, redis_prefix: str, procs: ProcessGroup,

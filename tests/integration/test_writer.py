@@ -406,3 +406,25 @@ def test_release_then_retake_continues_without_reading_and_after_another_node_ca
     assert types == ["session/start", "turn/start", "user/message", "user/message",
                      "turn/end"]  # one history; nothing repaired, no end-seed
     b.close()
+
+
+def test_pooled_read_back_consumers_return_each_read_only_its_own_records(
+        writer_cfg: WriterConfig) -> None:
+    """Read-backs reuse the process's consumers (producers.readback.CONSUMERS): reads of
+    two sessions in turn, over the same and other offsets, each get exactly their own
+    session's admitted events, whatever the consumer fetched for the read before."""
+    from sessionstream.producers import readback
+
+    a, b = SessionWriter.create(writer_cfg), SessionWriter.create(writer_cfg)
+    for i in range(30):
+        a.append("user/message", {"content": f"a{i}"})
+        b.append("user/message", {"content": f"b{i}"})
+    a.close()
+    b.close()
+    pooled = sum(len(v) for v in readback.CONSUMERS._idle.values())
+    assert pooled >= 1  # the starts' proofs gave their consumers back
+    for w in (a, b, a, b):
+        got = [e.data.get("content") for e in read_log(writer_cfg, w.session_id).admitted
+               if e.type == "user/message"]
+        prefix = "a" if w is a else "b"
+        assert got == [f"{prefix}{i}" for i in range(30)]

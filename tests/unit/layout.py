@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import tomllib
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 
@@ -36,13 +37,17 @@ def modules() -> dict[str, Path]:
 def imports_of(path: Path) -> frozenset[str]:
     """Every absolute module an import in ``path`` names, anywhere in the file (a lazy import
     inside a function counts); ``from pkg import mod`` names ``pkg.mod`` when that is a module."""
-    known = modules()
+    return imports_in(path, modules().keys())
+
+
+def imports_in(path: Path, known: Collection[str]) -> frozenset[str]:
+    """:func:`imports_of` with ``known`` as the package's modules."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            submodules = {f"{node.module}.{a.name}" for a in node.names} & known.keys()
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & set(known)
             names.update(submodules)
             if len(submodules) < len(node.names):  # some names are not modules
                 names.add(node.module)

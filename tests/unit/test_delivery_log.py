@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from sessionstream.core import codec
-from sessionstream.core.events import CountingClock, Draft, SequentialIds
-from sessionstream.core.session import Session
+from sessionstream.core.events import Draft
 from sessionstream.producers import native_append as na
 from sessionstream.producers.kafka import Delivery, DeliveryState
 
@@ -40,15 +39,14 @@ class Msg:
 
 
 def records(n: int) -> list[tuple[str, bytes]]:
-    sid = "dl"
-    s = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
-    path = na.NativeAppend(codec.encode, None, na.writer_header(), sid)
-    out = []
+    """(event id, record) of ``n`` events as the native append path produces them."""
+    from tests.unit.test_native_append import native_path
+
+    path = native_path("dl")
     for d in [Draft("turn/start", {}), Draft("step/start", {})] + [
             Draft("assistant/chunk", {"text": f"c{i}"}) for i in range(n - 2)]:
-        ev = na.append(path, s, d)
-        out.append((ev.event_id, path.record(ev)))
-    return out
+        path.append(d)
+    return [(eid, value) for _key, value, eid in path.sender.produced]
 
 
 def new_log() -> tuple[Any, list[tuple[str, Any]]]:

@@ -2,10 +2,12 @@
 
 Differential: for generated data the native walk returns what ``check_and_freeze`` +
 ``canonical_dumps`` return (and declines exactly what they refuse); for generated
-appends (valid session walks, with bad drafts mixed in) both paths raise the same
-error class and message, stamp the same events and write the same record bytes, clear
-and sealed (the nonce injected, so sealed records compare byte for byte; a record
-sealed with random nonces is opened by the Python opener).
+appends (valid session walks, with bad drafts mixed in) the writer's two append paths
+as they ship (``producers.append_path``: ``NativePath`` and ``ReferencePath``, what
+``SessionWriter`` calls) raise the same error class and message, stamp the same events
+and produce the same record bytes, clear and sealed (the nonce injected, so sealed
+records compare byte for byte; a record sealed with random nonces is opened by the
+Python opener).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import AesGcm
 from sessionstream.governance.keys import FileKeyStore, TenantKeys
 from sessionstream.producers import native_append as na
+from sessionstream.producers.append_path import NativePath, ReferencePath
 from tests.unit.strategies import random_log
 
 pytestmark = pytest.mark.skipif(na.why_not(codec.encode) is not None,
@@ -63,6 +66,49 @@ def cipher(aead: AesGcm | None = None) -> ContentCipher:
 
 def native(c: ContentCipher | None, sid: str, nonces: Any = fixed_nonces) -> na.NativeAppend:
     return na.NativeAppend(codec.encode, c, na.writer_header(), sid, nonces=nonces)
+
+
+#: The topic's record limit the paths are bound to (bytes).
+LIMIT = 1 << 20
+
+
+class Sender:
+    """The writer's Kafka sender as the append paths use it: what they produce, in order."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[bytes, bytes, str]] = []
+        self.log: Any = None
+
+    def produce(self, key: bytes, value: bytes, event_id: str) -> None:
+        self.produced.append((key, value, event_id))
+
+    def use_log(self, log: Any) -> bool:
+        self.log = log
+        return True
+
+    @property
+    def last(self) -> bytes:
+        return self.produced[-1][1]
+
+
+def new_session(sid: str) -> Session:
+    return Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
+
+
+def reference_path(sid: str, c: ContentCipher | None = None) -> ReferencePath:
+    """The Python path as ``append_path`` builds it for ``append="python"``."""
+    stamper = na.PythonAppend(codec.encode, c)
+    stamper.bind(LIMIT)
+    return ReferencePath(stamper, new_session(sid), Sender(), LIMIT, {}, None, 1 << 30)
+
+
+def native_path(sid: str, c: ContentCipher | None = None, nonces: Any = fixed_nonces
+                ) -> NativePath:
+    """The native path as ``append_path`` builds it for ``append="native"`` (the nonces
+    injected: sealed records compare byte for byte)."""
+    stamper = native(c, sid, nonces)
+    stamper.bind(LIMIT)
+    return NativePath(stamper, new_session(sid), Sender(), LIMIT, {}, None, 1 << 30)
 
 
 # ------------------------------------------------------------------ data
@@ -176,14 +222,8 @@ def run_both(seed: int, mix: Any, encrypted: bool) -> int:
     """Replay a generated log's drafts (bad ones mixed in) through both paths."""
     log = random_log(seed, steps=60)
     sid = log[0].session_id
-
-    def fresh() -> Session:
-        return Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
-
-    ref, nat = fresh(), fresh()
-    ref_path = na.PythonAppend(codec.encode,
-                               cipher(FixedNonceAesGcm()) if encrypted else None)
-    nat_path = native(cipher() if encrypted else None, sid)
+    ref = reference_path(sid, cipher(FixedNonceAesGcm()) if encrypted else None)
+    nat = native_path(sid, cipher() if encrypted else None)
     checked = 0
     for e in log[1:]:
         if e.ignorable:
@@ -193,7 +233,7 @@ def run_both(seed: int, mix: Any, encrypted: bool) -> int:
         drafts = [mix(bad_drafts(good)), good] if mix(st.booleans()) else [good]
         for draft in drafts:
             a = outcome(lambda d=draft: ref.append(d))
-            b = outcome(lambda d=draft: na.append(nat_path, nat, d))
+            b = outcome(lambda d=draft: nat.append(d))
             assert a[0] == b[0], (draft, a, b)
             if a[0] == "error":
                 assert a[1] == b[1]
@@ -201,9 +241,12 @@ def run_both(seed: int, mix: Any, encrypted: bool) -> int:
             ev_a, ev_b = a[1], b[1]
             assert ev_a == ev_b
             assert ev_b.data_json() == canonical_dumps(ev_b.data)
-            assert nat_path.record(ev_b) == ref_path.record(ev_a), draft
+            assert nat.sender.last == ref.sender.last, draft
+            assert nat.sender.produced[-1][2] == ev_b.event_id
             checked += 1
-    assert ref.events == nat.events
+    assert ref.session.events == nat.session.events
+    assert ref.sender.produced == nat.sender.produced
+    assert [e.event_id for e in nat.mine] == nat.waiting == list(nat.records)
     return checked
 
 
@@ -228,7 +271,7 @@ def test_native_rules_cover_the_stateless_types_and_stamp_them_whole() -> None:
     for d in (Draft("turn/start", {}), Draft("step/start", {}),
               Draft("request/header", {"provider": "p", "model": "m"})):
         ref.append(d)
-        na.append(path, nat, d)
+        nat.append(d)
     for i, d in enumerate([Draft("assistant/chunk", {"text": "héllo", "index": 3}),
                            Draft("todo/add", {"id": "t1", "text": "x"}),
                            Draft("todo/update", {"id": "t1", "status": "done"})]):
@@ -255,7 +298,7 @@ def test_a_stamped_event_keeps_no_second_copy_of_its_content_once_its_record_is_
     session = Session.create("text")
     path = native(None, "text")
     for d in (Draft("turn/start", {}), Draft("step/start", {})):
-        na.append(path, session, d)
+        session.append(d)
     data = {"text": "héllo " * 50, "index": 7}
     done = path.stamp(session, "assistant/chunk", data, None, (), None, None, True)
     assert done is not None and done[1] is not None
@@ -275,7 +318,7 @@ def test_native_stamp_uses_its_own_ids_and_clock_for_the_defaults() -> None:
     session = Session.create("ids")
     path = native(None, "ids")
     for d in (Draft("turn/start", {}), Draft("step/start", {})):
-        na.append(path, session, d)
+        session.append(d)
     before = time.time_ns() // 1_000_000
     done = path.stamp(session, "assistant/chunk", {"text": "x"}, None, (), None, None, True)
     assert done is not None
@@ -291,18 +334,16 @@ def test_native_stamp_uses_its_own_ids_and_clock_for_the_defaults() -> None:
 
 def test_native_sealed_record_opens_with_the_python_opener() -> None:
     c = cipher()
-    sid = "open-me"
-    session = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
-    path = native(c, sid, nonces=os.urandom)
-    na.append(path, session, Draft("turn/start", {}))
-    na.append(path, session, Draft("step/start", {}))
-    na.append(path, session, Draft("request/header", {"provider": "p", "model": "m"}))
-    ev = na.append(path, session, Draft("assistant/message", {
+    nat = native_path("open-me", c, nonces=os.urandom)
+    nat.append(Draft("turn/start", {}))
+    nat.append(Draft("step/start", {}))
+    nat.append(Draft("request/header", {"provider": "p", "model": "m"}))
+    ev = nat.append(Draft("assistant/message", {
         "content": "secret ✓", "stop_reason": "tool_use", "surprise": [1, 2],
         "reasoning": [{"api": "anthropic", "type": "thinking", "thinking": "hidden",
                        "signature": "sig"}],
         "tool_calls": [{"call_id": "c1", "name": "t", "arguments": {"q": "x/y~z"}}]}))
-    record = path.record(ev)
+    record = nat.sender.last
     wire = codec.decode(record)
     assert wire.sealed and "secret" not in wire.data_json() and "hidden" not in wire.data_json()
     assert [p.data_class.value for p in wire.sealed] == ["surface", "reasoning"]
@@ -358,21 +399,20 @@ def test_native_sealing_keeps_the_key_only_while_the_store_would_and_sees_a_shre
 
     c = cipher()
     sid = "shred-live"
-    session = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
-    path = native(c, sid)
+    nat = native_path(sid, c)
     for d in (Draft("turn/start", {}), Draft("step/start", {})):
-        na.append(path, session, d)
+        nat.append(d)
     for text in ("one", "one more"):  # the first creates the key (a new generation)
-        ev = na.append(path, session, Draft("assistant/chunk", {"text": text}))
-        first = path.record(ev)
-        assert codec.decode(first).sealed  # sealed in the stamp call itself
-    assert "raw" in path._keys  # kept...
-    _key, until, generation = path._keys["raw"]
+        nat.append(Draft("assistant/chunk", {"text": text}))
+        assert codec.decode(nat.sender.last).sealed  # sealed in the stamp call itself
+    keys = nat._native._keys
+    assert "raw" in keys  # kept...
+    _key, until, generation = keys["raw"]
     assert generation == c.store.generation and until > c.store.monotonic()
     c.store.shred("default", sid, (DataClass.RAW,), principal="t", reason="test")
     assert c.store.generation != generation  # ...until this process shreds it
     with pytest.raises(ContentKeyShredded):
-        na.append(path, session, Draft("assistant/chunk", {"text": "two"}))
+        nat.append(Draft("assistant/chunk", {"text": "two"}))
     ref = Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
     for d in (Draft("turn/start", {}), Draft("step/start", {})):
         ref.append(d)

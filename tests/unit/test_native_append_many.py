@@ -1,11 +1,13 @@
-"""The extension's batch append (``Appender.append_many``, SessionWriter.append_many)
-against the reference: one ``Session.append`` per item.
+"""The writer's batch append (``SessionWriter.append_many``) on the native path against
+the reference: ``NativePath.append_many`` (one ``Appender.append_many`` call per run of
+items the extension holds the rules of, the one-append route for the others) and
+``ReferencePath.append_many`` (one ``Session.append`` per item), as they ship.
 
-The producer here is a recording stand-in for confluent-kafka's ``Producer.produce``
-and ``poll`` (the batch calls them positionally); the writer over the real broker is
-tests/integration/test_writer.py. Every batch is driven the way the writer drives it:
-where the extension stops without a leftover, the item goes through the one-append
-route (``native_append.append``) and the batch goes on after it.
+The sender here records what the paths produce, and runs the native batch the way
+``KafkaSender.produce_native`` does, with a recording stand-in for confluent-kafka's
+``Producer.produce`` and ``poll``; the writer over the real broker is
+tests/integration/test_writer.py. The extension's own stops (a stateful type, the
+record limit, a full queue, an error of the id source) are tested on ``append_many``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from sessionstream.producers import native_append as na
 from tests.unit.strategies import random_log
 from tests.unit.test_native_append import (
     FixedNonceAesGcm,
+    Sender,
     bad_drafts,
     cipher,
     native,
+    native_path,
     outcome,
+    reference_path,
 )
 
 
@@ -65,17 +70,59 @@ def batch(path: na.NativeAppend, session: Session, items: list[Any], p: Producer
           w: Writer, *, limit: int = 1 << 30, poll_every: int = 16, log: Any = "log",
           start: int = 0) -> tuple[int, Any]:
     assert path.append_many is not None
-    j, left, w.since = path.append_many(session, items, start, Draft, path.seal_args,
-                                        p.produce, p.poll, "topic", log, w.sent, w.since,
-                                        poll_every, b"key", limit, w.records, w.mine,
-                                        w.waiting)
-    return j, left
+    out = path.append_many(session, items, start, na.BatchProduce(
+        draft=Draft, seal=path.seal_args, produce=p.produce, poll=p.poll, topic="topic",
+        log=log, sent=w.sent, since_poll=w.since, poll_every=poll_every, key=b"key",
+        limit=limit, records=w.records, mine=w.mine, waiting=w.waiting))
+    w.since = out.since_poll
+    return out.next, out.left
+
+
+class BatchSender(Sender):
+    """A sender with a native log, as ``KafkaSender.produce_native`` runs a batch:
+    the records the extension hands to the producer are produced too, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.producer = Producer()
+        self.sent: list[str] = []  # the ids of the batch's records (the sender's own list)
+        self.since = 0
+
+    def produce_native(self, run: Any) -> tuple[bool, Any]:
+        before = len(self.producer.calls)
+        try:
+            result, self.since = run(self.producer.produce, self.producer.poll, "topic",
+                                     self.log, self.sent, self.since)
+        finally:
+            new = self.producer.calls[before:]
+            ids = self.sent[len(self.sent) - len(new):]
+            self.produced += [(key, value, eid) for (_t, value, key, _p, _l), eid
+                              in zip(new, ids, strict=True)]
+        return True, result
 
 
 def item_of(draft: Draft, as_pair: bool) -> Any:
     plain = (draft.surface_op is None and not draft.source_event_seqs
              and draft.turn_id is None and draft.step_id is None)
     return (draft.type, draft.data) if as_pair and plain else draft
+
+
+def run_many(path: Any, items: list[Any]) -> list[tuple[str, Any]]:
+    """``path.append_many`` as a writer's caller sees it, over every item: an item
+    refused raises (those before it are produced), the caller goes on after it."""
+    got: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(items):
+        before = len(path.mine)
+        r = outcome(lambda i=i: path.append_many(items[i:]))
+        got.extend(("ok", e) for e in path.mine[before:])
+        i += len(path.mine) - before
+        if r[0] == "error":
+            got.append(r)
+            i += 1
+        else:
+            assert i == len(items)
+    return got
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,14 +133,9 @@ def test_batch_append_matches_one_python_append_per_item(seed: int, encrypted: b
     records produced are the reference's bytes, in order, each with its bookkeeping."""
     log = random_log(seed, steps=50)
     sid = log[0].session_id
-
-    def fresh() -> Session:
-        return Session.create(sid, clock=CountingClock(), ids=SequentialIds(sid))
-
-    ref, nat = fresh(), fresh()
-    ref_path = na.PythonAppend(codec.encode,
-                               cipher(FixedNonceAesGcm()) if encrypted else None)
-    path = native(cipher() if encrypted else None, sid)
+    ref = reference_path(sid, cipher(FixedNonceAesGcm()) if encrypted else None)
+    nat = native_path(sid, cipher() if encrypted else None)
+    nat.sender = sender = BatchSender()
     items: list[Any] = []
     for e in log[1:]:
         if e.ignorable:
@@ -103,39 +145,30 @@ def test_batch_append_matches_one_python_append_per_item(seed: int, encrypted: b
         if data.draw(st.booleans()):
             items.append(data.draw(bad_drafts(good)))
         items.append(item_of(good, data.draw(st.booleans())))
-    want = []
-    for it in items:
-        d = it if isinstance(it, Draft) else Draft(it[0], it[1])
-        want.append(outcome(lambda d=d: ref.append(d)))
-    p, w = Producer(), Writer()
-    got: list[tuple[str, Any]] = []
-    batched: list[Any] = []  # the events the batch itself produced
-    i = 0
-    while i < len(items):
-        before = len(w.mine)
-        i, left = batch(path, nat, items, p, w, start=i)
-        assert left is None  # no limit, a producer with room: nothing left over
-        batched.extend(w.mine[before:])
-        got.extend(("ok", e) for e in w.mine[before:])
-        if i < len(items):  # declined: the one-append route, as the writer does
-            it = items[i]
-            d = it if isinstance(it, Draft) else Draft(it[0], it[1])
-            r = outcome(lambda d=d: na.append(path, nat, d))
-            if r[0] == "ok":
-                p.calls.append(("topic", path.record(r[1]), b"key", -1, "log"))
-            got.append(r)
-            i += 1
+    want = run_many(ref, items)
+    got = run_many(nat, items)
     assert [g[0] for g in got] == [x[0] for x in want]
     for g, x in zip(got, want, strict=True):
         assert g[1] == x[1]  # the same event, or the same error class and message
-    assert nat.events == ref.events
-    ok = [x[1] for x in want if x[0] == "ok"]
-    assert [c[1] for c in p.calls] == [ref_path.record(e) for e in ok]
-    assert all(c[0] == "topic" and c[2:] == (b"key", -1, "log") for c in p.calls)
-    assert w.mine == batched
-    assert w.sent == w.waiting == [e.event_id for e in batched]
-    assert list(w.records) == w.sent
-    assert p.polls == len(batched) // 16 and w.since == len(batched) % 16
+    assert nat.session.events == ref.session.events
+    assert [v for _, v, _ in sender.produced] == [v for _, v, _ in ref.sender.produced]
+    assert [eid for _, _, eid in sender.produced] == [e.event_id for e in nat.mine]
+    assert [e.event_id for e in nat.mine] == nat.waiting == list(nat.records)
+    assert len(sender.sent) == len(sender.producer.calls)  # the batch's own records
+    assert sender.producer.polls == len(sender.sent) // 16  # (POLL_EVERY)
+
+
+def test_the_native_path_produces_a_batch_of_chunks_in_the_extension() -> None:
+    """The batch the differential test compares is the extension's: chunks are produced
+    by ``Appender.append_many``, the stateful items in between by the one-append route."""
+    ref, nat = reference_path("many"), native_path("many")
+    nat.sender = sender = BatchSender()
+    items: list[Any] = [("turn/start", {}), ("step/start", {}), *chunks(20),
+                        ("step/end", {}), ("step/start", {}), *chunks(3)]
+    assert ref.append_many(items) == nat.append_many(items)
+    assert len(sender.producer.calls) == 23 and len(sender.sent) == 23
+    assert [v for _, v, _ in sender.produced] == [v for _, v, _ in ref.sender.produced]
+    assert sender.producer.polls == 1  # one poll per 16 records (POLL_EVERY)
 
 
 def opened(sid: str) -> tuple[Session, na.NativeAppend]:

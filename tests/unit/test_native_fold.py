@@ -35,14 +35,16 @@ from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.projections.base import ProjectionUnit
 from sessionstream.core.rows import CHUNK_ITEMS, assemble
 from sessionstream.core.simulate import simulate_session
-from sessionstream.streams import native_fold, native_handover
+from sessionstream.streams import fold_native
+from sessionstream.streams.fold_native import NativeUnavailable
 from sessionstream.streams.memory import MemoryDeadLetters as MemoryDLQ
 from sessionstream.streams.memory import MemorySink
-from sessionstream.streams.native_fold import NativeFold, NativeUnavailable, fold_driver
+from sessionstream.streams.ports import WriteOutcome
+from sessionstream.streams.processor import Processor
 from tests.unit.strategies import new_session, walk_with_plugins
 from tests.unit.test_streams_processor import TOPIC, processor
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)
@@ -294,14 +296,14 @@ async def _fold(driver: Any, records: list[Record], sizes: list[int], flushes: s
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int],
-         pipeline: ReaderPipeline | None = None, *, native: list[NativeFold] | None = None,
+         pipeline: ReaderPipeline | None = None, *, native: list[Processor] | None = None,
          chunk: int = CHUNK_ITEMS, background: bool = False
          ) -> tuple[MemorySink, MemorySink, Any, Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDLQ(), MemoryDLQ()
     py = processor(py_sink, pipeline, dead_letters=py_dlq)
-    na = NativeFold(processor(na_sink, pipeline, dead_letters=na_dlq))
-    py.codec.chunk = na.proc.codec.chunk = chunk
+    na = processor(na_sink, pipeline, dead_letters=na_dlq, fold="native")
+    py.codec.chunk = na.codec.chunk = chunk
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes, background))
     if native is not None:
@@ -352,7 +354,7 @@ class _RefusingSink(MemorySink):
         for w in writes:
             if w.session_id == self.victim and not self.refused:
                 self.refused += 1
-                out.append(native_fold.WriteOutcome("conflict", -1))
+                out.append(WriteOutcome("conflict", -1))
             else:
                 out.append(self._write(gen, w))
         return out
@@ -369,8 +371,8 @@ def test_a_background_write_that_did_not_apply_is_written_whole_by_the_next_flus
     half = len(records) // 2
     py_sink, sink = MemorySink(), _RefusingSink("bg1")
     py = processor(py_sink)
-    na = NativeFold(processor(sink))
-    py.codec.chunk = na.proc.codec.chunk = 2  # many chunks: a delta write would miss some
+    na = processor(sink, fold="native")
+    py.codec.chunk = na.codec.chunk = 2  # many chunks: a delta write would miss some
 
     async def run() -> None:
         await na.fold(records[:half])
@@ -390,24 +392,25 @@ def test_native_fold_equals_the_python_fold_on_simulated_fleets(
     import random
 
     built: list[Any] = []  # Python events the native path builds (none: every unit is native)
-    real_event = native_handover._event
-    monkeypatch.setattr(native_handover, "_event", lambda t: built.append(t) or real_event(t))
+    real_event = fold_native._event
+    monkeypatch.setattr(fold_native, "_event", lambda t: built.append(t) or real_event(t))
 
     rng = random.Random(3)
     logs = {f"lab{i}": simulate_session(rng, f"lab{i}", turns=4, compact_every=2,
                                         failures=0.2) for i in range(8)}
     merged = [(e, sid) for k in range(max(map(len, logs.values())))
               for sid, evs in logs.items() if k < len(evs) for e in [evs[k]]]
-    native: list[NativeFold] = []
+    native: list[Processor] = []
     py_sink, na_sink, py_dlq, na_dlq = _run(_records(merged, 3), [97], {2, 5}, native=native,
                                             chunk=4)
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert len(py_sink.hashes) == 8
     # every built-in unit, the surface too, folded in the extension: no session went to
     # Python and no record was decoded into a Python event
-    assert native[0]._python == set()
-    assert native[0].folder.sessions == 8
-    assert native[0]._py_units == ()
+    folder: Any = native[0].folder
+    assert folder._python == set()
+    assert folder.extension.sessions == 8
+    assert folder._py_units == ()
     assert built == []
     assert any(f.startswith("part:surface:messages:") for h in na_sink.hashes.values()
                for f in h)
@@ -447,11 +450,12 @@ def test_the_native_surface_abandons_calls_replaces_and_refuses_as_the_python_un
     bad = _extend(simulate_session(random.Random(6), "b1", turns=2),
                   {"type": "user/message", "data": {"content": "s"}, "surface_op": "replace",
                    "source_event_seqs": [10**6]})
-    native: list[NativeFold] = []
+    native: list[Processor] = []
     merged = [(e, "a1") for e in good] + [(e, "b1") for e in bad]
     _assert_same(*_run(_records(merged, 1), [13], {1}, native=native, chunk=2))
-    assert native[0]._python == {"b1"}  # the refused replace: the Python unit's verdict
-    na = native[0].proc.sink
+    folder: Any = native[0].folder
+    assert folder._python == {"b1"}  # the refused replace: the Python unit's verdict
+    na = native[0].sink
     assert '"projection_error"' in na.hashes[(1, "b1")]["meta"]
     view = assemble(na.hashes[(1, "a1")])["view:surface"]
     assert '"kind":"summary"' in view and "\U0001f600" in view
@@ -517,16 +521,17 @@ def test_a_custom_python_unit_plugs_in_and_its_failure_quarantines_as_in_python(
 
 
 def test_the_fold_setting_selects_python_or_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    proc = processor(MemorySink())
-    assert fold_driver(proc, "python") is proc
-    assert isinstance(fold_driver(proc, "native"), NativeFold)
-    assert isinstance(fold_driver(proc, "auto"), NativeFold)
+    def folder(fold: str) -> str:
+        return processor(MemorySink(), fold=fold).folder.name
+
+    assert (folder("python"), folder("native"), folder("auto")) == ("python", "native",
+                                                                    "native")
     with pytest.raises(NativeUnavailable, match="SESSIONSTREAM_FOLD='fast'"):
-        fold_driver(proc, "fast")
-    monkeypatch.setattr(native_fold, "_native", None)
-    assert fold_driver(proc, "auto") is proc  # the pure-Python fallback
+        folder("fast")
+    monkeypatch.setattr(fold_native, "_native", None)
+    assert folder("auto") == "python"  # the pure-Python fallback
     with pytest.raises(NativeUnavailable, match=r"not available.*make install"):
-        fold_driver(proc, "native")
+        folder("native")
 
 
 def test_sealed_content_folds_as_in_python_through_the_opener(tmp_path: Any) -> None:

@@ -1,4 +1,4 @@
-"""The live worker's batch (``NativeFold.process``) against ``Processor.process``.
+"""The live worker's batch through the native folder against the Python reference.
 
 Differential, over the in-memory sink (the integration tests run the same over Kafka
 and Redis): generated logs with faults (tests/unit/test_native_fold.py's strategy)
@@ -24,22 +24,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessionstream.core.pipeline import ReaderPipeline, Record
+from sessionstream.core.projections.base import ProjectionUnit
+from sessionstream.core.rows import CHUNK_ITEMS, SessionRow, Stored, chunk_count, manifest
 from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
 from sessionstream.governance.rows import RowCipher, is_sealed
-from sessionstream.streams import native_flush, native_fold
-from sessionstream.streams.batch import MessageBatch
+from sessionstream.streams import fold_native
+from sessionstream.streams.cycle import PreviousBatch
+from sessionstream.streams.fold import MessageBatch
+from sessionstream.streams.fold_native import NativeFolder
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
-from sessionstream.streams.native_fold import NativeFold, live_driver
 from sessionstream.streams.native_seal import unit_of
-from sessionstream.streams.processor import BatchReport, Processor
+from sessionstream.streams.ports import BatchReport
+from sessionstream.streams.processor import Processor
 from tests.unit.test_native_fold import _assert_same, _records, fleets
 from tests.unit.test_native_sealed import _sealed
 from tests.unit.test_streams_processor import processor
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)
@@ -96,15 +100,15 @@ def message_batch(batch: list[Record], errors: int = 0) -> MessageBatch:
 
 
 async def _live(records: list[Record], sizes: list[int], restarts: set[int],
-                others: set[int], forgets: set[int], make: Any, sink: MemorySink,
+                others: set[int], forgets: set[int], fold: str, sink: MemorySink,
                 dlq: MemoryDeadLetters, missed: frozenset[int] = frozenset(),
-                messages: bool = False, pipelined: bool = False) -> Any:
+                messages: bool = False, pipelined: bool = False) -> Processor:
     """With ``pipelined`` (the kafka engine's overlap, ADR 0014) each batch is folded
     while the previous one's write is in flight: the in-memory sink applies that write
     only when the next batch awaits it, after its fold, so another worker's pass in
     between makes the in-flight write stale or a conflict. A restart or a rebalance
     (forget) first finishes the batch in flight, as the engine does."""
-    driver = make(processor_for(sink, dlq))
+    driver = processor_for(sink, dlq, fold)
     flight = None
     for b, raw in enumerate(_batches(records, sizes)):
         batch: Any = message_batch(raw, b % 2) if messages else raw
@@ -112,7 +116,7 @@ async def _live(records: list[Record], sizes: list[int], restarts: set[int],
             await driver.complete(flight)
             flight = None
         if b in restarts:
-            driver = make(processor_for(sink, dlq))  # a restarted worker: empty caches
+            driver = processor_for(sink, dlq, fold)  # a restarted worker: empty caches
         if b in others or b in missed:
             # another worker (after a rebalance this one missed) folds the batch first;
             # while this one's write is in flight it starts from the progress in the
@@ -136,13 +140,15 @@ async def _live(records: list[Record], sizes: list[int], restarts: set[int],
 _PIPELINE: dict[str, Any] = {}
 
 
-def processor_for(sink: MemorySink, dlq: MemoryDeadLetters) -> Processor:
+def processor_for(sink: MemorySink, dlq: MemoryDeadLetters, fold: str = "python"
+                  ) -> Processor:
     make = _PIPELINE.get("make")
     if make is None:
-        proc = processor(sink, dead_letters=dlq)
+        proc = processor(sink, dead_letters=dlq, fold=fold)
     else:
         pipeline, rows = make()
-        proc = Processor(pipeline=pipeline, sink=sink, group="g", dead_letters=dlq, rows=rows)
+        proc = Processor(pipeline=pipeline, sink=sink, group="g", dead_letters=dlq, rows=rows,
+                         fold=fold)
     if "chunk" in _PIPELINE:  # items per row chunk (ADR 0013): small ones cross chunks
         proc.codec.chunk = _PIPELINE["chunk"]
     return proc
@@ -150,14 +156,15 @@ def processor_for(sink: MemorySink, dlq: MemoryDeadLetters) -> Processor:
 
 def _run(records: list[Record], sizes: list[int], restarts: set[int], others: set[int],
          forgets: set[int], missed: frozenset[int] = frozenset(), messages: bool = False,
-         pipelined: bool = False) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
+         pipelined: bool = False, fold: str = "native"
+         ) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
-    asyncio.run(_live(records, sizes, restarts, others, forgets, lambda p: p, py_sink, py_dlq,
+    asyncio.run(_live(records, sizes, restarts, others, forgets, "python", py_sink, py_dlq,
                       missed))
-    na = asyncio.run(_live(records, sizes, restarts, others, forgets, NativeFold, na_sink,
+    na = asyncio.run(_live(records, sizes, restarts, others, forgets, fold, na_sink,
                            na_dlq, missed, messages, pipelined))
-    return (py_sink, na_sink, py_dlq, na_dlq), na
+    return (py_sink, na_sink, py_dlq, na_dlq), na.folder
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,12 +238,23 @@ def test_a_write_refused_while_the_next_batch_was_folded_is_refolded_in_both(
     between N's fold and its write, so N's write is refused after N+1 folded the same
     sessions on top of it; N+1's records of them are refolded from the stored row."""
     refolded: list[str] = []
-    finish = NativeFold._finish
+    last: list[tuple[Any, set[str]]] = []  # the batch settled last, its refused sessions
+    settle, fold_later = PreviousBatch.settle, NativeFolder.fold_later
 
-    async def counting(self: NativeFold, flight: Any) -> Any:
-        refolded.extend(flight.back)
-        return await finish(self, flight)
-    monkeypatch.setattr(NativeFold, "_finish", counting)
+    async def noting_settle(self: PreviousBatch, cycle: Any) -> Any:
+        flight = self.flight
+        refused = await settle(self, cycle)
+        if flight is not None and isinstance(refused, set):
+            last[:] = [(flight.batch, refused)]
+        return refused
+
+    async def noting_fold_later(self: NativeFolder, batch: Any, sessions: Any) -> Any:
+        # the next batch's records of sessions the previous batch could not write
+        refolded.extend(s for b, refused in last if b is not batch for s in sessions
+                        if s in refused)
+        return await fold_later(self, batch, sessions)
+    monkeypatch.setattr(PreviousBatch, "settle", noting_settle)
+    monkeypatch.setattr(NativeFolder, "fold_later", noting_fold_later)
     _PIPELINE.clear()
     records = _fleet_records()
     (py_sink, na_sink, py_dlq, na_dlq), na = _run(records, [37], set(), {3, 6}, set(),
@@ -251,7 +269,7 @@ def test_a_write_refused_while_the_next_batch_was_folded_is_refolded_in_both(
 def test_a_batch_of_consumed_messages_folds_as_its_records(
         case: tuple[list[Record], list[int], set[int], int], restarts: set[int],
         forgets: set[int]) -> None:
-    """The kafka engine hands the native fold its messages (streams.batch): no Record
+    """The kafka engine hands the native fold its messages (streams.fold): no Record
     per message, the same rows, progress and dead letters as the Python batch."""
     records, sizes, _, chunk = case
     _PIPELINE.clear()
@@ -286,7 +304,7 @@ def test_a_restarted_native_worker_continues_stored_sessions_natively() -> None:
     (py_sink, na_sink, py_dlq, na_dlq), na = _run(records, [41], {4}, set(), set())
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert na._python == set()  # loaded from their rows, not handed to Python
-    assert na.folder.sessions == 6
+    assert na.extension.sessions == 6
 
 
 def test_a_stale_cache_is_refused_and_refolded_as_in_python() -> None:
@@ -300,7 +318,7 @@ def test_a_stale_cache_is_refused_and_refolded_as_in_python() -> None:
 
 async def _conflicts() -> int:
     sink, dlq = MemorySink(), MemoryDeadLetters()
-    na = NativeFold(processor_for(sink, dlq))
+    na = processor_for(sink, dlq, "native")
     conflicts = 0
     for b, batch in enumerate(_batches(_fleet_records(), [37])):
         if b == 6:
@@ -344,11 +362,13 @@ def test_live_sealed_content_and_sealed_rows_fold_as_in_python(tmp_path: Path) -
     assert not is_sealed(na_sink.hashes[(1, "x1")]["view:index"])
 
 
-def test_the_fold_setting_selects_the_live_driver() -> None:
-    proc = processor(MemorySink())
-    assert live_driver(proc, "python") is proc
-    assert isinstance(live_driver(proc, "native"), NativeFold)
-    assert isinstance(live_driver(proc, "auto"), NativeFold)
+def test_the_fold_setting_selects_the_live_folder() -> None:
+    def folder(fold: str) -> Any:
+        return processor(MemorySink(), fold=fold).folder
+
+    assert folder("python").name == "python"
+    assert isinstance(folder("native"), NativeFolder)
+    assert isinstance(folder("auto"), NativeFolder)
 
 
 class _SwitchingSink(MemorySink):
@@ -384,7 +404,7 @@ def test_a_generation_switch_before_a_batch_is_written_moves_the_batch_to_it() -
     py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
     asyncio.run(_switching(processor_for(py_sink, py_dlq), py_sink, py_dlq, 4, True))
     na_sink, na_dlq = _SwitchingSink(4), MemoryDeadLetters()
-    asyncio.run(_switching(NativeFold(processor_for(na_sink, na_dlq)), na_sink, na_dlq, 4,
+    asyncio.run(_switching(processor_for(na_sink, na_dlq, "native"), na_sink, na_dlq, 4,
                            False))
     _assert_same(py_sink, na_sink, py_dlq, na_dlq)
     assert na_sink.gen == 2 and {g for g, _ in na_sink.hashes} == {1, 2}
@@ -395,20 +415,20 @@ def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> N
     """``Folder.write_fields`` (chunk fields, deletes and manifests built in Rust) gives
     what ``chunked_fields`` + the Python ``native_chunks`` give, batch after batch, with
     the chunks stored by the previous write carried over (small chunks: many cross)."""
-    from sessionstream.core.rows import SessionRow
 
     _PIPELINE.clear()
-    a = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
-    b = NativeFold(processor_for(MemorySink(), MemoryDeadLetters()))
+    a: Any = processor_for(MemorySink(), MemoryDeadLetters(), "native").folder
+    b: Any = processor_for(MemorySink(), MemoryDeadLetters(), "native").folder
+    units = {u.key: u for u in a.reference.pipeline.registry.units}
     chunk = 3
     stored: dict[str, dict[str, Any]] = {}
     compared = 0
     for batch in _batches(_fleet_records(), [29]):
         for f in (a, b):
-            f.folder.fold(batch, {}, set())
+            f.extension.fold(batch, {}, set())
         for sid in sorted({r.key.decode() for r in batch if r.key}):
             first = sid not in stored
-            got = a.folder.chunked_fields(sid, not first, chunk)
+            got = a.extension.chunked_fields(sid, not first, chunk)
             if got is None:
                 continue
             fields, changed, parts = got
@@ -420,10 +440,10 @@ def test_the_extension_builds_chunk_fields_and_manifests_as_native_chunks() -> N
             for key, name, n, start, items in parts:
                 by_unit.setdefault(key, []).append((name, n, start, items))
             for key, unit_parts in by_unit.items():
-                counts[key] = native_flush.native_chunks(
-                    a._native_chunked[key], unit_parts, stored.get(sid, {}).get(key),
+                counts[key] = native_chunks(
+                    units[key], unit_parts, stored.get(sid, {}).get(key),
                     fields, deletes, chunk)
-            assert b.folder.write_fields(sid, not first, chunk, stored.get(sid, {})) == (
+            assert b.extension.write_fields(sid, not first, chunk, stored.get(sid, {})) == (
                 fields, changed, deletes, counts)
             stored.setdefault(sid, {}).update(counts)
             compared += len(counts)
@@ -448,8 +468,8 @@ def test_a_session_whose_first_event_is_in_the_batch_is_started_without_a_row_lo
     sink, dlq = _CountingSink(), MemoryDeadLetters()
     py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
 
-    async def go() -> NativeFold:
-        na = NativeFold(processor_for(sink, dlq))
+    async def go() -> Any:
+        na = processor_for(sink, dlq, "native")
         py = processor_for(py_sink, py_dlq)
         for batch in _batches(records, [40]):
             await na.process(batch)
@@ -458,7 +478,7 @@ def test_a_session_whose_first_event_is_in_the_batch_is_started_without_a_row_lo
 
     na = asyncio.run(go())
     _assert_same(py_sink, sink, py_dlq, dlq)
-    assert na.fresh_starts == 6  # every session's seq 0 was in a batch: none was loaded
+    assert na.folder.fresh_starts == 6  # every session's seq 0 was in a batch: none loaded
     assert sink.loaded == []
 
 
@@ -469,7 +489,8 @@ def test_new_sessions_names_what_unknown_sessions_names_and_marks_only_seq_0_pas
     # first record here is its seq 0 past the progress counts as fresh.
     _PIPELINE.clear()
     records = _fleet_records()
-    folder = NativeFold(processor_for(MemorySink(), MemoryDeadLetters())).folder
+    native: Any = processor_for(MemorySink(), MemoryDeadLetters(), "native").folder
+    folder = native.extension
     batch = records[:40]
     heads = [(sid, p) for sid, p, _ in folder.new_sessions(batch, set(), {})]
     assert heads == folder.unknown_sessions(batch, set())
@@ -493,17 +514,17 @@ def test_a_skipped_row_load_never_overwrites_an_existing_row() -> None:
     sink, dlq = _CountingSink(), MemoryDeadLetters()
     py_sink, py_dlq = MemorySink(), MemoryDeadLetters()
 
-    async def go() -> NativeFold:
+    async def go() -> Any:
         for s, d in ((sink, dlq), (py_sink, py_dlq)):
             first = processor_for(s, d)
             for batch in _batches(records, [40]):
                 await first.process(batch)
         rows_before = {k: dict(v) for k, v in sink.hashes.items()}
-        second = processor_for(sink, dlq)
+        second = processor_for(sink, dlq, "native")
         second.group = "other"
         py_second = processor_for(py_sink, py_dlq)
         py_second.group = "other"
-        na = NativeFold(second)
+        na = second
         for batch in _batches(records, [40]):
             report = await na.process(batch)
             assert report.sessions_written == 0  # every write refused: the rows exist
@@ -512,7 +533,7 @@ def test_a_skipped_row_load_never_overwrites_an_existing_row() -> None:
         return na
 
     na = asyncio.run(go())
-    assert na.fresh_starts >= 6
+    assert na.folder.fresh_starts >= 6
     _assert_same(py_sink, sink, py_dlq, dlq)
 
 
@@ -541,8 +562,8 @@ def test_new_sessions_row_keys_are_created_off_the_hot_path_in_batches_and_shred
     sink, py_sink = MemorySink(), MemorySink()
 
     async def go() -> None:
-        na = NativeFold(Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g",
-                                  rows=rows))
+        na = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g", rows=rows,
+                       fold="native")
         py = Processor(pipeline=ReaderPipeline.default(), sink=py_sink, group="g", rows=rows)
         for batch in _batches(records, [40]):
             await na.process(batch)
@@ -565,3 +586,66 @@ def test_new_sessions_row_keys_are_created_off_the_hot_path_in_batches_and_shred
     assert FileKeyStore(tmp_path / "keys").lookup(
         "default", "w1", DataClass.SURFACE).state is KeyState.SHREDDED
     assert rows.open("w1", "surface", "view:surface", row["view:surface"]) is None
+
+
+def native_chunks(unit: ProjectionUnit[Any], parts: list[tuple[str, int, int, list[str]]],
+                  stored: Stored | None, fields: dict[str, str],
+                  deletes: list[str], chunk: int = CHUNK_ITEMS) -> Stored:
+    """The manifest and chunk fields of a native chunked unit, in Python, as
+    ``streams.session_row.chunked_fields`` writes them for a Python one (the reference
+    ``Folder.write_fields`` is held to). ``parts``: per collection (name, items, first
+    item given, the item texts from it); ``stored``: chunk size and chunks per
+    collection in the row. Returns what is stored now."""
+    kinds = {c.name: c.kind for c in unit.collections}
+    size, had = stored if stored is not None else (0, {})
+    lists: dict[str, tuple[str, int]] = {}
+    counts: dict[str, int] = {}
+    for name, n, start, items in parts:
+        k = chunk_count(n, chunk)
+        first = start // chunk if size == chunk and name in had else 0
+        assert start <= first * chunk, f"{unit.key}.{name} items from {start}"
+        for i in range(first, k):
+            lo, hi = i * chunk - start, min(n, (i + 1) * chunk) - start
+            fields[SessionRow.part(unit.key, name, i)] = ",".join(t for t in items[lo:hi] if t)
+        deletes.extend(SessionRow.part(unit.key, name, i)
+                       for i in range(k, had.get(name, 0)))
+        lists[name] = (kinds[name], n)
+        counts[name] = k
+    fields[SessionRow.parts(unit.key)] = manifest(
+        lists, {c.view_key: c.name for c in unit.collections if c.view_key is not None},
+        {c.state_key: c.name for c in unit.collections if c.state_key is not None}, chunk)
+    return chunk, counts
+
+
+def test_row_keys_the_native_fold_keeps_are_dropped_by_a_shred_as_the_store_drops_them(
+        tmp_path: Path) -> None:
+    """The native fold keeps each session's row keys while the key store would answer
+    the same; a shred in between makes the next rows of that class clear on both paths
+    (a shredded class is stored clear) and leaves the others sealed."""
+    from sessionstream.core.privacy import DataClass
+
+    records = _fleet_records()
+    half = len(records) // 2
+    sinks = {}
+    for fold in ("python", "native"):
+        store = FileKeyStore(tmp_path / fold)
+        rows = RowCipher(ContentCipher(store, "default"))
+        sink = MemorySink()
+        proc = Processor(pipeline=ReaderPipeline.default(), sink=sink, group="g", rows=rows,
+                         fold=fold)
+
+        async def go(proc: Processor = proc, store: FileKeyStore = store) -> None:
+            for batch in _batches(records[:half], [40]):
+                await proc.process(batch)
+            store.shred("default", "w1", (DataClass.SURFACE,), principal="t", reason="test")
+            for batch in _batches(records[half:], [40]):
+                await proc.process(batch)
+        asyncio.run(go())
+        sinks[fold] = (sink, rows)
+        row = sink.hashes[(1, "w1")]
+        assert not is_sealed(row["view:surface"])  # written after the shred: clear
+        assert is_sealed(sink.hashes[(1, "w2")]["view:surface"])
+    opened = {fold: {k: {f: rows.open(k[1], unit_of(f), f, v) if unit_of(f) else v
+                         for f, v in h.items()} for k, h in sink.hashes.items()}
+              for fold, (sink, rows) in sinks.items()}
+    assert opened["native"] == opened["python"]

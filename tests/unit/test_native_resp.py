@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)

@@ -17,9 +17,9 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.crypto import NONCE_BYTES, TAG_BYTES
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, is_sealed
-from sessionstream.streams import native_fold, native_seal
+from sessionstream.streams import fold_native, native_seal
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)

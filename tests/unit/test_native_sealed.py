@@ -32,13 +32,12 @@ from sessionstream.core.simulate import simulate_session
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.opener import SealedContentOpener
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from sessionstream.streams.memory import MemoryDeadLetters, MemorySink
-from sessionstream.streams.native_fold import NativeFold
 from tests.unit.test_native_fold import _assert_same, _fold, _records, fleets
 from tests.unit.test_streams_processor import processor
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)
@@ -55,19 +54,19 @@ def _sealed(cipher: ContentCipher, events: list[Event],
 
 
 def _run(records: list[Record], sizes: list[int], flushes: set[int], store: FileKeyStore,
-         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], NativeFold]:
+         chunk: int | None = None) -> tuple[tuple[MemorySink, MemorySink, Any, Any], Any]:
     """Fold with two pipelines (each its own opener) over the same key store."""
     def pipeline() -> ReaderPipeline:
         return ReaderPipeline.default(opener=SealedContentOpener(ContentCipher(store, "default")))
     py_sink, na_sink = MemorySink(), MemorySink()
     py_dlq, na_dlq = MemoryDeadLetters(), MemoryDeadLetters()
     py = processor(py_sink, pipeline(), dead_letters=py_dlq)
-    na = NativeFold(processor(na_sink, pipeline(), dead_letters=na_dlq))
+    na = processor(na_sink, pipeline(), dead_letters=na_dlq, fold="native")
     if chunk is not None:
-        py.codec.chunk = na.proc.codec.chunk = chunk
+        py.codec.chunk = na.codec.chunk = chunk
     asyncio.run(_fold(py, records, sizes, flushes))
     asyncio.run(_fold(na, records, sizes, flushes))
-    return (py_sink, na_sink, py_dlq, na_dlq), na
+    return (py_sink, na_sink, py_dlq, na_dlq), na.folder
 
 
 def _values(sink: MemorySink, sid: str) -> str:
@@ -214,18 +213,18 @@ def _two_batches(sealed: list[Event], half: int, store: FileKeyStore, native: bo
                  between: Any) -> tuple[MemorySink, Any]:
     sink = MemorySink()
     proc = processor(sink, ReaderPipeline.default(
-        opener=SealedContentOpener(ContentCipher(store, "default"))))
-    driver: Any = NativeFold(proc) if native else proc
+        opener=SealedContentOpener(ContentCipher(store, "default"))),
+        fold="native" if native else "python")
     records = _records([(e, "k1") for e in sealed], 1)
 
     async def go() -> None:
-        await driver.fold(records[:half])
-        await driver.flush()
+        await proc.fold(records[:half])
+        await proc.flush()
         between()
-        await driver.fold(records[half:])
-        await driver.flush()
+        await proc.fold(records[half:])
+        await proc.flush()
     asyncio.run(go())
-    return sink, driver
+    return sink, proc.folder
 
 
 def _contents(events: list[Event]) -> list[str]:
@@ -312,3 +311,26 @@ def test_the_store_epoch_changes_on_shreds_followed_from_the_feed_and_on_rewrap(
     assert missing.key is None and until == clock.now  # a missing key is not kept
     a.rewrap("default")
     assert a.cache_epoch("default")[0] != e1
+
+
+def test_parts_compressed_before_sealing_are_inflated_natively_as_in_python(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Content is DEFLATE-framed before it is sealed once it gains (core/privacy.py);
+    the extension opens framed and plain parts alike, and folds as Python does."""
+    from sessionstream.core import privacy
+
+    framed = []
+    real = privacy.compress_plaintext
+
+    def counting(text: bytes) -> bytes:
+        out = real(text)
+        framed.append(out[:1] == b"\x00")
+        return out
+
+    monkeypatch.setattr(privacy, "compress_plaintext", counting)
+    store = FileKeyStore(tmp_path / "keys")
+    _, merged = _fleet(store)
+    assert any(framed) and not all(framed)  # both kinds of parts are in the logs
+    (py_sink, na_sink, py_dlq, na_dlq), na = _run(_records(merged, 3), [53], {2}, store)
+    _assert_same(py_sink, na_sink, py_dlq, na_dlq)
+    assert na._python == set()  # every part opened in the extension

@@ -20,10 +20,10 @@ from sessionstream.core.events import Event, make_event
 from sessionstream.core.pipeline import ReaderPipeline
 from sessionstream.core.projections import Registry, default_units
 from sessionstream.core.simulate import simulate_session
-from sessionstream.streams import native_fold
+from sessionstream.streams import fold_native
 from tests.unit.test_native_fold import Counting, _assert_same, _records, _run
 
-if not native_fold.available():
+if not fold_native.available():
     pytest.skip("the native extension is not built", allow_module_level=True)
 
 

@@ -30,7 +30,7 @@ def test_the_install_built_the_native_extension() -> None:
     from sessionstream import native
 
     assert native.available(), native.WHY_NOT
-    assert native.member("Folder") is not None and native.member("Appender") is not None
+    assert native.ext.Folder is not None and native.ext.Appender is not None
 
 
 def test_the_installed_extras_resolve_together() -> None:

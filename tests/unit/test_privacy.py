@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from sessionstream.core.catalog import default_catalog
-from sessionstream.core.errors import ContentKeyShredded, LegalHold, MovedCiphertext
+from sessionstream.core.errors import (
+    ContentKeyShredded,
+    LegalHold,
+    MovedCiphertext,
+    SealedContentError,
+)
 from sessionstream.core.events import Event
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.privacy import (
@@ -319,3 +324,49 @@ def test_reconstructability_names_the_lost_sources_and_the_requests_they_break(
     assert [(x.seq, x.data_class) for x in offline.lost] == [(6, DataClass.RAW)]
     assert offline.requests == {4: True}  # raw content never enters a request
     assert offline.shredded[0]["classes"] == ["raw"]
+
+
+def test_a_part_long_enough_is_compressed_before_sealing_and_opens_back() -> None:
+    """The plaintext of a sealed part: its JSON as is when short or incompressible, else
+    0x00 0x01 + raw DEFLATE; both open to the same values, and a plaintext written before
+    compression (plain JSON) still opens."""
+    from sessionstream.core import privacy
+
+    short = [["hi"]]
+    long = [["the same words again " * 20, {"k": "the same words again " * 5}]]
+    assert privacy.part_plaintext(short[0])[:1] == b"["
+    framed = privacy.part_plaintext(long[0])
+    assert framed[:2] == b"\x00\x01"
+    assert len(framed) < len(privacy.canonical_dumps(long[0]).encode()) // 3
+    for values in (*short, *long):
+        assert privacy.part_values(privacy.part_plaintext(values), len(values)) == values
+    old = privacy.canonical_dumps(long[0]).encode()  # sealed before compression existed
+    assert privacy.part_values(old, 2) == long[0]
+    under = ["x" * (privacy.COMPRESS_FROM - 5)]  # its JSON is one byte short
+    assert len(privacy.canonical_dumps(under).encode()) == privacy.COMPRESS_FROM - 1
+    assert privacy.part_plaintext(under)[:1] == b"["
+
+
+@pytest.mark.parametrize("plaintext", [
+    b"\x00\x02whatever",  # an unknown method
+    b"\x00\x01not deflate at all",  # not a DEFLATE stream
+    b"\x00",  # framing without a method
+])
+def test_a_framed_plaintext_that_does_not_inflate_is_a_sealed_content_error(
+        plaintext: bytes) -> None:
+    from sessionstream.core import privacy
+
+    with pytest.raises(SealedContentError):
+        privacy.part_values(plaintext, 1)
+
+
+def test_a_plaintext_that_inflates_past_the_limit_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import zlib
+
+    from sessionstream.core import privacy
+
+    monkeypatch.setattr(privacy, "PLAINTEXT_LIMIT", 10_000)
+    bomb = privacy.DEFLATE + zlib.compress(b"[" + b"0," * 50_000 + b"0]", 9, -15)
+    with pytest.raises(SealedContentError, match="within"):
+        privacy.part_values(bomb, 1)

@@ -12,7 +12,7 @@ from sessionstream.core.privacy import DataClass, KeyState
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import RowCipher
-from sessionstream.streams.replay import _KeysAhead
+from sessionstream.streams.replay_read import KeysAhead
 
 UNITS = ["surface", "turns", "business"]
 
@@ -33,7 +33,7 @@ def test_sessions_folded_while_the_key_thread_works_share_one_batch(tmp_path: Pa
         return real(tenant, pairs)
 
     store.data_keys = noted  # type: ignore[method-assign]
-    ahead = _KeysAhead(rows, UNITS)
+    ahead = KeysAhead(rows, UNITS)
     classes = ahead._classes
     assert classes  # the units' rows are sealed with some classes
     ahead.add(["s1"])

@@ -15,12 +15,15 @@ from sessionstream.core.rows import SessionRow
 from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.rows import PREFIX, RowCipher, open_fields
-from sessionstream.streams import native_fold, native_seal, replay
+from sessionstream.streams import fold_native, native_seal, replay_compare
 
-if not native_fold.available():
+if not fold_native.available():
     if os.environ.get("CI"):
         raise RuntimeError("CI must build the native extension (make install)")
     pytest.skip("the native extension is not built", allow_module_level=True)
+
+
+_equal = replay_compare._equal_by_digest
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +63,9 @@ _value = st.text(max_size=300).filter(lambda t: not t.startswith(PREFIX))
 def test_sealed_fields_open_natively_to_what_the_python_opener_gives(
         rows: RowCipher, sid: str, fields: dict[str, str]) -> None:
     sealed = _seal(rows, sid, fields)
-    opened = replay._open_natively(rows, sid, sealed)
+    opened = replay_compare._open_natively(rows, sid, sealed)
     assert opened == fields == _python(rows, sid, sealed)
-    assert replay._opened(sealed, sid, rows) == fields
+    assert replay_compare._opened(sealed, sid, rows) == fields
 
 
 def test_a_field_that_does_not_open_natively_is_left_to_the_python_opener(
@@ -77,12 +80,12 @@ def test_a_field_that_does_not_open_natively_is_left_to_the_python_opener(
     moved = {**sealed, "view:turns": sealed["view:surface"]}
     not_base64 = {**sealed, "view:turns": PREFIX + "***"}
     for bad in (tampered, moved, not_base64):
-        assert replay._open_natively(rows, "s", bad) is None
-        assert replay._opened(bad, "s", rows) == _python(rows, "s", bad)
-        assert replay._opened(bad, "s", rows)["view:turns"] != "[]"  # a placeholder
+        assert replay_compare._open_natively(rows, "s", bad) is None
+        assert replay_compare._opened(bad, "s", rows) == _python(rows, "s", bad)
+        assert replay_compare._opened(bad, "s", rows)["view:turns"] != "[]"  # a placeholder
     store.shred("t", "s", (DataClass.SURFACE,), principal="ops", reason="erasure")
-    assert replay._open_natively(rows, "s", sealed) is None
-    assert replay._opened(sealed, "s", rows) == _python(rows, "s", sealed)
+    assert replay_compare._open_natively(rows, "s", sealed) is None
+    assert replay_compare._opened(sealed, "s", rows) == _python(rows, "s", sealed)
 
 
 def _verdict(fresh: dict[str, str], old: dict[str, str]) -> list[list[str]]:
@@ -108,7 +111,7 @@ def test_a_sealed_pair_is_equal_by_digest_with_only_the_live_row_opened(
         rows: RowCipher) -> None:
     fresh, old = _seal(rows, "s-1", _ROW), _seal(rows, "s-1", _ROW)
     assert fresh["view:todo"] != old["view:todo"]  # random nonces
-    assert replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
+    assert _equal(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
 
 
 def test_a_corrupted_live_row_is_not_equal_by_digest(rows: RowCipher) -> None:
@@ -117,21 +120,21 @@ def test_a_corrupted_live_row_is_not_equal_by_digest(rows: RowCipher) -> None:
                        ("part:surface:items:0", '{"role":"user","text":"ho"}'),
                        ("view:index", '{"n":2}')]:
         old = _seal(rows, "s-1", {**_ROW, name: text})
-        assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows,
+        assert not _equal(_verdict(fresh, old), "s-1", rows,
                                            _kept(_ROW, fresh)), name
     old = _seal(rows, "s-1", {**_ROW, "view:goal": "{}"})  # a field more
-    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
+    assert not _equal(_verdict(fresh, old), "s-1", rows, _kept(_ROW, fresh))
 
 
 def test_a_digest_not_of_the_stored_value_decides_nothing(rows: RowCipher) -> None:
     fresh, old = _seal(rows, "s-1", _ROW), _seal(rows, "s-1", _ROW)
     # no digest kept, or one of another value sealed in that field (rewritten since)
-    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, None)
+    assert not _equal(_verdict(fresh, old), "s-1", rows, None)
     other = _seal(rows, "s-1", _ROW)
-    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, _kept(_ROW, other))
+    assert not _equal(_verdict(fresh, old), "s-1", rows, _kept(_ROW, other))
     kept = _kept(_ROW, fresh)
     kept["view:todo"] = (kept["view:todo"][0], native_seal.field_digest('{"items":[]}'))
-    assert not replay._equal_by_digest(_verdict(fresh, old), "s-1", rows, kept)
+    assert not _equal(_verdict(fresh, old), "s-1", rows, kept)
 
 
 def test_the_fold_and_the_compare_know_the_sealed_prefix_of_the_row_cipher() -> None:

@@ -152,6 +152,10 @@ class CountingSink(MemorySink):
         self.sent.append(sum(len(k) + len(v) for w in writes for k, v in w.fields.items()))
         return await super().write_sessions(gen, writes)
 
+    async def write_batch(self, gen: int, writes: Any, group: str, progress: Any) -> Any:
+        self.sent.append(sum(len(k) + len(v) for w in writes for k, v in w.fields.items()))
+        return await super().write_batch(gen, writes, group, progress)
+
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_a_late_batch_writes_about_what_an_early_one_does_only_when_chunked(

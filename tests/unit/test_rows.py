@@ -17,20 +17,20 @@ from sessionstream.core.rows import (
     read_change_entry,
 )
 from sessionstream.producers import index, lease, views
-from sessionstream.streams import replay, sink
+from sessionstream.streams import replay_compare, sink_scripts
 
 KEYS = KeySpace("acme", "ss")
 
 #: Redis commands, flags and plain values the scripts may spell in quotes.
 LUA_TOKENS = {"GET", "HGET", "HGETALL", "HSET", "HDEL", "HMGET", "ZADD", "GT", "HSETNX", "XADD",
               "INCR", "EXISTS", "TIME", "MAXLEN", "~", "*", "-1", "0", "1", "", ":", " ",
-              "DEL", "LTRIM", "RPUSH", "SADD", "LRANGE"}
+              "DEL", "LTRIM", "RPUSH", "SADD", "LRANGE", "HSTRLEN"}
 
 SCRIPTS = {
-    "sink.WRITE_SESSION_LUA": sink.WRITE_SESSION_LUA,
-    "sink.PROGRESS_MAX_LUA": sink.PROGRESS_MAX_LUA,
-    "sink.WRITE_TENANT_LUA": sink.WRITE_TENANT_LUA,
-    "replay.COMPARE_ROWS_LUA": replay.COMPARE_ROWS_LUA,
+    "sink_scripts.WRITE_SESSION_LUA": sink_scripts.WRITE_SESSION_LUA,
+    "sink_scripts.PROGRESS_MAX_LUA": sink_scripts.PROGRESS_MAX_LUA,
+    "sink_scripts.WRITE_TENANT_LUA": sink_scripts.WRITE_TENANT_LUA,
+    "replay_compare.COMPARE_ROWS_LUA": replay_compare.COMPARE_ROWS_LUA,
     "lease._ACQUIRE": lease._ACQUIRE,
     "lease._RENEW": lease._RENEW,
     "lease._CHECK": lease._CHECK,
@@ -38,6 +38,7 @@ SCRIPTS = {
     "lease._SETTLE": lease._SETTLE,
     "views.INSTALL": views.INSTALL,
     "views.READ": views.READ,
+    "views.gather_script": views.gather_script(""),
     "index._RECORD": index._RECORD,
     "index._MARK_CLEAN": index._MARK_CLEAN,
 }
@@ -135,3 +136,12 @@ def test_the_extension_spells_no_row_field_of_its_own() -> None:
                  for n, line in enumerate(p.read_text("utf-8").splitlines(), 1)
                  if spelled.search(line) and "assert" not in line]
     assert offenders == []
+
+
+def test_a_change_entry_is_the_canonical_json_of_its_fields() -> None:
+    from sessionstream.core.jsonvalue import canonical_dumps
+    from sessionstream.core.rows import change_entry
+
+    for sid, changed in [("s1", ["index", "turns"]), ("é/ü \"q\"", []), ("x", ["surface"])]:
+        assert change_entry(sid, 7, 42, changed) == canonical_dumps(
+            {"session": sid, "as_of_seq": 7, "offset": 42, "changed": changed})

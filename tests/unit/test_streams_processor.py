@@ -392,3 +392,43 @@ async def test_a_dead_letter_that_cannot_be_produced_holds_only_its_partition_be
     await proc.process([Record(TOPIC, 0, n0 + 3, b"s999", b"\x00bad four")])  # produced now
     assert sorted(d.record.offset for d in dlq.letters) == [n0, n0 + 1, n0 + 2, n0 + 3]
     assert sink.progress[("g", f"{TOPIC}:0")] == n0 + 3
+
+
+async def _pipelined(proc: Processor, records: list[Record], size: int,
+                     between: dict[int, Processor]) -> None:
+    """The kafka engine's overlap (ADR 0014): each batch folded while the previous one's
+    write is in flight; ``between[b]`` (another worker) processes batch ``b`` and the
+    one in flight first, so the write in flight is refused (stale or a conflict)."""
+    flight: Any = None
+    for b, i in enumerate(range(0, len(records), size)):
+        batch = records[i:i + size]
+        other = between.get(b)
+        if other is not None:
+            await other.process([*(flight.records if flight is not None else []), *batch])
+        _, current = await proc.pipelined(batch, flight)
+        flight = None if not hasattr(current, "batch") else current
+    if flight is not None:
+        await proc.complete(flight)
+
+
+@pytest.mark.parametrize("size", [5, 17, 40])
+async def test_the_python_fold_pipelined_writes_what_it_writes_batch_by_batch(size: int) -> None:
+    """The engine overlaps batches whatever the fold: a refused write in flight refolds
+    the next batch's records of that session from the stored row, as the native fold."""
+    _logs, merged = fleet(6)
+    records = as_records(merged)
+    seq_sink, sink = MemorySink(), MemorySink()
+    seq = processor(seq_sink)
+    for b, i in enumerate(range(0, len(records), size)):
+        if b in (3, 7):
+            await processor(seq_sink).process(records[i:i + size])
+        await seq.process(records[i:i + size])
+    proc = processor(sink)
+    refused: list[str] = []
+    forget = proc.folder.refused
+    proc.folder.refused = lambda sid: refused.append(sid) or forget(sid)  # type: ignore[method-assign]
+    await _pipelined(proc, records, size, {3: processor(sink), 7: processor(sink)})
+    assert refused  # writes in flight were refused and refolded
+    assert sink.hashes == seq_sink.hashes
+    assert sink.progress == seq_sink.progress
+    assert sink.index == seq_sink.index

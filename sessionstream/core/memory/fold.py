@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sessionstream.core.memory.errors import NamespaceMismatch
+from sessionstream.core.memory.lineage import ForgetPlan, forget_plan
 from sessionstream.core.memory.model import (
     STRENGTH,
     AnyOp,
@@ -378,10 +379,8 @@ def forgotten_version(version: Version, at: Forgetting) -> Version:
 def _forget(state: MemoryState, op: Forget) -> MemoryState:
     at = Forgetting(op.time, op.op_id, op.reason or "forget")
     if op.source_session is not None:
-        from sessionstream.core.memory.lineage import apply_plan, forget_plan
-
         plan = forget_plan(state, op.source_session)
-        out = apply_plan(state, plan, at)
+        out = _apply_plan(state, plan, at)
         if op.source_session in out.deleted_sessions:
             return out
         return replace(out, deleted_sessions=out.deleted_sessions | {op.source_session})
@@ -397,6 +396,27 @@ def _forget(state: MemoryState, op: Forget) -> MemoryState:
                          for v in memory.versions)
         out = with_memory(out, Memory(memory.id, versions))
     return out
+
+
+def _apply_plan(state: MemoryState, plan: ForgetPlan, at: Forgetting) -> MemoryState:
+    """``state`` with ``plan`` carried out (the same object when the plan is empty)."""
+    if plan.empty:
+        return state
+    gone = set(plan.forgotten)
+    narrow = set(plan.narrowed)
+    changed = []
+    for memory_id in sorted({r.id for r in gone | narrow}):
+        memory = state.memories[memory_id]
+        versions = []
+        for v in memory.versions:
+            if v.ref in gone:  # keeps its sources: the audit of why it was forgotten
+                v = forgotten_version(v, at)
+            elif v.ref in narrow:
+                v = replace(v, sources=tuple(s for s in v.sources
+                                             if s.session_id != plan.session_id))
+            versions.append(v)
+        changed.append(Memory(memory_id, tuple(versions)))
+    return with_memory(state, *changed)
 
 
 def _touch(state: MemoryState, op: Touch) -> MemoryState:

@@ -21,10 +21,10 @@ deletion reports is the change every reader makes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from sessionstream.core.memory.model import Forgetting, Memory, Ref
+from sessionstream.core.memory.model import Ref
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,26 +65,3 @@ def forget_plan(state: Any, session_id: str) -> ForgetPlan:
             else:
                 narrowed.append(v.ref)
     return ForgetPlan(session_id, tuple(forgotten), tuple(narrowed), tuple(memories))
-
-
-def apply_plan(state: Any, plan: ForgetPlan, at: Forgetting) -> Any:
-    """``state`` with ``plan`` carried out (the same object when the plan is empty)."""
-    from sessionstream.core.memory.fold import forgotten_version, with_memory
-
-    if plan.empty:
-        return state
-    gone = set(plan.forgotten)
-    narrow = set(plan.narrowed)
-    changed = []
-    for memory_id in sorted({r.id for r in gone | narrow}):
-        memory = state.memories[memory_id]
-        versions = []
-        for v in memory.versions:
-            if v.ref in gone:  # keeps its sources: the audit of why it was forgotten
-                v = forgotten_version(v, at)
-            elif v.ref in narrow:
-                v = replace(v, sources=tuple(s for s in v.sources
-                                             if s.session_id != plan.session_id))
-            versions.append(v)
-        changed.append(Memory(memory_id, tuple(versions)))
-    return with_memory(state, *changed)
