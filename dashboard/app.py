@@ -35,7 +35,7 @@ from redis.asyncio import Redis
 from sessionstream import redisconn
 from sessionstream.core.rows import KeySpace, read_change_entry
 from sessionstream.core.settings import Env
-from sessionstream.dashboard import fleet, series, timeline
+from sessionstream.dashboard import fleet, memory, series, timeline
 from sessionstream.dashboard.auth import TokenAuth
 from sessionstream.dashboard.auth import middleware as auth_middleware
 from sessionstream.dashboard.feed import Cursor, comment, frame, parse_event_id, stream_id_key
@@ -131,6 +131,8 @@ def create_app(config: DashboardConfig) -> web.Application:
                                                config.streams_group),
                                interval=config.lag_interval_s)
     fleet.setup(app, fleet.FleetSeries(app[REDIS], config.keys, lag=lag))
+    memory.setup(app, memory.MemoryView(config.redis_url, config.redis_cluster, config.keys,
+                                        config.rows))
     app.router.add_static("/static", STATIC_DIR)
     return app
 
