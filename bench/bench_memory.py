@@ -28,8 +28,9 @@ from bench.results import Result, record
 from sessionstream.core.events import Draft
 from sessionstream.core.memory import Actor, Role
 from sessionstream.core.memory.extract import PatternModel
-from sessionstream.core.memory.search import HashingEmbedder, VectorIndex, fuse
+from sessionstream.core.memory.search import Embedder, VectorIndex, fuse
 from sessionstream.integrations.memory import InMemoryBackend, MemoryClient, Searcher
+from sessionstream.integrations.memory_embed import ModelUnavailable, embedder_for
 from sessionstream.integrations.memory_extract import extract_session
 from sessionstream.integrations.store import MemoryStore
 
@@ -110,7 +111,7 @@ def pct(values: list[float], q: float) -> float:
 class Reference:
     """The core's pure-Python search over the same state (the baseline)."""
 
-    def __init__(self, searcher: Searcher, embedder: HashingEmbedder) -> None:
+    def __init__(self, searcher: Searcher, embedder: Embedder) -> None:
         self.bm25 = searcher.bm25
         self.embedder = embedder
         self.vectors = VectorIndex(embedder.dims)
@@ -123,10 +124,11 @@ class Reference:
         return [h.id for h in hits]
 
 
-def bench_search(size: int, rounds: int, results: str | None) -> None:
+def bench_search(size: int, rounds: int, results: str | None, embedder_name: str) -> None:
     rnd = random.Random(size)
+    embedder = embedder_for(embedder_name)
     mem = MemoryClient(InMemoryBackend("bench"), Actor(Role.OPERATOR, "bench",
-                                                       tenant="bench"))
+                                                       tenant="bench"), embedder=embedder)
     ns = mem.namespace(None, owner="ada")
     targets = {}
     texts = [c[0] for c in CORPUS] + distractors(max(0, size - len(CORPUS)), rnd)
@@ -147,7 +149,7 @@ def bench_search(size: int, rounds: int, results: str | None) -> None:
         recall[mode] = found / len(queries)
     ours: list[float] = []
     base: list[float] = []
-    ref = Reference(searcher, HashingEmbedder())
+    ref = Reference(searcher, embedder)
     agree = 0
     for _ in range(rounds):
         for q, _want in queries:
@@ -160,19 +162,20 @@ def bench_search(size: int, rounds: int, results: str | None) -> None:
             agree += got == want
     p50, p99 = pct(ours, 0.5) * 1e3, pct(ours, 0.99) * 1e3
     b50, b99 = pct(base, 0.5) * 1e3, pct(base, 0.99) * 1e3
-    print(f"namespace of {size:>6}: search p50 {p50:.3f} ms, p99 {p99:.3f} ms "
+    print(f"namespace of {size:>6}, {embedder_name} embedder: "
+          f"search p50 {p50:.3f} ms, p99 {p99:.3f} ms "
           f"(core pure-Python reference p50 {b50:.3f} ms, p99 {b99:.3f} ms: "
           f"{b50 / p50:.1f}x); same top 5 as the reference in {agree}/{len(ours)} queries; "
           f"recall@5 hybrid {recall['hybrid']:.2f}, lexical {recall['lexical']:.2f}, "
           f"vector {recall['vector']:.2f}; index built in {build_s * 1e3:.0f} ms; "
           f"{size} proposals in process {size / write_s:.0f}/s")
-    record(results, Result("memory", f"search p50 at {size} memories", "core pure Python",
+    record(results, Result("memory", f"search p50 at {size} memories ({embedder_name})",
+                           "core pure Python",
                            f"{p50:.3f} ms", round(b50 / p50, 2), ">= 1x",
                            f"p99 {p99:.3f} ms, reference {b50:.3f}/{b99:.3f} ms"))
-    record(results, Result("memory", f"recall@5 hybrid at {size}", "", f"{recall['hybrid']:.2f}",
-                           recall["hybrid"], ">= 0.5",
-                           f"lexical {recall['lexical']:.2f}, vector {recall['vector']:.2f} "
-                           "(hashing embedder)"))
+    record(results, Result("memory", f"recall@5 hybrid at {size} ({embedder_name})", "",
+                           f"{recall['hybrid']:.2f}", recall["hybrid"], ">= 0.5",
+                           f"lexical {recall['lexical']:.2f}, vector {recall['vector']:.2f}"))
 
 
 def bench_fleet_writes(n: int, results: str | None, tmp: Path) -> None:
@@ -253,6 +256,9 @@ def bench_extraction(sessions: int, results: str | None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100,10000")
+    ap.add_argument("--embedders", default="hashing,model",
+                    help="Search with each (model: the memory-model extra; skipped with a "
+                         "note when it is not installed).")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--writes", type=int, default=200)
     ap.add_argument("--sessions", type=int, default=500)
@@ -262,8 +268,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.writes, args.sessions = 2, 50, 100
-    for size in (int(x) for x in args.sizes.split(",")):
-        bench_search(size, args.rounds, args.results)
+    for name in args.embedders.split(","):
+        try:
+            embedder_for(name)
+        except ModelUnavailable as e:
+            print(f"{name} embedder skipped: {e}")
+            continue
+        for size in (int(x) for x in args.sizes.split(",")):
+            bench_search(size, args.rounds, args.results, name)
     bench_extraction(args.sessions, args.results)
     if not args.no_fleet:
         import tempfile

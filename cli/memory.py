@@ -36,6 +36,7 @@ def _client(user: str | None, agent: str | None, org: str | None, labels: tuple[
             as_role: str) -> tuple[Any, Any]:
     from sessionstream.core.memory import Actor, Namespace, Role, Scope
     from sessionstream.integrations.memory import FleetBackend, MemoryClient
+    from sessionstream.integrations.memory_embed import embedder_for
 
     given = [(Scope.USER, user), (Scope.AGENT, agent), (Scope.ORG, org)]
     chosen = [(s, o) for s, o in given if o]
@@ -49,7 +50,8 @@ def _client(user: str | None, agent: str | None, org: str | None, labels: tuple[
         die("error: --as user acts in a --user namespace only", 2)
     actor = Actor(role, "cli", tenant=s.tenant, user=owner if scope is Scope.USER else None)
     ns = Namespace(s.tenant, scope, str(owner), tuple(labels))
-    return MemoryClient(FleetBackend.from_settings(s), actor), ns
+    return MemoryClient(FleetBackend.from_settings(s), actor,
+                        embedder=embedder_for(s.memory_embedder)), ns
 
 
 def _out(value: Any) -> None:

@@ -40,8 +40,10 @@ from google.genai import types
 from sessionstream.core.jsonvalue import thaw
 from sessionstream.core.memory.extract import ExtractRequest, Known, MemoryModel, PatternModel, Said
 from sessionstream.core.memory.model import Actor, Extractor, Method, Namespace, Role, Scope
+from sessionstream.core.memory.search import Embedder
 from sessionstream.integrations.google_adk import stream_id
 from sessionstream.integrations.memory import MemoryBackend, MemoryClient, MemoryNotFound
+from sessionstream.integrations.memory_embed import default_embedder
 
 __all__ = ["SessionstreamMemoryService"]
 
@@ -50,18 +52,21 @@ class SessionstreamMemoryService(BaseMemoryService):
     """ADK memory with provenance and a per-session forget (see the module)."""
 
     def __init__(self, backend: MemoryBackend, store: Any = None, *,
-                 model: MemoryModel | None = None, limit: int = 5) -> None:
+                 model: MemoryModel | None = None, limit: int = 5,
+                 embedder: Embedder | None = None) -> None:
         self.backend = backend
         self.store = store
         self.model = model or PatternModel()
         self.limit = limit
+        #: search's embedder (None: the process's, ``SESSIONSTREAM_MEMORY_EMBEDDER``)
+        self.embedder = embedder or default_embedder()
 
     def _ns(self, app_name: str, user_id: str) -> Namespace:
         return Namespace(self.backend.tenant, Scope.USER, user_id, (app_name,))
 
     def _client(self, user_id: str, role: Role = Role.EXTRACTOR) -> MemoryClient:
         return MemoryClient(self.backend, Actor(role, "google-adk", tenant=self.backend.tenant,
-                                                user=user_id))
+                                                user=user_id), embedder=self.embedder)
 
     async def _run(self, fn: Any, *args: Any, **kw: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kw)

@@ -68,12 +68,12 @@ from sessionstream.core.memory.model import (
 from sessionstream.core.memory.search import (
     Bm25Index,
     Embedder,
-    HashingEmbedder,
     Hit,
     fuse,
     index_texts,
     matches,
 )
+from sessionstream.integrations.memory_embed import default_embedder
 
 #: the fold module (the package exports a function of the same name)
 mfold = importlib.import_module("sessionstream.core.memory.fold")
@@ -466,7 +466,8 @@ class MemoryClient:
     backend: MemoryBackend
     actor: Actor
     policy: mpolicy.Policy = mpolicy.DEFAULT_POLICY
-    embedder: Embedder = field(default_factory=HashingEmbedder)
+    #: the search embedder; the process's configured one (``SESSIONSTREAM_MEMORY_EMBEDDER``)
+    embedder: Embedder = field(default_factory=default_embedder)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     ids: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
     #: namespace searchers kept (least recently used out first)

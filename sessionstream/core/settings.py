@@ -73,6 +73,7 @@ class Env:
     WORKER_INSTANCE = "SESSIONSTREAM_WORKER_INSTANCE"
     BATCH_MAX = "SESSIONSTREAM_BATCH_MAX"
     LEASE_TTL_MS = "SESSIONSTREAM_LEASE_TTL_MS"
+    MEMORY_EMBEDDER = "SESSIONSTREAM_MEMORY_EMBEDDER"
     BATCH_WITHIN_MS = "SESSIONSTREAM_BATCH_WITHIN_MS"
     CONVERGE_SESSIONS = "SESSIONSTREAM_CONVERGE_SESSIONS"
     ENGINE = "SESSIONSTREAM_ENGINE"
@@ -112,6 +113,9 @@ class Env:
 
 #: The worker's engines: faust, or the confluent-kafka consumer loop (docs/adr/0003).
 ENGINES = ("faust", "kafka")
+#: Long-term memory's embedders (integrations/memory_embed.py): ``hashing`` needs nothing
+#: (words and spellings); ``model`` is the small static model of the ``memory-model`` extra.
+EMBEDDERS = ("hashing", "model")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -165,6 +169,8 @@ class Settings:
     #: How long a writer's lease outlives its last renewal (a writer that died mid-write
     #: blocks the session's next writer at most this long; a live one renews it).
     lease_ttl_ms: int = 30_000
+    #: long-term memory's search embedder (EMBEDDERS; docs/adr/0030, A4)
+    memory_embedder: str = "hashing"
     # The projection worker (streams/worker.py):
     streams_group: str = "sessionstream-projections"  # its consumer group
     # The worker's consumer instance id (static group membership, streams.membership):
@@ -295,6 +301,10 @@ class Settings:
         if not 1_000 <= self.lease_ttl_ms <= 3_600_000:
             raise SettingsError(f"{Env.LEASE_TTL_MS}={self.lease_ttl_ms} is out of range: use "
                                 "1000..3600000 (milliseconds)")
+        if self.memory_embedder not in EMBEDDERS:
+            raise SettingsError(f"{Env.MEMORY_EMBEDDER}={self.memory_embedder!r} is not an "
+                                "embedder: use " + " or ".join(EMBEDDERS)
+                                + " (model needs pip install 'sessionstream[memory-model]')")
         if self.engine not in ENGINES:
             raise SettingsError(f"{Env.ENGINE}={self.engine!r} is not an engine: use "
                                 + " or ".join(ENGINES))
@@ -432,6 +442,7 @@ class Settings:
             fold=env.get(Env.FOLD) or "auto",
             append=env.get(Env.APPEND) or "auto",
             lease_ttl_ms=_int(env, Env.LEASE_TTL_MS, 30_000),
+            memory_embedder=env.get(Env.MEMORY_EMBEDDER) or "hashing",
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or WORKER_INSTANCE_AUTO,
             batch_max=_int(env, Env.BATCH_MAX, 2000),

@@ -23,6 +23,7 @@ from sessionstream.governance import ContentCipher
 from sessionstream.governance.keys import FileKeyStore
 from sessionstream.governance.service import Governance
 from sessionstream.integrations.memory import FleetBackend, LineageCascade, MemoryClient
+from sessionstream.integrations.memory_embed import ModelEmbedder
 from sessionstream.integrations.memory_extract import extract_session
 from sessionstream.integrations.store import FleetStore
 from sessionstream.producers.audit import WriterAuditLog
@@ -75,6 +76,10 @@ def test_the_story_through_the_plain_api(fleet: dict[str, object]) -> None:
     s2.append("user/message", {"content": "book my flight to Osaka"})
     hits = later.recall(s2, "what seat does she like on a plane flight")
     assert hits[0].version.ref == explicit.ref
+    # ...and, with the memory-model extra's embedder, by words it does not contain
+    model = MemoryClient(backend(), Actor(Role.AGENT, "harness", user="ada"),  # type: ignore[operator]
+                         embedder=ModelEmbedder())
+    assert model.search("her spot on airplanes")[0].version.ref == explicit.ref
     # a contradiction supersedes it
     s3 = sessions.open("story-3")
     s3.append_many(_turn("These days I prefer an aisle seat."))
