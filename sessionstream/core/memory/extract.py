@@ -12,7 +12,8 @@ deterministic:
   names that memory in ``supersedes``;
 - :class:`ScriptedModel`: candidates given per session (tests, demos).
 
-An OpenAI-compatible model client is the same port (not built yet).
+An OpenAI-compatible model client is the same port
+(`sessionstream.integrations.memory_model_http.OpenAICompatibleExtractor`).
 """
 
 from __future__ import annotations
