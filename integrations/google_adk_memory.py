@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,12 +39,15 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
 from sessionstream.core.jsonvalue import thaw
-from sessionstream.core.memory.extract import ExtractRequest, Known, MemoryModel, PatternModel, Said
-from sessionstream.core.memory.model import Actor, Extractor, Method, Namespace, Role, Scope
+from sessionstream.core.memory.extract import MemoryModel, PatternModel, Said
+from sessionstream.core.memory.model import Actor, Namespace, Role, Scope
 from sessionstream.core.memory.search import Embedder
 from sessionstream.integrations.google_adk import stream_id
 from sessionstream.integrations.memory import MemoryBackend, MemoryClient, MemoryNotFound
 from sessionstream.integrations.memory_embed import default_embedder
+from sessionstream.integrations.memory_extract import propose_extracted
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SessionstreamMemoryService"]
 
@@ -95,24 +99,14 @@ class SessionstreamMemoryService(BaseMemoryService):
             seq = seqs.get(ev.id)
             if text and seq is not None:
                 said.append(Said(seq, text))
-        if not said or sid is None:
-            return 0  # nothing it could cite: the model's proposals must name their seqs
-        ns = self._ns(app, user)
-        mem = self._client(user)
-        known = tuple(Known(v.ref.id, v.kind, v.content) for v in mem.list(namespace=ns)
-                      if isinstance(v.content, str))
-        how = Extractor(Method.MODEL, "google-adk", self.model.name, self.model.prompt_version)
-        n = 0
-        for c in self.model.extract(ExtractRequest(sid, tuple(said), known)):
-            sources = [(sid, list(c.seqs))]
-            if c.supersedes:
-                mem.supersede(list(c.supersedes), c.content, kind=c.kind, sources=sources,
-                              namespace=ns, extractor=how)
-            else:
-                mem.propose(c.content, kind=c.kind, sources=sources, namespace=ns,
-                            extractor=how)
-            n += 1
-        return n
+        if sid is None:
+            log.warning("add_events_to_memory without a session_id: %d events not "
+                        "extracted (a memory must cite the session it comes from)", len(events))
+            return 0
+        if not said:
+            return 0
+        return len(propose_extracted(self._client(user), sid, said, self.model,
+                                     namespace=self._ns(app, user), by="google-adk"))
 
     async def add_session_to_memory(self, session: AdkSession) -> None:
         await self._run(self._ingest, session.app_name, session.user_id, session.id,

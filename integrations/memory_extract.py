@@ -27,7 +27,7 @@ from sessionstream.integrations.memory import MemoryClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExtractorAgent", "ended_user_messages", "extract_session"]
+__all__ = ["ExtractorAgent", "ended_user_messages", "extract_session", "propose_extracted"]
 
 
 def ended_user_messages(events: Sequence[Event]) -> list[Said]:
@@ -54,14 +54,23 @@ def extract_session(client: MemoryClient, session_id: str, events: Sequence[Even
     """Propose what ``model`` finds in the ended turns of ``events`` (past
     ``since_seq``); the versions placed (pending ones included)."""
     said = tuple(s for s in ended_user_messages(events) if s.seq > since_seq)
+    return propose_extracted(client, session_id, said, model, namespace=namespace)
+
+
+def propose_extracted(client: MemoryClient, session_id: str, said: Sequence[Said],
+                      model: MemoryModel, *, namespace: Namespace | None = None,
+                      by: str = "extractor") -> list[Version]:
+    """Ask ``model`` about ``said`` (a session's user messages with their seqs) and
+    propose what it finds, citing ``session_id`` and those seqs (``by``: the extractor's
+    name in provenance)."""
     if not said:
         return []
     ns = client.namespace(namespace)
     known = tuple(Known(v.ref.id, v.kind, v.content) for v in client.list(namespace=ns)
                   if isinstance(v.content, str))
-    how = Extractor(Method.MODEL, "extractor", model.name, model.prompt_version)
+    how = Extractor(Method.MODEL, by, model.name, model.prompt_version)
     out: list[Version] = []
-    for c in model.extract(ExtractRequest(session_id, said, known)):
+    for c in model.extract(ExtractRequest(session_id, tuple(said), known)):
         sources = [(session_id, list(c.seqs))]
         if c.supersedes:
             out.append(client.supersede(list(c.supersedes), c.content, kind=c.kind,

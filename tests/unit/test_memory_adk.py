@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from google.adk.events.event import Event
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
@@ -63,5 +64,36 @@ def test_the_adk_memory_service() -> None:
                                              session_id=s1.id)
         assert report["forgotten"] and (await memory.search_memory(
             app_name="travel", user_id="ada", query="window seat")).memories == []
+
+    asyncio.run(run())
+
+
+def test_add_events_to_memory_cites_only_the_events_the_session_stored(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        store = MemoryStore(event_types=EVENT_TYPES)
+        sessions = SessionstreamSessionService(store)
+        memory = SessionstreamMemoryService(InMemoryBackend("default"), store)
+        s = await sessions.create_session(app_name="travel", user_id="ada")
+        await sessions.append_event(s, _said("I live in Lyon."))
+        late = _said("I am allergic to peanuts.")
+        await sessions.append_event(s, late)
+        never_stored = _said("I work as a pilot.")  # not in the session: nothing to cite
+        await memory.add_events_to_memory(app_name="travel", user_id="ada",
+                                          events=[late, never_stored], session_id=s.id)
+        found = await memory.search_memory(app_name="travel", user_id="ada",
+                                           query="allergic pilot Lyon")
+        texts = [m.content.parts[0].text for m in found.memories]
+        assert texts == ["Allergic to peanuts"]  # neither the earlier event nor the unstored
+        seq = [e.seq for e in store.open(stream_id("travel", "ada", s.id)).events()
+               if e.type == "user/message"][1]
+        assert found.memories[0].custom_metadata["sources"][0]["seqs"] == [seq]
+        # without a session id nothing can be cited: nothing is extracted, and it says so
+        with caplog.at_level("WARNING"):
+            await memory.add_events_to_memory(app_name="travel", user_id="bob",
+                                              events=[_said("I live in Oslo.")])
+        assert "without a session_id" in caplog.text and "Oslo" not in caplog.text
+        assert (await memory.search_memory(app_name="travel", user_id="bob",
+                                           query="Oslo")).memories == []
 
     asyncio.run(run())
