@@ -61,7 +61,7 @@ from langgraph.store.base import (
 )
 
 from sessionstream.core.jsonvalue import thaw
-from sessionstream.core.memory.model import Actor, Namespace, Role, Scope, Version
+from sessionstream.core.memory.model import Actor, AnyOp, Namespace, Role, Scope, Version
 from sessionstream.core.memory.search import index_texts, matches
 from sessionstream.integrations.memory import MemoryBackend, MemoryClient
 
@@ -187,8 +187,9 @@ class SessionstreamStore(BaseStore):
                 raise ValueError(f"unknown store operation {type(op).__name__}")
         for ns, memory_id, expires in touches:
             self.mem.touch([memory_id], expires, namespace=ns)
-        for op in puts.values():
-            self._put(op)
+        writes = [w for w in (self._put_op(op) for op in puts.values()) if w is not None]
+        if writes:  # one flush and one fold for the batch's writes
+            self.mem.apply(writes)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -225,23 +226,30 @@ class SessionstreamStore(BaseStore):
         self._put(PutOp(tuple(namespace), key, value, index, ttl), sources)
 
     def _put(self, op: PutOp, sources: Sequence[tuple[str, Sequence[int]]] = ()) -> None:
+        write = self._put_op(op, sources)
+        if write is not None:
+            self.mem.apply([write])
+
+    def _put_op(self, op: PutOp, sources: Sequence[tuple[str, Sequence[int]]] = ()
+                ) -> AnyOp | None:
+        """The memory operation of a put (None: a delete of an item that is not there)."""
         ns = self._ns(op.namespace)
         memory_id = _key_id(op.key)
         if op.value is None:
-            if self.backend.state(ns).get(memory_id) is not None:
-                self.mem.forget([memory_id], namespace=ns, reason="deleted")
-            return
+            if self.backend.state(ns).get(memory_id) is None:
+                return None
+            return self.mem.forget_op([memory_id], namespace=ns, reason="deleted")
         ttl = op.ttl  # BaseStore.put resolved the default (None: no expiry)
         if op.index is False:
             paths: tuple[str, ...] | None = ()
         else:
             fields = op.index if op.index else self._fields
             paths = tuple("value" if f == "$" else f"value.{f}" for f in fields)
-        self.mem.propose({"key": op.key, "value": op.value, "ttl": ttl}, kind="item",
-                         sources=sources, namespace=ns, memory_id=memory_id, dedupe=False,
-                         index=paths,
-                         expires_at=None if ttl is None else
-                         self._now() + int(ttl * _MINUTE_MS))
+        return self.mem.propose_op({"key": op.key, "value": op.value, "ttl": ttl},
+                                   kind="item", sources=sources, namespace=ns,
+                                   memory_id=memory_id, dedupe=False, index=paths,
+                                   expires_at=None if ttl is None else
+                                   self._now() + int(ttl * _MINUTE_MS))
 
     def _search(self, op: SearchOp, touches: list[tuple[Namespace, str, int]]
                 ) -> list[SearchItem]:

@@ -106,6 +106,14 @@ class MemoryBackend(ABC):
         """Append ``op`` durably and return its namespace's state with it folded in (and
         every operation before it): read-your-writes for every process."""
 
+    def append_many(self, ops: Sequence[AnyOp]) -> list[MemoryState]:
+        """Append ``ops`` in order; each one's namespace state after the whole batch.
+        Not atomic: an error leaves the operations appended before it in place (each is
+        idempotent by its op id, so appending the batch again is safe)."""
+        states = [self.append(op) for op in ops]
+        last = {op.namespace.key: st for op, st in zip(ops, states, strict=True)}
+        return [last[op.namespace.key] for op in ops]
+
     @abstractmethod
     def state(self, namespace: Namespace) -> MemoryState:
         """The namespace's current state (every operation appended before this call)."""
@@ -239,6 +247,7 @@ class FleetBackend(MemoryBackend):
         self._rows: Any = None
         self._cache: dict[str, tuple[int, MemoryState]] = {}
         self._lock = threading.RLock()
+        self._installing: dict[int, threading.Lock] = {}
         #: the memory keys this backend's writes destroyed (forgotten content)
         self.shredded: set[str] = set()
 
@@ -271,25 +280,50 @@ class FleetBackend(MemoryBackend):
                                 f"it serves tenant {self.tenant!r}")
 
     def append(self, op: AnyOp) -> MemoryState:
+        return self.append_many([op])[0]
+
+    def append_many(self, ops: Sequence[AnyOp]) -> list[MemoryState]:
+        """Produce every record, flush once, then fold each partition once up to the
+        batch's last record there (the batch's records in hand, only other writers'
+        records in between read back)."""
         from sessionstream.producers.memory_log import NamespaceFolder, encode_op
 
-        self._check(op.namespace)
+        if not ops:
+            return []
+        for op in ops:
+            self._check(op.namespace)
         rows = self.rows()
-        value = encode_op(op, self.sealer)
-        done = self.log.append(op.namespace, value)
-        folder = NamespaceFolder(self.log, rows)
-        with self._lock:
-            cached = self._cache.get(op.namespace.key)
-        state, followups = folder.install(op.namespace, done.partition, done.offset, op,
-                                          cached)
-        self.shredded |= folder.shredded
-        with self._lock:
-            self._cache[op.namespace.key] = (done.offset, state)
+        done = self.log.append_many([(op.namespace, encode_op(op, self.sealer)) for op in ops])
+        owned: dict[int, dict[int, AnyOp]] = {}
+        for op, at in zip(ops, done, strict=True):
+            owned.setdefault(at.partition, {})[at.offset] = op
+        states: dict[str, MemoryState] = {}
+        followups: list[tuple[Namespace, str]] = []
+        for partition, mine in sorted(owned.items()):
+            folder = NamespaceFolder(self.log, rows)
+            wanted = {op.namespace.key: op.namespace for op in mine.values()}
+            # one installer of a partition at a time in this process: the next one finds
+            # the records it would read already folded (other processes: the row's
+            # compare-and-set)
+            with self._partition_lock(partition):
+                with self._lock:
+                    cached = {k: self._cache[k] for k in wanted if k in self._cache}
+                got, owed = folder.install_many(partition, max(mine), mine, cached)
+            self.shredded |= folder.shredded
+            followups += owed
+            with self._lock:
+                for key in wanted:
+                    self._cache[key] = got[key]
+                    states[key] = got[key][1]
         for ns, sid in followups:  # a proposal that raced a deletion: forget it now
-            after = self.append(_forget_session_op(ns, sid, op.time))
-            if ns.key == op.namespace.key:
-                state = after
-        return state
+            after = self.append(_forget_session_op(ns, sid, ops[-1].time))
+            if ns.key in states:
+                states[ns.key] = after
+        return [states[op.namespace.key] for op in ops]
+
+    def _partition_lock(self, partition: int) -> threading.Lock:
+        with self._lock:
+            return self._installing.setdefault(partition, threading.Lock())
 
     def state(self, namespace: Namespace) -> MemoryState:
         self._check(namespace)
@@ -517,15 +551,36 @@ class MemoryClient:
                 index: Sequence[str] | None = None, expires_at: int | None = None) -> Version:
         """Write a memory (or, ``memory_id`` existing, a new version of it); returns the
         version that holds it (a duplicate of a current memory: that one)."""
+        op = self.propose_op(content, kind=kind, sources=sources, namespace=namespace,
+                             labels=labels, memory_id=memory_id, extractor=extractor,
+                             dedupe=dedupe, index=index, expires_at=expires_at)
+        return self._placed(self.backend.append(op), op.memory_id, op.op_id, op.namespace)
+
+    def propose_op(self, content: JsonValue, *, kind: str = "note",
+                   sources: Iterable[SourceLike] = (), namespace: Namespace | None = None,
+                   labels: Sequence[str] = (), memory_id: str | None = None,
+                   extractor: Extractor | None = None, dedupe: bool = True,
+                   index: Sequence[str] | None = None, expires_at: int | None = None
+                   ) -> Propose:
+        """:meth:`propose` as an operation for :meth:`apply` (authorized now, not
+        written)."""
         ns = self.namespace(namespace, labels)
         decision = mpolicy.require_write(self.policy, self.actor, ns, kind)
         draft = self._draft(content, kind, sources, extractor, index, expires_at)
-        mid = memory_id or self.ids()
-        op = Propose(op_id=self.ids(), namespace=ns, time=self.clock(), actor=self._ref(),
-                     memory_id=mid, draft=draft, status=_status(decision),
-                     policy=self.policy.version, dedupe=dedupe)
-        state = self.backend.append(op)
-        return self._placed(state, mid, op.op_id, ns)
+        return Propose(op_id=self.ids(), namespace=ns, time=self.clock(), actor=self._ref(),
+                       memory_id=memory_id or self.ids(), draft=draft,
+                       status=_status(decision), policy=self.policy.version, dedupe=dedupe)
+
+    def apply(self, ops: Sequence[AnyOp]) -> builtins.list[MemoryState]:
+        """Write operations built by the ``*_op`` methods in one batch (one flush, one
+        fold per partition); each one's namespace state after the batch. Not atomic: an
+        error leaves the operations before it written (appending again is idempotent).
+        Raises :class:`MemoryRefused` if the fold refused a proposal."""
+        states = self.backend.append_many(ops)
+        for op, state in zip(ops, states, strict=True):
+            if isinstance(op, Propose | Supersede):
+                self._placed(state, op.memory_id, op.op_id, op.namespace)
+        return states
 
     def supersede(self, targets: Sequence[str], content: JsonValue, *, kind: str = "note",
                   sources: Iterable[SourceLike] = (), namespace: Namespace | None = None,
@@ -571,6 +626,15 @@ class MemoryClient:
     def forget(self, memory_ids: Sequence[str], *, namespace: Namespace | None = None,
                labels: Sequence[str] = (), reason: str = "forgotten") -> list[str]:
         """Forget memories by id (every version's content); returns the ids forgotten."""
+        op = self.forget_op(memory_ids, namespace=namespace, labels=labels, reason=reason)
+        before = self.backend.state(op.namespace)
+        self.backend.append(op)
+        return [before.resolve(m) for m in memory_ids]
+
+    def forget_op(self, memory_ids: Sequence[str], *, namespace: Namespace | None = None,
+                  labels: Sequence[str] = (), reason: str = "forgotten") -> Forget:
+        """:meth:`forget` as an operation for :meth:`apply` (authorized and checked now:
+        every id exists, no hold)."""
         ns = self.namespace(namespace, labels)
         mpolicy.require_forget(self.policy, self.actor, ns)
         self._not_held(ns)
@@ -578,10 +642,8 @@ class MemoryClient:
         for mid in memory_ids:
             if state.get(mid) is None:
                 raise MemoryNotFound(mid, ns.key)
-        self.backend.append(Forget(op_id=self.ids(), namespace=ns, time=self.clock(),
-                                   actor=self._ref(), memory_ids=tuple(memory_ids),
-                                   reason=reason))
-        return [state.resolve(m) for m in memory_ids]
+        return Forget(op_id=self.ids(), namespace=ns, time=self.clock(), actor=self._ref(),
+                      memory_ids=tuple(memory_ids), reason=reason)
 
     def _not_held(self, ns: Namespace) -> None:
         from sessionstream.core.errors import LegalHold

@@ -52,6 +52,7 @@ from sessionstream.core.settings import Settings
 from sessionstream.governance.memory import MemorySealer, key_name
 from sessionstream.producers.kafka_clients import KafkaClients, private_group
 from sessionstream.producers.partition import partition_for
+from sessionstream.producers.readback import SEEKING
 
 #: the fold module (the package exports a function of the same name)
 mfold = importlib.import_module("sessionstream.core.memory.fold")
@@ -106,7 +107,8 @@ class MemoryLog:
         self._producer: Any = None
         self._consumer: Any = None
         self._partitions: int | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the producer
+        self._read_lock = threading.Lock()  # the consumer: one read at a time
 
     def partitions(self) -> int:
         if self._partitions is None:
@@ -150,6 +152,43 @@ class MemoryLog:
             raise MemoryLogError(f"cannot append to {self.topic!r}: {err}")
         return Appended(msg.partition(), msg.offset())
 
+    def append_many(self, items: Sequence[tuple[Namespace, bytes]]) -> list[Appended]:
+        """Produce the records (in order, each to its namespace's partition) and wait for
+        every acknowledgement in one flush; where each landed, in the same order."""
+        from confluent_kafka import KafkaException, Producer
+
+        if len(items) == 1:
+            return [self.append(*items[0])]
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self.clients.producer({"linger.ms": 0}))
+            producer = self._producer
+        got: list[Any] = [None] * len(items)
+
+        def delivered(i: int) -> Any:
+            return lambda err, msg: got.__setitem__(i, (err, msg))
+
+        try:
+            for i, (namespace, value) in enumerate(items):
+                producer.produce(self.topic, value=value, key=namespace.key.encode("utf-8"),
+                                 partition=self.partition_of(namespace),
+                                 on_delivery=delivered(i))
+                producer.poll(0)
+            left = producer.flush(self.flush_timeout_s)
+        except (KafkaException, BufferError) as exc:
+            raise MemoryLogError(f"cannot append to {self.topic!r}: {exc}") from exc
+        if left or any(g is None for g in got):
+            raise MemoryLogError(f"{sum(g is None for g in got)} of {len(items)} memory "
+                                 f"operations were not acknowledged within "
+                                 f"{self.flush_timeout_s:.0f}s on {self.topic!r} (they may "
+                                 "still be written: retrying is safe, op ids dedupe)")
+        out = []
+        for err, msg in got:
+            if err is not None:
+                raise MemoryLogError(f"cannot append to {self.topic!r}: {err}")
+            out.append(Appended(msg.partition(), msg.offset()))
+        return out
+
     def read(self, partition: int, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
         """The records of ``partition`` from offset ``start`` to ``end`` (inclusive):
         (offset, key, value)."""
@@ -157,10 +196,14 @@ class MemoryLog:
 
         if end < start:
             return []
-        with self._lock:
+        with self._read_lock:
             if self._consumer is None:
+                # a seeking read (producers.readback.SEEKING): above all a short fetch
+                # wait. With librdkafka's 500 ms, the fetch left waiting at the end of the
+                # last range held the next range back: every read took 0.5 s.
                 self._consumer = Consumer(self.clients.consumer(
-                    private_group("memory-read"), {"enable.partition.eof": True}))
+                    private_group("memory-read"),
+                    {**SEEKING, "fetch.wait.max.ms": 10, "enable.partition.eof": True}))
             consumer = self._consumer
             out: list[tuple[int, bytes, bytes]] = []
             try:
@@ -192,6 +235,7 @@ class MemoryLog:
             if self._producer is not None:
                 self._producer.flush(self.flush_timeout_s)
                 self._producer = None
+        with self._read_lock:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
@@ -456,39 +500,56 @@ class NamespaceFolder:
         not read back); ``cached``: (offset, state) of ``namespace`` this process holds.
         Returns ``namespace``'s state and the follow-up forgets owed (namespace, deleted
         session) of every namespace written."""
-        last = upto - 1 if own is not None else upto
+        got, followups = self.install_many(
+            partition, upto, {} if own is None else {upto: own},
+            {} if cached is None else {namespace.key: cached}, (namespace,))
+        return got[namespace.key][1], followups
+
+    def install_many(self, partition: int, upto: int, owned: Mapping[int, AnyOp],
+                     cached: Mapping[str, tuple[int, MemoryState]],
+                     also: Sequence[Namespace] = ()
+                     ) -> tuple[dict[str, tuple[int, MemoryState]], list[tuple[Namespace, str]]]:
+        """:meth:`install` for a batch: ``owned`` are the writer's records on
+        ``partition`` by offset (in hand: only the records between them that are not
+        are read back). Returns (offset, state) of every namespace of ``owned`` and
+        ``also``, and the follow-up forgets owed."""
         start = self.rows.folded(partition) + 1
+        lo, hi = start, upto  # the records to read back: the first and last not in hand
+        while lo <= hi and lo in owned:
+            lo += 1
+        while hi >= lo and hi in owned:
+            hi -= 1
         groups: dict[str, tuple[Namespace, list[tuple[int, AnyOp]]]] = {
-            namespace.key: (namespace, [])}
-        if self.log is not None and start <= last:
-            for off, _k, value in self.log.read(partition, start, last):
+            ns.key: (ns, []) for ns in [*also, *(op.namespace for op in owned.values())]}
+        items: list[tuple[int, AnyOp]] = [(o, op) for o, op in owned.items() if o >= start]
+        if self.log is not None and lo <= hi:
+            for off, _k, value in self.log.read(partition, lo, hi):
+                if off in owned:
+                    continue
                 try:
-                    op = decode_op(value, self.rows.sealer)
+                    items.append((off, decode_op(value, self.rows.sealer)))
                 except CorruptRecord as exc:
                     log.warning("memory record %d@%d skipped: %s", off, partition, exc)
-                    continue
-                groups.setdefault(op.namespace.key, (op.namespace, []))[1].append((off, op))
-        if own is not None:
-            groups[namespace.key][1].append((upto, own))
-        mine = mfold.init()
+        for off, op in sorted(items, key=lambda item: item[0]):
+            groups.setdefault(op.namespace.key, (op.namespace, []))[1].append((off, op))
+        out: dict[str, tuple[int, MemoryState]] = {}
         followups: list[tuple[Namespace, str]] = []
-        for key, (ns, items) in groups.items():
-            if key == namespace.key and cached is not None and \
-                    cached[0] == self.rows.offset(ns):
-                offset, state = cached
+        for key, (ns, ops) in groups.items():
+            hit = cached.get(key)
+            if hit is not None and hit[0] == self.rows.offset(ns):
+                offset, state = hit
             else:
                 offset, state = self.rows.load(ns)
             before, top = state, offset
-            for off, op in items:
+            for off, op in ops:
                 if off > offset:
                     state, top = mfold.apply(state, op), off
             if top > offset:
                 deleted = self.commit(ns, before if offset >= 0 else None, state, top)
                 followups += [(ns, sid) for sid in sorted(deleted)]
-            if key == namespace.key:
-                mine = state
+            out[key] = (max(top, offset), state)
         self.rows.advance_folded({partition: upto})
-        return mine, followups
+        return out, followups
 
     def commit(self, namespace: Namespace, before: MemoryState | None,
                state: MemoryState, offset: int, gen: int | None = None) -> set[str]:

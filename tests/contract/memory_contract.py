@@ -64,6 +64,27 @@ class MemoryContract:
                             memory_id=b.ref.id)
         assert again.ref.version == 2 and again.supersedes == (b.ref,)
 
+    def test_a_batch_equals_its_operations_one_by_one(
+            self, make_backend: MakeBackend, user: str) -> None:
+        mem = client(make_backend(), user)
+        kept = mem.propose("Lives in Paris", kind="fact", memory_id="home",
+                           namespace=mem.namespace(labels=["a"]))
+        gone = mem.propose("Owns a red car", kind="fact", namespace=mem.namespace(labels=["a"]))
+        a, b = mem.namespace(labels=["a"]), mem.namespace(labels=["b"])
+        ops = [mem.propose_op("Prefers tea", kind="preference", namespace=a),
+               mem.propose_op("Works nights", kind="fact", namespace=b),
+               mem.propose_op("Lives in Lyon", kind="fact", namespace=a, memory_id="home"),
+               mem.forget_op([gone.ref.id], namespace=a),
+               mem.propose_op("Prefers  tea", kind="preference", namespace=a)]  # duplicate
+        states = mem.apply(ops)
+        assert states[0] is states[2] is states[3] is states[4]  # a's state after the batch
+        other = client(make_backend(), user)  # another process reads the batch at once
+        assert sorted(v.content for v in other.list(namespace=a)) == ["Lives in Lyon",
+                                                                       "Prefers tea"]
+        assert [v.content for v in other.list(namespace=b)] == ["Works nights"]
+        assert other.show("home", namespace=a)["versions"][0]["ref"] == str(kept.ref)
+        assert mem.apply([]) == []
+
     def test_two_writers_proposing_the_same_memory_leave_one(
             self, make_backend: MakeBackend, user: str) -> None:
         one, two = client(make_backend(), user), client(make_backend(), user)

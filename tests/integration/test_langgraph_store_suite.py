@@ -36,10 +36,6 @@ EXCLUDED: dict[str, str] = {
     "test_async_store.py::test_no_running_loop":
         "expects AsyncSqliteStore's sync methods to refuse on the loop's thread; ours "
         "work there (they do not need the loop)",
-    "test_async_store.py::test_large_batches_async":
-        "4,000 concurrent operations through one backend: over 10 minutes on the fleet "
-        "of a 2-core box (writes serialize on the backend's topic reader); it passes on "
-        "the in-memory backend (test_langgraph_store_suite_passes_in_memory below)",
 }
 
 

@@ -93,3 +93,71 @@ def test_a_row_never_moves_back(make_fleet: Any) -> None:
     offset, state = rows.load(ns)
     assert rows.store(ns, None, state, offset - 1) is False
     assert rows.offset(ns) == offset
+
+
+def test_a_batch_reads_back_only_the_records_other_writers_left_unfolded(
+        make_fleet: Any) -> None:
+    from sessionstream.producers.memory_log import encode_op
+
+    a, b = make_fleet(), make_fleet()
+    mem_a, mem_b = client(a, "ada"), client(b, "ada")
+    mem_a.propose("Prefers tea", kind="preference")  # the namespace exists, folded
+    # another writer produced two records and died before folding them
+    for text in ("Lives in Oslo", "Works nights"):
+        op = mem_b.propose_op(text, kind="fact")
+        b.log.append(op.namespace, encode_op(op, b.sealer))
+    read: list[tuple[int, int, int]] = []
+    plain = a.log.read
+
+    def spy(partition: int, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
+        read.append((partition, start, end))
+        return plain(partition, start, end)
+
+    a.log.read = spy  # type: ignore[method-assign]
+    mem_a.apply([mem_a.propose_op(f"Note {i}", kind="note") for i in range(3)])
+    (_partition, start, end), = read  # one read: the two records, none of the batch's own
+    assert end - start == 1
+    assert sorted(v.content for v in client(make_fleet(), "ada").list()) == [
+        "Lives in Oslo", "Note 0", "Note 1", "Note 2", "Prefers tea", "Works nights"]
+
+
+def test_writers_of_one_process_that_produce_before_any_folds_each_read_their_write(
+        make_fleet: Any) -> None:
+    """Eight threads of one backend: every record is produced before any thread folds
+    (a barrier after the produce forces it), so each installer meets the others'."""
+    import threading
+
+    backend = make_fleet()
+    mem = client(backend, "ada")
+    mem.propose("Prefers tea", kind="preference")
+    threads = 8
+    produced = threading.Barrier(threads, timeout=60)
+    plain = backend.log.append_many
+
+    def produce_then_wait(items: Any) -> Any:
+        done = plain(items)
+        produced.wait()
+        return done
+
+    backend.log.append_many = produce_then_wait  # type: ignore[method-assign]
+    placed: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            v = mem.propose(f"Fact number {i}", kind="fact")
+            placed[i] = v
+            assert mem.show(v.ref.id)["id"] == v.ref.id  # read-your-write, same process
+        except BaseException as exc:  # reported below, with the thread's number
+            errors.append(exc)
+
+    workers = [threading.Thread(target=write, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert not errors, errors
+    assert len(placed) == threads
+    fresh = client(make_fleet(), "ada")  # another process: every write, no duplicate
+    assert sorted(v.content for v in fresh.list()) == sorted(
+        [f"Fact number {i}" for i in range(threads)] + ["Prefers tea"])
