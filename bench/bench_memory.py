@@ -12,6 +12,9 @@ throughput (docs/adr/0030), each beside a baseline measured in the same run.
 - **Writes**: ``MemoryClient.propose`` through the fleet backend (sealed, produced with
   acks=all and flushed, folded into the namespace row before it returns) against the raw
   append of the same records (produce + flush only), and the in-process backend.
+- **LangGraph's store** on the fleet beside ``SqliteStore`` (what a LangGraph user picks
+  otherwise), same operations, same run: put, get, filtered search, a batch of 100 puts,
+  100 puts from 8 threads.
 - **Extraction**: the offline pattern extractor over generated sessions (turns/s),
   proposing into the in-process backend, and into the fleet with ``--fleet-extract``.
 """
@@ -23,6 +26,7 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench.results import Result, record
 from sessionstream.core.events import Draft
@@ -222,6 +226,74 @@ def bench_fleet_writes(n: int, results: str | None, tmp: Path) -> None:
     backend.close()
 
 
+def _ms(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def _store_figures(st: Any, n: int) -> dict[str, float]:
+    """p50 of put, get and a filtered search over ``n`` items; one batch of 100 puts;
+    100 puts from 8 threads (ms)."""
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph.store.base import PutOp
+
+    run = uuid.uuid4().hex[:6]
+    ns = ("users", run, "prefs")
+    texts = [f"{_SUBJECTS[i % len(_SUBJECTS)]} {i}" for i in range(n)]
+    puts = [_ms(lambda i=i: st.put(ns, f"k{i}", {"text": texts[i]})) for i in range(n)]
+    gets = [_ms(lambda i=i: st.get(ns, f"k{i}")) for i in range(n)]
+    finds = [_ms(lambda i=i: st.search(ns, filter={"text": texts[i]})) for i in range(n)]
+    batch = _ms(lambda: st.batch([PutOp(("users", run, "bulk"), f"b{i}", {"v": i})
+                                  for i in range(100)]))
+    with ThreadPoolExecutor(8) as pool:
+        threads = _ms(lambda: list(pool.map(
+            lambda i: st.put(("users", run, "par"), f"p{i}", {"v": i}), range(100))))
+    return {"put": statistics.median(puts), "get": statistics.median(gets),
+            "search": statistics.median(finds), "batch": batch, "threads": threads}
+
+
+def bench_langgraph_store(n: int, results: str | None, tmp: Path) -> None:
+    """LangGraph's store on the fleet beside the one a LangGraph user picks otherwise,
+    ``SqliteStore`` (its own package), the same operations in the same run."""
+    import dataclasses
+    import sqlite3
+
+    from langgraph.store.sqlite import SqliteStore
+
+    from sessionstream.core.settings import Settings
+    from sessionstream.governance.keys import FileKeyStore
+    from sessionstream.integrations.langgraph_store import SessionstreamStore
+    from sessionstream.integrations.memory import FleetBackend
+    from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
+
+    s = dataclasses.replace(Settings.from_env(), tenant="benchmem",
+                            key_prefix=f"bench-{uuid.uuid4().hex[:8]}")
+    ensure_topics(admin_client(s.kafka_bootstrap, s.kafka_security()), tenant_topics(s))
+    backend = FleetBackend(s, FileKeyStore(tmp / "lg-keys", cache_ttl_s=2), encryption=True)
+    conn = sqlite3.connect(tmp / "store.db", check_same_thread=False, isolation_level=None)
+    lite = SqliteStore(conn)
+    lite.setup()
+    stores = {"SqliteStore": lite, "sessionstream": SessionstreamStore(backend)}
+
+    figures = {name: _store_figures(st, n) for name, st in stores.items()}
+    ours, base = figures["sessionstream"], figures["SqliteStore"]
+    for what, label in (("put", "put p50"), ("get", "get p50"),
+                        ("search", "search (filter) p50"), ("batch", "batch of 100 puts"),
+                        ("threads", "100 puts from 8 threads")):
+        ratio = ours[what] / base[what] if base[what] else float("inf")
+        print(f"langgraph store {label}: {ours[what]:.2f} ms vs SqliteStore "
+              f"{base[what]:.2f} ms: {ratio:.1f}x")
+        record(results, Result("memory", f"langgraph store {label}", "SqliteStore",
+                               f"{ours[what]:.2f} ms", round(ratio, 2), "",
+                               f"SqliteStore {base[what]:.2f} ms; ours sealed, on Kafka + "
+                               "Redis, read by every process at once"))
+    backend.close()
+    conn.close()
+
+
 def bench_extraction(sessions: int, results: str | None) -> None:
     store = MemoryStore()
     rnd = random.Random(7)
@@ -260,6 +332,8 @@ def main() -> None:
                     help="Search with each (model: the memory-model extra; skipped with a "
                          "note when it is not installed).")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--store-ops", type=int, default=100,
+                    help="Operations per LangGraph-store figure (beside SqliteStore).")
     ap.add_argument("--writes", type=int, default=200)
     ap.add_argument("--sessions", type=int, default=500)
     ap.add_argument("--no-fleet", action="store_true", help="Skip the Kafka + Redis part.")
@@ -267,7 +341,7 @@ def main() -> None:
     ap.add_argument("--results")
     args = ap.parse_args()
     if args.quick:
-        args.rounds, args.writes, args.sessions = 2, 50, 100
+        args.rounds, args.writes, args.sessions, args.store_ops = 2, 50, 100, 30
     for name in args.embedders.split(","):
         try:
             embedder_for(name)
@@ -282,6 +356,7 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             bench_fleet_writes(args.writes, args.results, Path(tmp))
+            bench_langgraph_store(args.store_ops, args.results, Path(tmp))
 
 
 if __name__ == "__main__":

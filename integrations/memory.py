@@ -286,6 +286,7 @@ class FleetBackend(MemoryBackend):
         """Produce every record, flush once, then fold each partition once up to the
         batch's last record there (the batch's records in hand, only other writers'
         records in between read back)."""
+        from sessionstream.governance.memory import key_name
         from sessionstream.producers.memory_log import NamespaceFolder, encode_op
 
         if not ops:
@@ -293,6 +294,8 @@ class FleetBackend(MemoryBackend):
         for op in ops:
             self._check(op.namespace)
         rows = self.rows()
+        self.sealer.create_keys(key_name(op.namespace, op.op_id) for op in ops
+                                if isinstance(op, Propose | Supersede))
         done = self.log.append_many([(op.namespace, encode_op(op, self.sealer)) for op in ops])
         owned: dict[int, dict[int, AnyOp]] = {}
         for op, at in zip(ops, done, strict=True):
