@@ -62,7 +62,7 @@ class SessionstreamMemoryService(BaseMemoryService):
         self.store = store
         self.model = model or PatternModel()
         self.limit = limit
-        #: search's embedder (None: the process's, ``SESSIONSTREAM_MEMORY_EMBEDDER``)
+        #: search's embedder (None: the process's, ``Env.MEMORY_EMBEDDER``)
         self.embedder = embedder or default_embedder()
 
     def _ns(self, app_name: str, user_id: str) -> Namespace:

@@ -503,7 +503,7 @@ class MemoryClient:
     backend: MemoryBackend
     actor: Actor
     policy: mpolicy.Policy = mpolicy.DEFAULT_POLICY
-    #: the search embedder; the process's configured one (``SESSIONSTREAM_MEMORY_EMBEDDER``)
+    #: the search embedder; the process's configured one (``Env.MEMORY_EMBEDDER``)
     embedder: Embedder = field(default_factory=default_embedder)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     ids: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))

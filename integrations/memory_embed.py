@@ -1,4 +1,4 @@
-"""Long-term memory's embedders, chosen once (``SESSIONSTREAM_MEMORY_EMBEDDER``).
+"""Long-term memory's embedders, chosen once (the setting ``Env.MEMORY_EMBEDDER``).
 
 - ``hashing`` (the default): the core's :class:`HashingEmbedder`, deterministic and
   dependency-free. It matches words and spellings, not meanings: "which city is home"
@@ -15,7 +15,6 @@ no stored byte, only the next index a reader builds.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.memory.search import Embedder, HashingEmbedder
-from sessionstream.core.settings import EMBEDDERS, Env, SettingsError
+from sessionstream.core.settings import EMBEDDERS, Env, SettingsError, memory_embedder_from_env
 
 __all__ = ["ModelEmbedder", "ModelUnavailable", "default_embedder", "embedder_for"]
 
@@ -104,4 +103,4 @@ def embedder_for(name: str) -> Embedder:
 def default_embedder() -> Embedder:
     """The embedder this process is configured with (``hashing`` unless the environment
     names another)."""
-    return embedder_for(os.environ.get(Env.MEMORY_EMBEDDER) or "hashing")
+    return embedder_for(memory_embedder_from_env())

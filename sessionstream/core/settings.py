@@ -301,10 +301,7 @@ class Settings:
         if not 1_000 <= self.lease_ttl_ms <= 3_600_000:
             raise SettingsError(f"{Env.LEASE_TTL_MS}={self.lease_ttl_ms} is out of range: use "
                                 "1000..3600000 (milliseconds)")
-        if self.memory_embedder not in EMBEDDERS:
-            raise SettingsError(f"{Env.MEMORY_EMBEDDER}={self.memory_embedder!r} is not an "
-                                "embedder: use " + " or ".join(EMBEDDERS)
-                                + " (model needs pip install 'sessionstream[memory-model]')")
+        _check_embedder(self.memory_embedder)
         if self.engine not in ENGINES:
             raise SettingsError(f"{Env.ENGINE}={self.engine!r} is not an engine: use "
                                 + " or ".join(ENGINES))
@@ -442,7 +439,7 @@ class Settings:
             fold=env.get(Env.FOLD) or "auto",
             append=env.get(Env.APPEND) or "auto",
             lease_ttl_ms=_int(env, Env.LEASE_TTL_MS, 30_000),
-            memory_embedder=env.get(Env.MEMORY_EMBEDDER) or "hashing",
+            memory_embedder=memory_embedder_from_env(env, check=False),
             streams_group=env.get(Env.STREAMS_GROUP) or "sessionstream-projections",
             worker_instance=env.get(Env.WORKER_INSTANCE) or WORKER_INSTANCE_AUTO,
             batch_max=_int(env, Env.BATCH_MAX, 2000),
@@ -581,3 +578,20 @@ def _check_redis_url(value: str) -> None:
             f"SESSIONSTREAM_REDIS_URL={value!r} is not a Redis URL, "
             "e.g. redis://127.0.0.1:16379/0"
         )
+
+
+def _check_embedder(name: str) -> None:
+    if name not in EMBEDDERS:
+        raise SettingsError(f"{Env.MEMORY_EMBEDDER}={name!r} is not an embedder: use "
+                            + " or ".join(EMBEDDERS)
+                            + " (model needs pip install 'sessionstream[memory-model]')")
+
+
+def memory_embedder_from_env(env: Mapping[str, str] | None = None, *,
+                             check: bool = True) -> str:
+    """Long-term memory's embedder as the environment names it (``hashing`` unset): the
+    one variable a memory client reads without building the whole :class:`Settings`."""
+    name = (os.environ if env is None else env).get(Env.MEMORY_EMBEDDER) or "hashing"
+    if check:
+        _check_embedder(name)
+    return name
