@@ -10,7 +10,6 @@ and never prints it.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click

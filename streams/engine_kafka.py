@@ -210,6 +210,10 @@ class KafkaEngine:
         finally:
             await self.close()
 
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
     def start(self) -> None:
         """Join the group (the partitions come with the next consumes)."""
         self._loop = asyncio.get_running_loop()

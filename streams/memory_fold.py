@@ -66,7 +66,8 @@ class MemoryWorker:
         self.folder = MemoryFolder(self.rows, self.log, principal=SYSTEM_ID)
         self.cycle = BatchCycle(self.folder, sink=MemoryRowSink(self.rows, self.folder.writer),
                                 group=memory_group(settings))
-        self._loop = asyncio.new_event_loop()
+        #: the event loop its engine and cycles run on
+        self.loop = asyncio.new_event_loop()
         self._engine: KafkaEngine | None = None
 
     # -- live ---------------------------------------------------------------------------
@@ -83,11 +84,11 @@ class MemoryWorker:
     def run_once(self, timeout: float = 1.0) -> int:
         """One batch (consumed, folded, written, its follow-ups produced, committed);
         the records consumed. A worker not yet in the group waits for its partitions."""
-        return self._loop.run_until_complete(self._once(timeout))
+        return self.loop.run_until_complete(self._once(timeout))
 
     async def _once(self, timeout: float) -> int:
         engine = self.engine()
-        if engine._loop is None:
+        if not engine.started:
             engine.start()
         deadline = time.monotonic() + ASSIGN_WAIT_S
         was = bool(engine.assigned)
@@ -108,7 +109,7 @@ class MemoryWorker:
                 loop.add_signal_handler(sig, engine.stop)
             await engine.run()
 
-        self._loop.run_until_complete(run())
+        self.loop.run_until_complete(run())
         self._engine = None  # closed
 
     # -- replay -------------------------------------------------------------------------
@@ -148,8 +149,8 @@ class MemoryWorker:
                     if o >= ends[p] - 1:
                         done.add(p)
                 if batch:
-                    self._loop.run_until_complete(cycle.fold(batch))
-            self._loop.run_until_complete(cycle.flush())
+                    self.loop.run_until_complete(cycle.fold(batch))
+            self.loop.run_until_complete(cycle.flush())
         finally:
             c.close()
         self.redis.set(keys.tenant_key("memory:generation"), gen)
@@ -160,9 +161,9 @@ class MemoryWorker:
     def close(self) -> None:
         if self._engine is not None:
             engine, self._engine = self._engine, None
-            if engine._loop is not None:
-                self._loop.run_until_complete(engine.finish())
-                self._loop.run_until_complete(engine.close())
-        if not self._loop.is_closed():
-            self._loop.close()
+            if engine.started:
+                self.loop.run_until_complete(engine.finish())
+                self.loop.run_until_complete(engine.close())
+        if not self.loop.is_closed():
+            self.loop.close()
         self.log.close()
