@@ -29,11 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessionstream.core.errors import SessionStreamError
 from sessionstream.core.memory.errors import MemoryLogError
 from sessionstream.core.memory.extract import Candidate, ExtractRequest
 from sessionstream.core.memory.model import KNOWN_KINDS
-from sessionstream.producers.summarizer_http import Transport, urllib_transport
+from sessionstream.producers.summarizer_http import Transport, chat_completion, urllib_transport
 
 __all__ = ["PROMPT_VERSION", "ExtractionFailed", "OpenAICompatibleExtractor", "render_prompt"]
 
@@ -102,23 +101,14 @@ class OpenAICompatibleExtractor:
             "messages": [{"role": "system", "content": INSTRUCTIONS},
                          {"role": "user", "content": render_prompt(request)}],
         }
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        url = self.base_url.rstrip("/") + "/chat/completions"
+        text = chat_completion(self.base_url, body, self._key, self.transport,
+                               self.timeout_s, ExtractionFailed)
         try:
-            status, raw = self.transport(url, headers, json.dumps(body).encode(),
-                                         self.timeout_s)
-        except SessionStreamError as exc:
-            raise ExtractionFailed(str(exc)) from exc
-        if status != 200:
-            raise ExtractionFailed(f"HTTP {status} from {url}: {raw[:200]!r}")
-        try:
-            text = json.loads(raw)["choices"][0]["message"]["content"]
             answer = json.loads(text)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ExtractionFailed(f"unexpected response from {url} (not a chat completion "
-                                   f"whose message is JSON): {raw[:200]!r}") from exc
+        except ValueError as exc:
+            raise ExtractionFailed(f"the model's answer is not JSON (a chat completion "
+                                   f"whose message is JSON was expected): {text[:200]!r}"
+                                   ) from exc
         return parse_answer(answer, request)
 
 

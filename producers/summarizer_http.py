@@ -47,6 +47,31 @@ def urllib_transport(url: str, headers: Mapping[str, str], body: bytes,
         raise SummarizerError(f"cannot reach {url}: {exc}") from exc
 
 
+def chat_completion(base_url: str, body: Mapping[str, Any], key: str | None,
+                    transport: Transport, timeout_s: float,
+                    error: Callable[[str], Exception]) -> str:
+    """POST ``body`` to ``{base_url}/chat/completions`` and return the first choice's
+    message text; ``error(message)`` is raised for a refusal or an unexpected answer
+    (the summarizer's and the memory extractor's own error types)."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    url = base_url.rstrip("/") + "/chat/completions"
+    try:
+        status, raw = transport(url, headers, json.dumps(body).encode(), timeout_s)
+    except SummarizerError as exc:  # urllib_transport: the endpoint cannot be reached
+        raise error(str(exc)) from exc
+    if status != 200:
+        raise error(f"HTTP {status} from {url}: {raw[:200]!r}")
+    try:
+        text = json.loads(raw)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise error(f"unexpected response from {url}: {raw[:200]!r}") from exc
+    if not isinstance(text, str) or not text.strip():
+        raise error(f"empty answer from {url}")
+    return text
+
+
 def render_prompt(request: SummaryRequest) -> str:
     """The user prompt: the facts to keep, then the pruned messages as JSON lines."""
     f = request.facts
@@ -94,17 +119,5 @@ class OpenAICompatibleSummarizer:
             "messages": [{"role": "system", "content": INSTRUCTIONS},
                          {"role": "user", "content": render_prompt(request)}],
         }
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        url = self.base_url.rstrip("/") + "/chat/completions"
-        status, raw = self.transport(url, headers, json.dumps(body).encode(), self.timeout_s)
-        if status != 200:
-            raise SummarizerError(f"HTTP {status} from {url}: {raw[:200]!r}")
-        try:
-            text = json.loads(raw)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise SummarizerError(f"unexpected response from {url}: {raw[:200]!r}") from exc
-        if not isinstance(text, str) or not text.strip():
-            raise SummarizerError(f"empty summary from {url}")
-        return text
+        return chat_completion(self.base_url, body, self._key, self.transport,
+                               self.timeout_s, SummarizerError)

@@ -71,12 +71,13 @@ def browser() -> Iterator[webdriver.Chrome]:
 BROWSER_TOKEN = "browser-test-token-0123456789"
 
 
-def serve(procs: ProcessGroup, settings: Settings, prefix: str, topic: str) -> str:
+def serve(procs: ProcessGroup, settings: Settings, prefix: str, topic: str,
+          env_extra: dict[str, str] | None = None) -> str:
     port = _free_port()
     env = {"SESSIONSTREAM_KEY_PREFIX": prefix, "SESSIONSTREAM_REDIS_URL": settings.redis_url,
            "SESSIONSTREAM_EVENTS_TOPIC": topic,
            "SESSIONSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "SESSIONSTREAM_DASHBOARD_TOKEN": BROWSER_TOKEN}
+           "SESSIONSTREAM_DASHBOARD_TOKEN": BROWSER_TOKEN, **(env_extra or {})}
     proc = procs.start_module("sessionstream.cli.main", "dashboard", "--port", str(port),
                               env=env)
     url = f"http://127.0.0.1:{port}/"
@@ -218,3 +219,49 @@ async def test_a_fleet_in_the_browser_live_timeline_compaction_range_hostile_tex
         By.CSS_SELECTOR, "#detail .banner").text)
     assert "Unknown session" in banner and "no-such-session" in banner
     shot(browser, "dashboard-404")
+
+
+def test_the_memory_page_shows_hostile_memories_as_text_and_links_their_sources(
+        browser: webdriver.Chrome, procs: ProcessGroup, settings: Settings,
+        unique_topic: Callable[..., str], redis_prefix: str, tmp_path: Path) -> None:
+    """A user's memories on /static/memory.html: content that looks like markup stays
+    text, each source links to its session's timeline, another user sees none."""
+    import dataclasses
+
+    from sessionstream.core.memory import Actor, Role
+    from sessionstream.governance.wiring import key_store
+    from sessionstream.integrations.memory import FleetBackend, MemoryClient
+
+    env = {"SESSIONSTREAM_KEY_DIR": str(tmp_path / "keys"),
+           "SESSIONSTREAM_TENANT_KEY_DIR": str(tmp_path / "tenant-keys")}
+    s = dataclasses.replace(Settings.from_env({**os.environ, **env}),
+                            memory_topic_override=unique_topic(2), key_prefix=redis_prefix)
+    backend = FleetBackend(s, key_store(s), encryption=True)
+    mem = MemoryClient(backend, Actor(Role.AGENT, "bot", user="ada"))
+    mem.propose(HOSTILE[1], kind="note", sources=[("sess-9", [3])])
+    mem.propose("Prefers the aisle", kind="preference", sources=[("sess-9", [4]),
+                                                                 ("sess-2", [1])])
+    backend.close()
+    url = serve(procs, settings, redis_prefix, unique_topic(2),
+                {**env, "SESSIONSTREAM_MEMORY_TOPIC": s.memory_topic})
+    browser.get(url)  # sets the session cookie
+    base = url.split("?")[0]
+    browser.get(base + "static/memory.html#user=ada")
+    rows = wait(browser, "the memory rows",
+                lambda d: (r := d.find_elements(By.CSS_SELECTOR, "#memory tbody tr"))
+                and len(r) == 2 and r)
+    texts = sorted(r.find_elements(By.TAG_NAME, "td")[0].text for r in rows)
+    assert texts == sorted([HOSTILE[1], "Prefers the aisle"])  # the markup shown as text
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#memory img")
+    links = {a.text: a.get_attribute("href") for a in
+             browser.find_elements(By.CSS_SELECTOR, "#memory tbody a")}
+    assert links["sess-2 @ 1"] == base + "#s=sess-2"
+    assert links["sess-9 @ 3"] == links["sess-9 @ 4"] == base + "#s=sess-9"
+    shot(browser, "memory-view")
+    # another user's page: none of ada's memories
+    browser.find_element(By.ID, "user").clear()
+    browser.find_element(By.ID, "user").send_keys("bob\n")
+    wait(browser, "bob's empty namespace",
+         lambda d: "(0)" in d.find_element(By.CSS_SELECTOR, "#memory h2").text)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#memory tbody tr")

@@ -105,7 +105,7 @@ def test_a_contradiction_named_by_the_model_supersedes_the_current_memory() -> N
      "/memories"),
     ({"items": []}, "/memories"),
     ([1, 2], "/memories"),
-    ("not json at all", "not a chat completion"),
+    ("not json at all", "not JSON"),
 ])
 def test_an_invalid_answer_is_refused_whole_naming_where(answer: Any, pointer: str) -> None:
     events = session("I live in Lyon.", "I am allergic to peanuts.")
