@@ -10,7 +10,6 @@ and never prints it.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
@@ -221,12 +220,11 @@ def worker_cmd(once: bool) -> None:
         s = settings()
         w = MemoryWorker(s, key_store(s))
         try:
-            while True:
-                n = w.run_once(timeout=1.0)
-                if once and n == 0:
-                    break
-                if n == 0:
-                    time.sleep(0.1)
+            if once:
+                while w.run_once(timeout=1.0):
+                    pass
+            else:
+                w.serve()
         except KeyboardInterrupt:
             pass
         finally:

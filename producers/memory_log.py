@@ -378,10 +378,7 @@ class MemoryRows:
         change feed; returns the sessions this namespace cites that are deleted (the
         follow-up forgets of a deletion race)."""
         g = self.generation() if gen is None else gen
-        old = {} if before is None else before.memories
-        changed = sorted(i for i, m in state.memories.items() if old.get(i) is not m)
-        cited = sorted({s.session_id for i in changed for v in state.memories[i].versions
-                        for s in v.sources})
+        changed, cited = changes(before, state)
         now = int(time.time() * 1000)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(self._t(f"memory:namespaces:g{g}"), {namespace.key: now})
@@ -458,6 +455,16 @@ class MemoryRows:
             for got in pipe.execute():
                 n += int(got)
         return n
+
+
+def changes(before: MemoryState | None, state: MemoryState) -> tuple[list[str], list[str]]:
+    """(the memories ``state`` changed since ``before`` (None: all), the sessions their
+    versions cite), each sorted: what a namespace write indexes."""
+    old = {} if before is None else before.memories
+    changed = sorted(i for i, m in state.memories.items() if old.get(i) is not m)
+    cited = sorted({s.session_id for i in changed for v in state.memories[i].versions
+                    for s in v.sources})
+    return changed, cited
 
 
 def _stripped(memory: Memory) -> dict[str, Any]:
@@ -553,11 +560,20 @@ class NamespaceFolder:
 
     def commit(self, namespace: Namespace, before: MemoryState | None,
                state: MemoryState, offset: int, gen: int | None = None) -> set[str]:
+        """:meth:`write_row`, then the tenant's indexes (:meth:`MemoryRows.index`): the
+        deleted sessions the namespace cites."""
+        self.write_row(namespace, before, state, offset, gen)
+        return self.rows.index(namespace, before, state, offset, gen)
+
+    def write_row(self, namespace: Namespace, before: MemoryState | None,
+                  state: MemoryState, offset: int, gen: int | None = None) -> bool:
+        """Shred the keys of the versions ``state`` forgot since ``before`` (their Redis
+        copies purged), then store the row (:meth:`MemoryRows.store`: False when it was
+        at or past ``offset`` already). The batch cycle's memory sink writes with it."""
         gone = mfold.newly_forgotten(before or mfold.init(), state)
         if gone:
             names = {key_name(namespace, op) for _, op in gone}
             self.rows.sealer.shred(names, principal=self.principal, reason="memory forgotten")
             self.shredded |= names
             self.rows.purge(namespace, sorted({str(ref) for ref, _ in gone}))
-        self.rows.store(namespace, before, state, offset, gen)
-        return self.rows.index(namespace, before, state, offset, gen)
+        return self.rows.store(namespace, before, state, offset, gen)

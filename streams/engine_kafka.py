@@ -89,6 +89,7 @@ class KafkaEngine:
         #: partitions assigned or revoked by the last consume's callbacks (see below)
         self._rebalanced: list[tuple[str, int]] = []
         self._began: dict[InFlight, float] = {}  # batches in flight: when they began
+        self._flight: InFlight | None = None  # a batch whose write is in flight (overlap)
         self.assigned: set[int] = set()
         self.trace = StageTrace.open(cfg.settings.trace_stages)
         if self.trace is not None:
@@ -200,49 +201,69 @@ class KafkaEngine:
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        cfg = self.cfg
-        self.consumer.subscribe([cfg.topic], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        flight: InFlight | None = None  # a batch whose write is in flight (overlap)
+        """:meth:`start`, then :meth:`step` until :meth:`stop`; the last batch finished."""
+        self.start()
         try:
             while not self._stop.is_set():
-                msgs = await asyncio.to_thread(self.consumer.consume, cfg.batch_max,
-                                               cfg.batch_within)
-                records = self._records(msgs)
-                if self._rebalanced:
-                    await self._drain(flight)
-                    flight = None
-                    parts, self._rebalanced = self._rebalanced, []
-                    self.processor.forget(parts)
-                    records = self._assigned_only(records)
-                if records:
-                    if self.trace is not None:
-                        self.trace.consumed(records)
-                    flight = await self._process(records, flight)
-                    if self.trace is not None:
-                        self.trace.done()
-                elif flight is not None:  # nothing new: finish the one in flight
-                    await self._drain(flight)
-                    flight = None
-                if self.metrics is not None:
-                    self._observe_lag()
-                    self._maybe_probe()
-                if self.processor.converging:
-                    await self._drain(flight)
-                    flight = None
-                    try:
-                        await self.processor.converge_step(cfg.converge_sessions)
-                    except SchemaUnavailable as exc:  # those sessions refold on their next event
-                        log.warning("state_version convergence step postponed: %s", exc)
-            await self._drain(flight)
-            flight = None
+                await self.step()
+            await self.finish()
         finally:
-            if self._probing is not None:
-                self._probing.cancel()
-            if self.lag_probe is not None:
-                await asyncio.to_thread(self.lag_probe.close)
-            await asyncio.to_thread(self.consumer.close)
+            await self.close()
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    def start(self) -> None:
+        """Join the group (the partitions come with the next consumes)."""
+        self._loop = asyncio.get_running_loop()
+        self.consumer.subscribe([self.cfg.topic], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_revoke)
+
+    async def step(self, timeout: float | None = None) -> int:
+        """One consume and what follows it: the batch folded and written (with the
+        overlap: in flight, the previous one finished), a rebalance's partitions
+        forgotten, a convergence step. The records consumed."""
+        cfg = self.cfg
+        msgs = await asyncio.to_thread(self.consumer.consume, cfg.batch_max,
+                                       cfg.batch_within if timeout is None else timeout)
+        records = self._records(msgs)
+        if self._rebalanced:
+            await self.finish()
+            parts, self._rebalanced = self._rebalanced, []
+            self.processor.forget(parts)
+            records = self._assigned_only(records)
+        if records:
+            if self.trace is not None:
+                self.trace.consumed(records)
+            self._flight = await self._process(records, self._flight)
+            if self.trace is not None:
+                self.trace.done()
+        elif self._flight is not None:  # nothing new: finish the one in flight
+            await self.finish()
+        if self.metrics is not None:
+            self._observe_lag()
+            self._maybe_probe()
+        if self.processor.converging:
+            await self.finish()
+            try:
+                await self.processor.converge_step(cfg.converge_sessions)
+            except SchemaUnavailable as exc:  # those sessions refold on their next event
+                log.warning("state_version convergence step postponed: %s", exc)
+        return len(records)
+
+    async def finish(self) -> None:
+        """Finish the batch in flight (if any) and commit it."""
+        flight, self._flight = self._flight, None
+        await self._drain(flight)
+
+    async def close(self) -> None:
+        """Leave the group (after :meth:`finish`: nothing is in flight)."""
+        if self._probing is not None:
+            self._probing.cancel()
+        if self.lag_probe is not None:
+            await asyncio.to_thread(self.lag_probe.close)
+        await asyncio.to_thread(self.consumer.close)
 
     def _records(self, msgs: list[Message]) -> Sequence[Record]:
         """The batch's records: with the extension, the messages themselves (a Record

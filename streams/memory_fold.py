@@ -1,54 +1,55 @@
-"""The memory folder: the tenant's memory topic folded into its namespace rows (ADR 0030).
+"""The memory worker: the tenant's memory topic folded into its namespace rows by the
+batch cycle (ADR 0030, ADR 0026 "How a new projection plugs in").
 
-:class:`MemoryWorker` consumes the memory topic (its progress in Redis: the
-``memory:folded`` hash, partition -> offset, as the projection worker keeps its own),
-groups each batch's records by namespace in partition order, folds them onto each
-namespace's state (kept between batches; loaded from the row when a writer installed it
-further meanwhile) and writes each namespace through :class:`NamespaceFolder.commit`
-(the row's compare-and-set by offset, the keys of forgotten versions shredded, the
-tenant's indexes and change feed in a second call). After the batch, a proposal that
-cites a session deleted meanwhile (an extractor racing a deletion) gets its follow-up
-``forget(source_session)`` produced into its namespace, then the progress is recorded.
+Memory brings a folder (:class:`~.memory_folder.MemoryFolder`) and a sink
+(:class:`~.memory_sink.MemoryRowSink`) and no lifecycle of its own:
 
-:meth:`MemoryWorker.rebuild` folds the whole topic into a new generation of rows and
-switches readers to it, as replay does for the session views.
+- live (``sessionstream memory worker``): :class:`~.engine_kafka.KafkaEngine` drives a
+  :class:`~.cycle.BatchCycle` over them, as it drives the session worker's: a member of
+  the memory group (``<memory topic>.fold``), each partition started after its progress
+  in Redis (``memory:folded``, which the writers advance too), offsets committed after
+  the batch is written, the follow-up forgets produced in the folder's ``settled()``;
+- :meth:`MemoryWorker.rebuild`: the cycle's replay path, pinned to a new generation: the
+  whole topic folded in memory (``BatchCycle.fold``), each namespace written once by the
+  ``flush``, then readers switched to it.
 
-Issue 37's batch cycle (``streams/cycle.py``, a ``Folder`` port) is not on this branch's
-main yet: when it is, this loop becomes a folder that cycle drives.
+:class:`MemoryWorker` is the synchronous face of both (the CLI and the tests call it):
+it keeps one event loop for its engine and cycle.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
+import asyncio
+import signal
 import time
-import uuid
-from collections import defaultdict
 from typing import Any
 
-from sessionstream.core.errors import CorruptRecord
-from sessionstream.core.memory.model import AnyOp, Forget, Namespace
+from sessionstream.core.pipeline import Record
 from sessionstream.core.settings import Settings
 from sessionstream.governance.memory import MemorySealer
 from sessionstream.producers.kafka_clients import KafkaClients, private_group
-from sessionstream.producers.memory_log import (
-    MemoryLog,
-    MemoryRows,
-    NamespaceFolder,
-    decode_op,
-    encode_op,
-)
+from sessionstream.producers.memory_log import MemoryLog, MemoryRows
+from sessionstream.streams.cycle import BatchCycle
+from sessionstream.streams.engine_kafka import KafkaEngine
+from sessionstream.streams.memory_folder import SYSTEM_ID, MemoryFolder
+from sessionstream.streams.memory_sink import MemoryRowSink
+from sessionstream.streams.worker import WorkerConfig
 
-#: the fold module (the package exports a function of the same name)
-mfold = importlib.import_module("sessionstream.core.memory.fold")
+#: Records per batch (one consume).
+BATCH_MAX = 2000
+#: Seconds :meth:`MemoryWorker.run_once` waits at most for the group to give this
+#: worker its partitions (the first consumes of a new member).
+ASSIGN_WAIT_S = 30.0
 
-log = logging.getLogger(__name__)
 
-SYSTEM_ID = "sessionstream-memory"
+def memory_group(settings: Settings) -> str:
+    """The memory worker's consumer group: under the tenant's prefix (the worker's ACLs
+    grant groups ``sessionstream.<tenant>.*``), one per memory topic."""
+    return f"{settings.memory_topic}.fold"
 
 
 class MemoryWorker:
-    """Folds one tenant's memory topic into Redis (see the module docstring)."""
+    """One tenant's memory worker (see the module docstring)."""
 
     def __init__(self, settings: Settings, key_store: Any = None, *, redis: Any = None,
                  encryption: bool | None = None) -> None:
@@ -62,130 +63,107 @@ class MemoryWorker:
             settings.redis_url, cluster=settings.redis_cluster)
         self.rows = MemoryRows(self.redis, settings.keys, self.sealer)
         self.log = MemoryLog(settings)
-        self.folder = NamespaceFolder(self.log, self.rows, principal=SYSTEM_ID)
-        #: namespace key -> (offset folded, state)
-        self.states: dict[str, tuple[int, Any]] = {}
-        self._consumer: Any = None
+        self.folder = MemoryFolder(self.rows, self.log, principal=SYSTEM_ID)
+        self.cycle = BatchCycle(self.folder, sink=MemoryRowSink(self.rows, self.folder.writer),
+                                group=memory_group(settings))
+        #: the event loop its engine and cycles run on
+        self.loop = asyncio.new_event_loop()
+        self._engine: KafkaEngine | None = None
 
-    # -- consuming ------------------------------------------------------------------
-    def _consumer_for(self) -> Any:
-        from confluent_kafka import Consumer, TopicPartition
+    # -- live ---------------------------------------------------------------------------
+    def engine(self) -> KafkaEngine:
+        """The kafka engine driving the cycle (built once; joins the group on start)."""
+        if self._engine is None:
+            s = self.settings
+            cfg = WorkerConfig(settings=s, group=self.cycle.group, prefix=s.key_prefix,
+                               topic=s.memory_topic, dlq_topic=s.dlq_topic,
+                               batch_max=BATCH_MAX, batch_within=1.0)
+            self._engine = KafkaEngine(cfg, self.cycle)
+        return self._engine
 
-        if self._consumer is None:
-            c = Consumer(KafkaClients.from_settings(self.settings).consumer(
-                private_group("memory-fold"), {"enable.partition.eof": False}))
-            n = self.log.partitions()
-            c.assign([TopicPartition(self.log.topic, p, self.rows.folded(p) + 1
-                                     if self.rows.folded(p) >= 0 else -2)
-                      for p in range(n)])
-            self._consumer = c
-        return self._consumer
+    def run_once(self, timeout: float = 1.0) -> int:
+        """One batch (consumed, folded, written, its follow-ups produced, committed);
+        the records consumed. A worker not yet in the group waits for its partitions."""
+        return self.loop.run_until_complete(self._once(timeout))
 
-    def run_once(self, timeout: float = 1.0, max_records: int = 2000) -> int:
-        """One batch: the records consumed, folded and written; their count."""
-        msgs = [m for m in self._consumer_for().consume(max_records, timeout)
-                if m.error() is None]
-        if not msgs:
-            return 0
-        self.fold_batch([(int(m.partition() or 0), int(m.offset() or 0), m.key() or b"",
-                          m.value() or b"") for m in msgs])
-        return len(msgs)
+    async def _once(self, timeout: float) -> int:
+        engine = self.engine()
+        if not engine.started:
+            engine.start()
+        deadline = time.monotonic() + ASSIGN_WAIT_S
+        was = bool(engine.assigned)
+        n = await engine.step(timeout)
+        # joining: go on until a whole consume ran with the partitions assigned
+        while n == 0 and not was and time.monotonic() < deadline:
+            was = bool(engine.assigned)
+            n = await engine.step(timeout)
+        return n
 
-    def fold_batch(self, records: list[tuple[int, int, bytes, bytes]],
-                   gen: int | None = None) -> None:
-        """Fold ``records`` (partition, offset, key, value), in order within each
-        partition, into their namespaces' rows; then the follow-up forgets; then the
-        progress."""
-        by_ns: dict[str, list[tuple[int, int, AnyOp]]] = defaultdict(list)
-        progress: dict[int, int] = {}
-        for partition, offset, _key, value in records:
-            progress[partition] = max(progress.get(partition, -1), offset)
-            try:
-                op = decode_op(value, self.sealer)
-            except CorruptRecord as exc:
-                log.warning("memory record %d@%d skipped: %s", offset, partition, exc)
-                continue
-            by_ns[op.namespace.key].append((partition, offset, op))
-        followups: list[tuple[Namespace, str]] = []
-        for key, items in by_ns.items():
-            ns = items[0][2].namespace
-            at, state = self._state(ns, gen)
-            before = state
-            top = at
-            for _, offset, op in items:
-                if offset <= at:
-                    continue  # a writer installed it already
-                state = mfold.apply(state, op)
-                top = offset
-            if top == at:
-                continue
-            deleted = self.folder.commit(ns, before if at >= 0 else None, state, top, gen)
-            self.states[key] = (top, state)
-            followups += [(ns, sid) for sid in sorted(deleted)]
-        for ns, sid in followups:  # a proposal that raced a deletion: forget it now
-            op = Forget(op_id=str(uuid.uuid4()), namespace=ns,
-                        time=time.time_ns() // 1_000_000, actor=_system(),
-                        source_session=sid, reason="session deleted")
-            done = self.log.append(ns, encode_op(op, self.sealer))
-            state, _ = self.folder.install(ns, done.partition, done.offset, op)
-            self.states[ns.key] = (self.rows.offset(ns), state)
-        self.rows.advance_folded(progress, gen)
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT (``sessionstream memory worker``)."""
+        engine = self.engine()
 
-    def _state(self, ns: Namespace, gen: int | None) -> tuple[int, Any]:
-        row_offset = self.rows.offset(ns, gen)
-        hit = self.states.get(ns.key)
-        if hit is not None and hit[0] == row_offset:
-            return hit
-        return self.rows.load(ns, gen)
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, engine.stop)
+            await engine.run()
 
-    # -- replay ---------------------------------------------------------------------
+        self.loop.run_until_complete(run())
+        self._engine = None  # closed
+
+    # -- replay -------------------------------------------------------------------------
     def rebuild(self) -> int:
         """Fold the whole topic into a new generation, then point readers at it; the
         generation number."""
         from confluent_kafka import Consumer, TopicPartition
 
-        gen = int(self.redis.incr(self.settings.keys.tenant_key("memory:generation:last")))
+        keys = self.settings.keys
+        gen = int(self.redis.incr(keys.tenant_key("memory:generation:last")))
         gen = max(gen, self.rows.generation() + 1)
+        folder = MemoryFolder(self.rows, self.log, principal=SYSTEM_ID)
+        cycle = BatchCycle(folder, sink=MemoryRowSink(self.rows, folder.writer,
+                                                      generation=gen),
+                           group=memory_group(self.settings), generation=gen)
+        topic = self.log.topic
         c = Consumer(KafkaClients.from_settings(self.settings).consumer(
             private_group("memory-rebuild"), {"enable.partition.eof": True}))
         n = self.log.partitions()
-        c.assign([TopicPartition(self.log.topic, p, -2) for p in range(n)])
-        ends = {p: c.get_watermark_offsets(TopicPartition(self.log.topic, p), 10)[1]
+        c.assign([TopicPartition(topic, p, -2) for p in range(n)])
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
                 for p in range(n)}
         done = {p for p, end in ends.items() if end == 0}
-        saved, self.states = self.states, {}
         try:
             while len(done) < n:
-                msgs = c.consume(2000, 1.0)
-                batch = []
-                for m in msgs:
+                batch: list[Record] = []
+                for m in c.consume(BATCH_MAX, 1.0):
                     err = m.error()
                     p, o = int(m.partition() or 0), int(m.offset() or 0)
                     if err is not None:
                         if err.code() == -191:  # _PARTITION_EOF
                             done.add(p)
                         continue
-                    batch.append((p, o, m.key() or b"", m.value() or b""))
+                    ts = m.timestamp()
+                    batch.append(Record(topic, p, o, m.key(), m.value(),
+                                        ts[1] if ts[0] else None))
                     if o >= ends[p] - 1:
                         done.add(p)
                 if batch:
-                    self.fold_batch(batch, gen)
+                    self.loop.run_until_complete(cycle.fold(batch))
+            self.loop.run_until_complete(cycle.flush())
         finally:
             c.close()
-            self.states = saved
-        self.redis.set(self.settings.keys.tenant_key("memory:generation"), gen)
+        self.redis.set(keys.tenant_key("memory:generation"), gen)
         self.rows.refresh_generation()
-        self.states = {}
+        self.cycle.forget()
         return gen
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            if engine.started:
+                self.loop.run_until_complete(engine.finish())
+                self.loop.run_until_complete(engine.close())
+        if not self.loop.is_closed():
+            self.loop.close()
         self.log.close()
-
-
-def _system() -> Any:
-    from sessionstream.core.memory.model import ActorRef, Role
-
-    return ActorRef(Role.OPERATOR, SYSTEM_ID)
