@@ -23,16 +23,15 @@ so tests never touch the network. The API key is read from the environment varia
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sessionstream.core.memory.errors import MemoryLogError
 from sessionstream.core.memory.extract import Candidate, ExtractRequest
 from sessionstream.core.memory.model import KNOWN_KINDS
-from sessionstream.producers.summarizer_http import Transport, chat_completion, urllib_transport
+from sessionstream.producers.summarizer_http import ChatEndpoint
 
 __all__ = ["PROMPT_VERSION", "ExtractionFailed", "OpenAICompatibleExtractor", "render_prompt"]
 
@@ -68,21 +67,8 @@ def render_prompt(request: ExtractRequest) -> str:
 
 
 @dataclass(frozen=True)
-class OpenAICompatibleExtractor:
+class OpenAICompatibleExtractor(ChatEndpoint):
     """POST {base_url}/chat/completions; the first choice's message is the extraction."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    timeout_s: float = 60.0
-    transport: Transport = urllib_transport
-    _key: str | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if self._key is None and self.api_key_env:
-            object.__setattr__(self, "_key", os.environ.get(self.api_key_env))
 
     @property
     def name(self) -> str:
@@ -101,8 +87,7 @@ class OpenAICompatibleExtractor:
             "messages": [{"role": "system", "content": INSTRUCTIONS},
                          {"role": "user", "content": render_prompt(request)}],
         }
-        text = chat_completion(self.base_url, body, self._key, self.transport,
-                               self.timeout_s, ExtractionFailed)
+        text = self.complete(body, ExtractionFailed)
         try:
             answer = json.loads(text)
         except ValueError as exc:

@@ -90,8 +90,9 @@ def render_prompt(request: SummaryRequest) -> str:
 
 
 @dataclass(frozen=True)
-class OpenAICompatibleSummarizer:
-    """POST {base_url}/chat/completions; the first choice's message is the summary."""
+class ChatEndpoint:
+    """An OpenAI-compatible chat-completions endpoint: where, which model, and the
+    environment variable holding its key (read when built, never recorded)."""
 
     base_url: str
     model: str
@@ -100,12 +101,23 @@ class OpenAICompatibleSummarizer:
     max_tokens: int = 1024
     timeout_s: float = 60.0
     transport: Transport = urllib_transport
-    provider: str = "openai-compatible"
     _key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self._key is None and self.api_key_env:
             object.__setattr__(self, "_key", os.environ.get(self.api_key_env))
+
+    def complete(self, body: Mapping[str, Any], error: Callable[[str], Exception]) -> str:
+        """:func:`chat_completion` of ``body`` at this endpoint."""
+        return chat_completion(self.base_url, body, self._key, self.transport,
+                               self.timeout_s, error)
+
+
+@dataclass(frozen=True)
+class OpenAICompatibleSummarizer(ChatEndpoint):
+    """POST {base_url}/chat/completions; the first choice's message is the summary."""
+
+    provider: str = "openai-compatible"
 
     @property
     def config(self) -> Mapping[str, JsonValue]:
@@ -119,5 +131,4 @@ class OpenAICompatibleSummarizer:
             "messages": [{"role": "system", "content": INSTRUCTIONS},
                          {"role": "user", "content": render_prompt(request)}],
         }
-        return chat_completion(self.base_url, body, self._key, self.transport,
-                               self.timeout_s, SummarizerError)
+        return self.complete(body, SummarizerError)
