@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sessionstream import redisconn
 from sessionstream.core.errors import SessionStreamError
@@ -40,7 +40,8 @@ class DemoResult:
 
 
 def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
-             crash_rate: float, seed: int, timeout_s: float, echo: Echo) -> DemoResult:
+             crash_rate: float, seed: int, timeout_s: float, echo: Echo,
+             memory: DemoMemory | None = None) -> DemoResult:
     """Run the pipeline end to end and return what Redis holds for the fleet's sessions."""
     from sessionstream.producers.fleet import run_fleet
     from sessionstream.producers.topics import admin_client, ensure_topics, tenant_topics
@@ -82,7 +83,7 @@ def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
             rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
                                                worker, log_path))
         deletion = _delete_one(settings, rows, summary.last_seqs, compaction, echo, timeout_s,
-                               worker, log_path)
+                               worker, log_path, memory)
         if deletion is not None:  # the table shows the deleted session as readers see it
             rows = asyncio.run(_wait_caught_up(settings, summary.last_seqs, timeout_s, echo,
                                                worker, log_path))
@@ -93,8 +94,10 @@ def run_demo(settings: Settings, *, agents: int, sessions: int, turns: int,
 
 def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[str, int],
                 compaction: dict[str, Any] | None, echo: Echo, timeout_s: float,
-                worker: subprocess.Popen[bytes], log_path: Path) -> dict[str, Any] | None:
-    """Delete one session (crypto-shred) and show its content gone, its audit trail kept."""
+                worker: subprocess.Popen[bytes], log_path: Path,
+                memory: DemoMemory | None) -> dict[str, Any] | None:
+    """Delete one session (crypto-shred) and show its content gone, its audit trail kept,
+    and what long-term memory learned only from it forgotten."""
 
     from sessionstream.governance.service import Governance
     from sessionstream.governance.wiring import key_store
@@ -111,10 +114,16 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
     echo(f"deletion: session {target} before: first user message {first!r}")
     client = redisconn.from_settings(settings, decode_responses=True)
     try:
-        gov = Governance(cfg, key_store(settings, client), client,
-                         audit=WriterAuditLog(cfg), principal=settings.principal)
+        other = next((r["session_id"] for r in rows if r["session_id"] != target), None)
+        learned = memory.remember(target, other) if memory is not None else 0
+        gov = Governance(cfg, key_store(settings, client), client, audit=WriterAuditLog(cfg),
+                         principal=settings.principal,
+                         memory=memory.cascade() if memory is not None else None)
         report = gov.delete(target, reason="demo: the user asked to be forgotten")
+        kept = memory.kept() if memory is not None else []
     finally:
+        if memory is not None:
+            memory.close()
         client.close()
     assert report.audit_seq is not None
     last_seqs[target] = report.audit_seq
@@ -130,8 +139,34 @@ def _delete_one(settings: Settings, rows: list[dict[str, Any]], last_seqs: dict[
     echo(f"deletion: {report.redis_keys_deleted} Redis keys/fields, "
          f"{report.feed_entries_deleted} change-feed entries and "
          f"{report.attachments_deleted} attachments purged; {report.note}")
+    forgotten = report.memory.forgotten if report.memory is not None else []
+    if memory is not None:
+        echo(f"memory: {len(forgotten)} of {learned} memories of {memory.user} forgotten "
+             f"with the session (derived only from it); {len(kept)} kept, citing "
+             f"{', '.join(sorted({sid for k in kept for sid in k})) or 'nothing'} "
+             f"(`sessionstream memory list --user {memory.user}`, the dashboard's memory "
+             "page)")
     return {**report.to_json(), "events_in_log": len(log),
-            "first_user_message_after": _first_user_text(log)}
+            "first_user_message_after": _first_user_text(log),
+            "memories_forgotten": len(forgotten), "memories_kept": len(kept)}
+
+
+class DemoMemory(Protocol):
+    """What the demo's harness remembers for a user from the session it then deletes
+    (the CLI gives the long-term memory client; None: the demo shows no memory)."""
+
+    user: str
+
+    def remember(self, target: str, other: str | None) -> int:
+        """Propose memories citing ``target`` (and one citing ``other`` too); how many."""
+
+    def cascade(self) -> Any:
+        """The governance port that forgets by lineage (``Governance(memory=…)``)."""
+
+    def kept(self) -> list[list[str]]:
+        """The source sessions of each memory the user still has."""
+
+    def close(self) -> None: ...
 
 
 def _first_user_text(events: list[Any]) -> str | None:
