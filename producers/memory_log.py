@@ -128,37 +128,13 @@ class MemoryLog:
 
     def append(self, namespace: Namespace, value: bytes) -> Appended:
         """Produce one record and wait for its acknowledgement by every in-sync replica."""
-        from confluent_kafka import KafkaException, Producer
-
-        with self._lock:
-            if self._producer is None:
-                self._producer = Producer(self.clients.producer({"linger.ms": 0}))
-            producer = self._producer
-        got: list[Any] = []
-        partition = self.partition_of(namespace)
-        try:
-            producer.produce(self.topic, value=value, key=namespace.key.encode("utf-8"),
-                             partition=partition,
-                             on_delivery=lambda err, msg: got.append((err, msg)))
-            left = producer.flush(self.flush_timeout_s)
-        except (KafkaException, BufferError) as exc:
-            raise MemoryLogError(f"cannot append to {self.topic!r}: {exc}") from exc
-        if left or not got:
-            raise MemoryLogError(f"the memory operation was not acknowledged within "
-                                 f"{self.flush_timeout_s:.0f}s on {self.topic!r} (it may "
-                                 "still be written: retrying is safe, the op id dedupes)")
-        err, msg = got[0]
-        if err is not None:
-            raise MemoryLogError(f"cannot append to {self.topic!r}: {err}")
-        return Appended(msg.partition(), msg.offset())
+        return self.append_many([(namespace, value)])[0]
 
     def append_many(self, items: Sequence[tuple[Namespace, bytes]]) -> list[Appended]:
         """Produce the records (in order, each to its namespace's partition) and wait for
         every acknowledgement in one flush; where each landed, in the same order."""
         from confluent_kafka import KafkaException, Producer
 
-        if len(items) == 1:
-            return [self.append(*items[0])]
         with self._lock:
             if self._producer is None:
                 self._producer = Producer(self.clients.producer({"linger.ms": 0}))
