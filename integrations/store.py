@@ -92,6 +92,7 @@ from sessionstream.producers.views import (
     INSTALL,
     READ,
     Gathered,
+    ViewHead,
     ViewRead,
     ViewWrite,
     gather_script,
@@ -842,13 +843,21 @@ class FleetStore(SessionStore):
             snap = self._decode(session_id, name, got, last)
             if snap is not None:
                 return snap
+        rebuilt = self._from_log(session_id, name, got)
+        if isinstance(rebuilt, ViewSnapshot):
+            return rebuilt
+        state, seq = rebuilt
+        return ViewSnapshot.of(state, seq, last, "log", fields=fields)
+
+    def _from_log(self, session_id: str, name: str, got: ViewHead
+                  ) -> ViewSnapshot | tuple[ViewState, int]:
+        """A view Redis could not serve (stale, shredded, missing), rebuilt from the log
+        (and installed), with its seq; or the empty snapshot of a session that has no
+        events (no such session: answered from Redis alone)."""
         if got.handoff_next_seq <= 0 and got.seq is None and self.epoch(session_id) == 0:
             return ViewSnapshot(-1, 0, source="redis")  # no such session
         rebuilt = self._rebuild(session_id, name, got.handoff_next_seq, got.handoff_last_id)
-        if rebuilt is None:
-            return ViewSnapshot(-1, 0, source="log")
-        state, seq = rebuilt
-        return ViewSnapshot.of(state, seq, last, "log", fields=fields)
+        return ViewSnapshot(-1, 0, source="log") if rebuilt is None else rebuilt
 
     def _gather(self, session_id: str, name: str, gather: ViewGather,
                 args: Sequence[str]) -> ViewSnapshot:
@@ -880,11 +889,9 @@ class FleetStore(SessionStore):
                 assert got.seq is not None
                 return ViewSnapshot(got.seq, got.count, (), fields, "redis")
             break
-        if got.handoff_next_seq <= 0 and got.seq is None and self.epoch(session_id) == 0:
-            return ViewSnapshot(-1, 0, source="redis")  # no such session
-        rebuilt = self._rebuild(session_id, name, got.handoff_next_seq, got.handoff_last_id)
-        if rebuilt is None:
-            return ViewSnapshot(-1, 0, source="log")
+        rebuilt = self._from_log(session_id, name, got)
+        if isinstance(rebuilt, ViewSnapshot):
+            return rebuilt
         state, seq = rebuilt
         return ViewSnapshot.gathered(state, seq, gather, args, "log")
 

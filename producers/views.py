@@ -235,22 +235,29 @@ def gather_script(body: str) -> str:
 
 
 @dataclass(frozen=True)
-class Gathered:
-    """What a gather script returned (texts still sealed where they were)."""
+class ViewHead:
+    """Where a view stands against the session's hand-off, as a read found them."""
 
     handoff_next_seq: int
     handoff_last_id: str
     seq: int | None  # the view's last folded seq (None: no view)
     event_id: str
     count: int
-    fields: dict[str, str]  # only when the view was fresh: the fields the body took
-    wanted: list[str]  # and the fields it wants (read next, with fetch_wanted)
 
     @property
     def fresh(self) -> bool:
-        """The view was at the hand-off (the body ran)."""
+        """The view has folded the whole history the last flush handed off."""
         return (self.seq is not None and self.seq + 1 == self.handoff_next_seq
                 and self.event_id == self.handoff_last_id)
+
+
+@dataclass(frozen=True)
+class Gathered(ViewHead):
+    """What a gather script returned (texts still sealed where they were); the body ran
+    only when the view was :attr:`fresh`."""
+
+    fields: dict[str, str]  # only when the view was fresh: the fields the body took
+    wanted: list[str]  # and the fields it wants (read next, with fetch_wanted)
 
     @classmethod
     def parse(cls, raw: Sequence[Any]) -> Gathered:
@@ -278,35 +285,21 @@ def _text(v: object) -> str:
 
 
 @dataclass(frozen=True)
-class ViewRead:
+class ViewRead(ViewHead):
     """What :data:`READ` returned, decoded (texts still sealed where they were)."""
 
-    handoff_next_seq: int
-    handoff_last_id: str
-    seq: int | None  # the view's last folded seq (None: no view)
-    event_id: str
-    count: int
     fields: dict[str, str]
     first_chunk: int
     chunks: list[str]
 
-    @property
-    def fresh(self) -> bool:
-        """The view has folded the whole history the last flush handed off."""
-        return (self.seq is not None and self.seq + 1 == self.handoff_next_seq
-                and self.event_id == self.handoff_last_id)
-
     @classmethod
     def parse(cls, raw: Sequence[Any]) -> ViewRead:
-        def text(v: object) -> str:
-            return v.decode("utf-8") if isinstance(v, bytes) else str(v)
-
-        head_flat = [text(x) for x in raw[2]]
+        head_flat = [_text(x) for x in raw[2]]
         head = dict(zip(head_flat[::2], head_flat[1::2], strict=True))
         seq = head.get(InlineViewFields.SEQ)
         fields = {k[len(InlineViewFields.FIELD):]: v for k, v in head.items()
                   if k.startswith(InlineViewFields.FIELD)}
-        return cls(int(text(raw[0])), text(raw[1]),
+        return cls(int(_text(raw[0])), _text(raw[1]),
                    int(seq) if seq is not None else None, head.get(InlineViewFields.ID, ""),
-                   int(head.get(InlineViewFields.COUNT, "0")), fields, int(text(raw[3])),
-                   [text(c) for c in raw[4]])
+                   int(head.get(InlineViewFields.COUNT, "0")), fields, int(_text(raw[3])),
+                   [_text(c) for c in raw[4]])
