@@ -43,7 +43,12 @@ from sessionstream.core.memory.extract import MemoryModel, PatternModel, Said
 from sessionstream.core.memory.model import Actor, Namespace, Role, Scope
 from sessionstream.core.memory.search import Embedder
 from sessionstream.integrations.google_adk import stream_id
-from sessionstream.integrations.memory import MemoryBackend, MemoryClient, MemoryNotFound
+from sessionstream.integrations.memory import (
+    MemoryBackend,
+    MemoryClient,
+    MemoryNotFound,
+    SearcherCache,
+)
 from sessionstream.integrations.memory_embed import default_embedder
 from sessionstream.integrations.memory_extract import propose_extracted
 
@@ -64,13 +69,17 @@ class SessionstreamMemoryService(BaseMemoryService):
         self.limit = limit
         #: search's embedder (None: the process's, ``Env.MEMORY_EMBEDDER``)
         self.embedder = embedder or default_embedder()
+        #: one index cache for every call's client: a search reuses the namespace's
+        #: index until the namespace changes
+        self.searchers = SearcherCache()
 
     def _ns(self, app_name: str, user_id: str) -> Namespace:
         return Namespace(self.backend.tenant, Scope.USER, user_id, (app_name,))
 
     def _client(self, user_id: str, role: Role = Role.EXTRACTOR) -> MemoryClient:
         return MemoryClient(self.backend, Actor(role, "google-adk", tenant=self.backend.tenant,
-                                                user=user_id), embedder=self.embedder)
+                                                user=user_id), embedder=self.embedder,
+                            searchers=self.searchers)
 
     async def _run(self, fn: Any, *args: Any, **kw: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kw)

@@ -477,6 +477,34 @@ class Searcher:
         return [(self.versions[h.id], h.score) for h in hits[offset:offset + k]]
 
 
+class SearcherCache:
+    """Namespace indexes by (namespace, pending, embedder), each kept while its namespace
+    state is the one it was built from; least recently used out first. Thread-safe."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, bool, str], tuple[MemoryState, Searcher]] = \
+            OrderedDict()
+
+    def get(self, key: tuple[str, bool, str], state: MemoryState) -> Searcher | None:
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is None or hit[0] is not state:
+                return None
+            self._kept.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple[str, bool, str], state: MemoryState,
+            searcher: Searcher) -> Searcher:
+        with self._lock:
+            self._kept[key] = (state, searcher)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+        return searcher
+
+
 # ------------------------------------------------------------------------------ the client
 
 
@@ -507,10 +535,9 @@ class MemoryClient:
     embedder: Embedder = field(default_factory=default_embedder)
     clock: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
     ids: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
-    #: namespace searchers kept (least recently used out first)
-    cache_size: int = 64
-    _searchers: OrderedDict[tuple[str, int], tuple[MemoryState, Searcher]] = field(
-        default_factory=OrderedDict, init=False, repr=False)
+    #: the namespace indexes this client reuses (share one among the clients of a
+    #: service: an index is rebuilt only when its namespace changes)
+    searchers: SearcherCache = field(default_factory=lambda: SearcherCache(), repr=False)
 
     # -- namespaces -----------------------------------------------------------------
     def namespace(self, namespace: Namespace | None = None, labels: Sequence[str] = (),
@@ -753,16 +780,12 @@ class MemoryClient:
 
     def searcher(self, ns: Namespace, *, pending: bool = False) -> Searcher:
         state = self.backend.state(ns)
-        key = (ns.key, int(pending))
-        hit = self._searchers.get(key)
-        if hit is not None and hit[0] is state:
-            self._searchers.move_to_end(key)
-            return hit[1]
-        searcher = Searcher(state, self.embedder, pending=pending, now=self.clock())
-        self._searchers[key] = (state, searcher)
-        while len(self._searchers) > self.cache_size:
-            self._searchers.popitem(last=False)
-        return searcher
+        key = (ns.key, pending, self.embedder.name)
+        kept = self.searchers.get(key, state)
+        if kept is not None:
+            return kept
+        return self.searchers.put(
+            key, state, Searcher(state, self.embedder, pending=pending, now=self.clock()))
 
     def search(self, query: str | None, *, namespace: Namespace | None = None,
                labels: Sequence[str] = (), k: int = 5, filter: Mapping[str, Any] | None = None,
