@@ -31,7 +31,7 @@ from typing import Any
 from sessionstream.core.memory.errors import MemoryLogError
 from sessionstream.core.memory.extract import Candidate, ExtractRequest
 from sessionstream.core.memory.model import KNOWN_KINDS
-from sessionstream.producers.summarizer_http import ChatEndpoint
+from sessionstream.producers.chat_http import ChatEndpoint
 
 __all__ = ["PROMPT_VERSION", "ExtractionFailed", "OpenAICompatibleExtractor", "render_prompt"]
 
