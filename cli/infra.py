@@ -11,7 +11,7 @@ import json
 from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -164,6 +164,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
     """
     import json
 
+    from sessionstream.cli.memory import DemoHarnessMemory
     from sessionstream.streams.demo import run_demo
 
     if not 0.0 <= crash_rate < 1.0:
@@ -172,7 +173,7 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
         s = settings()
         result = run_demo(s, agents=agents, sessions=sessions, turns=turns,
                           crash_rate=crash_rate, seed=seed, timeout_s=timeout_s,
-                          echo=_echo, memory=_DemoMemory(s))
+                          echo=_echo, memory=DemoHarnessMemory(s, _echo))
     if as_json:
         click.echo(json.dumps({"fleet": result.fleet, "sessions": result.sessions,
                                "caught_up_seconds": result.caught_up_seconds,
@@ -192,55 +193,6 @@ def demo_cmd(agents: int, sessions: int, turns: int, crash_rate: float, seed: in
                       or "-"))
     click.echo("\nmore: `sessionstream sessions`, `sessionstream views <session>`, "
                "`sessionstream diagnose <session>`, `sessionstream dashboard`")
-
-
-class _DemoMemory:
-    """The demo's harness remembering for one user (streams.demo.DemoMemory)."""
-
-    user = "demo-user"
-
-    def __init__(self, s: Any) -> None:
-        from sessionstream.core.memory import Actor, Role
-        from sessionstream.governance.wiring import key_store
-        from sessionstream.integrations.memory import FleetBackend, MemoryClient
-        from sessionstream.producers.writer import WriterConfig
-
-        self.cfg = WriterConfig.from_settings(s)
-        self.backend = FleetBackend(s, key_store(s), encryption=s.encryption)
-        self.mem = MemoryClient(self.backend, Actor(Role.AGENT, "demo-harness",
-                                                    user=self.user))
-
-    def _asked(self, session_id: str) -> list[int]:
-        from sessionstream.producers.writer import read_log
-
-        return [e.seq for e in read_log(self.cfg, session_id).admitted
-                if e.type == "user/message"][:1]
-
-    def remember(self, target: str, other: str | None) -> int:
-        asked = self._asked(target)
-        if not asked:
-            return 0
-        self.mem.propose(f"Asked the fleet for a report in session {target}", kind="note",
-                         sources=[(target, asked)])
-        placed, also = 1, self._asked(other) if other is not None else []
-        if other is not None and also:
-            self.mem.propose("Asks the fleet to find and fix failing reports", kind="fact",
-                             sources=[(target, asked), (other, also)])
-            placed += 1
-        _echo(f"memory: {placed} memories of {self.user} cite session {target}"
-              + (f" (one only it, one {other} too)" if placed == 2 else ""))
-        return placed
-
-    def cascade(self) -> Any:
-        from sessionstream.integrations.memory import LineageCascade
-
-        return LineageCascade(self.backend)
-
-    def kept(self) -> list[list[str]]:
-        return [[src.session_id for src in v.sources] for v in self.mem.list()]
-
-    def close(self) -> None:
-        self.backend.close()
 
 
 COMMANDS: tuple[click.Command, ...] = (

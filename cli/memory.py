@@ -247,5 +247,57 @@ def rebuild_cmd() -> None:
     click.echo(f"memory rebuilt into generation {gen}; readers use it now")
 
 
+class DemoHarnessMemory:
+    """The demo's harness remembering for one user (``streams.demo.DemoMemory``):
+    `make demo` shows a deletion forgetting what memory learned only from it."""
+
+    user = "demo-user"
+
+    def __init__(self, s: Any, echo: Any) -> None:
+        from sessionstream.core.memory import Actor, Role
+        from sessionstream.governance.wiring import key_store
+        from sessionstream.integrations.memory import FleetBackend, MemoryClient
+        from sessionstream.producers.writer import WriterConfig
+
+        self.echo = echo
+        self.cfg = WriterConfig.from_settings(s)
+        self.backend = FleetBackend(s, key_store(s), encryption=s.encryption)
+        self.mem = MemoryClient(self.backend, Actor(Role.AGENT, "demo-harness",
+                                                    user=self.user))
+
+    def _asked(self, session_id: str) -> list[int]:
+        from sessionstream.producers.writer import read_log
+
+        return [e.seq for e in read_log(self.cfg, session_id).admitted
+                if e.type == "user/message"][:1]
+
+    def remember(self, target: str, other: str | None) -> int:
+        asked = self._asked(target)
+        if not asked:
+            return 0
+        self.mem.propose(f"Asked the fleet for a report in session {target}", kind="note",
+                         sources=[(target, asked)])
+        placed, also = 1, self._asked(other) if other is not None else []
+        if other is not None and also:
+            self.mem.propose("Asks the fleet to find and fix failing reports", kind="fact",
+                             sources=[(target, asked), (other, also)])
+            placed += 1
+        self.echo(f"memory: {placed} memories of {self.user} cite session {target}"
+              + (f" (one only it, one {other} too)" if placed == 2 else ""))
+        return placed
+
+    def cascade(self) -> Any:
+        from sessionstream.integrations.memory import LineageCascade
+
+        return LineageCascade(self.backend)
+
+    def kept(self) -> list[list[str]]:
+        return [[src.session_id for src in v.sources] for v in self.mem.list()]
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+
 def register(main: click.Group) -> None:
     main.add_command(memory_group)
