@@ -249,6 +249,12 @@ def _kinds_sent(api: str, body: dict[str, Any]) -> list[str]:
             for c in body["contents"] if c["role"] == "model" for p in c["parts"]]
 
 
+def _runs(kinds: list[str]) -> list[str]:
+    """``kinds`` with each run of adjacent reasoning blocks counted once."""
+    return [k for i, k in enumerate(kinds)
+            if not (k == "reasoning" and i and kinds[i - 1] == "reasoning")]
+
+
 def _deleted(s: Session, classes: list[DataClass]) -> Session:
     return Session.from_events([e.replace(data=split(e.type, e.data, None, classes,
                                                      text=DELETED_TEXT).clear)
@@ -282,4 +288,10 @@ def test_every_built_body_passes_the_sdk_types_and_the_api_rules(
             # skipped where the reasoning is deleted)
             answered = [k for r in generated.replies for k in _kinds_answered(api, r)
                         if variant == "clear" or k != "reasoning"]
-            assert _kinds_sent(api, built.body) == answered
+            sent = _kinds_sent(api, built.body)
+            if api == "gemini":
+                # a streamed Gemini thought arrives in pieces, and a thought chunk after
+                # a thought continues it (gemini._Fold): two thoughts with nothing
+                # between them (an empty text) are one thought on the wire
+                answered, sent = _runs(answered), _runs(sent)
+            assert sent == answered
