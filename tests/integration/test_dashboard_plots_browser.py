@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from sessionstream.core.events import Event, SequentialIds, Writer, make_event
@@ -195,8 +196,16 @@ def api(url: str, path: str) -> Any:
 
 
 def _attr(d: Any, selector: str, name: str) -> str | None:
-    found = d.find_elements(By.CSS_SELECTOR, selector)
-    return found[0].get_attribute(name) if found else None
+    """``name`` of the first element ``selector`` finds. The live page redraws a plot on
+    every change: an element found a moment ago may be replaced before its attribute is
+    read, which only means "look again"."""
+    for _ in range(20):
+        found = d.find_elements(By.CSS_SELECTOR, selector)
+        try:
+            return found[0].get_attribute(name) if found else None
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector} was redrawn 20 times while its {name} was read")
 
 
 def open_session(browser: webdriver.Chrome, url: str, sid: str) -> None:
@@ -262,11 +271,12 @@ async def test_the_plots_of_a_demo_fleet_live_in_the_browser(
     open_session(browser, url, live)
     body = api(url, f"/api/sessions/{live}/series")
     assert body["as_of_seq"] == tail[-1].seq
-    drops = browser.find_elements(By.CSS_SELECTOR, "#plot-context g.drop")
-    assert len(drops) == len(body["context"]["drops"]) >= 2
-    assert {int(d.get_attribute("data-seq")) for d in drops} == {
-        d["seq"] for d in body["context"]["drops"]}
-    labels = browser.find_element(By.ID, "plot-context").text
+    # read in the page, in one call: the live page may redraw a plot between two reads
+    seqs, labels = browser.execute_script(
+        "return [[...document.querySelectorAll('#plot-context g.drop')]"
+        ".map(d => d.dataset.seq), document.getElementById('plot-context').textContent]")
+    assert len(seqs) == len(body["context"]["drops"]) >= 2
+    assert {int(seq) for seq in seqs} == {d["seq"] for d in body["context"]["drops"]}
     first = body["context"]["drops"][0]
     assert "→" in labels and "budget" in labels
     assert first["before"] > first["after"]
